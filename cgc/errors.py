@@ -1,0 +1,10 @@
+"""The one exception type for problems a user can cause.
+
+The command line prints a ``CgcError`` as one line and exits with code 2; anything else is an
+internal error (exit code 1). Messages name the culprit: the file, the ONNX node and op, the
+option, or the layer and its shortfall.
+"""
+
+
+class CgcError(Exception):
+    """A problem with the user's input: a bad file, an unsupported op, a model that does not fit."""

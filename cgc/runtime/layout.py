@@ -1,0 +1,343 @@
+"""How a tensor lives on the mesh, and what moving it costs.
+
+Every tensor on the wafer has one layout: viewed as a batch of matrices (the last two axes,
+``R x C``; rank-1 tensors are ``1 x C``, scalars ``1 x 1``), each matrix is split into an
+``h x w`` grid of blocks, block ``(i, j)`` on the PE at row ``row0 + i``, column ``col0 + j``.
+Every PE holds its block of every matrix of the batch. This is the activation layout of the
+Cerebras weight-streaming design: the hidden dimension along the mesh columns, samples (or
+tokens) along the mesh rows.
+
+A ``DistTensor`` holds the per-PE tiles as one numpy array ``[h, w, *batch, rt, ct]`` (zero
+padded), so a kernel step is one numpy operation over all PEs.
+
+Data movement between layouts is routed dimension-ordered (along the row first, then down the
+column). ``route`` counts, exactly and without a Python loop over PEs or elements, the
+wavelets every link carries, what every PE injects and ejects, and the longest path; the
+cycles of the transfer follow from those counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from math import ceil, prod
+
+import numpy as np
+
+from cgc.runtime.machine import WAVELET_BYTES
+
+Rect = tuple[int, int, int, int]
+"""``(x, y, w, h)``: column and row of the top-left PE, width in columns, height in rows."""
+
+
+def grid_extent(n: int, available: int) -> int:
+    """PEs to split ``n`` items over, at most ``available``, with no PE left empty."""
+    if n <= 0:
+        return 1
+    per = ceil(n / max(1, min(n, available)))
+    return ceil(n / per)
+
+
+def matrix_dims(shape: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
+    """``(batch, R, C)`` of the matrix view of ``shape``."""
+    if len(shape) >= 2:
+        return tuple(shape[:-2]), shape[-2], shape[-1]
+    if len(shape) == 1:
+        return (), 1, shape[0]
+    return (), 1, 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor of ``shape`` and ``dtype`` split over the PE grid at ``(row0, col0)``."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    row0: int
+    col0: int
+    h: int
+    w: int
+
+    @classmethod
+    def on(cls, shape: Sequence[int], dtype: str, rect: Rect) -> Layout:
+        """The default layout of a tensor in a rectangle: as many PEs as useful, top-left."""
+        _, rows, cols = matrix_dims(shape)
+        x, y, width, height = rect
+        return cls(
+            tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width)
+        )
+
+    @cached_property
+    def batch(self) -> tuple[int, ...]:
+        """Leading axes that every PE holds whole."""
+        return matrix_dims(self.shape)[0]
+
+    @cached_property
+    def rows(self) -> int:
+        """R: the matrix rows, split over the grid rows."""
+        return matrix_dims(self.shape)[1]
+
+    @cached_property
+    def cols(self) -> int:
+        """C: the matrix columns, split over the grid columns."""
+        return matrix_dims(self.shape)[2]
+
+    @property
+    def rt(self) -> int:
+        """Tile rows per PE."""
+        return ceil(self.rows / self.h)
+
+    @property
+    def ct(self) -> int:
+        """Tile columns per PE."""
+        return ceil(self.cols / self.w)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def words_per_element(self) -> float:
+        """Wavelets per element: 16-bit values travel two to a wavelet."""
+        return self.itemsize / WAVELET_BYTES
+
+    @property
+    def tile_elements(self) -> int:
+        """Elements each PE of the grid holds (padding included)."""
+        return prod(self.batch) * self.rt * self.ct
+
+    @property
+    def tile_bytes(self) -> int:
+        """SRAM bytes each PE of the grid spends on this tensor."""
+        return self.tile_elements * self.itemsize
+
+    @property
+    def pes(self) -> int:
+        """PEs holding a part of the tensor."""
+        return self.h * self.w
+
+    @property
+    def size(self) -> int:
+        """Logical element count."""
+        return prod(self.shape)
+
+    @property
+    def rect(self) -> Rect:
+        """The grid as a rectangle ``(x, y, w, h)``."""
+        return (self.col0, self.row0, self.w, self.h)
+
+    def tile_shape(self) -> tuple[int, ...]:
+        """Shape of the tile array of a DistTensor in this layout."""
+        return (self.h, self.w, *self.batch, self.rt, self.ct)
+
+    def row_pe(self, i: np.ndarray) -> np.ndarray:
+        """Absolute mesh row of the PE holding matrix row ``i``."""
+        return self.row0 + i // self.rt
+
+    def col_pe(self, j: np.ndarray) -> np.ndarray:
+        """Absolute mesh column of the PE holding matrix column ``j``."""
+        return self.col0 + j // self.ct
+
+    def valid_mask(self) -> np.ndarray:
+        """Boolean mask, broadcastable to the tile array, of the non-padding elements."""
+        r = np.arange(self.h)[:, None] * self.rt + np.arange(self.rt)[None, :] < self.rows
+        c = np.arange(self.w)[:, None] * self.ct + np.arange(self.ct)[None, :] < self.cols
+        nb = len(self.batch)
+        rows = r.reshape(self.h, 1, *([1] * nb), self.rt, 1)
+        cols = c.reshape(1, self.w, *([1] * nb), 1, self.ct)
+        return rows & cols
+
+
+class DistTensor:
+    """A tensor on the mesh: its layout and its tiles ``[h, w, *batch, rt, ct]``."""
+
+    __slots__ = ("layout", "tiles")
+
+    def __init__(self, layout: Layout, tiles: np.ndarray):
+        assert tiles.shape == layout.tile_shape(), (tiles.shape, layout)
+        self.layout = layout
+        self.tiles = tiles
+
+    @classmethod
+    def scatter(cls, array: np.ndarray, layout: Layout) -> DistTensor:
+        """Splits a logical array into tiles (the inverse of ``gather``)."""
+        lay = layout
+        nb = len(lay.batch)
+        matrix = np.asarray(array, dtype=lay.dtype).reshape(*lay.batch, lay.rows, lay.cols)
+        pad = [(0, 0)] * nb + [(0, lay.h * lay.rt - lay.rows), (0, lay.w * lay.ct - lay.cols)]
+        if any(p for _, p in pad):
+            matrix = np.pad(matrix, pad)
+        blocks = matrix.reshape(*lay.batch, lay.h, lay.rt, lay.w, lay.ct)
+        tiles = np.moveaxis(blocks, (nb, nb + 2), (0, 1))
+        return cls(lay, np.ascontiguousarray(tiles))
+
+    def gather(self) -> np.ndarray:
+        """The logical array."""
+        lay = self.layout
+        nb = len(lay.batch)
+        blocks = np.moveaxis(self.tiles, (0, 1), (nb, nb + 2))
+        matrix = blocks.reshape(*lay.batch, lay.h * lay.rt, lay.w * lay.ct)
+        return np.ascontiguousarray(matrix[..., : lay.rows, : lay.cols]).reshape(lay.shape)
+
+    def masked(self, fill: float) -> np.ndarray:
+        """The tiles with every padding element replaced by ``fill``."""
+        lay = self.layout
+        if lay.rows == lay.h * lay.rt and lay.cols == lay.w * lay.ct:
+            return self.tiles
+        return np.where(lay.valid_mask(), self.tiles, np.asarray(fill, dtype=self.tiles.dtype))
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a transfer puts on the fabric, counted in wavelets."""
+
+    wavelet_hops: float = 0.0
+    """Sum over wavelets of the links each crosses (the energy of the transfer)."""
+    max_link: float = 0.0
+    """Wavelets on the busiest link direction."""
+    max_inject: float = 0.0
+    """Wavelets the busiest PE sends."""
+    max_eject: float = 0.0
+    """Wavelets the busiest PE receives."""
+    max_hops: int = 0
+    """Longest path in hops (the latency of the first wavelet)."""
+
+    @property
+    def cycles(self) -> float:
+        """A link, a ramp in and a ramp out each move one wavelet per cycle; the transfer takes
+        as long as its busiest one plus the time of flight along the longest path."""
+        if not self.wavelet_hops and not self.max_inject:
+            return 0.0
+        return max(self.max_link, self.max_inject, self.max_eject) + self.max_hops
+
+    def __add__(self, other: Traffic) -> Traffic:
+        """Two transfers one after the other."""
+        return Traffic(
+            self.wavelet_hops + other.wavelet_hops,
+            self.max_link + other.max_link,
+            self.max_inject + other.max_inject,
+            self.max_eject + other.max_eject,
+            self.max_hops + other.max_hops,
+        )
+
+
+NO_TRAFFIC = Traffic()
+
+
+def route(
+    src_r: np.ndarray,
+    src_c: np.ndarray,
+    dst_r: np.ndarray,
+    dst_c: np.ndarray,
+    counts: np.ndarray,
+    words: float,
+) -> Traffic:
+    """Counts a set of flows, ``counts[k]`` elements from PE ``(src_r[k], src_c[k])`` to PE
+    ``(dst_r[k], dst_c[k])``, routed along the source row and then down the destination column.
+
+    Link loads come from difference arrays over the bounding box of the flows, so the work is
+    linear in the number of flows plus the box's area.
+    """
+    moving = (src_r != dst_r) | (src_c != dst_c)
+    if not moving.any():
+        return NO_TRAFFIC
+    sr, sc, dr, dc, n = (a[moving].astype(np.int64) for a in (src_r, src_c, dst_r, dst_c, counts))
+    r0, c0 = min(sr.min(), dr.min()), min(sc.min(), dc.min())
+    sr, dr, sc, dc = sr - r0, dr - r0, sc - c0, dc - c0
+    rows, cols = int(max(sr.max(), dr.max())) + 2, int(max(sc.max(), dc.max())) + 2
+    load = 0.0
+    for along_row, forward in ((True, True), (True, False), (False, True), (False, False)):
+        diff = np.zeros((rows, cols), dtype=np.int64)
+        if along_row:
+            pick = dc > sc if forward else dc < sc
+            lo, hi = (sc, dc) if forward else (dc, sc)
+            np.add.at(diff, (sr[pick], lo[pick]), n[pick])
+            np.add.at(diff, (sr[pick], hi[pick]), -n[pick])
+            per_link = np.cumsum(diff, axis=1)
+        else:
+            pick = dr > sr if forward else dr < sr
+            lo, hi = (sr, dr) if forward else (dr, sr)
+            np.add.at(diff, (lo[pick], dc[pick]), n[pick])
+            np.add.at(diff, (hi[pick], dc[pick]), -n[pick])
+            per_link = np.cumsum(diff, axis=0)
+        load = max(load, float(per_link.max(initial=0)))
+    hops = np.abs(dr - sr) + np.abs(dc - sc)
+    inject = np.bincount(sr * cols + sc, weights=n, minlength=1).max()
+    eject = np.bincount(dr * cols + dc, weights=n, minlength=1).max()
+    return Traffic(
+        wavelet_hops=float((n * hops).sum()) * words,
+        max_link=load * words,
+        max_inject=float(inject) * words,
+        max_eject=float(eject) * words,
+        max_hops=int(hops.max()),
+    )
+
+
+def _pe_of_flat(layout: Layout, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mesh ``(row, col)`` of the PE holding each logical flat index."""
+    j = flat % layout.cols
+    i = (flat // layout.cols) % layout.rows
+    return layout.row_pe(i), layout.col_pe(j)
+
+
+def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
+    """Moving a tensor between two layouts of the same shape.
+
+    Rows and columns move independently, so the flows are the product of the row moves and
+    the column moves: linear in R + C, not in the element count.
+    """
+    if (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w):
+        return NO_TRAFFIC
+    i, j = np.arange(src.rows), np.arange(src.cols)
+    row_moves = np.unique(np.stack([src.row_pe(i), dst.row_pe(i)]), axis=1, return_counts=True)
+    col_moves = np.unique(np.stack([src.col_pe(j), dst.col_pe(j)]), axis=1, return_counts=True)
+    (rs, rd), rn = row_moves
+    (cs, cd), cn = col_moves
+    return route(
+        np.repeat(rs, len(cs)),
+        np.tile(cs, len(rs)),
+        np.repeat(rd, len(cd)),
+        np.tile(cd, len(rd)),
+        np.outer(rn, cn).ravel() * prod(src.batch),
+        src.words_per_element,
+    )
+
+
+def gather_traffic(dst: Layout, sources: Sequence[tuple[Layout, np.ndarray]]) -> Traffic:
+    """A general data movement into ``dst``.
+
+    For each ``(src, index)``, ``index`` has ``dst.size`` rows (row-major over ``dst``); row
+    ``k`` lists the elements of ``src`` that result element ``k`` needs, ``-1`` for none. A
+    source element needed several times on one PE travels there once.
+    """
+    moves = []
+    for src, index in sources:
+        needed = index.reshape(dst.size, -1)
+        dst_flat = np.broadcast_to(np.arange(dst.size)[:, None], needed.shape)
+        keep = needed >= 0
+        dr, dc = _pe_of_flat(dst, dst_flat[keep])
+        pe = (dr - dst.row0) * dst.w + (dc - dst.col0)
+        unique = np.unique(needed[keep].astype(np.int64) * dst.pes + pe)
+        sr, sc = _pe_of_flat(src, unique // dst.pes)
+        pe = unique % dst.pes
+        moves.append(np.stack([sr, sc, dst.row0 + pe // dst.w, dst.col0 + pe % dst.w]))
+    if not moves:
+        return NO_TRAFFIC
+    flows, counts = np.unique(np.concatenate(moves, axis=1), axis=1, return_counts=True)
+    return route(*flows, counts, sources[0][0].words_per_element)
+
+
+def edge_traffic(layout: Layout, inbound: bool) -> Traffic:
+    """A tensor entering the grid from (or leaving it through) the north edge of its columns:
+    each column's elements flow down (or up) that column from (or to) the row above the grid."""
+    i, j = np.arange(layout.rows), np.arange(layout.cols)
+    rows, row_n = np.unique(layout.row_pe(i), return_counts=True)
+    cols, col_n = np.unique(layout.col_pe(j), return_counts=True)
+    edge = np.full(len(rows) * len(cols), layout.row0 - 1)
+    pe_r, pe_c = np.repeat(rows, len(cols)), np.tile(cols, len(rows))
+    counts = np.outer(row_n, col_n).ravel() * prod(layout.batch)
+    if inbound:
+        return route(edge, pe_c, pe_r, pe_c, counts, layout.words_per_element)
+    return route(pe_r, pe_c, edge, pe_c, counts, layout.words_per_element)
