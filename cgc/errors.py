@@ -8,3 +8,7 @@ option, or the layer and its shortfall.
 
 class CgcError(Exception):
     """A problem with the user's input: a bad file, an unsupported op, a model that does not fit."""
+
+
+class DoesNotFitError(CgcError):
+    """A model whose weights and buffers do not fit in the wafer's SRAM in pipelined mode."""

@@ -27,9 +27,7 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     shape = wse.tensor_shape(attr.type)
     if dtype == np.bool_:
         return np.array(attr.get_values(), dtype=np.int64).astype(bool).reshape(shape)
-    return np.frombuffer(attr.data.data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(
-        shape
-    )
+    return np.frombuffer(attr.data.data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -55,7 +55,8 @@ class StreamWeightOp(IRDLOperation):
     """A layer's weight streamed from MemoryX, broadcast by SwarmX to every system.
 
     Like ``wse.weight``, the result may be a view (reshape, then ``perm``): MemoryX sends the
-    elements in the order the kernel consumes them. Not pure: each occurrence is one transfer (the backward pass streams the weight again).
+    elements in the order the kernel consumes them. Not pure: each occurrence is one transfer
+    (the backward pass streams the weight again).
     """
 
     name = "ws.stream_weight"

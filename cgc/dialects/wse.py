@@ -22,9 +22,9 @@ from math import prod
 from typing import ClassVar
 
 import numpy as np
-
 from xdsl.dialects.builtin import (
     BoolAttr,
+    BytesAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     Float64Type,
@@ -72,7 +72,6 @@ from xdsl.utils.exceptions import VerifyException
 
 from cgc import shapes
 
-
 NUMPY_DTYPES: dict[Attribute, str] = {
     f64: "float64",
     f32: "float32",
@@ -102,6 +101,15 @@ def element_of_numpy(dtype: str | np.dtype) -> Attribute:
         if candidate == name:
             return element
     raise ValueError(f"dtype {name} is not supported")
+
+
+def dense_attr(array: np.ndarray) -> DenseIntOrFPElementsAttr:
+    """A dense elements attribute holding ``array`` (built from its bytes, not element-wise)."""
+    array = np.asarray(array)
+    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+    return DenseIntOrFPElementsAttr(
+        TensorType(element_of_numpy(array.dtype), array.shape), BytesAttr(data)
+    )
 
 
 def tensor_shape(value: SSAValue | Attribute) -> tuple[int, ...]:
@@ -492,7 +500,8 @@ class SelectOp(IRDLOperation):
     def verify_(self) -> None:
         _check(element_type(self.cond) == i1, "wse.select condition must be a tensor of i1")
         _check(
-            element_type(self.true_value) == element_type(self.false_value)
+            element_type(self.true_value)
+            == element_type(self.false_value)
             == element_type(self.result),
             "wse.select values and result have different element types",
         )
@@ -518,9 +527,7 @@ class CastOp(IRDLOperation):
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, element: Attribute):
-        super().__init__(
-            operands=[input], result_types=[TensorType(element, tensor_shape(input))]
-        )
+        super().__init__(operands=[input], result_types=[TensorType(element, tensor_shape(input))])
 
     def verify_(self) -> None:
         _check_result_shape(self, tensor_shape(self.input))
@@ -616,9 +623,7 @@ class MatmulOp(IRDLOperation):
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         shape = _shape_rule(shapes.matmul, tensor_shape(lhs), tensor_shape(rhs))
-        super().__init__(
-            operands=[lhs, rhs], result_types=[TensorType(element_type(lhs), shape)]
-        )
+        super().__init__(operands=[lhs, rhs], result_types=[TensorType(element_type(lhs), shape)])
 
     def verify_(self) -> None:
         _check(
@@ -648,8 +653,7 @@ class ConvOp(IRDLOperation):
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
-        "$input `,` $filter attr-dict `:` "
-        "`(` type($input) `,` type($filter) `)` `->` type($result)"
+        "$input `,` $filter attr-dict `:` `(` type($input) `,` type($filter) `)` `->` type($result)"
     )
 
     def __init__(
@@ -883,9 +887,7 @@ class BroadcastToOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _shape_rule(
-            shapes.check_broadcast_to, tensor_shape(self.input), tensor_shape(self.result)
-        )
+        _shape_rule(shapes.check_broadcast_to, tensor_shape(self.input), tensor_shape(self.result))
 
 
 @irdl_op_definition
@@ -1242,9 +1244,7 @@ class SoftmaxCrossEntropyOp(IRDLOperation):
             labels == (scores[0], *scores[2:]),
             f"labels {labels} do not match scores {scores} without the class axis",
         )
-        _check(
-            isinstance(element_type(self.labels), IntegerType), "labels must be integers"
-        )
+        _check(isinstance(element_type(self.labels), IntegerType), "labels must be integers")
         if self.weights is not None:
             _check(tensor_shape(self.weights) == (scores[1],), "weights must have shape (C,)")
         _check_result_shape(self, labels if reduction == "none" else ())
@@ -1281,9 +1281,7 @@ class LayerOp(IRDLOperation):
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove())
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$name `(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs) $body"
-    )
+    assembly_format = "$name `(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs) $body"
 
     def __init__(
         self,
@@ -1308,8 +1306,7 @@ class LayerOp(IRDLOperation):
         )
         term = block.last_op
         _check(
-            isinstance(term, YieldOp)
-            and tuple(term.operand_types) == tuple(self.result_types),
+            isinstance(term, YieldOp) and tuple(term.operand_types) == tuple(self.result_types),
             f"wse.layer {self.layer_name.data!r} must end with a wse.yield of its result types",
         )
 

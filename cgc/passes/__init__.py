@@ -1,0 +1,25 @@
+"""cgc's passes, one module each; a pass's name is its module's name with '-' for '_'."""
+
+from __future__ import annotations
+
+from xdsl.passes import ModulePass
+
+
+def all_passes() -> dict[str, type[ModulePass]]:
+    """Every cgc pass by name."""
+    from cgc.passes.autodiff import AutodiffPass
+    from cgc.passes.decompose import DecomposePass
+    from cgc.passes.fold_constants import FoldConstantsPass
+    from cgc.passes.form_layers import FormLayersPass
+    from cgc.passes.place_layers import PlaceLayersPass
+    from cgc.passes.schedule_streams import ScheduleStreamsPass
+
+    passes = (
+        DecomposePass,
+        FoldConstantsPass,
+        FormLayersPass,
+        AutodiffPass,
+        PlaceLayersPass,
+        ScheduleStreamsPass,
+    )
+    return {p.name: p for p in passes}

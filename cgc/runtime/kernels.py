@@ -193,7 +193,7 @@ class Elementwise(Kernel):
     """Unary, binary and ternary elementwise ops, with numpy broadcasting."""
 
     def plan(self, target, rect, operands, attrs, results):
-        (shape, dtype), = results
+        ((shape, dtype),) = results
         out = Layout.on(shape, dtype, rect)
         inputs, traffic, scratch = [], NO_TRAFFIC, 0
         for operand in operands:
@@ -283,8 +283,9 @@ class Reduce(Kernel):
         mesh_axis = {rank - 2: 0, rank - 1: 1}
         axes = attrs["axes"]
         with np.errstate(all="ignore"):
-            part = combine(value.masked(identity), axis=tuple(tile_axis[a] for a in axes),
-                           keepdims=True)
+            part = combine(
+                value.masked(identity), axis=tuple(tile_axis[a] for a in axes), keepdims=True
+            )
             across = tuple(mesh_axis[a] for a in axes if a in mesh_axis)
             if across:
                 part = combine(part, axis=across, keepdims=True)
@@ -311,7 +312,7 @@ class Matmul(Kernel):
 
     def plan(self, target, rect, operands, attrs, results):
         a, b = operands
-        (shape, dtype), = results
+        ((shape, dtype),) = results
         out = Layout.on(shape, dtype, rect)
         k = a.shape[-1]
         nb_out = prod(shape[:-2])
@@ -420,7 +421,7 @@ class Movement(Kernel):
     """Reshape, transpose, broadcast, concat, slice, pad, im2col and one-hot."""
 
     def plan(self, target, rect, operands, attrs, results):
-        (shape, dtype), = results
+        ((shape, dtype),) = results
         out = Layout.on(shape, dtype, rect)
         sources = []
         arrive = NO_TRAFFIC
@@ -431,9 +432,7 @@ class Movement(Kernel):
             sources.append(at)
         traffic = arrive + self._traffic(tuple(sources), out, attrs)
         compute = vector_cycles(out.tile_elements, 1.0, dtype, target)
-        cost = Cost(
-            cycles=_cycles(traffic, compute), traffic=traffic, scratch_bytes=out.tile_bytes
-        )
+        cost = Cost(cycles=_cycles(traffic, compute), traffic=traffic, scratch_bytes=out.tile_bytes)
         return Plan(tuple(sources), (out,), cost)
 
     def _traffic(self, sources: tuple[Layout, ...], out: Layout, attrs: dict) -> Traffic:

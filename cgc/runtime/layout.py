@@ -64,9 +64,7 @@ class Layout:
         """The default layout of a tensor in a rectangle: as many PEs as useful, top-left."""
         _, rows, cols = matrix_dims(shape)
         x, y, width, height = rect
-        return cls(
-            tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width)
-        )
+        return cls(tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width))
 
     @cached_property
     def batch(self) -> tuple[int, ...]:

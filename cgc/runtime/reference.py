@@ -212,8 +212,13 @@ def movement(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape: Sequen
         return pad(x, attrs["low"], attrs["high"], attrs.get("value", 0.0))
     if name == "im2col":
         return im2col(
-            x, attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"],
-            attrs["group"], attrs.get("fill", 0.0),
+            x,
+            attrs["kernel"],
+            attrs["strides"],
+            attrs["pads"],
+            attrs["dilations"],
+            attrs["group"],
+            attrs.get("fill", 0.0),
         )
     raise KeyError(name)
 
@@ -238,8 +243,13 @@ def evaluate(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape, dtype)
             out = np.matmul(inputs[0], inputs[1])
         elif name in ("max_pool", "avg_pool"):
             out = pool(
-                name, inputs[0], attrs["kernel"], attrs["strides"], attrs["pads"],
-                attrs["dilations"], attrs.get("count_include_pad", False),
+                name,
+                inputs[0],
+                attrs["kernel"],
+                attrs["strides"],
+                attrs["pads"],
+                attrs["dilations"],
+                attrs.get("count_include_pad", False),
             )
         elif name == "one_hot":
             out = one_hot(inputs[0], shape[-1], np.dtype(dtype))
@@ -251,4 +261,3 @@ def evaluate(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape, dtype)
     if tuple(result.shape) != tuple(shape):
         raise ValueError(f"{name} produced shape {result.shape}, expected {tuple(shape)}")
     return result
-

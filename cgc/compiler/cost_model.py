@@ -1,0 +1,84 @@
+"""What a layer costs on a rectangle, from the simulator's own model.
+
+The compiler never guesses a layer's time or memory with a separate formula: it lowers the
+module and runs the layer's instructions in the simulator's timing-only mode (shapes and
+layouts, no numbers) on the candidate rectangle. The kernels' plans count the cycles, and the
+wafer's SRAM accounting gives the peak bytes per PE, exactly as a real run would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from cgc.runtime.bytecode import Opcode, Program
+from cgc.runtime.layout import Layout, Rect
+from cgc.runtime.machine import Target
+from cgc.runtime.vm import Executor, LayerRecord, Wafer
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer on one rectangle."""
+
+    name: str
+    rect: Rect
+    cycles: float
+    flops: float
+    sram_bytes_per_pe: int
+    """Peak SRAM on the busiest PE (weights, activations and scratch)."""
+    sram_bytes: int
+    """Peak SRAM over the whole rectangle."""
+    weight_bytes: int
+    stream_in_bytes: float
+    stream_out_bytes: float
+
+
+def layer_ranges(program: Program) -> list[range]:
+    """The instruction indices of every layer, from its LAYER to the next one."""
+    starts = [i for i, ins in enumerate(program.instructions) if ins.opcode == Opcode.LAYER]
+    return [
+        range(a, b) for a, b in zip(starts, [*starts[1:], len(program.instructions)], strict=True)
+    ]
+
+
+def simulate_layer(program: Program, target: Target, index: int, rect: Rect) -> LayerCost:
+    """Times layer ``index`` alone on ``rect``; its inputs arrive in their default layout."""
+    span = layer_ranges(program)[index]
+    executor = Executor(program, target, Wafer(target, strict=False), None, numerics=False)
+    executor.rect = rect
+    executor.records.append(LayerRecord(program.layers[index].name))
+    defined: set[int] = set()
+    weight_bytes = 0
+    for position in span[1:]:
+        ins = program.instructions[position]
+        for register in ins.operands:
+            if register not in defined and executor.registers[register] is None:
+                shape, dtype = program.registers[register]
+                executor.preload(register, Layout.on(shape, dtype, rect))
+        defined.update(ins.results)
+        if ins.opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
+            shape, dtype = program.registers[ins.results[0]]
+            weight_bytes += prod(shape) * np.dtype(dtype).itemsize
+        executor.step(ins)
+    record = executor.records[-1]
+    return LayerCost(
+        name=record.name,
+        rect=rect,
+        cycles=record.cycles,
+        flops=record.flops,
+        sram_bytes_per_pe=executor.wafer.peak,
+        sram_bytes=executor.wafer.peak_total,
+        weight_bytes=weight_bytes,
+        stream_in_bytes=record.stream_in_bytes,
+        stream_out_bytes=record.stream_out_bytes,
+    )
+
+
+def program_costs(program: Program, target: Target) -> list[LayerCost]:
+    """Every layer of ``program`` on the rectangle it was given."""
+    return [
+        simulate_layer(program, target, i, layer.rect) for i, layer in enumerate(program.layers)
+    ]

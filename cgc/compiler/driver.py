@@ -1,0 +1,295 @@
+"""The compile driver: frontend, pass pipeline, mode choice, lowering, artifact.
+
+Pipelines (every pass dumps its result with ``--dump-ir``):
+
+* pipelined: ``decompose, fold-constants, form-layers, place-layers``;
+* weight streaming: ``decompose, fold-constants, form-layers, schedule-streams``;
+* training (weight streaming): ``decompose, fold-constants, form-layers, autodiff,
+  fold-constants, schedule-streams{optimizer=...}``.
+
+``auto`` runs the placement and keeps it if the model fits on the wafer; otherwise it compiles
+for weight streaming and records why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import onnx
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.passes import ModulePass
+
+from cgc import __version__
+from cgc.compiler.bytecode import lower
+from cgc.compiler.cost_model import program_costs
+from cgc.compiler.interpret import main_function
+from cgc.compiler.targets import TARGET_ATTR, get_target
+from cgc.dialects import context, print_module, verify, wse
+from cgc.errors import CgcError, DoesNotFitError
+from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
+from cgc.passes.autodiff import AutodiffPass
+from cgc.passes.decompose import DecomposePass
+from cgc.passes.fold_constants import FoldConstantsPass
+from cgc.passes.form_layers import FormLayersPass, location_name
+from cgc.passes.place_layers import PlaceLayersPass, human_bytes
+from cgc.passes.schedule_streams import ScheduleStreamsPass
+from cgc.runtime.artifact import FORMAT_VERSION, Artifact
+from cgc.runtime.bytecode import Opcode
+from cgc.runtime.machine import Target
+
+MODES = ("pipelined", "weight_streaming", "auto")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """How a training artifact's steps update the weights."""
+
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    trainable: tuple[str, ...] = ()
+    """Regular expressions matched in full against initializer names; empty: all float
+    initializers that reach the loss."""
+
+
+def pass_spec(p: ModulePass) -> str:
+    """``name{option=value ...}`` with only the options that differ from their defaults,
+    strings quoted and escaped so that the text parses back."""
+    args = []
+    for f in dataclasses.fields(p):
+        value = getattr(p, f.name)
+        if value != f.default:
+            args.append(f"{f.name}={_spec_value(value)}")
+    return p.name + ("{" + " ".join(args) + "}" if args else "")
+
+
+def _spec_value(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(_spec_value(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+class IRDumps:
+    """Writes ``NN-<pass>.mlir`` after every step and/or echoes the IR."""
+
+    def __init__(self, directory: str | os.PathLike | None, echo: Callable[[str], None] | None):
+        self.directory = Path(directory) if directory is not None else None
+        self.echo = echo
+        self.count = 0
+        if self.directory is not None:
+            if self.directory.exists() and not self.directory.is_dir():
+                raise CgcError(f"--dump-ir {self.directory}: exists and is not a directory")
+            self.directory.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, step: str, module: ModuleOp) -> None:
+        if self.directory is None and self.echo is None:
+            return
+        text = print_module(module)
+        if self.directory is not None:
+            (self.directory / f"{self.count:02d}-{step}.mlir").write_text(text)
+        if self.echo is not None:
+            self.echo(f"// -----// IR Dump After {step} //----- //\n{text}")
+        self.count += 1
+
+
+class Compilation:
+    """One compile: the module as it moves through the pipeline, and what was decided."""
+
+    def __init__(self, imported: ImportedModel, target: Target, dumps: IRDumps):
+        self.imported = imported
+        self.module = imported.module
+        self.target = target
+        self.dumps = dumps
+        self.ctx = context()
+        self.applied: list[str] = []
+        self.module.attributes[TARGET_ATTR] = StringAttr(target.name)
+        verify(self.module, imported.source)
+        dumps("import", self.module)
+
+    def run(self, *passes: ModulePass) -> None:
+        """Applies passes one by one, dumping after each."""
+        for p in passes:
+            p.apply(self.ctx, self.module)
+            verify(self.module, f"{self.imported.source} after {p.name}")
+            self.applied.append(pass_spec(p))
+            self.dumps(p.name, self.module)
+
+    def try_place(self) -> str | None:
+        """Places the layers if the model fits; returns why not otherwise."""
+        trial = self.module.clone()
+        try:
+            PlaceLayersPass().apply(self.ctx, trial)
+        except DoesNotFitError as e:
+            return str(e)
+        self.module = trial
+        self.applied.append(pass_spec(PlaceLayersPass()))
+        self.dumps(PlaceLayersPass.name, self.module)
+        return None
+
+
+def batch_reduction(value) -> str | None:
+    """How the loss combines the samples of a batch, ``mean`` or ``sum``, if it can tell."""
+    op = value.owner
+    if isinstance(op, wse.SoftmaxCrossEntropyOp):
+        return None if op.reduction.data == "none" else op.reduction.data
+    if isinstance(op, wse.ReduceMeanOp | wse.ReduceSumOp) and 0 in op.axis_list:
+        return "mean" if isinstance(op, wse.ReduceMeanOp) else "sum"
+    if isinstance(op, wse.ReshapeOp | wse.CastOp | wse.NegOp):
+        return batch_reduction(op.operands[0])
+    if isinstance(op, wse.MulOp | wse.DivOp | wse.AddOp | wse.SubOp):
+        kinds = {batch_reduction(v) for v in op.operands if not isinstance(v.owner, wse.ConstantOp)}
+        return kinds.pop() if len(kinds) == 1 else None
+    return None
+
+
+def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str]:
+    """The backward seed for ``num_csx`` systems, and the loss's batch reduction."""
+    loss = main_function(imported.module).body.block.last_op.operands[0]  # type: ignore[union-attr]
+    kind = batch_reduction(loss)
+    if kind is None:
+        if num_csx > 1:
+            where = location_name(loss.owner) or loss.owner.name
+            raise CgcError(
+                f"cannot tell whether the loss '{imported.outputs[0].name}' (from node {where}) "
+                "averages or sums over the batch, so its gradients cannot be split across "
+                "systems; end the loss with ReduceMean, ReduceSum or SoftmaxCrossEntropyLoss, "
+                "or train with --num-csx 1"
+            )
+        kind = "mean"
+    return (1.0 / num_csx if kind == "mean" else 1.0), kind
+
+
+def _import(model, per_system_batch, shapes) -> ImportedModel:
+    if isinstance(model, ImportedModel):
+        return model
+    if isinstance(model, onnx.ModelProto):
+        return import_model(model, per_system_batch, shapes)
+    return import_onnx(model, per_system_batch, shapes)
+
+
+def compile_model(
+    model: str | os.PathLike | onnx.ModelProto | ImportedModel,
+    mode: str = "auto",
+    target: str | Target = "wse2",
+    batch_size: int | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    num_csx: int = 1,
+    dump_ir: str | os.PathLike | None = None,
+    print_ir_after_all: Callable[[str], None] | None = None,
+    training: TrainingOptions | None = None,
+) -> Artifact:
+    """Compiles a model into an artifact. ``batch_size`` is the global batch, split evenly
+    over ``num_csx`` systems; ``print_ir_after_all`` receives the IR text after every pass."""
+    if mode not in MODES:
+        raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
+    if num_csx < 1:
+        raise CgcError(f"--num-csx {num_csx}: must be at least 1")
+    if batch_size is not None and (batch_size < 1 or batch_size % num_csx):
+        raise CgcError(
+            f"--batch-size {batch_size} does not split evenly over --num-csx {num_csx} systems"
+        )
+    if training is not None and mode == "pipelined":
+        raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
+    tgt = target if isinstance(target, Target) else get_target(target)
+    per_system = None if batch_size is None else batch_size // num_csx
+    imported = _import(model, per_system, shapes)
+    c = Compilation(imported, tgt, IRDumps(dump_ir, print_ir_after_all))
+    scale, reduction = loss_scale(imported, num_csx) if training else (1.0, None)
+    c.run(DecomposePass(), FoldConstantsPass(), FormLayersPass())
+    if training is not None:
+        c.run(AutodiffPass(training.trainable, scale), FoldConstantsPass())
+    chosen, reason = _choose_mode(c, mode, training)
+    program = lower(c.module, (0, 0, tgt.cols, tgt.rows))
+    costs = program_costs(program, tgt)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "cgc_version": __version__,
+        "source": Path(imported.source).name,
+        "mode": chosen,
+        "mode_reason": reason,
+        "target": tgt.to_json(),
+        "num_csx": num_csx,
+        "per_system_batch": _per_system_batch(imported),
+        "inputs": [dataclasses.asdict(s) for s in imported.inputs],
+        "outputs": [dataclasses.asdict(s) for s in imported.outputs],
+        "pipeline": ",".join(c.applied),
+        "layers": [
+            {
+                "name": cost.name,
+                "rect": list(cost.rect),
+                "weights": list(info.weights),
+                "weight_bytes": cost.weight_bytes,
+                "cycles": cost.cycles,
+                "flops": cost.flops,
+                "sram_bytes_per_pe": cost.sram_bytes_per_pe,
+                "stream_in_bytes": cost.stream_in_bytes,
+                "stream_out_bytes": cost.stream_out_bytes,
+            }
+            for cost, info in zip(costs, program.layers, strict=True)
+        ],
+        "training": None,
+    }
+    if training is not None:
+        trained = sorted(
+            {i.attrs["name"] for i in program.instructions if i.opcode == Opcode.STREAM_GRADIENT}
+        )
+        manifest["training"] = {
+            "loss": imported.outputs[0].name,
+            "loss_scale": scale,
+            "batch_reduction": reduction,
+            "optimizer": training.optimizer,
+            "trainable": trained,
+            "initializers": list(imported.initializers),
+        }
+    used = {name for layer in program.layers for name in layer.weights}
+    weights = {k: v for k, v in imported.weights.items() if k in used}
+    return Artifact(manifest, program, print_module(c.module), weights)
+
+
+def _choose_mode(c: Compilation, mode: str, training: TrainingOptions | None):
+    tgt = c.target
+    if mode == "pipelined":
+        c.run(PlaceLayersPass())
+        return "pipelined", "requested with --mode pipelined"
+    if mode == "auto" and training is None:
+        why_not = c.try_place()
+        if why_not is None:
+            weights = sum(v.nbytes for v in c.imported.weights.values())
+            return "pipelined", (
+                f"the weights ({human_bytes(weights)}) and buffers fit in the SRAM of "
+                f"{tgt.name} ({human_bytes(tgt.sram_bytes)})"
+            )
+        reason = why_not.replace("; use --mode weight_streaming", "")
+    elif training is not None:
+        reason = "training streams weights from MemoryX"
+    else:
+        reason = "requested with --mode weight_streaming"
+    if training is None:
+        c.run(ScheduleStreamsPass())
+    else:
+        c.run(
+            ScheduleStreamsPass(
+                optimizer=training.optimizer,
+                lr=training.lr,
+                momentum=training.momentum,
+                dampening=training.dampening,
+                weight_decay=training.weight_decay,
+                nesterov=training.nesterov,
+            )
+        )
+    return "weight_streaming", reason
+
+
+def _per_system_batch(imported: ImportedModel) -> int | None:
+    batched = [s.shape[0] for s in imported.inputs if s.batch_axis == 0]
+    return batched[0] if batched else None

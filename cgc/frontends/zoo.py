@@ -1,0 +1,229 @@
+"""Built-in example models, built with ``onnx.helper`` (no PyTorch needed).
+
+Every builder is deterministic: the weights come from ``np.random.default_rng(seed)`` with
+He (layers followed by a ReLU) or Xavier scaling, so the same arguments give the same bytes.
+The models use IR version 10 and default-domain opset 18, name every node (``fc1``,
+``fc1_relu``) and every initializer (``fc1.weight``, ``fc1.bias``), and keep the batch
+dimension symbolic as ``N``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import pairwise
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IR_VERSION = 10
+OPSET = 18
+BATCH = "N"
+
+
+class _Graph:
+    """Collects the nodes and initializers of a model under construction."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[TensorProto] = []
+
+    def node(self, op_type: str, inputs: Sequence[str], name: str, **attrs) -> str:
+        """Adds a node named ``name`` whose single output is also called ``name``."""
+        self.nodes.append(helper.make_node(op_type, list(inputs), [name], name=name, **attrs))
+        return name
+
+    def tensor(self, name: str, array: np.ndarray) -> str:
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def weight(self, name: str, shape: Sequence[int], fan_in: int, fan_out: int, relu: bool):
+        """He-scaled (before a ReLU) or Xavier-scaled normal weights."""
+        std = np.sqrt(2.0 / fan_in) if relu else np.sqrt(2.0 / (fan_in + fan_out))
+        return self.tensor(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
+
+    def bias(self, name: str, size: int, fan_in: int) -> str:
+        bound = 1.0 / np.sqrt(fan_in)
+        return self.tensor(name, self.rng.uniform(-bound, bound, size).astype(np.float32))
+
+    def constant(self, name: str, array: np.ndarray) -> str:
+        """A Constant node (for shapes and scalars that are not trainable)."""
+        value = numpy_helper.from_array(np.asarray(array), name)
+        self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=value))
+        return name
+
+    def model(self, name: str, inputs, outputs) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=self.initializers)
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            ir_version=IR_VERSION,
+            producer_name="cgc.zoo",
+        )
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def _float(name: str, shape: Sequence[int | str]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+
+def mlp(
+    in_features: int = 64,
+    hidden: Sequence[int] = (32, 32),
+    classes: int = 10,
+    seed: int = 0,
+    with_loss: bool = False,
+) -> onnx.ModelProto:
+    """Gemm + ReLU layers on ``x`` [N, in_features]; the last Gemm gives ``logits``.
+
+    With ``with_loss`` the model also takes ``labels`` [N] (int64) and its outputs are
+    ``loss`` (mean SoftmaxCrossEntropyLoss, a scalar) and then ``logits``.
+    """
+    g = _Graph(seed)
+    widths = [in_features, *hidden, classes]
+    x = "x"
+    for i, (fan_in, fan_out) in enumerate(pairwise(widths), start=1):
+        last = i == len(widths) - 1
+        layer = f"fc{i}"
+        w = g.weight(f"{layer}.weight", (fan_out, fan_in), fan_in, fan_out, relu=not last)
+        b = g.bias(f"{layer}.bias", fan_out, fan_in)
+        if last:
+            g.nodes.append(helper.make_node("Gemm", [x, w, b], ["logits"], name=layer, transB=1))
+        else:
+            x = g.node("Relu", [g.node("Gemm", [x, w, b], layer, transB=1)], f"{layer}_relu")
+    inputs = [_float("x", [BATCH, in_features])]
+    outputs = [_float("logits", [BATCH, classes])]
+    if with_loss:
+        g.nodes.append(
+            helper.make_node(
+                "SoftmaxCrossEntropyLoss",
+                ["logits", "labels"],
+                ["loss"],
+                name="loss",
+                reduction="mean",
+            )
+        )
+        inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [BATCH]))
+        outputs.insert(0, _float("loss", []))
+    return g.model("mlp_train" if with_loss else "mlp", inputs, outputs)
+
+
+def cnn(channels: int = 3, size: int = 16, classes: int = 10, seed: int = 0) -> onnx.ModelProto:
+    """A small convolutional classifier on ``x`` [N, channels, size, size] -> ``logits``."""
+    g = _Graph(seed)
+    fan1 = channels * 9
+    w1 = g.weight("conv1.weight", (8, channels, 3, 3), fan1, 8 * 9, relu=True)
+    b1 = g.bias("conv1.bias", 8, fan1)
+    x = g.node("Conv", ["x", w1, b1], "conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    bn = [
+        g.tensor("bn1.weight", g.rng.uniform(0.5, 1.5, 8).astype(np.float32)),
+        g.tensor("bn1.bias", g.rng.uniform(-0.1, 0.1, 8).astype(np.float32)),
+        g.tensor("bn1.running_mean", g.rng.uniform(-0.1, 0.1, 8).astype(np.float32)),
+        g.tensor("bn1.running_var", g.rng.uniform(0.5, 1.5, 8).astype(np.float32)),
+    ]
+    x = g.node("BatchNormalization", [x, *bn], "bn1", epsilon=1e-5)
+    x = g.node("Relu", [x], "bn1_relu")
+    x = g.node("MaxPool", [x], "pool1", kernel_shape=[2, 2], strides=[2, 2])
+    fan2 = 8 * 9
+    w2 = g.weight("conv2.weight", (16, 8, 3, 3), fan2, 16 * 9, relu=True)
+    b2 = g.bias("conv2.bias", 16, fan2)
+    x = g.node("Conv", [x, w2, b2], "conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    x = g.node("Relu", [x], "conv2_relu")
+    x = g.node("AveragePool", [x], "pool2", kernel_shape=[2, 2], strides=[2, 2])
+    x = g.node("GlobalAveragePool", [x], "gap")
+    x = g.node("Flatten", [x], "flatten", axis=1)
+    w = g.weight("fc.weight", (classes, 16), 16, classes, relu=False)
+    b = g.bias("fc.bias", classes, 16)
+    g.nodes.append(helper.make_node("Gemm", [x, w, b], ["logits"], name="fc", transB=1))
+    return g.model(
+        "cnn",
+        [_float("x", [BATCH, channels, size, size])],
+        [_float("logits", [BATCH, classes])],
+    )
+
+
+def transformer_block(
+    seq: int = 8, dim: int = 32, heads: int = 4, ffn: int = 64, seed: int = 0
+) -> onnx.ModelProto:
+    """A post-LN transformer encoder block on ``x`` [N, seq, dim] -> ``y`` [N, seq, dim]."""
+    if dim % heads:
+        raise ValueError(f"dim {dim} does not split into {heads} heads")
+    head = dim // heads
+    g = _Graph(seed)
+
+    def linear(x: str, name: str, fan_in: int, fan_out: int) -> str:
+        w = g.weight(f"{name}.weight", (fan_in, fan_out), fan_in, fan_out, relu=False)
+        b = g.bias(f"{name}.bias", fan_out, fan_in)
+        return g.node("Add", [g.node("MatMul", [x, w], name), b], f"{name}_bias")
+
+    split = g.constant("attn_split_shape", np.array([0, 0, heads, head], dtype=np.int64))
+    merge = g.constant("attn_merge_shape", np.array([0, 0, -1], dtype=np.int64))
+    scale = g.constant("attn_scale", np.array(np.sqrt(head), dtype=np.float32))
+
+    def heads_of(name: str) -> str:
+        """[N, seq, dim] -> [N, heads, seq, head]."""
+        x = linear("x", f"{name}_proj", dim, dim)
+        x = g.node("Reshape", [x, split], f"{name}_split")
+        return g.node("Transpose", [x], f"{name}_heads", perm=[0, 2, 1, 3])
+
+    q, k, v = heads_of("q"), heads_of("k"), heads_of("v")
+    k_t = g.node("Transpose", [k], "k_transpose", perm=[0, 1, 3, 2])
+    scores = g.node("MatMul", [q, k_t], "attn_scores")
+    scores = g.node("Div", [scores, scale], "attn_scores_scaled")
+    probs = g.node("Softmax", [scores], "attn_softmax", axis=-1)
+    ctx = g.node("MatMul", [probs, v], "attn_context")
+    ctx = g.node("Transpose", [ctx], "attn_context_t", perm=[0, 2, 1, 3])
+    ctx = g.node("Reshape", [ctx, merge], "attn_merge")
+    attn = linear(ctx, "out_proj", dim, dim)
+    x = g.node("Add", ["x", attn], "attn_residual")
+    x = _layer_norm(g, x, "ln1", dim)
+    h = linear(x, "ffn1", dim, ffn)
+    h = _gelu(g, h, "ffn1_gelu")
+    h = linear(h, "ffn2", ffn, dim)
+    y = g.node("Add", [x, h], "ffn_residual")
+    _layer_norm(g, y, "ln2", dim, output="y")
+    return g.model(
+        "transformer_block", [_float("x", [BATCH, seq, dim])], [_float("y", [BATCH, seq, dim])]
+    )
+
+
+def _layer_norm(g: _Graph, x: str, name: str, dim: int, output: str | None = None) -> str:
+    scale = g.tensor(f"{name}.weight", g.rng.uniform(0.8, 1.2, dim).astype(np.float32))
+    bias = g.tensor(f"{name}.bias", g.rng.uniform(-0.1, 0.1, dim).astype(np.float32))
+    out = output or name
+    g.nodes.append(
+        helper.make_node(
+            "LayerNormalization", [x, scale, bias], [out], name=name, axis=-1, epsilon=1e-5
+        )
+    )
+    return out
+
+
+def _gelu(g: _Graph, x: str, name: str) -> str:
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` as five elementwise nodes."""
+    sqrt2 = g.constant(f"{name}_sqrt2", np.array(np.sqrt(2.0), dtype=np.float32))
+    one = g.constant(f"{name}_one", np.array(1.0, dtype=np.float32))
+    half = g.constant(f"{name}_half", np.array(0.5, dtype=np.float32))
+    t = g.node("Div", [x, sqrt2], f"{name}_div")
+    t = g.node("Erf", [t], f"{name}_erf")
+    t = g.node("Add", [t, one], f"{name}_add")
+    t = g.node("Mul", [x, t], f"{name}_mul")
+    return g.node("Mul", [t, half], f"{name}_scale")
+
+
+MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
+    "mlp": mlp,
+    "mlp_train": partial(mlp, with_loss=True),
+    "cnn": cnn,
+    "transformer": transformer_block,
+}
+"""The built-in models by name; each builder takes keyword overrides of its defaults."""
+
+
+def save(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Writes ``model`` to ``path`` (the same model always gives the same bytes)."""
+    onnx.save(model, os.fspath(path))

@@ -1,0 +1,125 @@
+"""Folds what can be decided at compile time.
+
+* A primitive whose operands are all inline constants becomes a constant (when the result is
+  small enough to stay inline), evaluated with the runtime's reference semantics.
+* A reshape or transpose of a weight becomes a view of that weight (``perm`` on
+  ``wse.weight``): the weight is laid out, or streamed by MemoryX, in the order the kernel
+  consumes it, instead of being moved on the wafer at every run.
+* Identity reshapes, transposes, broadcasts and casts disappear.
+* Pure ops whose results are unused are erased.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.traits import Pure
+
+from cgc.compiler.interpret import dense_to_numpy
+from cgc.dialects import wse
+from cgc.runtime import reference
+from cgc.runtime.bytecode import PRIMITIVES
+
+INLINE_LIMIT = 64
+"""Constants of at most this many elements are written in the IR; larger ones are weights."""
+
+
+class FoldConstantOp(RewritePattern):
+    """Evaluates a primitive whose operands are all inline constants."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
+        if (
+            not op.name.startswith("wse.")
+            or wse.mnemonic(op) not in PRIMITIVES
+            or not op.has_trait(Pure)
+            or not op.operands
+        ):
+            return
+        owners = [operand.owner for operand in op.operands]
+        if not all(isinstance(owner, wse.ConstantOp) for owner in owners):
+            return
+        result = op.results[0]
+        shape = wse.tensor_shape(result)
+        if int(np.prod(shape)) > INLINE_LIMIT:
+            return
+        args = [dense_to_numpy(owner.value) for owner in owners]  # type: ignore[union-attr]
+        value = reference.evaluate(
+            wse.mnemonic(op),
+            wse.properties_as_python(op),
+            args,
+            shape,
+            wse.numpy_dtype(wse.element_type(result)),
+        )
+        folded = wse.ConstantOp(wse.dense_attr(value))
+        folded.location = op.location
+        rewriter.replace(op, [folded], [folded.result])
+
+
+class FoldWeightView(RewritePattern):
+    """``reshape(weight)`` and ``transpose(weight)`` become views of the weight."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self, op: wse.ReshapeOp | wse.TransposeOp, rewriter: PatternRewriter
+    ) -> None:
+        source = op.input.owner
+        if not isinstance(source, wse.WeightOp):
+            return
+        perm = None if source.perm is None else list(source.perm.get_values())
+        if isinstance(op, wse.ReshapeOp):
+            if perm is not None:
+                return
+        else:
+            outer = list(op.perm.get_values())
+            perm = [(perm or list(range(len(outer))))[i] for i in outer]
+        assert isinstance(op.result.type, TensorType)
+        view = wse.WeightOp(
+            source.weight_name.data, op.result.type, source.frozen is not None, perm
+        )
+        view.location = source.location
+        rewriter.replace(op, [view], [view.result])
+
+
+class RemoveIdentity(RewritePattern):
+    """Drops reshapes, broadcasts and casts to the operand's own type, and transposes by the
+    identity permutation."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self,
+        op: wse.ReshapeOp | wse.BroadcastToOp | wse.CastOp | wse.TransposeOp,
+        rewriter: PatternRewriter,
+    ) -> None:
+        if op.input.type != op.result.type:
+            return
+        if isinstance(op, wse.TransposeOp) and list(op.perm.get_values()) != sorted(
+            op.perm.get_values()
+        ):
+            return
+        rewriter.replace(op, [], [op.input])
+
+
+@dataclass(frozen=True)
+class FoldConstantsPass(ModulePass):
+    """Folds constants and weight views, removes identities and dead pure ops."""
+
+    name = "fold-constants"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(
+                [FoldConstantOp(), FoldWeightView(), RemoveIdentity()], dce_enabled=True
+            )
+        ).rewrite_module(op)

@@ -1,0 +1,117 @@
+"""Groups the ops of ``@main`` into layers.
+
+A layer is what runs as one unit on the wafer: in pipelined mode one rectangle of PEs, in
+weight-streaming mode one round of weight streaming. Walking the ops in program order, a new
+layer opens at a matmul, a pooling window or the patch gathering of a convolution once the
+current layer already holds a matmul or a pooling window; everything else (bias adds,
+activations, normalizations, reshapes) joins the layer being built. Each layer is named after
+the source node of the op that opened it.
+
+Weights and constants are created inside every layer that uses them, so a layer's body is
+isolated: it knows its own weights, and a weight shared by two layers (tied embeddings, say)
+appears in both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, NameLoc
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from cgc.compiler.interpret import main_function
+from cgc.dialects import wse
+
+COMPUTE = (wse.MatmulOp, wse.MaxPoolOp, wse.AvgPoolOp)
+"""Ops that make a layer heavy."""
+OPENERS = (*COMPUTE, wse.Im2ColOp)
+"""Ops that open a new layer once the current one is heavy."""
+SOURCES = (wse.WeightOp, wse.ConstantOp)
+
+
+def location_name(op: Operation) -> str | None:
+    """The source node name an op's location carries, if any."""
+    loc = op.location
+    return loc.desc.data if isinstance(loc, NameLoc) else None
+
+
+def group_ops(ops: list[Operation]) -> list[list[Operation]]:
+    """Splits the non-source ops of a block into layers, in program order."""
+    groups: list[list[Operation]] = []
+    current: list[Operation] = []
+    heavy = False
+    for op in ops:
+        if isinstance(op, (*SOURCES, func.ReturnOp)):
+            continue
+        if isinstance(op, OPENERS) and heavy:
+            groups.append(current)
+            current, heavy = [], False
+        current.append(op)
+        heavy |= isinstance(op, COMPUTE)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def layer_name(group: list[Operation], taken: set[str]) -> str:
+    """A unique name from the op that opened the layer."""
+    anchor = next((op for op in group if isinstance(op, OPENERS)), group[0])
+    base = location_name(anchor) or location_name(group[0]) or anchor.name.split(".")[1]
+    name, suffix = base, 2
+    while name in taken:
+        name, suffix = f"{base}.{suffix}", suffix + 1
+    taken.add(name)
+    return name
+
+
+def build_layer(name: str, group: list[Operation]) -> tuple[wse.LayerOp, list[SSAValue]]:
+    """A layer holding clones of ``group``; returns it and the values it replaces."""
+    members = set(group)
+    inputs: list[SSAValue] = []
+    sources: list[Operation] = []
+    for op in group:
+        for value in op.operands:
+            owner = value.owner
+            if isinstance(owner, SOURCES):
+                if owner not in sources:
+                    sources.append(owner)
+            elif owner not in members and value not in inputs:
+                inputs.append(value)
+    outputs = [
+        r for op in group for r in op.results if any(u.operation not in members for u in r.uses)
+    ]
+    block = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, block.args, strict=True))
+    for op in [*sources, *group]:
+        block.add_op(op.clone(mapping))
+    block.add_op(wse.YieldOp(*[mapping[v] for v in outputs]))
+    layer = wse.LayerOp(name, inputs, [v.type for v in outputs], Region(block))
+    layer.location = next((op for op in group if isinstance(op, OPENERS)), group[0]).location
+    return layer, outputs
+
+
+@dataclass(frozen=True)
+class FormLayersPass(ModulePass):
+    """Wraps the ops of ``@main`` into ``wse.layer`` regions."""
+
+    name = "form-layers"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        block = main_function(op).body.block
+        if any(isinstance(o, wse.LayerOp) for o in block.ops):
+            return
+        taken: set[str] = set()
+        for group in group_ops(list(block.ops)):
+            layer, replaced = build_layer(layer_name(group, taken), group)
+            Rewriter.insert_op(layer, InsertPoint.before(group[0]))
+            for old, new in zip(replaced, layer.results, strict=True):
+                old.replace_all_uses_with(new)
+            for old_op in reversed(group):
+                Rewriter.erase_op(old_op)
+        for source in [o for o in block.ops if isinstance(o, SOURCES)]:
+            if not any(r.uses for r in source.results):
+                Rewriter.erase_op(source)

@@ -1,0 +1,153 @@
+"""Places every layer on its own rectangle of PEs: the pipelined execution mode.
+
+All weights stay on the wafer and every layer runs at once on its own rectangle. The mesh is
+cut into horizontal bands (one band unless there are more layers than columns); the layers,
+in pipeline order, get vertical strips of their band side by side, so each layer's producer
+sits next to it. A strip is at least as wide as the layer needs to hold its weights and
+buffers in every PE's SRAM, and the columns left over go to the layers in proportion to their
+share of the work (flops). Costs and SRAM come from the simulator's timing-only run of each
+layer on the candidate strip (``cgc.compiler.cost_model``).
+
+A model that does not fit raises ``DoesNotFitError`` naming the shortfall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, floor
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from cgc.compiler.bytecode import lower
+from cgc.compiler.cost_model import LayerCost, simulate_layer
+from cgc.compiler.interpret import main_function
+from cgc.compiler.targets import module_target
+from cgc.dialects import wse
+from cgc.errors import DoesNotFitError
+from cgc.runtime.bytecode import Program
+from cgc.runtime.layout import Rect
+from cgc.runtime.machine import Target
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes in KiB, MiB or GiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+class Placer:
+    """Chooses the strips of one program's layers."""
+
+    def __init__(self, program: Program, target: Target):
+        self.program = program
+        self.target = target
+        self.count = len(program.layers)
+
+    def cost(self, index: int, rect: Rect) -> LayerCost:
+        """Layer ``index`` alone on ``rect``."""
+        return simulate_layer(self.program, self.target, index, rect)
+
+    def fits(self, cost: LayerCost) -> bool:
+        """Whether every PE of the layer's rectangle holds its share."""
+        return cost.sram_bytes_per_pe <= self.target.sram_bytes_per_pe
+
+    def place(self) -> list[Rect]:
+        """The rectangle of every layer, in layer order."""
+        t = self.target
+        bands = ceil(self.count / t.cols) if self.count else 1
+        if bands > t.rows:
+            raise DoesNotFitError(
+                f"model does not fit on {t.name} in pipelined mode: {self.count} layers need "
+                f"at least {self.count} PEs, the mesh has {t.pes}; use --mode weight_streaming"
+            )
+        per_band = ceil(self.count / bands) if self.count else 0
+        height = t.rows // bands
+        rects: list[Rect] = []
+        for band in range(bands):
+            members = list(range(band * per_band, min(self.count, (band + 1) * per_band)))
+            rects += self._place_band(members, band * height, height)
+        return rects
+
+    def _place_band(self, members: list[int], top: int, height: int) -> list[Rect]:
+        width = self.target.cols
+        full = {i: self.cost(i, (0, top, width, height)) for i in members}
+        narrowest = {i: self._narrowest(i, top, height, full[i]) for i in members}
+        if any(w is None for w in narrowest.values()) or sum(narrowest.values()) > width:
+            raise self._shortfall(members, narrowest, full, height)
+        widths = self._share(members, narrowest, full, width)
+        rects, x = [], 0
+        for i in members:
+            rects.append((x, top, widths[i], height))
+            x += widths[i]
+        return rects
+
+    def _narrowest(self, index: int, top: int, height: int, full: LayerCost) -> int | None:
+        """The fewest columns (of the band's height) on which the layer fits, if any."""
+        if not self.fits(full):
+            return None
+        lo, hi = 1, self.target.cols
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.fits(self.cost(index, (0, top, mid, height))):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    @staticmethod
+    def _share(members, narrowest, full, width) -> dict[int, int]:
+        """Columns per layer: at least its narrowest, the rest in proportion to its flops."""
+        work = {i: max(full[i].flops, 1.0) for i in members}
+        total = sum(work.values())
+        widths = {i: max(narrowest[i], floor(width * work[i] / total)) for i in members}
+        while sum(widths.values()) > width:
+            shrinkable = [i for i in members if widths[i] > narrowest[i]]
+            largest = max(shrinkable, key=lambda i: (widths[i] - narrowest[i], -i))
+            widths[largest] -= 1
+        spare = width - sum(widths.values())
+        for i in sorted(members, key=lambda i: (-work[i], i))[:spare]:
+            widths[i] += 1
+        return widths
+
+    def _shortfall(self, members, narrowest, full, height) -> DoesNotFitError:
+        t = self.target
+        needed = sum(full[i].sram_bytes for i in members)
+        available = t.sram_bytes
+        worst = max(members, key=lambda i: (full[i].sram_bytes, -i))
+        name = self.program.layers[worst].name
+        if narrowest[worst] is None:
+            detail = (
+                f"layer '{name}' needs {human_bytes(full[worst].sram_bytes_per_pe)} per PE "
+                f"even on all {t.cols}x{height} PEs of its band, "
+                f"{human_bytes(t.sram_bytes_per_pe)} available"
+            )
+        else:
+            columns = sum(w for w in narrowest.values() if w is not None)
+            detail = f"its layers need {columns} columns of {height} PEs, the mesh has {t.cols}"
+        return DoesNotFitError(
+            f"model does not fit on {t.name} in pipelined mode: it needs at least "
+            f"{human_bytes(needed)} of SRAM, {human_bytes(available)} available ({detail}); "
+            "use --mode weight_streaming"
+        )
+
+
+@dataclass(frozen=True)
+class PlaceLayersPass(ModulePass):
+    """Gives every layer a rectangle of PEs (pipelined mode)."""
+
+    name = "place-layers"
+
+    target: str = ""
+    """Target name; by default the module's ``wse.target``."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = module_target(op, self.target)
+        program = lower(op, (0, 0, target.cols, target.rows))
+        rects = Placer(program, target).place()
+        layers = [o for o in main_function(op).body.block.ops if isinstance(o, wse.LayerOp)]
+        for layer, rect in zip(layers, rects, strict=True):
+            layer.rect = wse.RectAttr(*rect)

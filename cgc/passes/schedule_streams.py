@@ -1,0 +1,70 @@
+"""Schedules weight and gradient streams: the weight-streaming execution mode.
+
+Every layer runs on the whole wafer, one after another. Each weight a layer uses, frozen
+constants included, streams from MemoryX through SwarmX when the layer runs: its
+``wse.weight`` becomes a ``ws.stream_weight`` (keeping its view, so MemoryX sends it in the
+order the kernel consumes it). The backward layers that autodiff built stream the weights
+again and stream their gradients out. With ``optimizer`` set and gradients present, the step
+ends with ``ws.optimizer_step``, which MemoryX runs once SwarmX has summed every gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from cgc.compiler.interpret import main_function
+from cgc.compiler.targets import module_target
+from cgc.dialects import ws, wse
+from cgc.errors import CgcError
+
+
+@dataclass(frozen=True)
+class ScheduleStreamsPass(ModulePass):
+    """Turns weights into MemoryX streams and closes a training step with the optimizer."""
+
+    name = "schedule-streams"
+
+    optimizer: str = ""
+    """Optimizer MemoryX applies at the end of a step (``sgd``); empty for inference."""
+    lr: float = 0.01
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    target: str = ""
+    """Target name; by default the module's ``wse.target``."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = module_target(op, self.target)
+        whole = wse.RectAttr(0, 0, target.cols, target.rows)
+        block = main_function(op).body.block
+        streams_gradients = False
+        for layer in [o for o in block.ops if isinstance(o, wse.LayerOp)]:
+            layer.rect = whole
+            for inner in list(layer.body.block.ops):
+                streams_gradients |= isinstance(inner, ws.StreamGradientOp)
+                if isinstance(inner, wse.WeightOp):
+                    assert isinstance(inner.result.type, TensorType)
+                    perm = None if inner.perm is None else list(inner.perm.get_values())
+                    stream = ws.StreamWeightOp(inner.weight_name.data, inner.result.type, perm)
+                    stream.location = inner.location
+                    Rewriter.replace_op(inner, stream)
+        if self.optimizer and streams_gradients:
+            if self.optimizer not in ws.OPTIMIZERS:
+                raise CgcError(f"unknown optimizer '{self.optimizer}'")
+            config = {
+                "lr": self.lr,
+                "momentum": self.momentum,
+                "dampening": self.dampening,
+                "weight_decay": self.weight_decay,
+                "nesterov": float(self.nesterov),
+            }
+            ret = block.last_op
+            assert isinstance(ret, func.ReturnOp)
+            Rewriter.insert_op(ws.OptimizerStepOp(self.optimizer, config), InsertPoint.before(ret))

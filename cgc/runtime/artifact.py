@@ -1,0 +1,149 @@
+"""The compiled artifact: one file holding everything a run needs.
+
+Layout, little-endian::
+
+    b"CGCARTF\\0"  u32 format version  u32 section count
+    section table: per section, name (16 bytes, NUL padded), u64 offset, u64 length,
+                   SHA-256 of the payload (32 bytes)
+    payloads, in table order
+
+Sections: ``manifest`` (JSON), ``bytecode`` (``cgc.runtime.bytecode``), ``ir`` (the final MLIR
+text) and ``weights`` (safetensors). Reading checks the magic, the version, every offset and
+every checksum before decoding anything, and never executes code from the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load as load_safetensors
+from safetensors.numpy import save as save_safetensors
+
+from cgc.errors import CgcError
+from cgc.runtime.bytecode import Program
+
+MAGIC = b"CGCARTF\0"
+FORMAT_VERSION = 1
+SECTIONS = ("manifest", "bytecode", "ir", "weights")
+_HEADER = struct.Struct("<8sII")
+_ENTRY = struct.Struct("<16sQQ32s")
+
+
+class ArtifactError(CgcError):
+    """An artifact file that cannot be read: missing, truncated, corrupted or of another
+    format version."""
+
+
+def _json_bytes(value: dict) -> bytes:
+    return json.dumps(value, sort_keys=True, indent=1).encode()
+
+
+@dataclass
+class Artifact:
+    """A compiled program with its manifest, final IR and weights."""
+
+    manifest: dict
+    program: Program
+    ir: str
+    weights: dict[str, np.ndarray]
+
+    @property
+    def mode(self) -> str:
+        """``pipelined`` or ``weight_streaming``."""
+        return self.manifest["mode"]
+
+    def to_bytes(self) -> bytes:
+        """The file contents; equal artifacts give equal bytes."""
+        payloads = {
+            "manifest": _json_bytes(self.manifest),
+            "bytecode": self.program.encode(),
+            "ir": self.ir.encode(),
+            "weights": save_safetensors(
+                {k: np.ascontiguousarray(v) for k, v in sorted(self.weights.items())}
+            ),
+        }
+        offset = _HEADER.size + _ENTRY.size * len(SECTIONS)
+        table = b""
+        for name in SECTIONS:
+            data = payloads[name]
+            table += _ENTRY.pack(name.encode(), offset, len(data), hashlib.sha256(data).digest())
+            offset += len(data)
+        header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(SECTIONS))
+        return header + table + b"".join(payloads[name] for name in SECTIONS)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the file atomically: a reader sees the old file or the whole new one."""
+        target = Path(path)
+        data = self.to_bytes()
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Artifact:
+        """Reads and checks an artifact file."""
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise ArtifactError(f"{path}: is a directory, not an artifact") from None
+        return cls.from_bytes(data, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "<artifact>") -> Artifact:
+        """Checks and decodes the file contents."""
+        sections = _sections(data, source)
+        try:
+            manifest = json.loads(sections["manifest"])
+            program = Program.decode(sections["bytecode"])
+            ir = sections["ir"].decode()
+            weights = load_safetensors(sections["weights"])
+        except (ValueError, KeyError, UnicodeDecodeError, struct.error) as e:
+            raise ArtifactError(f"{source}: malformed artifact ({e})") from None
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise ArtifactError(f"{source}: manifest of an unknown format version")
+        return cls(manifest, program, ir, weights)
+
+
+def _sections(data: bytes, source: str) -> dict[str, bytes]:
+    """The verified payload of every section."""
+    if len(data) < _HEADER.size or data[:8] != MAGIC:
+        raise ArtifactError(f"{source}: not a cgc artifact (bad magic number)")
+    _, version, count = _HEADER.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{source}: artifact format version {version} is not supported "
+            f"(this cgc reads version {FORMAT_VERSION}); recompile the model"
+        )
+    if len(data) < _HEADER.size + count * _ENTRY.size:
+        raise ArtifactError(f"{source}: truncated artifact (section table cut off)")
+    out = {}
+    for i in range(count):
+        raw, offset, length, digest = _ENTRY.unpack_from(data, _HEADER.size + i * _ENTRY.size)
+        name = raw.rstrip(b"\0").decode(errors="replace")
+        if offset + length > len(data):
+            raise ArtifactError(
+                f"{source}: truncated artifact (section '{name}' ends at byte "
+                f"{offset + length}, the file has {len(data)})"
+            )
+        payload = data[offset : offset + length]
+        if hashlib.sha256(payload).digest() != digest:
+            raise ArtifactError(f"{source}: section '{name}' is corrupted (checksum mismatch)")
+        out[name] = payload
+    missing = [s for s in SECTIONS if s not in out]
+    if missing:
+        raise ArtifactError(f"{source}: artifact lacks sections {missing}")
+    return out

@@ -1,0 +1,213 @@
+"""The bytecode: a register program for one system, and its binary encoding.
+
+A program is a list of instructions over numbered registers. Each register holds one tensor of
+a fixed shape and dtype (the register table). ``LAYER`` switches the rectangle that the
+following kernels run on; kernel instructions name a primitive of the WSE dialect; the rest
+move data between the host, MemoryX, SwarmX and the wafer.
+
+Binary layout, little-endian::
+
+    "CGBC"  u16 version  u16 0  u32 table_bytes  u32 instruction_count
+    table: JSON {"attrs": [...], "layers": [...], "locations": [...], "registers": [...]}
+    instructions: u16 opcode, u16 result count, u16 operand count, u16 0,
+                  u32 attrs index, u32 location index (0xFFFFFFFF: none),
+                  u32 results..., u32 operands...
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+MAGIC = b"CGBC"
+VERSION = 1
+NONE = 0xFFFFFFFF
+_HEADER = struct.Struct("<4sHHII")
+_INSTRUCTION = struct.Struct("<HHHHII")
+
+
+class Opcode(IntEnum):
+    """Instructions other than kernels."""
+
+    LAYER = 1
+    """Following kernels run on layer ``attrs["layer"]``'s rectangle."""
+    INPUT = 2
+    """Result: graph input ``attrs["index"]``, arriving from the host through the edge."""
+    OUTPUT = 3
+    """Operand: graph output ``attrs["index"]``, leaving for the host."""
+    WEIGHT = 4
+    """Result: weight ``attrs["name"]`` (viewed by ``attrs.get("perm")``), resident on the
+    wafer since the program was loaded."""
+    CONSTANT = 5
+    """Result: the small constant ``attrs["value"]`` (a flat list), part of the program."""
+    STREAM_WEIGHT = 6
+    """Result: weight ``attrs["name"]`` streamed from MemoryX through SwarmX."""
+    STREAM_GRADIENT = 7
+    """Operand: the gradient of weight ``attrs["name"]``, streamed out and summed by SwarmX."""
+    OPTIMIZER_STEP = 8
+    """MemoryX applies ``attrs["optimizer"]`` with ``attrs["config"]``."""
+    FREE = 9
+    """Operands are dead: their SRAM is released."""
+
+
+PRIMITIVES: tuple[str, ...] = (
+    "neg", "exp", "log", "sqrt", "reciprocal", "abs", "relu", "sigmoid", "tanh", "erf",
+    "add", "sub", "mul", "div", "pow", "max", "min", "greater", "equal", "select", "cast",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "matmul", "max_pool", "avg_pool",
+    "im2col", "reshape", "broadcast_to", "transpose", "concat", "slice", "pad", "one_hot",
+)  # fmt: skip
+"""Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
+KERNEL_BASE = 64
+
+
+def kernel_opcode(mnemonic: str) -> int:
+    """The opcode of kernel ``mnemonic``."""
+    return KERNEL_BASE + PRIMITIVES.index(mnemonic)
+
+
+def opcode_name(opcode: int) -> str:
+    """The mnemonic of any opcode, as the disassembler prints it."""
+    if opcode >= KERNEL_BASE:
+        return PRIMITIVES[opcode - KERNEL_BASE]
+    return Opcode(opcode).name.lower()
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One instruction; ``attrs`` holds plain JSON values."""
+
+    opcode: int
+    results: tuple[int, ...] = ()
+    operands: tuple[int, ...] = ()
+    attrs: dict = field(default_factory=dict, hash=False)
+    location: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The mnemonic."""
+        return opcode_name(self.opcode)
+
+    @property
+    def is_kernel(self) -> bool:
+        """Whether the instruction runs a mesh kernel."""
+        return self.opcode >= KERNEL_BASE
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """A layer: its name, rectangle ``(x, y, w, h)`` and the weights it uses."""
+
+    name: str
+    rect: tuple[int, int, int, int]
+    weights: tuple[str, ...] = ()
+
+
+@dataclass
+class Program:
+    """A register program for one system."""
+
+    instructions: list[Instruction]
+    registers: list[tuple[tuple[int, ...], str]]
+    """Shape and numpy dtype name of every register."""
+    layers: list[LayerInfo]
+
+    def encode(self) -> bytes:
+        """The binary form; equal programs give equal bytes."""
+        attrs: dict[str, int] = {}
+        locations: dict[str, int] = {}
+        records = []
+        for ins in self.instructions:
+            a = attrs.setdefault(_canonical(ins.attrs), len(attrs)) if ins.attrs else NONE
+            loc = (
+                NONE if ins.location is None else locations.setdefault(ins.location, len(locations))
+            )
+            records.append(
+                _INSTRUCTION.pack(ins.opcode, len(ins.results), len(ins.operands), 0, a, loc)
+                + struct.pack(
+                    f"<{len(ins.results) + len(ins.operands)}I", *ins.results, *ins.operands
+                )
+            )
+        table = {
+            "attrs": [json.loads(k) for k in attrs],
+            "layers": [
+                {"name": x.name, "rect": list(x.rect), "weights": list(x.weights)}
+                for x in self.layers
+            ],
+            "locations": list(locations),
+            "registers": [[list(shape), dtype] for shape, dtype in self.registers],
+        }
+        blob = _canonical(table).encode()
+        header = _HEADER.pack(MAGIC, VERSION, 0, len(blob), len(self.instructions))
+        return header + blob + b"".join(records)
+
+    @classmethod
+    def decode(cls, data: bytes) -> Program:
+        """Parses the binary form; raises ValueError on anything malformed."""
+        if len(data) < _HEADER.size:
+            raise ValueError("bytecode is truncated")
+        magic, version, _, table_bytes, count = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise ValueError("bytecode has a bad magic number")
+        if version != VERSION:
+            raise ValueError(f"bytecode version {version} is not supported (expected {VERSION})")
+        pos = _HEADER.size + table_bytes
+        table = json.loads(data[_HEADER.size : pos])
+        registers = [(tuple(s), d) for s, d in table["registers"]]
+        instructions = []
+        for _ in range(count):
+            opcode, nres, nops, _, a, loc = _INSTRUCTION.unpack_from(data, pos)
+            pos += _INSTRUCTION.size
+            regs = struct.unpack_from(f"<{nres + nops}I", data, pos)
+            pos += 4 * (nres + nops)
+            if any(r >= len(registers) for r in regs):
+                raise ValueError("bytecode names a register that does not exist")
+            instructions.append(
+                Instruction(
+                    opcode,
+                    tuple(regs[:nres]),
+                    tuple(regs[nres:]),
+                    table["attrs"][a] if a != NONE else {},
+                    table["locations"][loc] if loc != NONE else None,
+                )
+            )
+        if pos != len(data):
+            raise ValueError("bytecode has trailing bytes")
+        layers = [
+            LayerInfo(x["name"], tuple(x["rect"]), tuple(x["weights"])) for x in table["layers"]
+        ]
+        return cls(instructions, registers, layers)
+
+    def disassemble(self) -> str:
+        """A readable listing, one instruction per line."""
+        lines = []
+        for ins in self.instructions:
+            if ins.opcode == Opcode.LAYER:
+                layer = self.layers[ins.attrs["layer"]]
+                x, y, w, h = layer.rect
+                lines.append(f'layer {ins.attrs["layer"]} "{layer.name}" at x={x} y={y} {w}x{h}')
+                continue
+            lines.append("  " + self._format(ins))
+        return "\n".join(lines) + "\n"
+
+    def _format(self, ins: Instruction) -> str:
+        lhs = ", ".join(f"%{r}" for r in ins.results)
+        rhs = ", ".join(f"%{r}" for r in ins.operands)
+        text = (f"{lhs} = " if lhs else "") + ins.name + (f" {rhs}" if rhs else "")
+        shown = {k: v for k, v in ins.attrs.items() if k != "layer"}
+        if shown:
+            text += " " + _canonical(shown)
+        if ins.results:
+            text += " : " + ", ".join(_type_text(*self.registers[r]) for r in ins.results)
+        if ins.location:
+            text += f'  loc("{ins.location}")'
+        return text
+
+
+def _type_text(shape: tuple[int, ...], dtype: str) -> str:
+    return "x".join([*map(str, shape), dtype])

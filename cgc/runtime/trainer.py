@@ -1,0 +1,98 @@
+"""The training loop: steps of a training artifact on the simulated cluster.
+
+Step ``i`` (0-based) takes the samples ``[i * B, (i + 1) * B)`` modulo the sample count, where
+B is the global batch (the per-system batch times K). Every step appends one JSON line to
+``metrics.jsonl``; at the end ``weights.safetensors`` holds every initializer, trained or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save as save_safetensors
+
+from cgc.errors import CgcError
+from cgc.runtime.artifact import Artifact
+from cgc.runtime.vm import Cluster
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced."""
+
+    metrics: list[dict] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
+    specs = artifact.manifest["inputs"]
+    missing = [s["name"] for s in specs if s["name"] not in data]
+    if missing:
+        raise CgcError(
+            f"training data lacks {missing}; it needs one array per model input "
+            f"({[s['name'] for s in specs]}), first axis = samples"
+        )
+    counts = {len(data[s["name"]]) for s in specs}
+    if len(counts) != 1 or 0 in counts:
+        raise CgcError(f"training data arrays have different or zero sample counts: {counts}")
+    return counts.pop()
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same directory."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def train(
+    artifact: Artifact,
+    data: Mapping[str, np.ndarray],
+    steps: int,
+    model_dir: str | os.PathLike,
+    on_step: Callable[[dict], None] | None = None,
+) -> TrainResult:
+    """Runs ``steps`` training steps and writes the metrics and final weights."""
+    training = artifact.manifest.get("training")
+    if not training:
+        raise CgcError("the artifact was not compiled for training")
+    if steps < 1:
+        raise CgcError(f"--steps {steps}: must be at least 1")
+    samples = _check_data(artifact, data)
+    cluster = Cluster(artifact)
+    batch = cluster.batch * cluster.num_csx
+    directory = Path(model_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    result = TrainResult()
+    with open(directory / "metrics.jsonl", "w") as log:
+        for step in range(steps):
+            index = np.arange(step * batch, (step + 1) * batch) % samples
+            loss, stats = cluster.train_step({k: np.asarray(v)[index] for k, v in data.items()})
+            line = {
+                "step": step + 1,
+                "loss": loss,
+                "simulated_seconds": stats.simulated_seconds,
+                "samples_per_second": stats.samples_per_second,
+            }
+            log.write(json.dumps(line) + "\n")
+            log.flush()
+            result.metrics.append(line)
+            if on_step is not None:
+                on_step(line)
+    names = training["initializers"]
+    result.weights = {n: cluster.memoryx.weights[n] for n in names if n in cluster.memoryx.weights}
+    write_atomically(
+        directory / "weights.safetensors", save_safetensors(dict(sorted(result.weights.items())))
+    )
+    return result

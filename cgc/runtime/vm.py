@@ -1,0 +1,603 @@
+"""The bytecode VM: runs a program on K simulated systems, MemoryX and SwarmX.
+
+Each system is a ``Wafer`` (per-PE SRAM in use, the weights resident on it) and an
+``Executor`` that runs the program's instructions for one chunk of samples: every kernel is
+planned (layouts, counted work and traffic) and, unless the run is timing-only, computed on
+the tile arrays. Per layer the executor records the wafer cycles, the bytes streamed in from
+MemoryX and out to SwarmX, and the host I/O.
+
+The ``Cluster`` splits the samples into chunks of the per-system batch, gives chunk ``c`` to
+system ``c mod K``, and turns the layer records into time:
+
+* pipelined: every layer is a pipeline stage on its own rectangle; a system's samples flow
+  through, each stage taking ``cycles / batch`` per sample; the slowest stage sets the
+  throughput and the sum of the stages the fill latency;
+* weight streaming: layers run one after another on the wafer; the weights of a layer stream
+  while the previous layer computes (one layer of look-ahead), a layer ends no earlier than
+  its weights have arrived, gradients leave on the egress link as their layer finishes, and a
+  training step ends with SwarmX's last reduction and MemoryX's update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+
+from cgc.errors import CgcError
+from cgc.runtime import kernels
+from cgc.runtime.artifact import Artifact
+from cgc.runtime.bytecode import Instruction, Opcode, Program
+from cgc.runtime.kernels import RESIDENT, STREAM, WAFER, Operand
+from cgc.runtime.layout import DistTensor, Layout, Traffic, edge_traffic
+from cgc.runtime.machine import Target
+from cgc.runtime.memoryx import MemoryX
+from cgc.runtime.swarmx import SwarmX
+
+
+class SimulationError(RuntimeError):
+    """The program broke a rule of the machine (an internal error: the compiler should have
+    prevented it)."""
+
+
+@dataclass
+class Resident:
+    """A weight or constant kept on the wafer; a kernel lays it out where it wants it."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    value: np.ndarray | None
+
+
+@dataclass
+class Streamed:
+    """A weight arriving from MemoryX through the wafer's edge."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    value: np.ndarray | None
+
+
+@dataclass
+class Placed:
+    """A tensor on the wafer in a timing-only run: a layout and no numbers."""
+
+    layout: Layout
+
+
+Value = DistTensor | Placed | Resident | Streamed
+
+
+@dataclass
+class LayerRecord:
+    """What one layer did on one system for one chunk."""
+
+    name: str
+    cycles: float = 0.0
+    flops: float = 0.0
+    fmacs: float = 0.0
+    wavelet_hops: float = 0.0
+    stream_in_bytes: float = 0.0
+    stream_out_bytes: float = 0.0
+    host_in_bytes: float = 0.0
+    host_out_bytes: float = 0.0
+
+
+class Wafer:
+    """One system's mesh: the SRAM every PE has in use and the weights pinned on it."""
+
+    def __init__(self, target: Target, strict: bool = True):
+        self.target = target
+        self.strict = strict
+        self.sram = np.zeros((target.rows, target.cols), dtype=np.int64)
+        self.peak = 0
+        """Most bytes any PE has held."""
+        self.total = 0
+        self.peak_total = 0
+        """Most bytes the whole mesh has held."""
+        self.pinned: dict[tuple[str, Layout], DistTensor | Placed] = {}
+
+    def allocate(self, layout: Layout) -> None:
+        """Charges ``layout``'s tiles to its PEs."""
+        region = self.sram[
+            layout.row0 : layout.row0 + layout.h, layout.col0 : layout.col0 + layout.w
+        ]
+        region += layout.tile_bytes
+        self.total += layout.tile_bytes * layout.pes
+        self.peak_total = max(self.peak_total, self.total)
+        self._check(layout, int(region.max()))
+
+    def release(self, layout: Layout) -> None:
+        """Returns ``layout``'s tiles to the free SRAM."""
+        self.sram[layout.row0 : layout.row0 + layout.h, layout.col0 : layout.col0 + layout.w] -= (
+            layout.tile_bytes
+        )
+        self.total -= layout.tile_bytes * layout.pes
+
+    def transient(self, layout: Layout, nbytes: int) -> None:
+        """Checks that ``layout``'s PEs have room for ``nbytes`` of scratch right now."""
+        region = self.sram[
+            layout.row0 : layout.row0 + layout.h, layout.col0 : layout.col0 + layout.w
+        ]
+        self._check(layout, int(region.max()) + nbytes)
+
+    def _check(self, layout: Layout, used: int) -> None:
+        self.peak = max(self.peak, used)
+        if self.strict and used > self.target.sram_bytes_per_pe:
+            raise SimulationError(
+                f"PE SRAM overflow: {used} bytes needed on the grid at row {layout.row0}, "
+                f"column {layout.col0}; {self.target.sram_bytes_per_pe} available"
+            )
+
+
+class Executor:
+    """Runs the program once on one system for one chunk of samples."""
+
+    def __init__(
+        self,
+        program: Program,
+        target: Target,
+        wafer: Wafer,
+        memoryx: MemoryX | None,
+        numerics: bool = True,
+    ):
+        self.program = program
+        self.target = target
+        self.wafer = wafer
+        self.memoryx = memoryx
+        self.numerics = numerics
+        self.registers: list[Value | None] = [None] * len(program.registers)
+        self.records: list[LayerRecord] = []
+        self.outputs: dict[int, np.ndarray | None] = {}
+        self.gradients: list[tuple[str, list[int] | None, np.ndarray | None]] = []
+        self.optimizer: tuple[str, dict] | None = None
+        self.rect = (0, 0, target.cols, target.rows)
+        self.inputs: Sequence[np.ndarray | None] = ()
+
+    @property
+    def record(self) -> LayerRecord:
+        """The record of the layer running now."""
+        if not self.records:
+            self.records.append(LayerRecord("<program>"))
+        return self.records[-1]
+
+    def run(self, inputs: Sequence[np.ndarray | None]) -> None:
+        """Executes every instruction."""
+        self.inputs = inputs
+        with np.errstate(all="ignore"):
+            for ins in self.program.instructions:
+                self.step(ins)
+
+    def step(self, ins: Instruction) -> None:
+        """Executes one instruction."""
+        if ins.is_kernel:
+            self._kernel(ins)
+        else:
+            self._HANDLERS[Opcode(ins.opcode)](self, ins)
+
+    def preload(self, register: int, layout: Layout) -> None:
+        """Puts a tensor with no numbers in ``register`` (for timing one layer alone)."""
+        self._store(register, Placed(layout))
+
+    def _spec(self, register: int) -> tuple[tuple[int, ...], str]:
+        return self.program.registers[register]
+
+    def _store(self, register: int, value: Value) -> None:
+        self.registers[register] = value
+        if isinstance(value, DistTensor | Placed):
+            self.wafer.allocate(value.layout)
+
+    def _traffic(self, traffic: Traffic) -> None:
+        self.record.cycles += traffic.cycles
+        self.record.wavelet_hops += traffic.wavelet_hops
+
+    def _layer(self, ins: Instruction) -> None:
+        info = self.program.layers[ins.attrs["layer"]]
+        self.rect = info.rect
+        self.records.append(LayerRecord(info.name))
+
+    def _input(self, ins: Instruction) -> None:
+        shape, dtype = self._spec(ins.results[0])
+        layout = Layout.on(shape, dtype, self.rect)
+        self._traffic(edge_traffic(layout, inbound=True))
+        self.record.host_in_bytes += prod(shape) * layout.itemsize
+        array = self.inputs[ins.attrs["index"]] if self.numerics else None
+        self._store(ins.results[0], self._placed(array, layout))
+
+    def _placed(self, array: np.ndarray | None, layout: Layout) -> DistTensor | Placed:
+        return DistTensor.scatter(array, layout) if self.numerics else Placed(layout)
+
+    def _output(self, ins: Instruction) -> None:
+        value = self.registers[ins.operands[0]]
+        assert isinstance(value, DistTensor | Placed)
+        self._traffic(edge_traffic(value.layout, inbound=False))
+        self.record.host_out_bytes += value.layout.size * value.layout.itemsize
+        self.outputs[ins.attrs["index"]] = value.gather() if self.numerics else None
+
+    def _weight(self, ins: Instruction) -> None:
+        shape, dtype = self._spec(ins.results[0])
+        name = ins.attrs["name"]
+        perm = ins.attrs.get("perm")
+        value = self.memoryx.stream(name, shape, perm) if self.numerics else None
+        key = f"{name}:{perm}" if perm else name
+        self.registers[ins.results[0]] = Resident(key, shape, dtype, value)
+
+    def _constant(self, ins: Instruction) -> None:
+        shape, dtype = self._spec(ins.results[0])
+        value = np.asarray(ins.attrs["value"], dtype=dtype).reshape(shape)
+        key = f"const:{ins.results[0]}"
+        self.registers[ins.results[0]] = Resident(key, shape, dtype, value)
+
+    def _stream_weight(self, ins: Instruction) -> None:
+        shape, dtype = self._spec(ins.results[0])
+        value = (
+            self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"))
+            if self.numerics
+            else None
+        )
+        self.record.stream_in_bytes += prod(shape) * np.dtype(dtype).itemsize
+        self.registers[ins.results[0]] = Streamed(shape, dtype, value)
+
+    def _stream_gradient(self, ins: Instruction) -> None:
+        value = self.registers[ins.operands[0]]
+        assert isinstance(value, DistTensor | Placed)
+        self._traffic(edge_traffic(value.layout, inbound=False))
+        self.record.stream_out_bytes += value.layout.size * value.layout.itemsize
+        array = value.gather() if self.numerics else None
+        self.gradients.append((ins.attrs["name"], ins.attrs.get("perm"), array))
+
+    def _optimizer_step(self, ins: Instruction) -> None:
+        self.optimizer = (ins.attrs["optimizer"], ins.attrs["config"])
+
+    def _free(self, ins: Instruction) -> None:
+        for register in ins.operands:
+            value = self.registers[register]
+            if isinstance(value, DistTensor | Placed):
+                self.wafer.release(value.layout)
+            self.registers[register] = None
+
+    _HANDLERS = {
+        Opcode.LAYER: _layer,
+        Opcode.INPUT: _input,
+        Opcode.OUTPUT: _output,
+        Opcode.WEIGHT: _weight,
+        Opcode.CONSTANT: _constant,
+        Opcode.STREAM_WEIGHT: _stream_weight,
+        Opcode.STREAM_GRADIENT: _stream_gradient,
+        Opcode.OPTIMIZER_STEP: _optimizer_step,
+        Opcode.FREE: _free,
+    }
+
+    def _kernel(self, ins: Instruction) -> None:
+        values = [self.registers[r] for r in ins.operands]
+        operands = [_describe(v) for v in values]
+        results = [self._spec(r) for r in ins.results]
+        plan = kernels.plan(ins.name, self.target, self.rect, operands, ins.attrs, results)
+        cost = plan.cost
+        record = self.record
+        record.cycles += cost.cycles
+        record.flops += cost.flops
+        record.fmacs += cost.fmacs
+        record.wavelet_hops += cost.traffic.wavelet_hops
+        prepared = [self._prepare(v, want) for v, want in zip(values, plan.inputs, strict=True)]
+        self.wafer.transient(plan.outputs[0], cost.scratch_bytes)
+        if self.numerics:
+            outs: Sequence[Value] = kernels.KERNELS[ins.name].run(plan, prepared, ins.attrs)
+        else:
+            outs = [Placed(layout) for layout in plan.outputs]
+        for register, out in zip(ins.results, outs, strict=True):
+            self._store(register, out)
+
+    def _prepare(self, value: Value | None, want: Layout | None):
+        """Brings an operand to the layout its kernel asked for (the plan counted the cost)."""
+        if isinstance(value, Streamed):
+            if want is None:
+                return value.value
+            return self._placed(value.value, want)
+        if isinstance(value, Resident):
+            assert want is not None
+            key = (value.key, want)
+            if key not in self.wafer.pinned:
+                self.wafer.pinned[key] = self._placed(value.value, want)
+                self.wafer.allocate(want)
+            return self.wafer.pinned[key]
+        assert isinstance(value, DistTensor | Placed) and want is not None
+        if value.layout == want:
+            return value
+        if isinstance(value, Placed):
+            return Placed(want)
+        return DistTensor.scatter(value.gather(), want)
+
+
+def _describe(value: Value | None) -> Operand:
+    if isinstance(value, Resident):
+        return Operand(value.shape, value.dtype, RESIDENT)
+    if isinstance(value, Streamed):
+        return Operand(value.shape, value.dtype, STREAM)
+    assert isinstance(value, DistTensor | Placed), "operand register is empty"
+    lay = value.layout
+    return Operand(lay.shape, lay.dtype, WAFER, lay)
+
+
+@dataclass
+class Span:
+    """One interval on a timeline track, in seconds."""
+
+    track: str
+    name: str
+    start: float
+    end: float
+
+
+@dataclass
+class RunStats:
+    """What a run or a training step cost on the simulated cluster."""
+
+    mode: str
+    target: str
+    num_csx: int
+    batch_size: int
+    per_system_batch: int
+    simulated_seconds: float
+    clock_hz: float
+    pe_utilization: float
+    peak_pe_sram_bytes: int
+    layers: list[dict] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    wavelet_hops: float = 0.0
+
+    @property
+    def simulated_cycles(self) -> int:
+        """The run's length in cycles of the wafer clock."""
+        return round(self.simulated_seconds * self.clock_hz)
+
+    @property
+    def samples_per_second(self) -> float:
+        """Samples processed per simulated second."""
+        return self.batch_size / self.simulated_seconds if self.simulated_seconds else 0.0
+
+    def to_json(self) -> dict:
+        """The ``--stats-json`` object."""
+        return {
+            "mode": self.mode,
+            "target": self.target,
+            "num_csx": self.num_csx,
+            "batch_size": self.batch_size,
+            "per_system_batch": self.per_system_batch,
+            "simulated_cycles": self.simulated_cycles,
+            "simulated_seconds": self.simulated_seconds,
+            "samples_per_second": self.samples_per_second,
+            "pe_utilization": self.pe_utilization,
+            "peak_pe_sram_bytes": self.peak_pe_sram_bytes,
+            "wavelet_hops": self.wavelet_hops,
+            "layers": self.layers,
+        }
+
+
+class Cluster:
+    """K systems, MemoryX and SwarmX running one artifact."""
+
+    def __init__(self, artifact: Artifact, num_csx: int | None = None, numerics: bool = True):
+        manifest = artifact.manifest
+        self.artifact = artifact
+        self.manifest = manifest
+        self.program = artifact.program
+        self.target = Target.from_json(manifest["target"])
+        self.mode = manifest["mode"]
+        self.num_csx = num_csx or manifest["num_csx"]
+        if self.num_csx < 1:
+            raise CgcError(f"--num-csx must be at least 1, got {self.num_csx}")
+        self.numerics = numerics
+        self.memoryx = MemoryX(artifact.weights, self.target)
+        self.swarmx = SwarmX(self.num_csx, self.target)
+        self.wafers = [Wafer(self.target) for _ in range(self.num_csx)]
+        self.batch = manifest["per_system_batch"]
+
+    def _chunks(self, inputs: Mapping[str, np.ndarray]) -> list[list[np.ndarray]]:
+        """Splits the inputs into per-system chunks of the compiled batch."""
+        specs = self.manifest["inputs"]
+        missing = [s["name"] for s in specs if s["name"] not in inputs]
+        if missing:
+            raise CgcError(
+                f"missing inputs {missing}; the model takes {[s['name'] for s in specs]}"
+            )
+        arrays = []
+        samples = None
+        for spec in specs:
+            array = np.asarray(inputs[spec["name"]])
+            want = tuple(spec["shape"])
+            if np.dtype(spec["dtype"]) != array.dtype:
+                if not np.can_cast(array.dtype, spec["dtype"], casting="same_kind"):
+                    raise CgcError(
+                        f"input '{spec['name']}' has dtype {array.dtype}; the model takes "
+                        f"{spec['dtype']}"
+                    )
+                array = array.astype(spec["dtype"])
+            batched = spec["batch_axis"] == 0
+            if batched:
+                if array.shape[1:] != want[1:] or array.ndim != len(want):
+                    raise CgcError(
+                        f"input '{spec['name']}' has shape {array.shape}; the model takes "
+                        f"(samples, {', '.join(map(str, want[1:]))})"
+                    )
+                if samples is not None and array.shape[0] != samples:
+                    raise CgcError("batched inputs have different numbers of samples")
+                samples = array.shape[0]
+            elif array.shape != want:
+                raise CgcError(
+                    f"input '{spec['name']}' has shape {array.shape}; the model takes {want}"
+                )
+            arrays.append((array, batched))
+        if samples is None:
+            return [[a for a, _ in arrays]]
+        if samples == 0 or samples % self.batch:
+            raise CgcError(
+                f"{samples} samples is not a multiple of the compiled per-system batch "
+                f"{self.batch}; compile with --batch-size to match"
+            )
+        return [
+            [a[c * self.batch : (c + 1) * self.batch] if b else a for a, b in arrays]
+            for c in range(samples // self.batch)
+        ]
+
+    def _execute(self, system: int, chunk: Sequence[np.ndarray | None]) -> Executor:
+        executor = Executor(
+            self.program, self.target, self.wafers[system], self.memoryx, self.numerics
+        )
+        executor.run(chunk)
+        return executor
+
+    def infer(self, inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RunStats]:
+        """Runs the samples in ``inputs`` and returns the outputs and the run's statistics."""
+        chunks = self._chunks(inputs)
+        runs = [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
+        per_system = [runs[k :: self.num_csx] for k in range(self.num_csx)]
+        outputs = self._gather_outputs(runs) if self.numerics else {}
+        return outputs, self._stats(per_system, len(chunks) * self.batch, training=False)
+
+    def _gather_outputs(self, runs: Sequence[Executor]) -> dict[str, np.ndarray]:
+        outputs = {}
+        for index, spec in enumerate(self.manifest["outputs"]):
+            parts = [run.outputs[index] for run in runs]
+            if spec["batch_axis"] == 0:
+                outputs[spec["name"]] = np.concatenate(parts, axis=0)
+            elif len(parts) == 1:
+                outputs[spec["name"]] = parts[0]
+            else:
+                raise CgcError(
+                    f"output '{spec['name']}' has no batch axis; run exactly {self.batch} samples"
+                )
+        return outputs
+
+    def train_step(self, batch: Mapping[str, np.ndarray]) -> tuple[float, RunStats]:
+        """One training step on the global batch in ``batch``; returns the loss."""
+        chunks = self._chunks(batch)
+        if len(chunks) != self.num_csx:
+            raise CgcError(
+                f"a training step takes {self.num_csx * self.batch} samples "
+                f"({self.num_csx} systems x {self.batch}); got {len(chunks) * self.batch}"
+            )
+        runs = [self._execute(k, chunk) for k, chunk in enumerate(chunks)]
+        if self.numerics:
+            self._reduce_gradients(runs)
+            if runs[0].optimizer is not None:
+                self.memoryx.apply(*runs[0].optimizer)
+        stats = self._stats([[r] for r in runs], len(chunks) * self.batch, training=True)
+        # Each system's loss covers its slice; the seed of its backward pass was loss_scale
+        # (1/K for a mean over the batch, 1 for a sum), and so is its share of the loss.
+        losses = [float(r.outputs[0]) for r in runs] if self.numerics else [0.0]
+        return sum(losses) * self.manifest["training"]["loss_scale"], stats
+
+    def _reduce_gradients(self, runs: Sequence[Executor]) -> None:
+        for position, (name, perm, _) in enumerate(runs[0].gradients):
+            summed = self.swarmx.reduce([run.gradients[position][2] for run in runs])
+            self.memoryx.receive(name, summed, perm)
+
+    def _stats(self, per_system: Sequence[Sequence[Executor]], samples: int, training: bool):
+        timelines = [self._timeline(k, runs, training) for k, runs in enumerate(per_system)]
+        seconds = max(end for end, _ in timelines)
+        spans = [s for _, system_spans in timelines for s in system_spans]
+        records = [r for runs in per_system for run in runs for r in run.records]
+        fmacs = sum(r.fmacs for r in records)
+        peak_rate = self.target.pes * self.target.fmacs_32bit * self.target.clock_hz
+        utilization = fmacs / (peak_rate * seconds * self.num_csx) if seconds else 0.0
+        return RunStats(
+            mode=self.mode,
+            target=self.target.name,
+            num_csx=self.num_csx,
+            batch_size=samples,
+            per_system_batch=self.batch,
+            simulated_seconds=seconds,
+            clock_hz=self.target.clock_hz,
+            pe_utilization=utilization,
+            peak_pe_sram_bytes=max(w.peak for w in self.wafers),
+            layers=self._layer_summary(per_system),
+            spans=spans,
+            wavelet_hops=sum(r.wavelet_hops for r in records),
+        )
+
+    def _layer_summary(self, per_system: Sequence[Sequence[Executor]]) -> list[dict]:
+        first = next((runs[0] for runs in per_system if runs), None)
+        if first is None:
+            return []
+        return [
+            {
+                "name": r.name,
+                "cycles": r.cycles,
+                "flops": r.flops,
+                "stream_in_bytes": r.stream_in_bytes,
+                "stream_out_bytes": r.stream_out_bytes,
+            }
+            for r in first.records
+        ]
+
+    def _timeline(self, system: int, runs: Sequence[Executor], training: bool):
+        track = f"system {system}"
+        if self.mode == "pipelined":
+            return _pipeline_timeline(self.target, track, runs, self.batch)
+        clock = 0.0
+        spans: list[Span] = []
+        for run in runs:
+            clock = self._streaming_chunk(run, clock, track, spans)
+        if training and runs:
+            names = {name for name, _, _ in runs[0].gradients}
+            update = self.memoryx.update_seconds(sum(self.memoryx.weights[n].size for n in names))
+            spans.append(Span("MemoryX", "optimizer update", clock, clock + update))
+            clock += update
+        return clock, spans
+
+    def _streaming_chunk(self, run: Executor, start: float, track: str, spans: list[Span]):
+        """Places one chunk's layers on the weight-streaming timeline; returns its end.
+
+        The ingress link carries one layer's weights after another, each starting once the
+        layer before it has started (one layer of look-ahead buffer); a stream arrives the
+        tree's latency after it leaves. Gradients share the egress link the same way.
+        """
+        seconds, swarmx = self.target.seconds, self.swarmx
+        previous_start = layer_end = link_free = egress_free = egress_end = start
+        for record in run.records:
+            arrive = layer_end
+            if record.stream_in_bytes:
+                send = max(link_free, previous_start)
+                link_free = send + swarmx.link_seconds(record.stream_in_bytes)
+                arrive = link_free + swarmx.latency_seconds
+                spans.append(Span("MemoryX -> SwarmX", f"{record.name} weights", send, arrive))
+            begin = layer_end + record.host_in_bytes / self.target.io_bytes_per_s
+            layer_end = max(begin + seconds(record.cycles), arrive)
+            spans.append(Span(track, record.name, begin, layer_end))
+            previous_start = begin
+            if record.stream_out_bytes:
+                send = max(egress_free, layer_end)
+                egress_free = send + swarmx.link_seconds(record.stream_out_bytes)
+                egress_end = egress_free + swarmx.latency_seconds
+                spans.append(
+                    Span("SwarmX -> MemoryX", f"{record.name} gradients", send, egress_end)
+                )
+            layer_end += record.host_out_bytes / self.target.io_bytes_per_s
+        return max(layer_end, egress_end)
+
+
+def _pipeline_timeline(target: Target, track: str, runs: Sequence[Executor], batch: int):
+    """A system's samples flowing through the placed pipeline: the fill (every stage once)
+    plus one slowest stage per further sample."""
+    if not runs:
+        return 0.0, []
+    samples = len(runs) * batch
+    stages = []
+    for record in runs[0].records:
+        host = (record.host_in_bytes + record.host_out_bytes) / target.io_bytes_per_s
+        stages.append((record.name, (target.seconds(record.cycles) + host) / batch))
+    slowest = max(t for _, t in stages)
+    spans, clock = [], 0.0
+    for name, per_sample in stages:
+        spans.append(Span(track, name, clock, clock + per_sample * samples))
+        clock += per_sample
+    return clock + (samples - 1) * slowest, spans
+
+
+def run(artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None):
+    """Runs an artifact on the simulator; returns ``(outputs, stats)``."""
+    return Cluster(artifact, num_csx).infer(inputs)

@@ -1,0 +1,107 @@
+"""Shared fixtures: run an ONNX model through the frontend and onnxruntime and compare."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+import pytest
+from xdsl.context import Context
+from xdsl.dialects.builtin import Builtin, ModuleOp, NameLoc
+from xdsl.dialects.func import Func, ReturnOp
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+
+from cgc.compiler.interpret import Interpreter, main_function
+from cgc.dialects.wse import WSE
+from cgc.frontends.onnx import ImportedModel, import_model
+
+
+def print_module(module: ModuleOp) -> str:
+    stream = io.StringIO()
+    Printer(stream=stream, print_debuginfo=True).print_op(module)
+    return stream.getvalue()
+
+
+def parse_module(text: str) -> ModuleOp:
+    ctx = Context()
+    for dialect in (Builtin, Func, WSE):
+        ctx.load_dialect(dialect)
+    return Parser(ctx, text).parse_module()
+
+
+def node_names(model: onnx.ModelProto) -> set[str]:
+    return {n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node)}
+
+
+def check_ir(imported: ImportedModel, model: onnx.ModelProto) -> None:
+    """The module verifies, every op carries a node's location, and the text round-trips."""
+    imported.module.verify()
+    fn = main_function(imported.module)
+    for arg, spec in zip(fn.body.block.args, imported.inputs, strict=True):
+        assert isinstance(arg.location, NameLoc) and arg.location.desc.data == spec.name
+    names = node_names(model) | {o.name for o in model.graph.output}
+    for op in fn.body.block.ops:
+        if isinstance(op, ReturnOp):
+            continue
+        assert isinstance(op.location, NameLoc), f"{op.name} has location {op.location}"
+        assert op.location.desc.data in names, f"{op.name} has location {op.location}"
+    text = print_module(imported.module)
+    assert print_module(parse_module(text)) == text
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, dict(feeds))
+
+
+def run_imported(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    args = [feeds[spec.name] for spec in imported.inputs]
+    return Interpreter(imported.weights).run_function(main_function(imported.module), args)
+
+
+def random_feeds(imported: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in imported.inputs:
+        if spec.dtype == "bool":
+            feeds[spec.name] = rng.random(spec.shape) < 0.5
+        elif np.dtype(spec.dtype).kind in "iu":
+            feeds[spec.name] = rng.integers(0, 5, spec.shape).astype(spec.dtype)
+        else:
+            feeds[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+    return feeds
+
+
+def compare_with_onnxruntime(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    batch_size: int | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> ImportedModel:
+    """Imports ``model``, checks its IR, and compares the interpreter with onnxruntime."""
+    imported = import_model(model, batch_size=batch_size, shapes=shapes)
+    check_ir(imported, model)
+    feeds = random_feeds(imported) if feeds is None else feeds
+    got = run_imported(imported, feeds)
+    want = run_onnxruntime(model, feeds)
+    assert len(got) == len(want) == len(imported.outputs)
+    for spec, g, w in zip(imported.outputs, got, want, strict=True):
+        assert g.shape == w.shape == spec.shape, spec.name
+        assert g.dtype == w.dtype, spec.name
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=spec.name)
+    return imported
+
+
+@pytest.fixture
+def onnx_check():
+    """``onnx_check(model, feeds=None, batch_size=None, ...)``: see compare_with_onnxruntime."""
+    return compare_with_onnxruntime
