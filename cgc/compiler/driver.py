@@ -34,11 +34,12 @@ from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass, location_name
-from cgc.passes.place_layers import PlaceLayersPass, human_bytes
+from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.runtime.artifact import FORMAT_VERSION, Artifact
 from cgc.runtime.bytecode import Opcode
 from cgc.runtime.machine import Target
+from cgc.runtime.report import human_bytes
 
 MODES = ("pipelined", "weight_streaming", "auto")
 

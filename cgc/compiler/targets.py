@@ -59,7 +59,17 @@ _MESH = re.compile(r"mesh(\d+)x(\d+)")
 
 
 def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
-    """The target called ``name``, optionally with its mesh resized to ``(rows, cols)``."""
+    """The target called ``name``, optionally with its mesh resized to ``(rows, cols)``.
+
+    ``NAME@RxC`` names target NAME with an R x C mesh, so a module attribute can carry a
+    resized target.
+    """
+    base, _, size = name.partition("@")
+    if size:
+        dims = _MESH.fullmatch(f"mesh{size}")
+        if dims is None:
+            raise CgcError(f"bad mesh size '{size}' in target '{name}'; expected ROWSxCOLS")
+        return get_target(base, (int(dims[1]), int(dims[2])))
     if name in TARGETS:
         target = TARGETS[name]
     elif match := _MESH.fullmatch(name):
@@ -71,7 +81,9 @@ def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
     if target.rows < 1 or target.cols < 1:
         raise CgcError(f"target '{name}' has an empty mesh")
     if mesh is not None:
-        target = replace(target, rows=mesh[0], cols=mesh[1])
+        if min(mesh) < 1:
+            raise CgcError(f"--mesh {mesh[0]}x{mesh[1]}: a mesh needs at least one PE")
+        target = replace(target, name=f"{name}@{mesh[0]}x{mesh[1]}", rows=mesh[0], cols=mesh[1])
     return target
 
 

@@ -382,7 +382,7 @@ class Differentiator:
                     saved.append(value)
                     replacements[value] = arg_for(value)
         for old, new in replacements.items():
-            old.replace_by_if(new, lambda use: use.operation.parent_block() is grad_block)
+            old.replace_uses_with_if(new, lambda use: use.operation.parent_block() is grad_block)
         return saved
 
     def _save(self, layer: wse.LayerOp, saved: list[SSAValue]) -> None:
@@ -406,7 +406,7 @@ class Differentiator:
         for old, new in zip(layer.results, grown.results[:count], strict=True):
             old.replace_all_uses_with(new)
         for value, new in zip(saved, grown.results[count:], strict=True):
-            value.replace_by_if(new, lambda use: not _inside(use.operation, grown))
+            value.replace_uses_with_if(new, lambda use: not _inside(use.operation, grown))
         self.inner[grown] = self.inner.pop(layer)
         Rewriter.erase_op(layer)
 

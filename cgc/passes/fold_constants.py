@@ -62,6 +62,8 @@ class FoldConstantOp(RewritePattern):
             shape,
             wse.numpy_dtype(wse.element_type(result)),
         )
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return  # xDSL prints non-finite floats as bit patterns it cannot parse back
         folded = wse.ConstantOp(wse.dense_attr(value))
         folded.location = op.location
         rewriter.replace(op, [folded], [folded.result])

@@ -29,14 +29,7 @@ from cgc.errors import DoesNotFitError
 from cgc.runtime.bytecode import Program
 from cgc.runtime.layout import Rect
 from cgc.runtime.machine import Target
-
-
-def human_bytes(n: float) -> str:
-    """``n`` bytes in KiB, MiB or GiB."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
+from cgc.runtime.report import human_bytes
 
 
 class Placer:

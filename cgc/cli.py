@@ -1,0 +1,299 @@
+"""The ``cgc`` command line.
+
+Exit codes: 0 success; 2 a problem with the user's input (one line on stderr naming the
+culprit); 1 an internal error (a traceback only with ``--debug``). ``run``, ``inspect`` and
+``train``'s training loop import neither xDSL nor the compiler; ``compile``, ``train`` and
+``opt`` import them when they start.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import click
+import numpy as np
+
+from cgc.errors import CgcError
+
+_SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
+_MESH = re.compile(r"(\d+)x(\d+)")
+
+
+class Application(click.Group):
+    """Turns exceptions into the documented exit codes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except CgcError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as e:  # an internal error: say so, with the trace on request
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            else:
+                click.echo(
+                    f"internal error: {type(e).__name__}: {e} (rerun with --debug)", err=True
+                )
+            sys.exit(1)
+
+
+@click.group(cls=Application)
+@click.version_option(package_name="cgc")
+@click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """cgc: compile models for a wafer-scale engine and run them on its simulator."""
+    ctx.obj = {"debug": debug}
+
+
+def _shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for value in values:
+        match = _SHAPE.fullmatch(value)
+        if match is None:
+            raise CgcError(f"--shape {value}: expected NAME=D0xD1..., e.g. x=8x3x32x32")
+        shapes[match[1]] = tuple(int(d) for d in match[2].split("x"))
+    return shapes
+
+
+def _target_name(target: str, mesh: str | None) -> str:
+    if mesh is None:
+        return target
+    if _MESH.fullmatch(mesh) is None:
+        raise CgcError(f"--mesh {mesh}: expected ROWSxCOLS, e.g. 16x16")
+    return f"{target}@{mesh}"
+
+
+def _load_npz(path: str, option: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise CgcError(f"{option} {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise CgcError(f"{option} {path}: not a readable .npz file ({e})") from None
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    from cgc.runtime.trainer import write_atomically
+
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise CgcError(f"{path}: directory {target.parent} does not exist")
+    write_atomically(target, data)
+
+
+@main.command()
+@click.argument("model")
+@click.option("-o", "--output", required=True, help="Artifact file to write.")
+@click.option(
+    "--mode",
+    type=click.Choice(["pipelined", "weight_streaming", "auto"]),
+    default="auto",
+    show_default=True,
+    help="Execution mode; auto picks pipelined when the model fits in SRAM.",
+)
+@click.option("--target", default="wse2", show_default=True, help="wse2, wse3 or meshRxC.")
+@click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS.")
+@click.option("--batch-size", type=int, help="Global batch: the leading dim of every input.")
+@click.option("--shape", "shapes", multiple=True, help="NAME=D0xD1...: an input's shape.")
+@click.option("--num-csx", type=int, default=1, show_default=True, help="Systems to split over.")
+@click.option("--dump-ir", type=click.Path(), help="Write the IR after every pass here.")
+@click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
+def compile(
+    model, output, mode, target, mesh, batch_size, shapes, num_csx, dump_ir, print_ir_after_all
+) -> None:
+    """Compile MODEL (an .onnx file) into an artifact."""
+    from cgc.compiler.driver import compile_model
+    from cgc.runtime.report import human_bytes, summary_text
+
+    echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
+    artifact = compile_model(
+        model,
+        mode=mode,
+        target=_target_name(target, mesh),
+        batch_size=batch_size,
+        shapes=_shapes(shapes),
+        num_csx=num_csx,
+        dump_ir=dump_ir,
+        print_ir_after_all=echo,
+    )
+    data = artifact.to_bytes()
+    _write_atomically(output, data)
+    click.echo(summary_text(artifact), nl=False)
+    click.echo(f"wrote {output} ({human_bytes(len(data))})")
+
+
+@main.command()
+@click.argument("artifact")
+@click.option("--inputs", "inputs_path", required=True, help=".npz with one array per input.")
+@click.option("--output", "output_path", help=".npz to write, one array per output.")
+@click.option("--num-csx", type=int, help="Systems to run on (default: as compiled).")
+@click.option("--stats-json", type=click.Path(), help="Write the run's statistics here.")
+@click.option("--trace", type=click.Path(), help="Write a Chrome trace (Perfetto) here.")
+def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
+    """Run ARTIFACT on the simulator."""
+    import io
+
+    from cgc.runtime.artifact import Artifact
+    from cgc.runtime.trace import trace_json
+    from cgc.runtime.vm import Cluster
+
+    art = Artifact.load(artifact)
+    inputs = _load_npz(inputs_path, "--inputs")
+    outputs, stats = Cluster(art, num_csx).infer(inputs)
+    if output_path:
+        buffer = io.BytesIO()
+        np.savez(buffer, **outputs)
+        _write_atomically(output_path, buffer.getvalue())
+    if stats_json:
+        _write_atomically(stats_json, json.dumps(stats.to_json(), indent=1).encode())
+    if trace:
+        _write_atomically(trace, trace_json(stats.spans).encode())
+    for name, value in outputs.items():
+        click.echo(f"{name}: {value.dtype} {list(value.shape)}")
+    click.echo(
+        f"simulated {stats.batch_size} samples on {stats.num_csx} x {stats.target} "
+        f"({stats.mode}): {stats.simulated_seconds * 1e6:.2f} us, "
+        f"{stats.samples_per_second:.4g} samples/s, PE utilization {stats.pe_utilization:.2%}, "
+        f"peak {stats.peak_pe_sram_bytes} bytes SRAM per PE"
+    )
+
+
+@main.command()
+@click.argument("model")
+@click.option("--data", "data_path", required=True, help=".npz: one array per model input.")
+@click.option("--batch-size", type=int, required=True, help="Global batch per step.")
+@click.option("--steps", type=int, required=True, help="Training steps.")
+@click.option("--model-dir", required=True, type=click.Path(), help="Where metrics and weights go.")
+@click.option("--optimizer", type=click.Choice(["sgd"]), default="sgd", show_default=True)
+@click.option("--lr", type=float, default=0.01, show_default=True)
+@click.option("--momentum", type=float, default=0.0, show_default=True)
+@click.option("--dampening", type=float, default=0.0, show_default=True)
+@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+@click.option("--nesterov", is_flag=True)
+@click.option("--num-csx", type=int, default=1, show_default=True)
+@click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
+@click.option("--target", default="wse2", show_default=True)
+@click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS.")
+def train(
+    model,
+    data_path,
+    batch_size,
+    steps,
+    model_dir,
+    optimizer,
+    lr,
+    momentum,
+    dampening,
+    weight_decay,
+    nesterov,
+    num_csx,
+    trainable,
+    target,
+    mesh,
+) -> None:
+    """Train MODEL (first output: the loss) in weight-streaming mode."""
+    from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.runtime.trainer import train as run_training
+
+    for pattern in trainable:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
+    data = _load_npz(data_path, "--data")
+    options = TrainingOptions(
+        optimizer, lr, momentum, dampening, weight_decay, nesterov, tuple(trainable)
+    )
+    artifact = compile_model(
+        model,
+        mode="weight_streaming",
+        target=_target_name(target, mesh),
+        batch_size=batch_size,
+        num_csx=num_csx,
+        training=options,
+    )
+    names = artifact.manifest["training"]["trainable"]
+    count = sum(artifact.weights[n].size for n in names)
+    chosen = "chosen by --trainable" if trainable else "all float initializers (default)"
+    click.echo(f"training {count} parameters in {len(names)} tensors, {chosen}: {', '.join(names)}")
+    if sys.stdout.isatty():
+        with click.progressbar(length=steps, label="training") as bar:
+            result = run_training(artifact, data, steps, model_dir, lambda _: bar.update(1))
+    else:
+        result = run_training(
+            artifact,
+            data,
+            steps,
+            model_dir,
+            lambda m: click.echo(f"step {m['step']}: loss {m['loss']:.6f}"),
+        )
+    last = result.metrics[-1]
+    click.echo(
+        f"final loss {last['loss']:.6f}; wrote {model_dir}/metrics.jsonl and "
+        f"{model_dir}/weights.safetensors"
+    )
+
+
+@main.command()
+@click.argument("artifact")
+@click.option("--disasm", is_flag=True, help="Also print the disassembled bytecode.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead.")
+@click.option("--ir", is_flag=True, help="Also print the final IR.")
+def inspect(artifact, disasm, as_json, ir) -> None:
+    """Show what ARTIFACT holds: manifest, placement or stream schedule, bytecode."""
+    from cgc.runtime.artifact import Artifact
+    from cgc.runtime.report import inspect_json, summary_text
+
+    art = Artifact.load(artifact)
+    if as_json:
+        click.echo(json.dumps(inspect_json(art), indent=1))
+        return
+    click.echo(summary_text(art), nl=False)
+    if ir:
+        click.echo("final IR:\n" + art.ir, nl=False)
+    if disasm:
+        click.echo("bytecode:\n" + art.program.disassemble(), nl=False)
+
+
+@main.command()
+@click.argument("file", type=click.Path())
+@click.option("-p", "--pipeline", default="", help="Passes to run, e.g. 'decompose,form-layers'.")
+@click.option("-o", "--output", help="Write the result here instead of stdout.")
+def opt(file, pipeline, output) -> None:
+    """Parse FILE.mlir, run cgc passes over it and print the result."""
+    from xdsl.passes import PassPipeline
+    from xdsl.utils.exceptions import ArgSpecParseError
+
+    from cgc.dialects import context, parse_module, print_module, verify
+    from cgc.passes import all_passes
+
+    try:
+        text = Path(file).read_text()
+    except OSError as e:
+        raise CgcError(f"{file}: {e.strerror.lower() if e.strerror else e}") from None
+    module = parse_module(text, file)
+    available = {name: (lambda p=p: p) for name, p in all_passes().items()}
+    try:
+        passes = PassPipeline.parse_spec(available, pipeline).passes if pipeline else ()
+    except (ArgSpecParseError, ValueError) as e:
+        known = ", ".join(sorted(available))
+        message = str(e).strip().splitlines()[0]
+        raise CgcError(f"-p {pipeline}: {message} (passes: {known})") from None
+    ctx = context()
+    for p in passes:
+        p.apply(ctx, module)
+        verify(module, f"{file} after {p.name}")
+    result = print_module(module)
+    if output:
+        _write_atomically(output, result.encode())
+    else:
+        click.echo(result, nl=False)

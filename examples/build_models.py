@@ -1,0 +1,64 @@
+"""Writes the built-in example models and data for them.
+
+For each model of ``cgc.frontends.zoo`` this writes ``<name>.onnx`` and ``<name>.inputs.npz``
+(one array per input, a batch of samples); for the training MLP also ``mlp_train.data.npz``, a
+small synthetic classification set (labels from a fixed random linear teacher, so the loss
+can fall). Only onnx and numpy are needed.
+
+    python examples/build_models.py --out build/examples --samples 8
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from cgc.frontends import zoo
+
+
+def sample_inputs(model: onnx.ModelProto, samples: int, seed: int) -> dict[str, np.ndarray]:
+    """Random inputs for ``model`` with ``samples`` along the symbolic batch dimension."""
+    rng = np.random.default_rng(seed)
+    initializers = {t.name for t in model.graph.initializer}
+    arrays = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        shape = [d.dim_value or samples for d in tensor.shape.dim]
+        if tensor.elem_type == onnx.TensorProto.INT64:
+            arrays[value.name] = rng.integers(0, 10, shape)
+        else:
+            arrays[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return arrays
+
+
+def training_data(samples: int, features: int, classes: int, seed: int) -> dict[str, np.ndarray]:
+    """Inputs and labels from a random linear teacher."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((samples, features)).astype(np.float32)
+    teacher = rng.standard_normal((features, classes)).astype(np.float32)
+    return {"x": x, "labels": np.argmax(x @ teacher, axis=1).astype(np.int64)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="build/examples", help="output directory")
+    parser.add_argument("--samples", type=int, default=8, help="samples per input file")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, build in zoo.MODELS.items():
+        model = build()
+        zoo.save(model, out / f"{name}.onnx")
+        np.savez(out / f"{name}.inputs.npz", **sample_inputs(model, args.samples, seed=1))
+        print(f"wrote {out / name}.onnx and {name}.inputs.npz")
+    np.savez(out / "mlp_train.data.npz", **training_data(256, 64, 10, seed=2))
+    print(f"wrote {out}/mlp_train.data.npz")
+
+
+if __name__ == "__main__":
+    main()
