@@ -202,6 +202,7 @@ def train(
 ) -> None:
     """Train MODEL (first output: the loss) in weight-streaming mode."""
     from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.runtime.trainer import check_data
     from cgc.runtime.trainer import train as run_training
 
     for pattern in trainable:
@@ -221,6 +222,7 @@ def train(
         num_csx=num_csx,
         training=options,
     )
+    check_data(artifact, data)
     names = artifact.manifest["training"]["trainable"]
     count = sum(artifact.weights[n].size for n in names)
     chosen = "chosen by --trainable" if trainable else "all float initializers (default)"

@@ -14,26 +14,8 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from cgc.frontends import zoo
-
-
-def sample_inputs(model: onnx.ModelProto, samples: int, seed: int) -> dict[str, np.ndarray]:
-    """Random inputs for ``model`` with ``samples`` along the symbolic batch dimension."""
-    rng = np.random.default_rng(seed)
-    initializers = {t.name for t in model.graph.initializer}
-    arrays = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        shape = [d.dim_value or samples for d in tensor.shape.dim]
-        if tensor.elem_type == onnx.TensorProto.INT64:
-            arrays[value.name] = rng.integers(0, 10, shape)
-        else:
-            arrays[value.name] = rng.standard_normal(shape).astype(np.float32)
-    return arrays
 
 
 def training_data(samples: int, features: int, classes: int, seed: int) -> dict[str, np.ndarray]:
@@ -54,7 +36,7 @@ def main() -> None:
     for name, build in zoo.MODELS.items():
         model = build()
         zoo.save(model, out / f"{name}.onnx")
-        np.savez(out / f"{name}.inputs.npz", **sample_inputs(model, args.samples, seed=1))
+        np.savez(out / f"{name}.inputs.npz", **zoo.sample_inputs(model, args.samples, seed=1))
         print(f"wrote {out / name}.onnx and {name}.inputs.npz")
     np.savez(out / "mlp_train.data.npz", **training_data(256, 64, 10, seed=2))
     print(f"wrote {out}/mlp_train.data.npz")

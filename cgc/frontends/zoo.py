@@ -227,3 +227,21 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
 def save(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     """Writes ``model`` to ``path`` (the same model always gives the same bytes)."""
     onnx.save(model, os.fspath(path))
+
+
+def sample_inputs(model: onnx.ModelProto, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs for ``model`` with ``samples`` along its symbolic batch dimension:
+    standard normal floats, and integers in [0, 10) (class labels) for int64 inputs."""
+    rng = np.random.default_rng(seed)
+    initializers = {t.name for t in model.graph.initializer}
+    arrays = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        shape = [d.dim_value or samples for d in tensor.shape.dim]
+        if tensor.elem_type == TensorProto.INT64:
+            arrays[value.name] = rng.integers(0, 10, shape)
+        else:
+            arrays[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return arrays

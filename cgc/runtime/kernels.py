@@ -380,7 +380,8 @@ class Matmul(Kernel):
             flops=flops,
             fmacs=chunks * chunk_fmacs * out.h * cols,
             traffic=moved + ingress + reduction,
-            scratch_bytes=(kb * nt + nb_out * mt * nt) * out.itemsize,
+            # a PE multiply-accumulates each weight row as it arrives: one row of buffer
+            scratch_bytes=(nt + nb_out * mt * nt) * out.itemsize,
         )
         return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})
 
@@ -390,12 +391,15 @@ class Matmul(Kernel):
         a, b = values
         out = plan.outputs[0]
         rank = len(out.tile_shape())
-        at = _batch_aligned(a.masked(0), rank)
-        bt = _batch_aligned(b.masked(0), rank)
-        acc = np.zeros(out.tile_shape(), dtype=out.dtype)
-        for s in range(plan.detail["steps"]):
-            acc += at[:, s : s + 1] @ bt[s : s + 1]
-        return [DistTensor(out, acc)]
+        # Every PE of grid row i multiplies the same block of A's column s, every PE of grid
+        # column j the same block of B's row s: one mesh step over all PEs is one GEMM of the
+        # blocks stacked along the grid.
+        at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0))
+        bt = _stack_grid_cols(_batch_aligned(b.masked(0), rank))
+        acc = at[0] @ bt[0]
+        for s in range(1, plan.detail["steps"]):
+            acc += at[s] @ bt[s]
+        return [DistTensor(out, _unstack(acc, out))]
 
     @staticmethod
     def _run_streaming(plan, a: DistTensor, weights: np.ndarray) -> DistTensor:
@@ -409,12 +413,36 @@ class Matmul(Kernel):
         nl = len(lead)
         blocks = np.moveaxis(blocks, (nl, nl + 2), (0, 1))  # [cols, w, *lead, kb, nt]
         rank = len(out.tile_shape())
-        at = _batch_aligned(a.masked(0), rank)
-        acc = np.empty(out.tile_shape(), dtype=out.dtype)
+        # [cols, *batch, h * mt, kb]: the activations of each grid column, stacked over rows
+        at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0))
+        chunks = []
         for c in range(out.w):
-            chunk = _batch_aligned(blocks[:, c][None], rank)
-            acc[:, c] = (at @ chunk).sum(axis=1)
-        return DistTensor(out, acc)
+            # every PE multiply-accumulates the weight rows of its column (one batched GEMM
+            # over the grid columns), then the chain along each row sums the partials
+            weight_rows = _batch_aligned(blocks[:, c][:, None], rank)[:, 0]
+            chunks.append((at @ weight_rows).sum(axis=0))
+        stacked = np.stack(chunks, axis=-2)  # [*batch, h * mt, w, nt]
+        return DistTensor(out, _unstack(stacked.reshape(*stacked.shape[:-2], -1), out))
+
+
+def _stack_grid_rows(tiles: np.ndarray) -> np.ndarray:
+    """``[n, h, *batch, mt, kt]`` to ``[n, *batch, h * mt, kt]``."""
+    moved = np.moveaxis(tiles, 1, -3)
+    return moved.reshape(*moved.shape[:-3], -1, moved.shape[-1])
+
+
+def _stack_grid_cols(tiles: np.ndarray) -> np.ndarray:
+    """``[n, w, *batch, kt, nt]`` to ``[n, *batch, kt, w * nt]``."""
+    moved = np.moveaxis(tiles, 1, -2)
+    return moved.reshape(*moved.shape[:-2], -1)
+
+
+def _unstack(matrix: np.ndarray, out: Layout) -> np.ndarray:
+    """``[*batch, h * mt, w * nt]`` back to the tile array ``[h, w, *batch, mt, nt]``."""
+    nb = matrix.ndim - 2
+    blocks = matrix.reshape(*matrix.shape[:-2], out.h, out.rt, out.w, out.ct)
+    tiles = np.moveaxis(blocks, (nb, nb + 2), (0, 1))
+    return np.ascontiguousarray(np.broadcast_to(tiles, out.tile_shape()), dtype=out.dtype)
 
 
 class Movement(Kernel):
@@ -501,7 +529,7 @@ KERNELS: dict[str, Kernel] = {
 
 
 @lru_cache(maxsize=4096)
-def _cached_plan(name, target_key, target, rect, operands, frozen_attrs, results) -> Plan:
+def _cached_plan(name, target, rect, operands, frozen_attrs, results) -> Plan:
     return KERNELS[name].plan(target, rect, operands, _thaw(frozen_attrs), results)
 
 
@@ -516,7 +544,6 @@ def plan(
     """The (cached) plan of primitive ``name``."""
     return _cached_plan(
         name,
-        target.fingerprint(),
         target,
         tuple(rect),
         tuple(operands),

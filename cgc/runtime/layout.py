@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import ceil, prod
 
 import numpy as np
@@ -327,6 +327,7 @@ def gather_traffic(dst: Layout, sources: Sequence[tuple[Layout, np.ndarray]]) ->
     return route(*flows, counts, sources[0][0].words_per_element)
 
 
+@lru_cache(maxsize=1024)
 def edge_traffic(layout: Layout, inbound: bool) -> Traffic:
     """A tensor entering the grid from (or leaving it through) the north edge of its columns:
     each column's elements flow down (or up) that column from (or to) the row above the grid."""

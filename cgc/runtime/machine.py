@@ -11,7 +11,6 @@ exp, log, tanh, erf, sqrt or divide (a short polynomial or Newton sequence on th
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -83,7 +82,3 @@ class Target:
     def from_json(cls, data: dict) -> Target:
         """Inverse of ``to_json``."""
         return cls(**data)
-
-    def fingerprint(self) -> str:
-        """A canonical string of every number, for caches keyed by target."""
-        return json.dumps(self.to_json(), sort_keys=True)

@@ -30,7 +30,8 @@ class TrainResult:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
+def check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
+    """Checks that ``data`` holds every model input with one sample count; returns it."""
     specs = artifact.manifest["inputs"]
     missing = [s["name"] for s in specs if s["name"] not in data]
     if missing:
@@ -69,7 +70,7 @@ def train(
         raise CgcError("the artifact was not compiled for training")
     if steps < 1:
         raise CgcError(f"--steps {steps}: must be at least 1")
-    samples = _check_data(artifact, data)
+    samples = check_data(artifact, data)
     cluster = Cluster(artifact)
     batch = cluster.batch * cluster.num_csx
     directory = Path(model_dir)

@@ -387,7 +387,7 @@ class Cluster:
         self.program = artifact.program
         self.target = Target.from_json(manifest["target"])
         self.mode = manifest["mode"]
-        self.num_csx = num_csx or manifest["num_csx"]
+        self.num_csx = manifest["num_csx"] if num_csx is None else num_csx
         if self.num_csx < 1:
             raise CgcError(f"--num-csx must be at least 1, got {self.num_csx}")
         self.numerics = numerics

@@ -1,0 +1,55 @@
+# Two commands set everything up on a machine with Python 3.11 and pip:
+#   make demo   installs cgc into .venv and runs the main job on the built-in examples
+#   make test   installs the test extras and runs the whole suite (pytest, then lit/filecheck)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXAMPLES := build/examples
+TARGET ?= wse2
+
+.PHONY: demo test bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/python examples/build_models.py --out $(EXAMPLES)
+	@echo "== MLP, pipelined: every layer on its own rectangle of the $(TARGET) mesh"
+	$(BIN)/cgc compile $(EXAMPLES)/mlp.onnx -o $(EXAMPLES)/mlp.cgc --mode pipelined \
+		--target $(TARGET) --batch-size 8 --dump-ir $(EXAMPLES)/mlp-ir
+	$(BIN)/cgc run $(EXAMPLES)/mlp.cgc --inputs $(EXAMPLES)/mlp.inputs.npz \
+		--output $(EXAMPLES)/mlp.outputs.npz --stats-json $(EXAMPLES)/mlp.stats.json
+	@echo "== CNN, weight streaming on 2 systems: weights stream from MemoryX layer by layer"
+	$(BIN)/cgc compile $(EXAMPLES)/cnn.onnx -o $(EXAMPLES)/cnn.cgc --mode weight_streaming \
+		--target $(TARGET) --batch-size 8 --num-csx 2
+	$(BIN)/cgc run $(EXAMPLES)/cnn.cgc --inputs $(EXAMPLES)/cnn.inputs.npz \
+		--stats-json $(EXAMPLES)/cnn.stats.json --trace $(EXAMPLES)/cnn.trace.json
+	@echo "== transformer block, auto mode"
+	$(BIN)/cgc compile $(EXAMPLES)/transformer.onnx -o $(EXAMPLES)/transformer.cgc \
+		--target $(TARGET) --batch-size 8
+	$(BIN)/cgc run $(EXAMPLES)/transformer.cgc --inputs $(EXAMPLES)/transformer.inputs.npz
+	@echo "== training the MLP in weight-streaming mode on 2 systems"
+	$(BIN)/cgc train $(EXAMPLES)/mlp_train.onnx --data $(EXAMPLES)/mlp_train.data.npz \
+		--batch-size 32 --steps 24 --optimizer sgd --lr 0.05 --momentum 0.9 --num-csx 2 \
+		--target $(TARGET) --model-dir $(EXAMPLES)/mlp_train_run
+
+test: $(VENV)/.test-installed
+	$(BIN)/pytest
+	$(BIN)/lit -q tests/filecheck
+
+bench: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/bench_run.py
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check cgc tests examples benchmarks
+	$(BIN)/ruff format --check cgc tests examples benchmarks
+
+clean:
+	rm -rf build $(VENV) .pytest_cache

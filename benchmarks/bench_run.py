@@ -1,0 +1,171 @@
+"""Times cgc's simulator against onnxruntime and PyTorch on the example models.
+
+Inference: ``cgc run`` (compiled once, in each execution mode) against an onnxruntime session
+on the same inputs. Training: one ``cgc train`` step of the MLP against one PyTorch step
+(autograd + torch.optim.SGD). Each measurement runs in a fresh subprocess, so its peak
+resident memory is its own; times are the median of several repetitions after a warm-up.
+
+    python benchmarks/bench_run.py [--batch 64] [--repeat 5] [--target wse2]
+
+Prints one line per case and the ratios cgc / reference (time and peak memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def _median_seconds(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_cgc(model_name: str, mode: str, batch: int, repeat: int, target: str) -> dict:
+    import cgc
+    from cgc.frontends import zoo
+
+    model = zoo.MODELS[model_name]()
+    artifact = cgc.compile(model, mode=mode, target=target, batch_size=batch)
+    inputs = zoo.sample_inputs(model, batch, seed=1)
+    seconds = _median_seconds(lambda: cgc.run(artifact, inputs), repeat)
+    _, stats = cgc.run_with_stats(artifact, inputs)
+    return {"seconds": seconds, "simulated_seconds": stats.simulated_seconds}
+
+
+def measure_onnxruntime(model_name: str, batch: int, repeat: int) -> dict:
+    import onnxruntime as ort
+
+    from cgc.frontends import zoo
+
+    model = zoo.MODELS[model_name]()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    inputs = zoo.sample_inputs(model, batch, seed=1)
+    return {"seconds": _median_seconds(lambda: session.run(None, inputs), repeat)}
+
+
+def _training_data(batch: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "x": rng.standard_normal((batch, 64)).astype(np.float32),
+        "labels": rng.integers(0, 10, batch),
+    }
+
+
+def measure_cgc_training(batch: int, repeat: int, target: str) -> dict:
+    from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.frontends import zoo
+    from cgc.runtime.vm import Cluster
+
+    options = TrainingOptions(lr=0.05, momentum=0.9)
+    artifact = compile_model(
+        zoo.MODELS["mlp_train"](), mode="weight_streaming", target=target,
+        batch_size=batch, training=options,
+    )
+    cluster = Cluster(artifact)
+    data = _training_data(batch)
+    return {"seconds": _median_seconds(lambda: cluster.train_step(data), repeat)}
+
+
+def measure_torch_training(batch: int, repeat: int) -> dict:
+    import torch
+    from onnx import numpy_helper
+
+    from cgc.frontends import zoo
+
+    torch.set_num_threads(1)
+    model = zoo.MODELS["mlp_train"]()
+    weights = {
+        t.name: torch.tensor(numpy_helper.to_array(t), requires_grad=True)
+        for t in model.graph.initializer
+    }
+    optimizer = torch.optim.SGD(weights.values(), lr=0.05, momentum=0.9)
+    data = _training_data(batch)
+    x, labels = torch.tensor(data["x"]), torch.tensor(data["labels"])
+
+    def step() -> None:
+        h = x
+        for layer in (1, 2, 3):
+            h = h @ weights[f"fc{layer}.weight"].T + weights[f"fc{layer}.bias"]
+            h = torch.relu(h) if layer < 3 else h
+        loss = torch.nn.functional.cross_entropy(h, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return {"seconds": _median_seconds(step, repeat)}
+
+
+def _child(args: argparse.Namespace) -> None:
+    kind, name, mode = args.one
+    if kind == "cgc":
+        result = measure_cgc(name, mode, args.batch, args.repeat, args.target)
+    elif kind == "ort":
+        result = measure_onnxruntime(name, args.batch, args.repeat)
+    elif kind == "cgc-train":
+        result = measure_cgc_training(args.batch, args.repeat, args.target)
+    else:
+        result = measure_torch_training(args.batch, args.repeat)
+    result["peak_rss_mib"] = _peak_rss_mib()
+    print(json.dumps(result))
+
+
+def _spawn(args: argparse.Namespace, kind: str, name: str, mode: str) -> dict:
+    command = [
+        sys.executable, __file__, "--one", kind, name, mode, "--batch", str(args.batch),
+        "--repeat", str(args.repeat), "--target", args.target,
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--target", default="wse2")
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        _child(args)
+        return
+    print(f"batch {args.batch}, target {args.target}, median of {args.repeat} runs, 1 thread")
+    print(f"{'case':34s} {'cgc s':>9s} {'ref s':>9s} {'ratio':>7s} {'cgc MiB':>8s} "
+          f"{'ref MiB':>8s} {'ratio':>6s}")
+    rows = []
+    for name in ("mlp", "cnn", "transformer"):
+        ref = _spawn(args, "ort", name, "-")
+        for mode in ("pipelined", "weight_streaming"):
+            rows.append((f"{name} {mode} vs onnxruntime", _spawn(args, "cgc", name, mode), ref))
+    rows.append(("mlp training step vs pytorch", _spawn(args, "cgc-train", "mlp", "-"),
+                 _spawn(args, "torch-train", "mlp", "-")))
+    for label, ours, ref in rows:
+        print(
+            f"{label:34s} {ours['seconds']:9.4f} {ref['seconds']:9.4f} "
+            f"{ours['seconds'] / ref['seconds']:7.1f} {ours['peak_rss_mib']:8.0f} "
+            f"{ref['peak_rss_mib']:8.0f} {ours['peak_rss_mib'] / ref['peak_rss_mib']:6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

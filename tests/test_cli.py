@@ -1,0 +1,362 @@
+"""The command line: every command, and every error a user can cause (exit code 2, one line
+naming the culprit, nothing left half-written)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import cgc
+from cgc.cli import main
+from cgc.dialects import parse_module
+from cgc.frontends import zoo
+
+TARGET = "mesh16x16"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """Example models and inputs, written once."""
+    root = tmp_path_factory.mktemp("cli")
+    for name in ("mlp", "mlp_train"):
+        model = zoo.MODELS[name]()
+        zoo.save(model, root / f"{name}.onnx")
+        np.savez(root / f"{name}.inputs.npz", **zoo.sample_inputs(model, 4))
+    rng = np.random.default_rng(0)
+    np.savez(
+        root / "data.npz",
+        x=rng.standard_normal((32, 64)).astype(np.float32),
+        labels=rng.integers(0, 10, 32),
+    )
+    return root
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture(scope="module")
+def artifact(workdir):
+    path = workdir / "mlp.cgc"
+    result = invoke(
+        "compile",
+        workdir / "mlp.onnx",
+        "-o",
+        path,
+        "--batch-size",
+        4,
+        "--target",
+        TARGET,
+        "--mode",
+        "pipelined",
+    )
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def test_compile_prints_summary_and_writes_artifact(artifact, workdir) -> None:
+    result = invoke(
+        "compile",
+        workdir / "mlp.onnx",
+        "-o",
+        workdir / "ws.cgc",
+        "--batch-size",
+        4,
+        "--target",
+        TARGET,
+        "--mode",
+        "weight_streaming",
+        "--num-csx",
+        2,
+    )
+    assert result.exit_code == 0, result.output
+    assert "mode: weight_streaming (requested with --mode weight_streaming)" in result.output
+    assert "stream schedule" in result.output and "fc1" in result.output
+    assert cgc.load(workdir / "ws.cgc").manifest["num_csx"] == 2
+    assert cgc.load(artifact).manifest["mode"] == "pipelined"
+
+
+def test_dump_ir_and_print_ir_after_all(workdir, tmp_path) -> None:
+    dumps = tmp_path / "ir"
+    result = invoke(
+        "compile",
+        workdir / "mlp.onnx",
+        "-o",
+        tmp_path / "a.cgc",
+        "--batch-size",
+        4,
+        "--target",
+        TARGET,
+        "--dump-ir",
+        dumps,
+        "--print-ir-after-all",
+    )
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in dumps.iterdir())
+    assert names == [
+        "00-import.mlir",
+        "01-decompose.mlir",
+        "02-fold-constants.mlir",
+        "03-form-layers.mlir",
+        "04-place-layers.mlir",
+    ]
+    for path in dumps.iterdir():
+        parse_module(path.read_text(), str(path))
+    assert 'loc("fc1")' in (dumps / "00-import.mlir").read_text()
+    assert "// -----// IR Dump After decompose //----- //" in result.output
+    opt = invoke("opt", dumps / "03-form-layers.mlir", "-p", "place-layers")
+    assert opt.exit_code == 0, opt.output
+    assert opt.output == (dumps / "04-place-layers.mlir").read_text()
+
+
+def test_run_writes_outputs_stats_and_trace(artifact, workdir, tmp_path) -> None:
+    result = invoke(
+        "run",
+        artifact,
+        "--inputs",
+        workdir / "mlp.inputs.npz",
+        "--output",
+        tmp_path / "out.npz",
+        "--stats-json",
+        tmp_path / "stats.json",
+        "--trace",
+        tmp_path / "trace.json",
+    )
+    assert result.exit_code == 0, result.output
+    with np.load(tmp_path / "out.npz") as outputs, np.load(workdir / "mlp.inputs.npz") as inputs:
+        expected = cgc.run(cgc.load(artifact), dict(inputs))["logits"]
+        np.testing.assert_array_equal(outputs["logits"], expected)
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    for key in (
+        "mode",
+        "target",
+        "num_csx",
+        "batch_size",
+        "simulated_cycles",
+        "simulated_seconds",
+        "samples_per_second",
+        "pe_utilization",
+        "peak_pe_sram_bytes",
+    ):
+        assert key in stats
+    assert stats["mode"] == "pipelined" and stats["batch_size"] == 4
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"] for e in spans} == {"fc1", "fc2", "fc3"}
+
+
+def test_inspect(artifact) -> None:
+    text = invoke("inspect", artifact, "--disasm", "--ir")
+    assert text.exit_code == 0, text.output
+    assert "placement (x, y, columns x rows):" in text.output
+    assert 'layer 0 "fc1" at x=0 y=0' in text.output
+    assert "matmul %" in text.output and "wse.layer" in text.output
+    data = json.loads(invoke("inspect", artifact, "--json").output)
+    assert data["mode"] == "pipelined"
+    assert data["target"]["rows"] == 16 and data["target"]["sram_bytes_per_pe"] == 48 * 1024
+    assert [layer["name"] for layer in data["layers"]] == ["fc1", "fc2", "fc3"]
+    assert all(len(layer["region"]) == 4 for layer in data["layers"])
+    pipeline = data["pipeline"]
+    assert 0 < pipeline["samples_per_second"] <= pipeline["bound_samples_per_second"]
+
+
+def test_train_prints_default_choice(workdir, tmp_path) -> None:
+    result = invoke(
+        "train",
+        workdir / "mlp_train.onnx",
+        "--data",
+        workdir / "data.npz",
+        "--batch-size",
+        8,
+        "--steps",
+        3,
+        "--lr",
+        0.1,
+        "--num-csx",
+        2,
+        "--model-dir",
+        tmp_path,
+        "--target",
+        TARGET,
+    )
+    assert result.exit_code == 0, result.output
+    assert "training 3466 parameters in 6 tensors, all float initializers (default)" in (
+        result.output
+    )
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    assert (tmp_path / "weights.safetensors").exists()
+
+
+def unsupported_model(path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    nodes = [
+        helper.make_node("Cos", ["x"], ["a"], name="c1"),
+        helper.make_node("HardSwish", ["a"], ["b"], name="h1"),
+        helper.make_node("Cos", ["b"], ["y"], name="c2"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def test_compile_errors(workdir, tmp_path) -> None:
+    out = tmp_path / "never.cgc"
+    bad = tmp_path / "bad.onnx"
+    unsupported_model(bad)
+    one_line_error(
+        invoke("compile", bad, "-o", out, "--batch-size", 2),
+        "bad.onnx: unsupported ops: Cos (nodes c1, c2), HardSwish (node h1)",
+    )
+    one_line_error(invoke("compile", tmp_path / "nope.onnx", "-o", out), "nope.onnx: no such file")
+    one_line_error(
+        invoke("compile", workdir / "mlp.onnx", "-o", out),
+        "symbolic batch dimension 'N'",
+        "--batch-size",
+    )
+    one_line_error(
+        invoke("compile", workdir / "mlp.onnx", "-o", out, "--batch-size", 6, "--num-csx", 4),
+        "--batch-size 6 does not split evenly",
+    )
+    one_line_error(
+        invoke("compile", workdir / "mlp.onnx", "-o", out, "--batch-size", 2, "--target", "tpu"),
+        "unknown target 'tpu'",
+    )
+    one_line_error(
+        invoke("compile", workdir / "mlp.onnx", "-o", out, "--batch-size", 2, "--shape", "x=8by64"),
+        "--shape x=8by64",
+    )
+    wide = tmp_path / "wide.onnx"
+    zoo.save(zoo.mlp(in_features=256, hidden=(256, 256)), wide)
+    one_line_error(
+        invoke(
+            "compile",
+            wide,
+            "-o",
+            out,
+            "--batch-size",
+            4,
+            "--target",
+            "mesh2x2",
+            "--mode",
+            "pipelined",
+        ),
+        "does not fit on mesh2x2 in pipelined mode",
+        "192.0 KiB available",
+        "use --mode weight_streaming",
+    )
+    assert invoke("compile", wide, "-o", out, "--mode", "sideways").exit_code == 2
+    assert not out.exists()
+    assert not list(tmp_path.glob(".never.cgc*"))
+
+
+def test_run_errors(artifact, workdir, tmp_path) -> None:
+    inputs = workdir / "mlp.inputs.npz"
+    one_line_error(invoke("run", tmp_path / "nope.cgc", "--inputs", inputs), "no such file")
+    data = bytearray(artifact.read_bytes())
+    data[-10] ^= 0xFF
+    (tmp_path / "flipped.cgc").write_bytes(data)
+    one_line_error(
+        invoke("run", tmp_path / "flipped.cgc", "--inputs", inputs),
+        "section 'weights' is corrupted",
+    )
+    (tmp_path / "short.cgc").write_bytes(artifact.read_bytes()[:500])
+    one_line_error(invoke("run", tmp_path / "short.cgc", "--inputs", inputs), "truncated")
+    (tmp_path / "notes.cgc").write_text("hello")
+    one_line_error(invoke("run", tmp_path / "notes.cgc", "--inputs", inputs), "not a cgc artifact")
+    np.savez(tmp_path / "wrong.npz", y=np.zeros((4, 64), np.float32))
+    one_line_error(
+        invoke("run", artifact, "--inputs", tmp_path / "wrong.npz"), "missing inputs ['x']"
+    )
+    np.savez(tmp_path / "odd.npz", x=np.zeros((6, 64), np.float32))
+    one_line_error(
+        invoke("run", artifact, "--inputs", tmp_path / "odd.npz"),
+        "6 samples is not a multiple of the compiled per-system batch 4",
+    )
+    np.savez(tmp_path / "narrow.npz", x=np.zeros((4, 63), np.float32))
+    one_line_error(
+        invoke("run", artifact, "--inputs", tmp_path / "narrow.npz"), "input 'x' has shape (4, 63)"
+    )
+    one_line_error(
+        invoke("run", artifact, "--inputs", inputs, "--output", tmp_path / "missing" / "out.npz"),
+        "does not exist",
+    )
+    one_line_error(
+        invoke("run", artifact, "--inputs", inputs, "--num-csx", 0), "--num-csx must be at least 1"
+    )
+
+
+def test_train_and_opt_errors(workdir, tmp_path) -> None:
+    model, data = workdir / "mlp_train.onnx", workdir / "data.npz"
+    np.savez(tmp_path / "half.npz", x=np.zeros((8, 64), np.float32))
+    one_line_error(
+        invoke(
+            "train",
+            model,
+            "--data",
+            tmp_path / "half.npz",
+            "--batch-size",
+            4,
+            "--steps",
+            1,
+            "--model-dir",
+            tmp_path,
+            "--target",
+            TARGET,
+        ),
+        "training data lacks ['labels']",
+    )
+    one_line_error(
+        invoke(
+            "train",
+            model,
+            "--data",
+            data,
+            "--batch-size",
+            4,
+            "--steps",
+            1,
+            "--model-dir",
+            tmp_path,
+            "--trainable",
+            "fc(",
+            "--target",
+            TARGET,
+        ),
+        "--trainable fc(: not a regular expression",
+    )
+    one_line_error(invoke("opt", tmp_path / "none.mlir"), "none.mlir")
+    (tmp_path / "broken.mlir").write_text("func.func @main( {\n")
+    one_line_error(invoke("opt", tmp_path / "broken.mlir"), "broken.mlir:")
+    (tmp_path / "ok.mlir").write_text('builtin.module attributes {wse.target = "mesh4x4"} {}\n')
+    one_line_error(
+        invoke("opt", tmp_path / "ok.mlir", "-p", "no-such-pass"),
+        "no-such-pass",
+        "passes: autodiff, decompose",
+    )
+
+
+def test_internal_errors_exit_1_without_traceback(workdir, monkeypatch) -> None:
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("cgc.runtime.artifact.Artifact.load", explode)
+    result = invoke("inspect", workdir / "whatever.cgc")
+    assert result.exit_code == 1
+    assert "internal error: RuntimeError: boom (rerun with --debug)" in result.output
+    assert "Traceback" not in result.output
+    debug = invoke("--debug", "inspect", workdir / "whatever.cgc")
+    assert debug.exit_code == 1
+    assert "Traceback" in debug.output
