@@ -14,6 +14,7 @@ for weight streaming and records why.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -254,6 +255,8 @@ def compile_model(
         }
     used = {name for layer in program.layers for name in layer.weights}
     weights = {k: v for k, v in imported.weights.items() if k in used}
+    # the manifest a loaded artifact has: plain JSON values (lists, not tuples)
+    manifest = json.loads(json.dumps(manifest))
     return Artifact(manifest, program, print_module(c.module), weights)
 
 

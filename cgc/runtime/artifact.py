@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
@@ -111,9 +112,9 @@ class Artifact:
             program = Program.decode(sections["bytecode"])
             ir = sections["ir"].decode()
             weights = load_safetensors(sections["weights"])
-        except (ValueError, KeyError, UnicodeDecodeError, struct.error) as e:
+        except (ValueError, UnicodeDecodeError, SafetensorError) as e:
             raise ArtifactError(f"{source}: malformed artifact ({e})") from None
-        if manifest.get("format_version") != FORMAT_VERSION:
+        if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
             raise ArtifactError(f"{source}: manifest of an unknown format version")
         return cls(manifest, program, ir, weights)
 

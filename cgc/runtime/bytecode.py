@@ -149,6 +149,13 @@ class Program:
     @classmethod
     def decode(cls, data: bytes) -> Program:
         """Parses the binary form; raises ValueError on anything malformed."""
+        try:
+            return cls._decode(data)
+        except (struct.error, IndexError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise ValueError(f"bytecode is malformed ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _decode(cls, data: bytes) -> Program:
         if len(data) < _HEADER.size:
             raise ValueError("bytecode is truncated")
         magic, version, _, table_bytes, count = _HEADER.unpack_from(data)

@@ -235,7 +235,8 @@ class Elementwise(Kernel):
                 result = np.where(tiles[0], tiles[1], tiles[2])
             else:
                 result = tiles[0]
-        result = np.broadcast_to(result.astype(out.dtype, copy=False), out.tile_shape())
+            # padding may hold values (NaN, inf) that do not cast cleanly; they are never read
+            result = np.broadcast_to(result.astype(out.dtype, copy=False), out.tile_shape())
         return [DistTensor(out, np.ascontiguousarray(result))]
 
 

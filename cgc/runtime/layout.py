@@ -184,7 +184,17 @@ class DistTensor:
         lay = self.layout
         if lay.rows == lay.h * lay.rt and lay.cols == lay.w * lay.ct:
             return self.tiles
-        return np.where(lay.valid_mask(), self.tiles, np.asarray(fill, dtype=self.tiles.dtype))
+        return np.where(lay.valid_mask(), self.tiles, _fill_value(fill, self.tiles.dtype))
+
+
+def _fill_value(fill: float, dtype: np.dtype) -> np.ndarray:
+    """``fill`` in ``dtype``; infinities become the extreme values of integer and bool types."""
+    if dtype.kind == "b":
+        return np.asarray(fill > 0)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.asarray(min(max(fill, info.min), info.max), dtype=dtype)
+    return np.asarray(fill, dtype=dtype)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ def train(
     if steps < 1:
         raise CgcError(f"--steps {steps}: must be at least 1")
     samples = check_data(artifact, data)
+    names = [spec["name"] for spec in artifact.manifest["inputs"]]
     cluster = Cluster(artifact)
     batch = cluster.batch * cluster.num_csx
     directory = Path(model_dir)
@@ -79,7 +80,7 @@ def train(
     with open(directory / "metrics.jsonl", "w") as log:
         for step in range(steps):
             index = np.arange(step * batch, (step + 1) * batch) % samples
-            loss, stats = cluster.train_step({k: np.asarray(v)[index] for k, v in data.items()})
+            loss, stats = cluster.train_step({n: np.asarray(data[n])[index] for n in names})
             line = {
                 "step": step + 1,
                 "loss": loss,
@@ -91,8 +92,8 @@ def train(
             result.metrics.append(line)
             if on_step is not None:
                 on_step(line)
-    names = training["initializers"]
-    result.weights = {n: cluster.memoryx.weights[n] for n in names if n in cluster.memoryx.weights}
+    kept = training["initializers"]
+    result.weights = {n: cluster.memoryx.weights[n] for n in kept if n in cluster.memoryx.weights}
     write_atomically(
         directory / "weights.safetensors", save_safetensors(dict(sorted(result.weights.items())))
     )

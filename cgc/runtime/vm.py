@@ -394,7 +394,8 @@ class Cluster:
         self.memoryx = MemoryX(artifact.weights, self.target)
         self.swarmx = SwarmX(self.num_csx, self.target)
         self.wafers = [Wafer(self.target) for _ in range(self.num_csx)]
-        self.batch = manifest["per_system_batch"]
+        # a model without a batch axis runs its fixed shapes as one sample per system
+        self.batch = manifest["per_system_batch"] or 1
 
     def _chunks(self, inputs: Mapping[str, np.ndarray]) -> list[list[np.ndarray]]:
         """Splits the inputs into per-system chunks of the compiled batch."""
@@ -567,6 +568,7 @@ class Cluster:
                 spans.append(Span("MemoryX -> SwarmX", f"{record.name} weights", send, arrive))
             begin = layer_end + record.host_in_bytes / self.target.io_bytes_per_s
             layer_end = max(begin + seconds(record.cycles), arrive)
+            layer_end += record.host_out_bytes / self.target.io_bytes_per_s
             spans.append(Span(track, record.name, begin, layer_end))
             previous_start = begin
             if record.stream_out_bytes:
@@ -576,7 +578,6 @@ class Cluster:
                 spans.append(
                     Span("SwarmX -> MemoryX", f"{record.name} gradients", send, egress_end)
                 )
-            layer_end += record.host_out_bytes / self.target.io_bytes_per_s
         return max(layer_end, egress_end)
 
 
@@ -593,7 +594,7 @@ def _pipeline_timeline(target: Target, track: str, runs: Sequence[Executor], bat
     slowest = max(t for _, t in stages)
     spans, clock = [], 0.0
     for name, per_sample in stages:
-        spans.append(Span(track, name, clock, clock + per_sample * samples))
+        spans.append(Span(track, name, clock, clock + per_sample + (samples - 1) * slowest))
         clock += per_sample
     return clock + (samples - 1) * slowest, spans
 

@@ -1,0 +1,236 @@
+"""Unit tests of cgc.runtime.memoryx (torch.optim.SGD arithmetic) and cgc.runtime.swarmx."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from cgc.runtime.machine import Target
+from cgc.runtime.memoryx import MemoryX
+from cgc.runtime.swarmx import SwarmX, tree_depth
+
+T = Target("t", 8, 8, 48 * 1024, 850e6)
+
+SGD_CONFIGS = [
+    {"momentum": m, "dampening": d, "nesterov": n, "weight_decay": wd}
+    for m, d, n, wd in itertools.product((0.0, 0.9), (0.0, 0.3), (False, True), (0.0, 0.01))
+    if not n or (m > 0 and d == 0)
+]
+
+
+def config_id(c):
+    return "m{momentum}-d{dampening}-n{nesterov:d}-wd{weight_decay}".format(**c)
+
+
+# --------------------------------------------------------------------------- MemoryX
+
+
+@pytest.mark.parametrize("config", SGD_CONFIGS, ids=config_id)
+def test_sgd_matches_torch(config):
+    rng = np.random.default_rng(0)
+    shapes = {"a.weight": (5, 7), "a.bias": (7,), "b": (3, 2, 4)}
+    weights = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    lr = 0.05
+    mx = MemoryX(weights, T)
+    params = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in weights.items()}
+    opt = torch.optim.SGD(list(params.values()), lr=lr, **config)
+    cfg = {"lr": lr, **config, "nesterov": float(config["nesterov"])}
+    for _ in range(5):
+        for name, shape in shapes.items():
+            grad = rng.standard_normal(shape).astype(np.float32)
+            mx.receive(name, grad, None)
+            params[name].grad = torch.from_numpy(grad.copy())
+        opt.step()
+        mx.apply("sgd", cfg)
+        for name, p in params.items():
+            got = mx.weights[name]
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-6, atol=1e-7)
+    assert mx.steps == 5
+    assert mx.gradients == {}
+    if config["momentum"]:
+        for name, p in params.items():
+            buf = opt.state[p]["momentum_buffer"].numpy()
+            np.testing.assert_allclose(mx.state[name]["momentum_buffer"], buf, rtol=1e-6, atol=1e-7)
+    else:
+        assert mx.state == {}
+
+
+def test_sgd_plain_step_by_hand():
+    mx = MemoryX({"w": np.array([1.0, -2.0], np.float32)}, T)
+    mx.receive("w", np.array([0.5, 4.0], np.float32), None)
+    mx.apply("sgd", {"lr": 0.25})
+    np.testing.assert_array_equal(mx.weights["w"], np.array([0.875, -3.0], np.float32))
+
+
+def test_weights_without_gradient_are_untouched():
+    w = {"a": np.ones(3, np.float32), "b": np.full(2, 2.0, np.float32)}
+    mx = MemoryX(w, T)
+    mx.receive("a", np.ones(3, np.float32), None)
+    mx.apply("sgd", {"lr": 0.1, "weight_decay": 0.5, "momentum": 0.9})
+    np.testing.assert_array_equal(mx.weights["b"], w["b"])
+    assert not np.array_equal(mx.weights["a"], w["a"])
+    assert "b" not in mx.state
+
+
+def test_memoryx_copies_its_weights():
+    w = {"a": np.ones(3, np.float32)}
+    mx = MemoryX(w, T)
+    w["a"][:] = 5
+    np.testing.assert_array_equal(mx.weights["a"], np.ones(3))
+
+
+def test_unknown_optimizer():
+    mx = MemoryX({"a": np.ones(3, np.float32)}, T)
+    with pytest.raises(ValueError, match="adam"):
+        mx.apply("adam", {"lr": 0.1})
+
+
+@pytest.mark.parametrize(("stored", "perm"), [((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1))])
+def test_receive_maps_the_gradient_of_a_view_back(stored, perm):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal(stored).astype(np.float32)
+    mx = MemoryX({"w": w}, T)
+    view = mx.stream("w", [stored[p] for p in perm], perm)
+    np.testing.assert_array_equal(view, np.transpose(w, perm))
+    upstream = rng.standard_normal(view.shape).astype(np.float32)
+    # reference: torch's gradient of sum(permute(W) * G) with respect to W
+    t = torch.tensor(w, requires_grad=True)
+    (t.permute(*perm) * torch.from_numpy(upstream)).sum().backward()
+    mx.receive("w", upstream, perm)
+    assert mx.gradients["w"].shape == stored
+    np.testing.assert_array_equal(mx.gradients["w"], t.grad.numpy())
+
+
+def test_stream_reshaped_view():
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    mx = MemoryX({"w": w}, T)
+    np.testing.assert_array_equal(mx.stream("w", (1, 12), None), w.reshape(1, 12))
+    mx.receive("w", np.ones((1, 12), np.float32), None)
+    assert mx.gradients["w"].shape == (3, 4)
+
+
+def test_repeated_receive_sums_and_does_not_alias():
+    mx = MemoryX({"w": np.zeros((2, 3), np.float32)}, T)
+    g1 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g2 = np.full((3, 2), 10.0, np.float32)
+    mx.receive("w", g1, None)
+    g1[:] = -100  # the store keeps its own copy
+    mx.receive("w", g2, [1, 0])
+    mx.receive("w", np.ones((2, 3), np.float32), None)
+    want = np.arange(6, dtype=np.float32).reshape(2, 3) + 10 + 1
+    np.testing.assert_array_equal(mx.gradients["w"], want)
+
+
+def test_memoryx_seconds():
+    t = replace(T, memoryx_bytes_per_s=2e9, memoryx_update_params_per_s=4e9)
+    mx = MemoryX({}, t)
+    assert mx.stream_seconds(1e9) == pytest.approx(0.5)
+    assert mx.update_seconds(2 * 10**9) == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- SwarmX
+
+DEPTHS = {
+    2: {1: 0, 2: 1, 3: 2, 4: 2, **dict.fromkeys(range(5, 9), 3), **dict.fromkeys(range(9, 17), 4),
+        **dict.fromkeys(range(17, 21), 5)},
+    4: {1: 0, **dict.fromkeys(range(2, 5), 1), **dict.fromkeys(range(5, 17), 2),
+        **dict.fromkeys(range(17, 21), 3)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fanout", [2, 4])
+def test_tree_depth(fanout):
+    for systems in range(1, 21):
+        assert tree_depth(systems, fanout) == DEPTHS[fanout][systems], systems
+        assert SwarmX(systems, replace(T, swarmx_fanout=fanout)).depth == DEPTHS[fanout][systems]
+
+
+def test_tree_depth_other_fanouts():
+    assert tree_depth(8, 8) == 1 and tree_depth(9, 8) == 2 and tree_depth(64, 8) == 2
+    assert tree_depth(1, 3) == 0 and tree_depth(10, 3) == 3
+
+
+def swarm(fanout):
+    return SwarmX(0, replace(T, swarmx_fanout=fanout))
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+def test_reduce_order_fanout_2():
+    # pairs first: (1e8 + 1) + (-1e8 + 1) = 1e8 - 1e8 = 0; left to right would give 1
+    streams = [f32(1e8, 1), f32(1, -1e8), f32(-1e8, 1e8), f32(1, 1)]
+    got = swarm(2).reduce(streams)
+    want = (streams[0] + streams[1]) + (streams[2] + streams[3])
+    left_to_right = ((streams[0] + streams[1]) + streams[2]) + streams[3]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, f32(0, 0))
+    np.testing.assert_array_equal(left_to_right, f32(1, 1))
+    assert not np.array_equal(got, left_to_right)
+    assert got.dtype == np.float32
+
+
+def test_reduce_order_fanout_4():
+    # one node sums its four children left to right
+    streams = [f32(1e8), f32(1), f32(-1e8), f32(1)]
+    np.testing.assert_array_equal(swarm(4).reduce(streams), f32(1))
+    np.testing.assert_array_equal(swarm(2).reduce(streams), f32(0))
+
+
+def test_reduce_order_fanout_4_two_levels():
+    # five leaves under fanout 4: ((s0 + s1 + s2 + s3) + s4)
+    streams = [f32(1), f32(1e8), f32(1), f32(1), f32(-1e8)]
+    want = (((streams[0] + streams[1]) + streams[2]) + streams[3]) + streams[4]
+    np.testing.assert_array_equal(swarm(4).reduce(streams), want)
+    np.testing.assert_array_equal(want, f32(0))
+    # the other association, s0 + (s1 + s2 + s3 + s4), would give 1
+    assert (streams[0] + (((streams[1] + streams[2]) + streams[3]) + streams[4]))[0] == 1
+
+
+@pytest.mark.parametrize(("count", "fanout"), [(1, 4), (3, 2), (7, 2), (13, 4), (20, 4)])
+def test_reduce_matches_tree_reference_and_is_repeatable(count, fanout):
+    rng = np.random.default_rng(count)
+    streams = [
+        (rng.standard_normal((3, 4)) * 10.0 ** rng.integers(-3, 8)).astype(np.float32)
+        for _ in range(count)
+    ]
+    before = [s.copy() for s in streams]
+    level = [s.copy() for s in streams]
+    while len(level) > 1:  # independent reference: groups of `fanout`, left to right
+        nxt = []
+        for i in range(0, len(level), fanout):
+            total = level[i]
+            for part in level[i + 1 : i + fanout]:
+                total = total + part
+            nxt.append(total)
+        level = nxt
+    got = swarm(fanout).reduce(streams)
+    np.testing.assert_array_equal(got, level[0])
+    np.testing.assert_array_equal(swarm(fanout).reduce([s.copy() for s in before]), got)
+    for s, b in zip(streams, before, strict=True):
+        np.testing.assert_array_equal(s, b)  # inputs untouched
+
+
+def test_link_and_latency_seconds():
+    t = replace(
+        T,
+        memoryx_bytes_per_s=100e9,
+        swarmx_link_bytes_per_s=50e9,
+        io_bytes_per_s=200e9,
+        swarmx_hop_seconds=2e-6,
+        swarmx_fanout=4,
+    )
+    sx = SwarmX(5, t)
+    assert sx.link_seconds(1e9) == pytest.approx(1e9 / 50e9)
+    assert sx.latency_seconds == pytest.approx(3 * 2e-6)  # two levels of nodes + one hop
+    assert SwarmX(1, t).latency_seconds == pytest.approx(2e-6)
+    slow_io = replace(t, io_bytes_per_s=10e9)
+    assert SwarmX(5, slow_io).link_seconds(1e9) == pytest.approx(0.1)
+    slow_mx = replace(t, memoryx_bytes_per_s=1e9)
+    assert SwarmX(5, slow_mx).link_seconds(3e9) == pytest.approx(3.0)
