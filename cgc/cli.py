@@ -82,7 +82,7 @@ def _load_npz(path: str, option: str) -> dict[str, np.ndarray]:
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    from cgc.runtime.trainer import write_atomically
+    from cgc.runtime.files import write_atomically
 
     target = Path(path)
     if target.parent and not target.parent.exists():

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from safetensors.numpy import save as save_safetensors
 
 from cgc.errors import CgcError
 from cgc.runtime.bytecode import Program
+from cgc.runtime.files import write_atomically
 
 MAGIC = b"CGCARTF\0"
 FORMAT_VERSION = 1
@@ -81,16 +81,7 @@ class Artifact:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the file atomically: a reader sees the old file or the whole new one."""
-        target = Path(path)
-        data = self.to_bytes()
-        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Artifact:

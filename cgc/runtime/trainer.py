@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from safetensors.numpy import save as save_safetensors
 
 from cgc.errors import CgcError
 from cgc.runtime.artifact import Artifact
+from cgc.runtime.files import write_atomically
 from cgc.runtime.vm import Cluster
 
 
@@ -43,18 +43,6 @@ def check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
     if len(counts) != 1 or 0 in counts:
         raise CgcError(f"training data arrays have different or zero sample counts: {counts}")
     return counts.pop()
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same directory."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def train(
