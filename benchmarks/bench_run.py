@@ -79,8 +79,11 @@ def measure_cgc_training(batch: int, repeat: int, target: str) -> dict:
 
     options = TrainingOptions(lr=0.05, momentum=0.9)
     artifact = compile_model(
-        zoo.MODELS["mlp_train"](), mode="weight_streaming", target=target,
-        batch_size=batch, training=options,
+        zoo.MODELS["mlp_train"](),
+        mode="weight_streaming",
+        target=target,
+        batch_size=batch,
+        training=options,
     )
     cluster = Cluster(artifact)
     data = _training_data(batch)
@@ -132,8 +135,18 @@ def _child(args: argparse.Namespace) -> None:
 
 def _spawn(args: argparse.Namespace, kind: str, name: str, mode: str) -> dict:
     command = [
-        sys.executable, __file__, "--one", kind, name, mode, "--batch", str(args.batch),
-        "--repeat", str(args.repeat), "--target", args.target,
+        sys.executable,
+        __file__,
+        "--one",
+        kind,
+        name,
+        mode,
+        "--batch",
+        str(args.batch),
+        "--repeat",
+        str(args.repeat),
+        "--target",
+        args.target,
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -150,15 +163,22 @@ def main() -> None:
         _child(args)
         return
     print(f"batch {args.batch}, target {args.target}, median of {args.repeat} runs, 1 thread")
-    print(f"{'case':34s} {'cgc s':>9s} {'ref s':>9s} {'ratio':>7s} {'cgc MiB':>8s} "
-          f"{'ref MiB':>8s} {'ratio':>6s}")
+    print(
+        f"{'case':34s} {'cgc s':>9s} {'ref s':>9s} {'ratio':>7s} {'cgc MiB':>8s} "
+        f"{'ref MiB':>8s} {'ratio':>6s}"
+    )
     rows = []
     for name in ("mlp", "cnn", "transformer"):
         ref = _spawn(args, "ort", name, "-")
         for mode in ("pipelined", "weight_streaming"):
             rows.append((f"{name} {mode} vs onnxruntime", _spawn(args, "cgc", name, mode), ref))
-    rows.append(("mlp training step vs pytorch", _spawn(args, "cgc-train", "mlp", "-"),
-                 _spawn(args, "torch-train", "mlp", "-")))
+    rows.append(
+        (
+            "mlp training step vs pytorch",
+            _spawn(args, "cgc-train", "mlp", "-"),
+            _spawn(args, "torch-train", "mlp", "-"),
+        )
+    )
     for label, ours, ref in rows:
         print(
             f"{label:34s} {ours['seconds']:9.4f} {ref['seconds']:9.4f} "

@@ -266,6 +266,14 @@ def inspect(artifact, disasm, as_json, ir) -> None:
         click.echo("bytecode:\n" + art.program.disassemble(), nl=False)
 
 
+def _pipeline_error(error: BaseException) -> str:
+    """xDSL's multi-line pipeline error as one line: the column, then the complaint."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    position = next((line for line in lines if line.startswith("pass-pipeline:")), None)
+    column = f"column {position.rsplit(':', 1)[-1]}: " if position else ""
+    return column + lines[-1]
+
+
 @main.command()
 @click.argument("file", type=click.Path())
 @click.option("-p", "--pipeline", default="", help="Passes to run, e.g. 'decompose,form-layers'.")
@@ -288,8 +296,7 @@ def opt(file, pipeline, output) -> None:
         passes = PassPipeline.parse_spec(available, pipeline).passes if pipeline else ()
     except (ArgSpecParseError, ValueError) as e:
         known = ", ".join(sorted(available))
-        message = str(e).strip().splitlines()[0]
-        raise CgcError(f"-p {pipeline}: {message} (passes: {known})") from None
+        raise CgcError(f"-p {pipeline}: {_pipeline_error(e)} (passes: {known})") from None
     ctx = context()
     for p in passes:
         p.apply(ctx, module)

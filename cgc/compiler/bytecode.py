@@ -18,7 +18,6 @@ from xdsl.ir import Operation, SSAValue
 from cgc.compiler.interpret import dense_to_numpy, main_function
 from cgc.dialects import ws, wse
 from cgc.errors import CgcError
-from cgc.passes.form_layers import location_name
 from cgc.runtime.bytecode import (
     PRIMITIVES,
     Instruction,
@@ -70,7 +69,7 @@ class Lowering:
                 tuple(self.register(r) for r in results),
                 tuple(self.of[v] for v in operands),
                 attrs or {},
-                location_name(op) if op is not None else None,
+                wse.location_name(op) if op is not None else None,
             )
         )
 
@@ -137,7 +136,7 @@ class Lowering:
             attrs = wse.properties_as_python(op)
             self.emit(kernel_opcode(wse.mnemonic(op)), op.results, op.operands, attrs, op)
         else:
-            where = location_name(op)
+            where = wse.location_name(op)
             raise CgcError(
                 f"cannot lower {op.name}{f' (node {where})' if where else ''}: "
                 "it has no mesh kernel; run the decompose pass first"

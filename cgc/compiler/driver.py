@@ -34,7 +34,7 @@ from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
-from cgc.passes.form_layers import FormLayersPass, location_name
+from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.runtime.artifact import FORMAT_VERSION, Artifact
@@ -160,7 +160,7 @@ def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str]:
     kind = batch_reduction(loss)
     if kind is None:
         if num_csx > 1:
-            where = location_name(loss.owner) or loss.owner.name
+            where = wse.location_name(loss.owner) or loss.owner.name
             raise CgcError(
                 f"cannot tell whether the loss '{imported.outputs[0].name}' (from node {where}) "
                 "averages or sums over the batch, so its gradients cannot be split across "

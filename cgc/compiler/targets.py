@@ -69,7 +69,7 @@ def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
         dims = _MESH.fullmatch(f"mesh{size}")
         if dims is None:
             raise CgcError(f"bad mesh size '{size}' in target '{name}'; expected ROWSxCOLS")
-        return get_target(base, (int(dims[1]), int(dims[2])))
+        return get_target(base, mesh or (int(dims[1]), int(dims[2])))
     if name in TARGETS:
         target = TARGETS[name]
     elif match := _MESH.fullmatch(name):

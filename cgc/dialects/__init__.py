@@ -7,10 +7,12 @@ from io import StringIO
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.dialects.func import Func
+from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.utils.exceptions import ParseError
+from xdsl.utils.exceptions import ParseError, VerifyException
 
+from cgc.dialects.wse import location_name
 from cgc.errors import CgcError
 
 
@@ -33,21 +35,42 @@ def print_module(module: ModuleOp) -> str:
 
 
 def parse_module(text: str, source: str = "<text>") -> ModuleOp:
-    """Parses and verifies MLIR text; problems become one-line errors naming the source."""
+    """Parses and verifies MLIR text; problems become one-line errors naming the source
+    position, or the op and its location."""
     try:
         module = Parser(context(), text, source).parse_module()
     except ParseError as e:
-        first = str(e).strip().splitlines()[0]
-        raise CgcError(f"{source}: {first}") from None
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        raise CgcError(f"{lines[0]}: {lines[-1].strip()}") from None
+    except VerifyException as e:
+        raise CgcError(f"{source}: {_first_line(e)}") from None
     verify(module, source)
     return module
 
 
 def verify(module: ModuleOp, source: str) -> None:
-    """Verifies ``module``; a failure becomes a one-line error."""
-    from xdsl.utils.exceptions import VerifyException
-
+    """Verifies ``module``; a failure becomes a one-line error naming the op that broke a
+    rule and the source node it came from."""
     try:
         module.verify()
     except VerifyException as e:
-        raise CgcError(f"{source}: invalid IR: {str(e).strip().splitlines()[0]}") from None
+        culprit = _failing_op(module)
+        where = ""
+        if culprit is not None:
+            name = location_name(culprit)
+            where = f"{culprit.name}" + (f" (node {name})" if name else "") + ": "
+        raise CgcError(f"{source}: invalid IR: {where}{_first_line(e)}") from None
+
+
+def _failing_op(module: ModuleOp) -> Operation | None:
+    """The first op, in program order, that fails its own checks."""
+    for op in module.walk():
+        try:
+            op.verify(verify_nested_ops=False)
+        except VerifyException:
+            return op
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]

@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
     IntAttr,
     IntegerAttr,
     IntegerType,
+    NameLoc,
     Signedness,
     StringAttr,
     TensorType,
@@ -45,7 +46,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, Region, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -272,7 +273,7 @@ class ConstantOp(IRDLOperation):
         return op
 
     def verify_(self) -> None:
-        _check(self.value.type == self.result.type, "wse.constant value and result types differ")
+        _check(self.value.type == self.result.type, "value and result types differ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,11 +389,11 @@ class BinaryOp(IRDLOperation, abc.ABC):
     def verify_(self) -> None:
         _check(
             element_type(self.lhs) == element_type(self.rhs),
-            f"{self.name} operands have different element types",
+            "operands have different element types",
         )
         _check(
             element_type(self.result) == self.result_element(self.lhs),
-            f"{self.name} has the wrong result element type",
+            "wrong result element type",
         )
         _check_result_shape(
             self, _shape_rule(shapes.broadcast, tensor_shape(self.lhs), tensor_shape(self.rhs))
@@ -498,12 +499,12 @@ class SelectOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check(element_type(self.cond) == i1, "wse.select condition must be a tensor of i1")
+        _check(element_type(self.cond) == i1, "the condition must be a tensor of i1")
         _check(
             element_type(self.true_value)
             == element_type(self.false_value)
             == element_type(self.result),
-            "wse.select values and result have different element types",
+            "values and result have different element types",
         )
         _check_result_shape(
             self,
@@ -569,7 +570,7 @@ class ReduceOp(IRDLOperation, abc.ABC):
 
     def verify_(self) -> None:
         axes = self.axis_list
-        _check(list(axes) == sorted(axes), f"{self.name} axes must be sorted, got {axes}")
+        _check(list(axes) == sorted(axes), f"axes must be sorted, got {axes}")
         _check_result_shape(
             self, _shape_rule(shapes.reduce, tensor_shape(self.input), axes, self.keeps_dims)
         )
@@ -628,7 +629,7 @@ class MatmulOp(IRDLOperation):
     def verify_(self) -> None:
         _check(
             element_type(self.lhs) == element_type(self.rhs) == element_type(self.result),
-            "wse.matmul operands and result have different element types",
+            "operands and result have different element types",
         )
         _check_result_shape(
             self, _shape_rule(shapes.matmul, tensor_shape(self.lhs), tensor_shape(self.rhs))
@@ -938,7 +939,7 @@ class ConcatOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check(len(self.inputs) >= 1, "wse.concat needs at least one operand")
+        _check(len(self.inputs) >= 1, "needs at least one operand")
         _check_result_shape(
             self,
             _shape_rule(
@@ -1022,8 +1023,8 @@ class PadOp(IRDLOperation):
 
     def verify_(self) -> None:
         low, high, src = self.low.get_values(), self.high.get_values(), tensor_shape(self.input)
-        _check(len(low) == len(high) == len(src), "wse.pad needs one low and high per axis")
-        _check(min((*low, *high), default=0) >= 0, "wse.pad amounts must be non-negative")
+        _check(len(low) == len(high) == len(src), "needs one low and one high amount per axis")
+        _check(min((*low, *high), default=0) >= 0, "pad amounts must be non-negative")
         _check_result_shape(
             self, tuple(d + lo + hi for d, lo, hi in zip(src, low, high, strict=True))
         )
@@ -1051,11 +1052,11 @@ class OneHotOp(IRDLOperation):
     def verify_(self) -> None:
         _check(
             isinstance(element_type(self.indices), IntegerType),
-            "wse.one_hot indices must be integers",
+            "indices must be integers",
         )
         _check(
             tensor_shape(self.result)[:-1] == tensor_shape(self.indices),
-            "wse.one_hot result must add exactly one trailing axis",
+            "the result must add exactly one trailing axis",
         )
 
 
@@ -1084,7 +1085,7 @@ class AxisOp(IRDLOperation, abc.ABC):
 
     def verify_(self) -> None:
         axis, rank = self.axis.value.data, len(tensor_shape(self.input))
-        _check(0 <= axis < rank, f"{self.name} axis {axis} is out of range for rank {rank}")
+        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
 
 
 @irdl_op_definition
@@ -1138,7 +1139,7 @@ class LayerNormOp(IRDLOperation):
 
     def verify_(self) -> None:
         shape, axis = tensor_shape(self.input), self.axis.value.data
-        _check(0 <= axis < len(shape), f"wse.layer_norm axis {axis} out of range")
+        _check(0 <= axis < len(shape), f"axis {axis} is out of range for rank {len(shape)}")
         for operand in (self.scale, self.bias):
             if operand is not None:
                 _shape_rule(shapes.check_broadcast_to, tensor_shape(operand), shape[axis:])
@@ -1182,11 +1183,11 @@ class BatchNormOp(IRDLOperation):
 
     def verify_(self) -> None:
         shape = tensor_shape(self.input)
-        _check(len(shape) >= 2, "wse.batch_norm input needs a channel axis")
+        _check(len(shape) >= 2, "the input needs a channel axis")
         for operand in (self.scale, self.bias, self.mean, self.var):
             _check(
                 tensor_shape(operand) == (shape[1],),
-                f"wse.batch_norm parameters must have shape ({shape[1]},)",
+                f"parameters must have shape ({shape[1]},)",
             )
         _check_result_shape(self, shape)
 
@@ -1302,12 +1303,12 @@ class LayerOp(IRDLOperation):
         block = self.body.block
         _check(
             tuple(a.type for a in block.args) == tuple(self.inputs.types),
-            f"wse.layer {self.layer_name.data!r} block arguments do not match its inputs",
+            f"layer {self.layer_name.data!r}: block arguments do not match its inputs",
         )
         term = block.last_op
         _check(
             isinstance(term, YieldOp) and tuple(term.operand_types) == tuple(self.result_types),
-            f"wse.layer {self.layer_name.data!r} must end with a wse.yield of its result types",
+            f"layer {self.layer_name.data!r}: the body must end with a wse.yield of its results",
         )
 
 
@@ -1381,6 +1382,12 @@ WSE = Dialect(
     ],
     [RectAttr],
 )
+
+
+def location_name(op: Operation) -> str | None:
+    """The source node name an op's location carries, if any."""
+    loc = op.location
+    return loc.desc.data if isinstance(loc, NameLoc) else None
 
 
 def properties_as_python(op: IRDLOperation) -> dict:

@@ -37,7 +37,6 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from cgc.compiler.interpret import main_function
 from cgc.dialects import ws, wse
 from cgc.errors import CgcError
-from cgc.passes.form_layers import location_name
 from cgc.passes.rewriting import Emitter
 
 Grads = list[SSAValue | None]
@@ -213,7 +212,7 @@ def _select(op: wse.SelectOp, emit: Emitter, g: SSAValue) -> Grads:
 
 
 def _not_differentiable(op: Operation, what: str) -> CgcError:
-    where = location_name(op)
+    where = wse.location_name(op)
     return CgcError(
         f"autodiff: {op.name}{f' (node {where})' if where else ''} has no gradient yet ({what})"
     )
@@ -257,6 +256,8 @@ class Differentiator:
         """Differentiates; returns the names of the weights that receive gradients."""
         ret = self.block.last_op
         assert isinstance(ret, func.ReturnOp)
+        if any(isinstance(op, ws.StreamGradientOp) for op in self.fn.walk()):
+            raise CgcError("autodiff: @main already streams gradients; differentiate once")
         if not ret.arguments:
             raise CgcError("autodiff: @main returns nothing; its first result must be the loss")
         loss = ret.arguments[0]
@@ -312,7 +313,8 @@ class Differentiator:
         yielded = body.last_op
         assert isinstance(yielded, wse.YieldOp)
         for index, result in seeded:
-            emit = Emitter(builder.insert, yielded)
+            producer = yielded.values[index].owner
+            emit = Emitter(builder.insert, producer if isinstance(producer, Operation) else layer)
             if result is loss:
                 g = emit.constant(self.seed, wse.element_type(loss))
             else:

@@ -18,25 +18,20 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, NameLoc
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from cgc.compiler.interpret import main_function
 from cgc.dialects import wse
+from cgc.dialects.wse import location_name
 
 COMPUTE = (wse.MatmulOp, wse.MaxPoolOp, wse.AvgPoolOp)
 """Ops that make a layer heavy."""
 OPENERS = (*COMPUTE, wse.Im2ColOp)
 """Ops that open a new layer once the current one is heavy."""
 SOURCES = (wse.WeightOp, wse.ConstantOp)
-
-
-def location_name(op: Operation) -> str | None:
-    """The source node name an op's location carries, if any."""
-    loc = op.location
-    return loc.desc.data if isinstance(loc, NameLoc) else None
 
 
 def group_ops(ops: list[Operation]) -> list[list[Operation]]:
@@ -114,4 +109,9 @@ class FormLayersPass(ModulePass):
                 Rewriter.erase_op(old_op)
         for source in [o for o in block.ops if isinstance(o, SOURCES)]:
             if not any(r.uses for r in source.results):
+                Rewriter.erase_op(source)
+            else:  # returned as it is: it still needs a layer to live on
+                layer, replaced = build_layer(layer_name([source], taken), [source])
+                Rewriter.insert_op(layer, InsertPoint.before(block.last_op))
+                replaced[0].replace_all_uses_with(layer.results[0])
                 Rewriter.erase_op(source)

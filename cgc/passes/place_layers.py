@@ -108,22 +108,24 @@ class Placer:
 
     def _shortfall(self, members, narrowest, full, height) -> DoesNotFitError:
         t = self.target
-        needed = sum(full[i].sram_bytes for i in members)
-        available = t.sram_bytes
-        worst = max(members, key=lambda i: (full[i].sram_bytes, -i))
-        name = self.program.layers[worst].name
-        if narrowest[worst] is None:
+        per_pe = t.sram_bytes_per_pe
+        stuck = [i for i in members if narrowest[i] is None]
+        if stuck:
+            worst = max(stuck, key=lambda i: (full[i].sram_bytes_per_pe, -i))
             detail = (
-                f"layer '{name}' needs {human_bytes(full[worst].sram_bytes_per_pe)} per PE "
-                f"even on all {t.cols}x{height} PEs of its band, "
-                f"{human_bytes(t.sram_bytes_per_pe)} available"
+                f"layer '{self.program.layers[worst].name}' needs "
+                f"{human_bytes(full[worst].sram_bytes_per_pe)} per PE even on all "
+                f"{t.cols}x{height} PEs of its band, {human_bytes(per_pe)} available"
             )
         else:
-            columns = sum(w for w in narrowest.values() if w is not None)
-            detail = f"its layers need {columns} columns of {height} PEs, the mesh has {t.cols}"
+            columns = sum(narrowest.values())
+            detail = (
+                f"its layers need at least {columns} columns of {height} PEs "
+                f"({human_bytes(columns * height * per_pe)} of SRAM), the mesh has {t.cols} "
+                f"({human_bytes(t.cols * height * per_pe)})"
+            )
         return DoesNotFitError(
-            f"model does not fit on {t.name} in pipelined mode: it needs at least "
-            f"{human_bytes(needed)} of SRAM, {human_bytes(available)} available ({detail}); "
+            f"model does not fit on {t.name} in pipelined mode: {detail}; "
             "use --mode weight_streaming"
         )
 

@@ -1,0 +1,131 @@
+// RUN: cgc opt %s -p fold-constants | filecheck %s
+
+// fold-constants folds constant-only primitives, turns reshapes and transposes of weights
+// into weight views, drops identities and dead pure ops, and never folds to inf or nan.
+
+func.func @chain() -> tensor<f32> {
+  %a = wse.constant dense<[1.0, 2.0, -4.0]> : tensor<3xf32> loc("a")
+  %h = wse.constant dense<0.5> : tensor<f32> loc("h")
+  %m = wse.mul %a, %h : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32> loc("scaled")
+  %s = wse.reduce_sum %m {axes = array<i64: 0>} : tensor<3xf32> -> tensor<f32> loc("total")
+  func.return %s : tensor<f32>
+}
+
+// sum([1, 2, -4] * 0.5) = -0.5, with the location of the last folded op.
+// CHECK-LABEL: func.func @chain() -> tensor<f32> {
+// CHECK-NEXT:    %[[C:.*]] = wse.constant dense<-5.000000e-01> : tensor<f32> loc("total")
+// CHECK-NEXT:    func.return %[[C]] : tensor<f32>
+
+func.func @compare() -> tensor<2xi1> {
+  %a = wse.constant dense<[1, 5]> : tensor<2xi64>
+  %b = wse.constant dense<3> : tensor<i64>
+  %g = wse.greater %a, %b : (tensor<2xi64>, tensor<i64>) -> tensor<2xi1> loc("gt")
+  func.return %g : tensor<2xi1>
+}
+
+// CHECK-LABEL: func.func @compare
+// CHECK-NEXT:    %[[C:.*]] = wse.constant dense<[false, true]> : tensor<2xi1> loc("gt")
+// CHECK-NEXT:    func.return %[[C]] : tensor<2xi1>
+
+func.func @partial(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %one = wse.constant dense<1.0> : tensor<f32>
+  %y = wse.add %x, %one : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32> loc("inc")
+  func.return %y : tensor<3xf32>
+}
+
+// CHECK-LABEL: func.func @partial
+// CHECK-NEXT:    %[[ONE:.*]] = wse.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[Y:.*]] = wse.add %x, %[[ONE]] : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32> loc("inc")
+// CHECK-NEXT:    func.return %[[Y]]
+
+func.func @non_finite() -> (tensor<2xf32>, tensor<f32>) {
+  %z = wse.constant dense<[0.0, 1.0]> : tensor<2xf32>
+  %l = wse.log %z : tensor<2xf32> loc("log0")
+  %one = wse.constant dense<1.0> : tensor<f32>
+  %zero = wse.constant dense<0.0> : tensor<f32>
+  %d = wse.div %one, %zero : (tensor<f32>, tensor<f32>) -> tensor<f32> loc("div0")
+  func.return %l, %d : tensor<2xf32>, tensor<f32>
+}
+
+// CHECK-LABEL: func.func @non_finite
+// CHECK:         %[[L:.*]] = wse.log %{{.*}} : tensor<2xf32> loc("log0")
+// CHECK:         %[[D:.*]] = wse.div %{{.*}}, %{{.*}} : (tensor<f32>, tensor<f32>) -> tensor<f32> loc("div0")
+// CHECK-NEXT:    func.return %[[L]], %[[D]]
+
+func.func @too_big() -> tensor<5x13xf32> {
+  %c = wse.constant dense<2.0> : tensor<f32>
+  %b = wse.broadcast_to %c : tensor<f32> -> tensor<5x13xf32> loc("big")
+  func.return %b : tensor<5x13xf32>
+}
+
+// More than 64 elements stay a broadcast.
+// CHECK-LABEL: func.func @too_big
+// CHECK-NEXT:    %[[C:.*]] = wse.constant dense<2.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[B:.*]] = wse.broadcast_to %[[C]] : tensor<f32> -> tensor<5x13xf32> loc("big")
+// CHECK-NEXT:    func.return %[[B]]
+
+func.func @weight_views() -> (tensor<4x2x3xf32>, tensor<4x3x2xf32>, tensor<2x3x4xf32>) {
+  %w = wse.weight "w" : tensor<6x4xf32> loc("w")
+  %r = wse.reshape %w : tensor<6x4xf32> -> tensor<2x3x4xf32> loc("r")
+  %t = wse.transpose %r {perm = array<i64: 2, 0, 1>} : tensor<2x3x4xf32> -> tensor<4x2x3xf32> loc("t")
+  %tt = wse.transpose %t {perm = array<i64: 0, 2, 1>} : tensor<4x2x3xf32> -> tensor<4x3x2xf32> loc("tt")
+  func.return %t, %tt, %r : tensor<4x2x3xf32>, tensor<4x3x2xf32>, tensor<2x3x4xf32>
+}
+
+// A transpose of a transposed weight composes the permutations: [2, 0, 1] then [0, 2, 1].
+// CHECK-LABEL: func.func @weight_views
+// CHECK-NEXT:    %[[R:.*]] = wse.weight "w" : tensor<2x3x4xf32> loc("w")
+// CHECK-NEXT:    %[[T:.*]] = wse.weight "w" {perm = array<i64: 2, 0, 1>} : tensor<4x2x3xf32> loc("w")
+// CHECK-NEXT:    %[[TT:.*]] = wse.weight "w" {perm = array<i64: 2, 1, 0>} : tensor<4x3x2xf32> loc("w")
+// CHECK-NEXT:    func.return %[[T]], %[[TT]], %[[R]]
+
+func.func @frozen_view() -> tensor<3x2xf32> {
+  %c = wse.weight "table" {frozen} : tensor<2x3xf32> loc("table")
+  %t = wse.transpose %c {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32> loc("tt")
+  func.return %t : tensor<3x2xf32>
+}
+
+// CHECK-LABEL: func.func @frozen_view
+// CHECK-NEXT:    %[[T:.*]] = wse.weight "table" {frozen, perm = array<i64: 1, 0>} : tensor<3x2xf32> loc("table")
+// CHECK-NEXT:    func.return %[[T]]
+
+func.func @permuted_reshape() -> tensor<6xf32> {
+  %w = wse.weight "w" : tensor<2x3xf32>
+  %t = wse.transpose %w {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+  %r = wse.reshape %t : tensor<3x2xf32> -> tensor<6xf32> loc("flat")
+  func.return %r : tensor<6xf32>
+}
+
+// A reshape of a permuted view is not a view: it stays.
+// CHECK-LABEL: func.func @permuted_reshape
+// CHECK-NEXT:    %[[T:.*]] = wse.weight "w" {perm = array<i64: 1, 0>} : tensor<3x2xf32>
+// CHECK-NEXT:    %[[R:.*]] = wse.reshape %[[T]] : tensor<3x2xf32> -> tensor<6xf32> loc("flat")
+// CHECK-NEXT:    func.return %[[R]]
+
+func.func @identities(%x: tensor<2x3xf32>, %sq: tensor<3x3xf32>) -> (tensor<2x3xf32>, tensor<3x3xf32>) {
+  %a = wse.reshape %x : tensor<2x3xf32> -> tensor<2x3xf32>
+  %b = wse.broadcast_to %a : tensor<2x3xf32> -> tensor<2x3xf32>
+  %c = wse.cast %b : tensor<2x3xf32> -> tensor<2x3xf32>
+  %d = wse.transpose %c {perm = array<i64: 0, 1>} : tensor<2x3xf32> -> tensor<2x3xf32>
+  %e = wse.transpose %sq {perm = array<i64: 1, 0>} : tensor<3x3xf32> -> tensor<3x3xf32> loc("swap")
+  func.return %d, %e : tensor<2x3xf32>, tensor<3x3xf32>
+}
+
+// A transpose to the same type is no identity unless its permutation is.
+// CHECK-LABEL: func.func @identities
+// CHECK-NEXT:    %[[E:.*]] = wse.transpose %sq {perm = array<i64: 1, 0>} : tensor<3x3xf32> -> tensor<3x3xf32> loc("swap")
+// CHECK-NEXT:    func.return %x, %[[E]] : tensor<2x3xf32>, tensor<3x3xf32>
+
+func.func @dead(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %e = wse.exp %x : tensor<2xf32>
+  %w = wse.weight "unused" : tensor<2xf32>
+  ws.stream_gradient "g", %x : tensor<2xf32> loc("grad")
+  %n = wse.neg %x : tensor<2xf32> loc("neg")
+  func.return %n : tensor<2xf32>
+}
+
+// Dead pure ops go; streams have effects and stay.
+// CHECK-LABEL: func.func @dead
+// CHECK-NEXT:    ws.stream_gradient "g", %x : tensor<2xf32> loc("grad")
+// CHECK-NEXT:    %[[N:.*]] = wse.neg %x : tensor<2xf32> loc("neg")
+// CHECK-NEXT:    func.return %[[N]] : tensor<2xf32>

@@ -1,0 +1,62 @@
+// RUN: cgc opt %s -p form-layers | filecheck %s
+
+// A layer opens at a matmul or pooling window once the current layer holds one, and is
+// named after the node of the op that opened it. Layer bodies are isolated: their inputs
+// come in as block arguments, and each layer creates the weights and constants it uses
+// (the shared weight and the constant appear in two layers each).
+
+func.func @main(%x: tensor<2x4xf32> loc("x")) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+  %w = wse.weight "shared.weight" : tensor<4x4xf32> loc("shared")
+  %b = wse.weight "fc1.bias" : tensor<4xf32> loc("fc1")
+  %m1 = wse.matmul %x, %w : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc("fc1")
+  %a1 = wse.add %m1, %b : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32> loc("fc1")
+  %r1 = wse.relu %a1 : tensor<2x4xf32> loc("fc1_relu")
+  %m2 = wse.matmul %r1, %w : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc("fc2")
+  %half = wse.constant dense<0.5> : tensor<f32> loc("half")
+  %s = wse.mul %m2, %half : (tensor<2x4xf32>, tensor<f32>) -> tensor<2x4xf32> loc("scale")
+  %res = wse.add %s, %x : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("residual")
+  %p = wse.reshape %res : tensor<2x4xf32> -> tensor<2x1x2x2xf32> loc("to_image")
+  %q = wse.max_pool %p {kernel = array<i64: 1, 2>, strides = array<i64: 1, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : tensor<2x1x2x2xf32> -> tensor<2x1x2x1xf32> loc("pool")
+  %f = wse.reshape %q : tensor<2x1x2x1xf32> -> tensor<2x2xf32> loc("flatten")
+  %v = wse.weight "fc2.weight" : tensor<2x4xf32> loc("head")
+  %m3 = wse.matmul %f, %v : (tensor<2x2xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("head")
+  %o = wse.mul %m3, %half : (tensor<2x4xf32>, tensor<f32>) -> tensor<2x4xf32> loc("head_scale")
+  func.return %o, %r1 : tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// CHECK-LABEL: func.func @main(%x: tensor<2x4xf32> loc("x")) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+// CHECK-NEXT:    %[[L1:.*]] = wse.layer "fc1"(%x) : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+// CHECK-NEXT:    ^{{.*}}(%[[A:.*]]: tensor<2x4xf32>):
+// CHECK-NEXT:      %[[W:.*]] = wse.weight "shared.weight" : tensor<4x4xf32> loc("shared")
+// CHECK-NEXT:      %[[B:.*]] = wse.weight "fc1.bias" : tensor<4xf32> loc("fc1")
+// CHECK-NEXT:      %[[M:.*]] = wse.matmul %[[A]], %[[W]] : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc("fc1")
+// CHECK-NEXT:      %[[ADD:.*]] = wse.add %[[M]], %[[B]] : {{.*}} loc("fc1")
+// CHECK-NEXT:      %[[R:.*]] = wse.relu %[[ADD]] : tensor<2x4xf32> loc("fc1_relu")
+// CHECK-NEXT:      wse.yield %[[R]] : tensor<2x4xf32>
+// CHECK-NEXT:    } loc("fc1")
+// CHECK-NEXT:    %[[L2:.*]] = wse.layer "fc2"(%[[L1]], %x) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x1x2x2xf32> {
+// CHECK-NEXT:    ^{{.*}}(%[[H:.*]]: tensor<2x4xf32>, %[[X:.*]]: tensor<2x4xf32>):
+// CHECK-NEXT:      %[[W:.*]] = wse.weight "shared.weight" : tensor<4x4xf32> loc("shared")
+// CHECK-NEXT:      %[[HALF:.*]] = wse.constant dense<5.000000e-01> : tensor<f32> loc("half")
+// CHECK-NEXT:      %[[M:.*]] = wse.matmul %[[H]], %[[W]] : {{.*}} loc("fc2")
+// CHECK-NEXT:      %[[S:.*]] = wse.mul %[[M]], %[[HALF]] : {{.*}} loc("scale")
+// CHECK-NEXT:      %[[RES:.*]] = wse.add %[[S]], %[[X]] : {{.*}} loc("residual")
+// CHECK-NEXT:      %[[P:.*]] = wse.reshape %[[RES]] : tensor<2x4xf32> -> tensor<2x1x2x2xf32> loc("to_image")
+// CHECK-NEXT:      wse.yield %[[P]] : tensor<2x1x2x2xf32>
+// CHECK-NEXT:    } loc("fc2")
+// CHECK-NEXT:    %[[L3:.*]] = wse.layer "pool"(%[[L2]]) : (tensor<2x1x2x2xf32>) -> tensor<2x2xf32> {
+// CHECK-NEXT:    ^{{.*}}(%[[I:.*]]: tensor<2x1x2x2xf32>):
+// CHECK-NEXT:      %[[Q:.*]] = wse.max_pool %[[I]] {{.*}} loc("pool")
+// CHECK-NEXT:      %[[F:.*]] = wse.reshape %[[Q]] : tensor<2x1x2x1xf32> -> tensor<2x2xf32> loc("flatten")
+// CHECK-NEXT:      wse.yield %[[F]] : tensor<2x2xf32>
+// CHECK-NEXT:    } loc("pool")
+// CHECK-NEXT:    %[[L4:.*]] = wse.layer "head"(%[[L3]]) : (tensor<2x2xf32>) -> tensor<2x4xf32> {
+// CHECK-NEXT:    ^{{.*}}(%[[J:.*]]: tensor<2x2xf32>):
+// CHECK-NEXT:      %[[V:.*]] = wse.weight "fc2.weight" : tensor<2x4xf32> loc("head")
+// CHECK-NEXT:      %[[HALF:.*]] = wse.constant dense<5.000000e-01> : tensor<f32> loc("half")
+// CHECK-NEXT:      %[[M:.*]] = wse.matmul %[[J]], %[[V]] : {{.*}} loc("head")
+// CHECK-NEXT:      %[[O:.*]] = wse.mul %[[M]], %[[HALF]] : {{.*}} loc("head_scale")
+// CHECK-NEXT:      wse.yield %[[O]] : tensor<2x4xf32>
+// CHECK-NEXT:    } loc("head")
+// CHECK-NEXT:    func.return %[[L4]], %[[L1]] : tensor<2x4xf32>, tensor<2x4xf32>
+// CHECK-NEXT:  }

@@ -1,0 +1,51 @@
+// RUN: cgc opt %s -p place-layers | filecheck %s
+// RUN: cgc opt %s -p 'place-layers{target="mesh2x2"}' | filecheck %s --check-prefix=BANDS
+// RUN: cgc opt %s -p 'place-layers{target="mesh8x3"}' | filecheck %s --check-prefix=NARROW
+// RUN: not cgc opt %s -p 'place-layers{target="mesh1x2"}' 2>&1 | filecheck %s --check-prefix=TOOBIG
+
+// Layers in program order get vertical strips of the mesh from left to right; the columns
+// beyond what each layer needs go in proportion to the work (fc1 16384 MACs, fc2 8192,
+// head 512 on 8 columns: 5, 2, 1). The target comes from the module's wse.target unless
+// the pass option names another.
+
+builtin.module attributes {wse.target = "mesh4x8"} {
+  func.func @main(%x: tensor<8x32xf32> loc("x")) -> tensor<8x4xf32> {
+    %h = wse.layer "fc1"(%x) : (tensor<8x32xf32>) -> tensor<8x64xf32> {
+    ^bb0(%a: tensor<8x32xf32>):
+      %w = wse.weight "fc1.weight" : tensor<32x64xf32> loc("fc1")
+      %m = wse.matmul %a, %w : (tensor<8x32xf32>, tensor<32x64xf32>) -> tensor<8x64xf32> loc("fc1")
+      %r = wse.relu %m : tensor<8x64xf32> loc("fc1_relu")
+      wse.yield %r : tensor<8x64xf32>
+    } loc("fc1")
+    %g = wse.layer "fc2"(%h) : (tensor<8x64xf32>) -> tensor<8x16xf32> {
+    ^bb0(%a: tensor<8x64xf32>):
+      %w = wse.weight "fc2.weight" : tensor<64x16xf32> loc("fc2")
+      %m = wse.matmul %a, %w : (tensor<8x64xf32>, tensor<64x16xf32>) -> tensor<8x16xf32> loc("fc2")
+      wse.yield %m : tensor<8x16xf32>
+    } loc("fc2")
+    %y = wse.layer "head"(%g) : (tensor<8x16xf32>) -> tensor<8x4xf32> {
+    ^bb0(%a: tensor<8x16xf32>):
+      %w = wse.weight "head.weight" : tensor<16x4xf32> loc("head")
+      %m = wse.matmul %a, %w : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32> loc("head")
+      wse.yield %m : tensor<8x4xf32>
+    } loc("head")
+    func.return %y : tensor<8x4xf32>
+  }
+}
+
+// CHECK:       builtin.module attributes {wse.target = "mesh4x8"} {
+// CHECK:         %[[H:.*]] = wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 5x4>} : (tensor<8x32xf32>) -> tensor<8x64xf32> {
+// CHECK:         %[[G:.*]] = wse.layer "fc2"(%[[H]]) {rect = #wse.rect<5, 0, 2x4>} : (tensor<8x64xf32>) -> tensor<8x16xf32> {
+// CHECK:         %[[Y:.*]] = wse.layer "head"(%[[G]]) {rect = #wse.rect<7, 0, 1x4>} : (tensor<8x16xf32>) -> tensor<8x4xf32> {
+// CHECK:         func.return %[[Y]]
+
+// Three layers on two columns: two bands of one row each.
+// BANDS:       wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 1x1>}
+// BANDS:       wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<1, 0, 1x1>}
+// BANDS:       wse.layer "head"(%{{.*}}) {rect = #wse.rect<0, 1, 2x1>}
+
+// NARROW:      wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 1x8>}
+// NARROW:      wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<1, 0, 1x8>}
+// NARROW:      wse.layer "head"(%{{.*}}) {rect = #wse.rect<2, 0, 1x8>}
+
+// TOOBIG:      error: model does not fit on mesh1x2 in pipelined mode: 3 layers need at least 3 PEs, the mesh has 2; use --mode weight_streaming

@@ -1,0 +1,86 @@
+// RUN: %cgc-split %s %t
+// RUN: cgc opt %t/0.mlir -p 'schedule-streams{optimizer="sgd" lr=0.1 target="mesh8x8"}' | filecheck %s
+// RUN: cgc opt %t/0.mlir -p schedule-streams | filecheck %s --check-prefix=NOOPT
+// RUN: cgc opt %t/1.mlir -p 'schedule-streams{optimizer="sgd"}' | filecheck %s --check-prefix=INFER
+// RUN: not cgc opt %t/0.mlir -p 'schedule-streams{optimizer="lamb"}' 2>&1 | filecheck %s --check-prefix=BADOPT
+
+// Weight streaming: every layer runs on the whole mesh, every wse.weight (frozen ones too)
+// becomes a ws.stream_weight with the same view, and a step that streams gradients ends
+// with the optimizer that MemoryX runs.
+
+builtin.module attributes {wse.target = "mesh4x8"} {
+  func.func @main(%x: tensor<2x3xf32> loc("x")) -> tensor<f32> {
+    %h, %saved = wse.layer "fc1"(%x) : (tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) {
+    ^bb0(%a: tensor<2x3xf32>):
+      %w = wse.weight "fc1.weight" {perm = array<i64: 1, 0>} : tensor<3x4xf32> loc("fc1")
+      %c = wse.weight "table" {frozen} : tensor<2x4xf32> loc("table")
+      %m = wse.matmul %a, %w : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc("fc1")
+      %s = wse.add %m, %c : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("fc1")
+      wse.yield %s, %s : tensor<2x4xf32>, tensor<2x4xf32>
+    } loc("fc1")
+    %l = wse.layer "loss"(%h) : (tensor<2x4xf32>) -> tensor<f32> {
+    ^bb0(%a: tensor<2x4xf32>):
+      %s = wse.reduce_sum %a {axes = array<i64: 0, 1>} : tensor<2x4xf32> -> tensor<f32> loc("loss")
+      wse.yield %s : tensor<f32>
+    } loc("loss")
+    wse.layer "fc1.grad"(%x) : (tensor<2x3xf32>) -> () {
+    ^bb0(%a: tensor<2x3xf32>):
+      %w = wse.weight "fc1.weight" {perm = array<i64: 0, 1>} : tensor<4x3xf32> loc("fc1")
+      %one = wse.constant dense<1.0> : tensor<2x4xf32> loc("loss")
+      %g = wse.transpose %a {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32> loc("fc1")
+      %gw = wse.matmul %g, %one : (tensor<3x2xf32>, tensor<2x4xf32>) -> tensor<3x4xf32> loc("fc1")
+      ws.stream_gradient "fc1.weight", %gw {perm = array<i64: 1, 0>} : tensor<3x4xf32> loc("fc1")
+      wse.yield
+    } loc("fc1")
+    func.return %l : tensor<f32>
+  }
+}
+
+// CHECK:       builtin.module attributes {wse.target = "mesh4x8"} {
+// CHECK:         wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 8x8>}
+// CHECK-NEXT:    ^{{.*}}(%[[A:.*]]: tensor<2x3xf32>):
+// CHECK-NEXT:      %[[W:.*]] = ws.stream_weight "fc1.weight" {perm = array<i64: 1, 0>} : tensor<3x4xf32> loc("fc1")
+// CHECK-NEXT:      %[[C:.*]] = ws.stream_weight "table" : tensor<2x4xf32> loc("table")
+// CHECK-NEXT:      %[[M:.*]] = wse.matmul %[[A]], %[[W]]
+// CHECK-NEXT:      wse.add %[[M]], %[[C]]
+// CHECK:         wse.layer "loss"(%{{.*}}) {rect = #wse.rect<0, 0, 8x8>}
+// CHECK:         wse.layer "fc1.grad"(%x) {rect = #wse.rect<0, 0, 8x8>}
+// CHECK-NEXT:    ^{{.*}}(%{{.*}}: tensor<2x3xf32>):
+// CHECK-NEXT:      ws.stream_weight "fc1.weight" {perm = array<i64: 0, 1>} : tensor<4x3xf32> loc("fc1")
+// CHECK:           ws.stream_gradient "fc1.weight", %{{.*}} {perm = array<i64: 1, 0>} : tensor<3x4xf32> loc("fc1")
+// CHECK:         ws.optimizer_step "sgd" {dampening = 0.000000e+00 : f64, lr = 1.000000e-01 : f64, momentum = 0.000000e+00 : f64, nesterov = 0.000000e+00 : f64, weight_decay = 0.000000e+00 : f64}
+// CHECK-NEXT:    func.return
+// CHECK-NOT:     wse.weight
+
+// Without an optimizer: no step; the mesh is the module's target.
+// NOOPT:       wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 8x4>}
+// NOOPT-NOT:   wse.weight
+// NOOPT:       wse.layer "loss"(%{{.*}}) {rect = #wse.rect<0, 0, 8x4>}
+// NOOPT:       wse.layer "fc1.grad"(%x) {rect = #wse.rect<0, 0, 8x4>}
+// NOOPT-NOT:   ws.optimizer_step
+// NOOPT:       func.return
+
+// BADOPT:      error: unknown optimizer 'lamb'
+
+// -----
+
+builtin.module attributes {wse.target = "wse2@3x5"} {
+  func.func @main(%x: tensor<2x3xf32> loc("x")) -> tensor<2x4xf32> {
+    %y = wse.layer "fc"(%x) : (tensor<2x3xf32>) -> tensor<2x4xf32> {
+    ^bb0(%a: tensor<2x3xf32>):
+      %w = wse.weight "fc.weight" : tensor<3x4xf32> loc("fc")
+      %m = wse.matmul %a, %w : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc("fc")
+      wse.yield %m : tensor<2x4xf32>
+    } loc("fc")
+    func.return %y : tensor<2x4xf32>
+  }
+}
+
+// Inference streams no gradient, so there is no optimizer step even with an optimizer.
+// INFER:       %[[Y:.*]] = wse.layer "fc"(%x) {rect = #wse.rect<0, 0, 5x3>}
+// INFER-NEXT:  ^{{.*}}(%[[A:.*]]: tensor<2x3xf32>):
+// INFER-NEXT:    %[[W:.*]] = ws.stream_weight "fc.weight" : tensor<3x4xf32> loc("fc")
+// INFER-NEXT:    %[[M:.*]] = wse.matmul %[[A]], %[[W]] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc("fc")
+// INFER-NEXT:    wse.yield %[[M]] : tensor<2x4xf32>
+// INFER-NEXT:  } loc("fc")
+// INFER-NEXT:  func.return %[[Y]] : tensor<2x4xf32>

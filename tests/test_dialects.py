@@ -1,0 +1,681 @@
+"""The wse and ws dialects: typed builders, printing and parsing, verifiers, helpers."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+from xdsl.builder import ImplicitBuilder
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    ComplexType,
+    IntegerType,
+    ModuleOp,
+    NameLoc,
+    NoneAttr,
+    Signedness,
+    StringAttr,
+    TensorType,
+    f16,
+    f32,
+    f64,
+    i1,
+    i8,
+    i16,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+from cgc.compiler.interpret import dense_to_numpy
+from cgc.dialects import context, parse_module, print_module, ws, wse
+from cgc.errors import CgcError
+
+
+def T(*shape: int, el: Attribute = f32) -> TensorType:
+    return TensorType(el, shape)
+
+
+def build(arg_types: Sequence[Attribute], body: Callable[..., Sequence[SSAValue]]) -> ModuleOp:
+    """A module with ``func.func @main`` whose body ``body(*args)`` builds; returns its results."""
+    block = Block(arg_types=arg_types)
+    with ImplicitBuilder(block):
+        results = list(body(*block.args))
+        func.ReturnOp(*results)
+    fn = func.FuncOp("main", (list(arg_types), [r.type for r in results]), Region(block))
+    return ModuleOp([fn])
+
+
+def generic(module: ModuleOp) -> str:
+    stream = io.StringIO()
+    Printer(stream=stream, print_generic_format=True).print_op(module)
+    return stream.getvalue()
+
+
+def parse(text: str) -> ModuleOp:
+    """Parses without verifying."""
+    return Parser(context(), text).parse_module()
+
+
+def body_ops(module: ModuleOp) -> list:
+    fn = next(iter(module.ops))
+    return list(fn.body.block.ops)[:-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every op: typed builder, verifier, custom and generic round trip
+# ---------------------------------------------------------------------------------------------
+
+
+def _layer(x):
+    block = Block(arg_types=[x.type])
+    with ImplicitBuilder(block):
+        y = wse.ReluOp(block.args[0]).result
+        w = wse.WeightOp("blk.w", T(3)).result
+        z = wse.AddOp(y, w).result
+        wse.YieldOp(z, y)
+    layer = wse.LayerOp("blk", [x], [x.type, x.type], Region(block), wse.RectAttr(1, 2, 3, 4))
+    return list(layer.results)
+
+
+def _empty_layer(x):
+    block = Block(arg_types=[x.type])
+    with ImplicitBuilder(block):
+        ws.StreamGradientOp("g", block.args[0])
+        wse.YieldOp()
+    wse.LayerOp("sink", [x], [], Region(block))
+    return []
+
+
+def _stream_gradients(g):
+    ws.StreamGradientOp("fc.weight", g, [1, 0])
+    ws.StreamGradientOp("fc.bias", g)
+    return []
+
+
+def _optimizer_step():
+    ws.OptimizerStepOp("adam", {"lr": 1e-3, "beta1": 0.9})
+    return []
+
+
+CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
+    "wse.weight": ([], lambda: [wse.WeightOp("w", T(3, 2)).result]),
+    "wse.weight/frozen-perm": (
+        [],
+        lambda: [wse.WeightOp("c", T(4, 2, 3), frozen=True, perm=[2, 0, 1]).result],
+    ),
+    "wse.constant": (
+        [],
+        lambda: [wse.ConstantOp(wse.dense_attr(np.arange(6, dtype=np.float32).reshape(2, 3)))
+                 .result],
+    ),
+    "wse.constant/i64": (
+        [], lambda: [wse.ConstantOp(wse.dense_attr(np.array([3, -1], dtype=np.int64))).result]
+    ),
+    "wse.constant/i1": (
+        [], lambda: [wse.ConstantOp(wse.dense_attr(np.array([True, False]))).result]
+    ),
+    **{
+        cls.name: ([T(2, 3)], lambda x, cls=cls: [cls(x).result])
+        for cls in wse.UNARY_OPS
+    },
+    **{
+        cls.name: ([T(2, 3), T(3)], lambda a, b, cls=cls: [cls(a, b).result])
+        for cls in wse.BINARY_OPS
+    },
+    "wse.select": (
+        [T(2, 1, el=i1), T(3), T(2, 3)],
+        lambda c, a, b: [wse.SelectOp(c, a, b).result],
+    ),
+    "wse.cast": ([T(2, 3)], lambda x: [wse.CastOp(x, i64).result]),
+    **{
+        cls.name: ([T(2, 3, 4)], lambda x, cls=cls: [cls(x, [0, 2], True).result,
+                                                     cls(x, [1], False).result])
+        for cls in wse.REDUCE_OPS
+    },
+    "wse.matmul": ([T(5, 2, 3), T(3, 4)], lambda a, b: [wse.MatmulOp(a, b).result]),
+    "wse.conv": (
+        [T(1, 4, 7, 7), T(6, 2, 3, 3)],
+        lambda x, w: [wse.ConvOp(x, w, [2, 1], [1, 0, 1, 0], [1, 2], 2).result],
+    ),
+    "wse.max_pool": (
+        [T(1, 2, 5, 5)],
+        lambda x: [wse.MaxPoolOp(x, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1]).result],
+    ),
+    "wse.avg_pool": (
+        [T(1, 2, 5, 5)],
+        lambda x: [wse.AvgPoolOp(x, [3, 2], [1, 2], [1, 0, 1, 1], [1, 1], True).result],
+    ),
+    "wse.im2col": (
+        [T(2, 4, 5, 5)],
+        lambda x: [wse.Im2ColOp(x, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2).result],
+    ),
+    "wse.reshape": ([T(2, 3, 4)], lambda x: [wse.ReshapeOp(x, (6, 4)).result]),
+    "wse.broadcast_to": ([T(3, 1)], lambda x: [wse.BroadcastToOp(x, (2, 3, 5)).result]),
+    "wse.transpose": ([T(2, 3, 4)], lambda x: [wse.TransposeOp(x, [2, 0, 1]).result]),
+    "wse.concat": ([T(2, 3), T(2, 5)], lambda a, b: [wse.ConcatOp([a, b, a], 1).result]),
+    "wse.slice": ([T(6, 5)], lambda x: [wse.SliceOp(x, [1, 0], [6, 5], [2, 3]).result]),
+    "wse.pad": ([T(2, 3)], lambda x: [wse.PadOp(x, [1, 0], [0, 2], 1.5).result]),
+    "wse.one_hot": ([T(4, el=i64)], lambda x: [wse.OneHotOp(x, 5, f32).result]),
+    "wse.softmax": ([T(2, 3, 4)], lambda x: [wse.SoftmaxOp(x, 1).result]),
+    "wse.log_softmax": ([T(2, 3, 4)], lambda x: [wse.LogSoftmaxOp(x, 2).result]),
+    "wse.layer_norm": (
+        [T(2, 3, 4), T(3, 4), T(4)],
+        lambda x, s, b: [wse.LayerNormOp(x, s, b, 1, 1e-5).result],
+    ),
+    "wse.layer_norm/no-bias": (
+        [T(2, 3, 4), T(4)],
+        lambda x, s: [wse.LayerNormOp(x, s, None, 2, 1e-3).result],
+    ),
+    "wse.batch_norm": (
+        [T(2, 3, 4, 4), T(3), T(3), T(3), T(3)],
+        lambda x, s, b, m, v: [wse.BatchNormOp(x, s, b, m, v, 1e-5).result],
+    ),
+    "wse.softmax_cross_entropy": (
+        [T(3, 5), T(3, el=i64), T(5)],
+        lambda s, lab, w: [wse.SoftmaxCrossEntropyOp(s, lab, w, "mean", -1).result],
+    ),
+    "wse.softmax_cross_entropy/none-rank3": (
+        [T(2, 5, 3), T(2, 3, el=i64)],
+        lambda s, lab: [wse.SoftmaxCrossEntropyOp(s, lab, None, "none", None).result],
+    ),
+    "wse.layer": ([T(2, 3)], _layer),
+    "wse.yield": ([T(2, 3)], _empty_layer),
+    "ws.stream_weight": (
+        [], lambda: [ws.StreamWeightOp("fc.weight", T(3, 2), perm=[1, 0]).result,
+                     ws.StreamWeightOp("fc.bias", T(2)).result]
+    ),
+    "ws.stream_gradient": ([T(3, 2)], _stream_gradients),
+    "ws.optimizer_step": ([], _optimizer_step),
+}  # fmt: skip
+
+
+def test_every_op_has_a_case():
+    names = {op.name for op in (*wse.WSE.operations, *ws.WS.operations)}
+    covered = {key.split("/")[0] for key in CASES}
+    assert names <= covered, sorted(names - covered)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_op_builds_verifies_and_round_trips(case):
+    arg_types, body = CASES[case]
+    module = build(arg_types, body)
+    module.verify()
+    name = case.split("/")[0]
+    assert any(op.name == name for op in module.walk())
+    custom = print_module(module)
+    assert name in custom
+    again = parse_module(custom)
+    assert print_module(again) == custom
+    text = generic(module)
+    assert f'"{name}"' in text
+    from_generic = parse_module(text)
+    assert print_module(from_generic) == custom
+    assert generic(from_generic) == text
+
+
+def test_inferred_result_types():
+    """The typed builders infer the result types with numpy's rules."""
+    expected = {
+        "wse.matmul": [T(5, 2, 4)],
+        "wse.conv": [T(1, 6, 4, 3)],
+        "wse.max_pool": [T(1, 2, 3, 3)],
+        "wse.avg_pool": [T(1, 2, 5, 3)],
+        "wse.im2col": [T(2, 50, 18)],
+        "wse.select": [T(2, 3)],
+        "wse.greater": [T(2, 3, el=i1)],
+        "wse.equal": [T(2, 3, el=i1)],
+        "wse.cast": [T(2, 3, el=i64)],
+        "wse.reduce_sum": [T(1, 3, 1), T(2, 4)],
+        "wse.broadcast_to": [T(2, 3, 5)],
+        "wse.transpose": [T(4, 2, 3)],
+        "wse.concat": [T(2, 11)],
+        "wse.slice": [T(3, 2)],
+        "wse.pad": [T(3, 5)],
+        "wse.one_hot": [T(4, 5)],
+        "wse.softmax_cross_entropy": [T()],
+        "wse.softmax_cross_entropy/none-rank3": [T(2, 3)],
+        "wse.layer": [T(2, 3), T(2, 3)],
+    }
+    for case, types in expected.items():
+        arg_types, body = CASES[case]
+        fn = next(iter(build(arg_types, body).ops))
+        assert list(fn.function_type.outputs) == types, case
+
+
+def test_custom_syntax_examples():
+    """The documented custom syntax of a few ops."""
+    module = build(*CASES["wse.layer"])
+    text = print_module(module)
+    assert 'wse.layer "blk"(%0) {rect = #wse.rect<1, 2, 3x4>} :' in text
+    assert "wse.yield %" in text
+    text = print_module(build(*CASES["ws.optimizer_step"]))
+    assert 'ws.optimizer_step "adam" {beta1 = 9.000000e-01 : f64, lr = 1.000000e-03 : f64}' in text
+    text = print_module(build(*CASES["wse.weight/frozen-perm"]))
+    assert 'wse.weight "c" {frozen, perm = array<i64: 2, 0, 1>} : tensor<4x2x3xf32>' in text
+
+
+def test_locations_are_printed_and_parsed():
+    module = build([T(2)], lambda x: [wse.NegOp(x).result])
+    neg = body_ops(module)[0]
+    neg.location = NameLoc(StringAttr("my_node"), NoneAttr())
+    text = print_module(module)
+    assert 'loc("my_node")' in text
+    assert "loc(unknown)" not in text
+    neg_again = body_ops(parse_module(text))[0]
+    assert isinstance(neg_again.location, NameLoc)
+    assert neg_again.location.desc.data == "my_node"
+
+
+def test_rect_attr():
+    rect = wse.RectAttr(1, 2, 3, 4)
+    assert rect.as_tuple() == (1, 2, 3, 4)
+    module = parse_module(
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        '  %y = wse.layer "l"(%x) {rect = #wse.rect<5, 6, 7x8>} : (tensor<2xf32>) -> '
+        "tensor<2xf32> {\n  ^bb0(%a: tensor<2xf32>):\n    wse.yield %a : tensor<2xf32>\n  }\n"
+        "  func.return %y : tensor<2xf32>\n}\n"
+    )
+    layer = body_ops(module)[0]
+    assert layer.rect.as_tuple() == (5, 6, 7, 8)
+    assert layer.layer_name.data == "l"
+
+
+def test_optimizer_step_settings():
+    op = ws.OptimizerStepOp("sgd", {"momentum": 0.5, "lr": 0.25})
+    op.verify()
+    assert op.settings() == {"lr": 0.25, "momentum": 0.5}
+    assert list(op.config.data) == ["lr", "momentum"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifier: one broken rule per case
+# ---------------------------------------------------------------------------------------------
+
+
+def _fn(args: str, body: str) -> str:
+    return f"func.func @main({args}) {{\n{body}\n  func.return\n}}\n"
+
+
+INVALID = {
+    "matmul shape mismatch": (
+        _fn(
+            "%a: tensor<4x3xf32>, %b: tensor<4x3xf32>",
+            "%r = wse.matmul %a, %b : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>",
+        ),
+        r"matmul contraction mismatch: \(4, 3\) x \(4, 3\)",
+    ),
+    "matmul wrong result": (
+        _fn(
+            "%a: tensor<4x3xf32>, %b: tensor<3x2xf32>",
+            "%r = wse.matmul %a, %b : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x3xf32>",
+        ),
+        r"wse.matmul result shape \(4, 3\) does not match the inferred shape \(4, 2\)",
+    ),
+    "bad broadcast": (
+        _fn(
+            "%a: tensor<2x3xf32>, %b: tensor<4xf32>",
+            "%r = wse.add %a, %b : (tensor<2x3xf32>, tensor<4xf32>) -> tensor<2x3xf32>",
+        ),
+        r"shapes \[\(2, 3\), \(4,\)\] do not broadcast",
+    ),
+    "mixed element types": (
+        _fn(
+            "%a: tensor<2xf32>, %b: tensor<2xf64>",
+            "%r = wse.mul %a, %b : (tensor<2xf32>, tensor<2xf64>) -> tensor<2xf32>",
+        ),
+        r"operands have different element types",
+    ),
+    "reduce unsorted axes": (
+        _fn(
+            "%a: tensor<2x3x4xf32>",
+            "%r = wse.reduce_sum %a {axes = array<i64: 2, 0>} : tensor<2x3x4xf32> -> tensor<3xf32>",
+        ),
+        r"axes must be sorted, got \(2, 0\)",
+    ),
+    "transpose non-permutation": (
+        _fn(
+            "%a: tensor<2x3xf32>",
+            "%r = wse.transpose %a {perm = array<i64: 0, 0>} : tensor<2x3xf32> -> tensor<2x2xf32>",
+        ),
+        r"\(0, 0\) is not a permutation of 2 axes",
+    ),
+    "reshape element count": (
+        _fn("%a: tensor<2x3xf32>", "%r = wse.reshape %a : tensor<2x3xf32> -> tensor<4x2xf32>"),
+        r"cannot reshape \(2, 3\) into \(4, 2\)",
+    ),
+    "concat mismatch": (
+        _fn(
+            "%a: tensor<2x3xf32>, %b: tensor<3x2xf32>",
+            "%r = wse.concat %a, %b {axis = 0 : i64} : (tensor<2x3xf32>, tensor<3x2xf32>) -> "
+            "tensor<5x3xf32>",
+        ),
+        r"cannot concatenate \[\(2, 3\), \(3, 2\)\] on axis 0",
+    ),
+    "slice out of range": (
+        _fn(
+            "%a: tensor<4xf32>",
+            "%r = wse.slice %a {starts = array<i64: 1>, limits = array<i64: 6>, "
+            "strides = array<i64: 1>} : tensor<4xf32> -> tensor<5xf32>",
+        ),
+        r"bad slice \[1:6:1\] of an axis of size 4",
+    ),
+    "pad negative": (
+        _fn(
+            "%a: tensor<4xf32>",
+            "%r = wse.pad %a {low = array<i64: -1>, high = array<i64: 2>} : "
+            "tensor<4xf32> -> tensor<5xf32>",
+        ),
+        r"pad amounts must be non-negative",
+    ),
+    "one_hot float indices": (
+        _fn("%a: tensor<4xf32>", "%r = wse.one_hot %a : tensor<4xf32> -> tensor<4x3xf32>"),
+        r"indices must be integers",
+    ),
+    "conv channel mismatch": (
+        _fn(
+            "%x: tensor<1x3x5x5xf32>, %w: tensor<2x4x3x3xf32>",
+            "%r = wse.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, "
+            "dilations = array<i64: 1, 1>} : (tensor<1x3x5x5xf32>, tensor<2x4x3x3xf32>) -> "
+            "tensor<1x2x3x3xf32>",
+        ),
+        r"conv channels do not match: input 3, filter \(2, 4, 3, 3\), group 1",
+    ),
+    "layer block args": (
+        _fn(
+            "%x: tensor<2xf32>",
+            '%r = wse.layer "bad"(%x) : (tensor<2xf32>) -> tensor<3xf32> {\n'
+            "  ^bb0(%a: tensor<3xf32>):\n    wse.yield %a : tensor<3xf32>\n  }",
+        ),
+        r"layer 'bad': block arguments do not match its inputs",
+    ),
+    "layer yield types": (
+        _fn(
+            "%x: tensor<2xf32>",
+            '%r = wse.layer "bad"(%x) : (tensor<2xf32>) -> tensor<3xf32> {\n'
+            "  ^bb0(%a: tensor<2xf32>):\n    wse.yield %a : tensor<2xf32>\n  }",
+        ),
+        r"layer 'bad': the body must end with a wse.yield of its results",
+    ),
+    "yield outside a layer": (
+        "func.func @main(%x: tensor<2xf32>) {\n  wse.yield %x : tensor<2xf32>\n}\n",
+        r"'wse.yield' expects parent op 'wse.layer'",
+    ),
+    "optimizer_step unknown optimizer": (
+        _fn("", 'ws.optimizer_step "rmsprop" {lr = 1.000000e-01 : f64}'),
+        r"unknown optimizer 'rmsprop'; expected one of \('sgd', 'adam', 'adamw'\)",
+    ),
+    "optimizer_step non-float setting": (
+        _fn("", 'ws.optimizer_step "sgd" {lr = 1 : i64}'),
+        r"optimizer setting 'lr' must be a float",
+    ),
+    "weight perm of the wrong rank": (
+        _fn("", '%w = wse.weight "w" {perm = array<i64: 1, 0, 2>} : tensor<2x3xf32>'),
+        r"\(1, 0, 2\) is not a permutation of 2 axes",
+    ),
+    "stream_weight untyped perm": (
+        _fn("", '%w = ws.stream_weight "w" {perm = array<i32: 1, 0>} : tensor<2x3xf32>'),
+        r"perm",
+    ),
+    "softmax axis out of range": (
+        _fn("%a: tensor<2x3xf32>", "%r = wse.softmax %a {axis = 2 : i64} : tensor<2x3xf32>"),
+        r"axis 2 is out of range for rank 2",
+    ),
+    "cross-entropy labels": (
+        _fn(
+            "%s: tensor<3x5xf32>, %l: tensor<4xi64>",
+            '%r = wse.softmax_cross_entropy %s, %l {reduction = "mean"} : '
+            "(tensor<3x5xf32>, tensor<4xi64>) -> tensor<f32>",
+        ),
+        r"labels \(4,\) do not match scores \(3, 5\) without the class axis",
+    ),
+    "cross-entropy reduction": (
+        _fn(
+            "%s: tensor<3x5xf32>, %l: tensor<3xi64>",
+            '%r = wse.softmax_cross_entropy %s, %l {reduction = "max"} : '
+            "(tensor<3x5xf32>, tensor<3xi64>) -> tensor<f32>",
+        ),
+        r"unknown reduction 'max'",
+    ),
+    "batch_norm parameters": (
+        _fn(
+            "%x: tensor<2x3xf32>, %p: tensor<4xf32>",
+            "%r = wse.batch_norm %x, %p, %p, %p, %p {epsilon = 1.0e-05 : f64} : (tensor<2x3xf32>,"
+            " tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3xf32>",
+        ),
+        r"parameters must have shape \(3,\)",
+    ),
+    "select condition": (
+        _fn(
+            "%c: tensor<2xf32>, %a: tensor<2xf32>",
+            "%r = wse.select %c, %a, %a : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> "
+            "tensor<2xf32>",
+        ),
+        r"the condition must be a tensor of i1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_verifier_rejects(case):
+    text, message = INVALID[case]
+    module = parse(text)
+    with pytest.raises(VerifyException, match=message):
+        module.verify()
+    with pytest.raises(CgcError) as info:
+        parse_module(text, "bad.mlir")
+    assert str(info.value).startswith("bad.mlir: ")
+    assert "\n" not in str(info.value)
+
+
+def test_valid_variants_of_the_invalid_cases_verify():
+    """The invalid cases differ from valid IR only in the broken rule."""
+    parse_module(
+        _fn(
+            "%a: tensor<4x3xf32>, %b: tensor<3x2xf32>",
+            "%r = wse.matmul %a, %b : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>\n"
+            "%s = wse.reduce_sum %a {axes = array<i64: 0, 1>} : tensor<4x3xf32> -> tensor<f32>\n"
+            "%t = wse.transpose %a {perm = array<i64: 1, 0>} : tensor<4x3xf32> -> tensor<3x4xf32>\n"
+            "%p = wse.pad %a {low = array<i64: 0, 1>, high = array<i64: 2, 0>} : "
+            "tensor<4x3xf32> -> tensor<6x4xf32>\n"
+            '%w = wse.weight "w" {perm = array<i64: 1, 0>} : tensor<2x3xf32>\n'
+            'ws.optimizer_step "adamw" {lr = 1.000000e-01 : f64}',
+        )
+    )
+
+
+def test_rect_attr_rejects_empty_and_negative():
+    with pytest.raises(VerifyException, match=r"rectangle size must be positive, got 0x4"):
+        wse.RectAttr(0, 0, 0, 4)
+    with pytest.raises(VerifyException, match=r"rectangle size must be positive, got 3x0"):
+        wse.RectAttr(1, 1, 3, 0)
+    with pytest.raises(VerifyException, match=r"rectangle origin must be non-negative"):
+        wse.RectAttr(-1, 0, 2, 2)
+
+
+def test_rect_attr_zero_size_in_text_is_an_error():
+    text = (
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        '  %y = wse.layer "l"(%x) {rect = #wse.rect<0, 0, 0x4>} : (tensor<2xf32>) -> '
+        "tensor<2xf32> {\n  ^bb0(%a: tensor<2xf32>):\n    wse.yield %a : tensor<2xf32>\n  }\n"
+        "  func.return %y : tensor<2xf32>\n}\n"
+    )
+    with pytest.raises(CgcError, match=r"rect\.mlir: .*rectangle size must be positive"):
+        parse_module(text, "rect.mlir")
+
+
+@pytest.mark.parametrize(
+    ("build_op", "message"),
+    [
+        (lambda a, b: wse.MatmulOp(a, a), r"matmul contraction mismatch"),
+        (lambda a, b: wse.AddOp(a, b), r"do not broadcast"),
+        (lambda a, b: wse.TransposeOp(a, [1, 1]), r"is not a permutation"),
+        (lambda a, b: wse.ReduceSumOp(a, [0, 0], False), r"bad reduction axes"),
+        (lambda a, b: wse.ConcatOp([a, b], 0), r"cannot concatenate"),
+        (lambda a, b: wse.SliceOp(a, [0, 0], [3, 9], [1, 1]), r"bad slice"),
+    ],
+)
+def test_typed_builders_reject_bad_shapes(build_op, message):
+    """The builders infer shapes with the verifier's rules, so they fail the same way."""
+    block = Block(arg_types=[T(2, 3), T(4)])
+    with pytest.raises(VerifyException, match=message):
+        build_op(*block.args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_properties_as_python():
+    block = Block(arg_types=[T(2, 3, 4)])
+    x = block.args[0]
+    assert wse.properties_as_python(wse.ReduceMeanOp(x, [0, 2], True)) == {
+        "axes": [0, 2],
+        "keepdims": True,
+    }
+    assert wse.properties_as_python(wse.ReduceMeanOp(x, [1], False))["keepdims"] is False
+    pad = wse.properties_as_python(wse.PadOp(x, [0, 1, 2], [3, 0, 0], -2.5))
+    assert pad == {"high": [3, 0, 0], "low": [0, 1, 2], "value": -2.5}
+    assert isinstance(pad["value"], float)
+    weight = wse.properties_as_python(wse.WeightOp("w", T(4, 2), frozen=True, perm=[1, 0]))
+    assert weight == {"frozen": True, "name": "w", "perm": [1, 0]}
+    assert wse.properties_as_python(wse.WeightOp("v", T(2))) == {"name": "v"}
+    conv = wse.properties_as_python(
+        wse.ConvOp(block.args[0], wse.WeightOp("f", T(6, 1, 2)).result, [1], [0, 1], [1], 3)
+    )
+    assert conv == {"dilations": [1], "group": 3, "pads": [0, 1], "strides": [1]}
+    assert isinstance(conv["group"], int) and not isinstance(conv["group"], bool)
+    ce = wse.properties_as_python(
+        wse.SoftmaxCrossEntropyOp(
+            Block(arg_types=[T(3, 5)]).args[0],
+            Block(arg_types=[T(3, el=i64)]).args[0],
+            None,
+            "sum",
+            -100,
+        )
+    )
+    assert ce == {"ignore_index": -100, "reduction": "sum"}
+    assert list(wse.properties_as_python(wse.ReduceSumOp(x, [0], False))) == ["axes", "keepdims"]
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.array([[1.5, -2.0, 3.25], [0.0, 1e-30, 3e38]], dtype=np.float32),
+        np.array(2.5, dtype=np.float32),
+        np.array([1, -2, 2**62, -(2**63)], dtype=np.int64),
+        np.array([[True, False, True], [False, False, True]]),
+        np.array(True),
+        np.array([0.1, 1 / 3], dtype=np.float64),
+        np.array([1.5, -2.0], dtype=">f4"),
+        np.arange(6, dtype=np.int32).reshape(3, 2).T,
+    ],
+)
+def test_dense_attr_round_trip(array):
+    attr = wse.dense_attr(array)
+    assert wse.tensor_shape(attr.type) == array.shape
+    back = dense_to_numpy(attr)
+    assert back.dtype == np.dtype(array.dtype.name)
+    np.testing.assert_array_equal(back, array)
+    # and through the IR text
+    module = build([], lambda: [wse.ConstantOp(attr).result])
+    reparsed = body_ops(parse_module(print_module(module)))[0]
+    again = dense_to_numpy(reparsed.value)
+    assert again.dtype == back.dtype
+    np.testing.assert_array_equal(again, array)
+
+
+def test_numpy_dtype_and_element_of_numpy():
+    pairs = {
+        f64: "float64",
+        f32: "float32",
+        f16: "float16",
+        i64: "int64",
+        i32: "int32",
+        i16: "int16",
+        i8: "int8",
+        IntegerType(8, Signedness.UNSIGNED): "uint8",
+        i1: "bool",
+    }
+    for element, name in pairs.items():
+        assert wse.numpy_dtype(element) == name
+        assert wse.element_of_numpy(name) == element
+        assert wse.element_of_numpy(np.dtype(name)) == element
+    assert wse.element_of_numpy(">f4") == f32
+    with pytest.raises(ValueError, match="not supported"):
+        wse.numpy_dtype(BFloat16Type())
+    with pytest.raises(ValueError, match="not supported"):
+        wse.numpy_dtype(ComplexType(f32))
+    with pytest.raises(ValueError, match="dtype complex64 is not supported"):
+        wse.element_of_numpy(np.complex64)
+    with pytest.raises(ValueError, match="dtype uint16 is not supported"):
+        wse.element_of_numpy("uint16")
+
+
+def test_mnemonic_and_shape_helpers():
+    block = Block(arg_types=[T(2, 3, el=i64)])
+    op = wse.ReduceMaxOp(block.args[0], [1], False)
+    assert wse.mnemonic(op) == "reduce_max"
+    assert wse.tensor_shape(op.result) == (2,)
+    assert wse.tensor_shape(T(4, 5)) == (4, 5)
+    assert wse.element_type(op.result) == i64
+    assert op.axis_list == (1,) and op.keeps_dims is False
+
+
+BOGUS = "func.func @main() {\n  %x = wse.bogus : tensor<2xf32>\n}\n"
+
+
+def test_parse_module_turns_a_parse_error_into_one_line():
+    with pytest.raises(CgcError) as info:
+        parse_module(BOGUS, "model.mlir")
+    message = str(info.value)
+    assert message.startswith("model.mlir")
+    assert "\n" not in message
+
+
+def test_parse_error_message_says_what_is_wrong():
+    with pytest.raises(CgcError) as info:
+        parse_module(BOGUS, "model.mlir")
+    message = str(info.value)
+    assert "Operation wse.bogus is not registered" in message
+    assert message.count("model.mlir") == 1
+    assert "2:18" in message
+
+
+def test_parse_module_turns_a_verify_error_into_one_line():
+    text, _ = INVALID["matmul shape mismatch"]
+    with pytest.raises(CgcError) as info:
+        parse_module(text, "net.mlir")
+    message = str(info.value)
+    assert (
+        message == "net.mlir: invalid IR: wse.matmul: matmul contraction mismatch: (4, 3) x (4, 3)"
+    )
+
+
+def test_parse_module_default_source_and_success():
+    with pytest.raises(CgcError, match=r"^<text>:1:17: Expected argument or type$"):
+        parse_module("func.func @main(")
+    module = parse_module(
+        'func.func @main() -> tensor<2xf32> {\n  %w = wse.weight "w" : tensor<2xf32>\n'
+        "  func.return %w : tensor<2xf32>\n}\n"
+    )
+    assert isinstance(module, ModuleOp)
+    assert print_module(module).endswith("}\n")
+
+
+def test_verify_error_names_the_op_or_its_location():
+    text = _fn(
+        "%a: tensor<2x3xf32>",
+        '%r = wse.reshape %a : tensor<2x3xf32> -> tensor<4x2xf32> loc("flatten")',
+    )
+    with pytest.raises(CgcError) as info:
+        parse_module(text, "net.mlir")
+    message = str(info.value)
+    assert "wse.reshape" in message or "flatten" in message, message
