@@ -59,6 +59,10 @@ class TrainingOptions:
     """Regular expressions matched in full against initializer names; empty: all float
     initializers that reach the loss."""
 
+    def optimizer_options(self) -> dict:
+        """The options of ``schedule-streams`` that set MemoryX's optimizer."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "trainable"}
+
 
 def pass_spec(p: ModulePass) -> str:
     """``name{option=value ...}`` with only the options that differ from their defaults,
@@ -278,19 +282,7 @@ def _choose_mode(c: Compilation, mode: str, training: TrainingOptions | None):
         reason = "training streams weights from MemoryX"
     else:
         reason = "requested with --mode weight_streaming"
-    if training is None:
-        c.run(ScheduleStreamsPass())
-    else:
-        c.run(
-            ScheduleStreamsPass(
-                optimizer=training.optimizer,
-                lr=training.lr,
-                momentum=training.momentum,
-                dampening=training.dampening,
-                weight_decay=training.weight_decay,
-                nesterov=training.nesterov,
-            )
-        )
+    c.run(ScheduleStreamsPass(**(training.optimizer_options() if training else {})))
     return "weight_streaming", reason
 
 

@@ -364,8 +364,8 @@ class ErfOp(UnaryOp):
     name = "wse.erf"
 
 
-class BinaryOp(IRDLOperation, abc.ABC):
-    """Base of the elementwise ops of two operands with numpy broadcasting."""
+class TwoOperandOp(IRDLOperation, abc.ABC):
+    """Base of the ops of two tensors whose result shape follows ``SHAPE_RULE``."""
 
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
@@ -374,9 +374,10 @@ class BinaryOp(IRDLOperation, abc.ABC):
     assembly_format = (
         "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
     )
+    SHAPE_RULE: ClassVar = staticmethod(shapes.broadcast)
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
-        shape = _shape_rule(shapes.broadcast, tensor_shape(lhs), tensor_shape(rhs))
+        shape = _shape_rule(self.SHAPE_RULE, tensor_shape(lhs), tensor_shape(rhs))
         super().__init__(
             operands=[lhs, rhs], result_types=[TensorType(self.result_element(lhs), shape)]
         )
@@ -396,8 +397,12 @@ class BinaryOp(IRDLOperation, abc.ABC):
             "wrong result element type",
         )
         _check_result_shape(
-            self, _shape_rule(shapes.broadcast, tensor_shape(self.lhs), tensor_shape(self.rhs))
+            self, _shape_rule(self.SHAPE_RULE, tensor_shape(self.lhs), tensor_shape(self.rhs))
         )
+
+
+class BinaryOp(TwoOperandOp, abc.ABC):
+    """Base of the elementwise ops of two operands with numpy broadcasting."""
 
 
 @irdl_op_definition
@@ -610,30 +615,11 @@ class ReduceMinOp(ReduceOp):
 
 
 @irdl_op_definition
-class MatmulOp(IRDLOperation):
+class MatmulOp(TwoOperandOp):
     """numpy.matmul on operands of rank >= 2, broadcasting the leading (batch) dims."""
 
     name = "wse.matmul"
-    lhs = operand_def(TensorType)
-    rhs = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-    assembly_format = (
-        "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
-    )
-
-    def __init__(self, lhs: SSAValue, rhs: SSAValue):
-        shape = _shape_rule(shapes.matmul, tensor_shape(lhs), tensor_shape(rhs))
-        super().__init__(operands=[lhs, rhs], result_types=[TensorType(element_type(lhs), shape)])
-
-    def verify_(self) -> None:
-        _check(
-            element_type(self.lhs) == element_type(self.rhs) == element_type(self.result),
-            "operands and result have different element types",
-        )
-        _check_result_shape(
-            self, _shape_rule(shapes.matmul, tensor_shape(self.lhs), tensor_shape(self.rhs))
-        )
+    SHAPE_RULE: ClassVar = staticmethod(shapes.matmul)
 
 
 @irdl_op_definition
