@@ -123,7 +123,7 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
     ),
     **{
         cls.name: ([T(2, 3)], lambda x, cls=cls: [cls(x).result])
-        for cls in wse.UNARY_OPS
+        for cls in (*wse.UNARY_OPS, wse.StopGradientOp)
     },
     **{
         cls.name: ([T(2, 3), T(3)], lambda a, b, cls=cls: [cls(a, b).result])

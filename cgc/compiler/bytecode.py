@@ -132,6 +132,8 @@ class Lowering:
             self.emit(Opcode.STREAM_WEIGHT, op.results, attrs=_weight_attrs(op), op=op)
         elif isinstance(op, ws.StreamGradientOp):
             self.emit(Opcode.STREAM_GRADIENT, (), op.operands, _weight_attrs(op), op=op)
+        elif isinstance(op, wse.StopGradientOp):  # the identity: the result is the operand
+            self.of[op.result] = self.of[op.input]
         elif op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES:
             attrs = wse.properties_as_python(op)
             self.emit(kernel_opcode(wse.mnemonic(op)), op.results, op.operands, attrs, op)

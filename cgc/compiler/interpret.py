@@ -145,6 +145,8 @@ class Interpreter:
             return []
         if isinstance(op, ws.OptimizerStepOp):
             return []
+        if isinstance(op, wse.StopGradientOp):
+            return args
         props = wse.properties_as_python(op)
         with np.errstate(all="ignore"):
             composite = _composite(op, args, props)

@@ -401,6 +401,17 @@ class TwoOperandOp(IRDLOperation, abc.ABC):
         )
 
 
+@irdl_op_definition
+class StopGradientOp(UnaryOp):
+    """The identity, through which no gradient flows.
+
+    ``decompose`` wraps the max that shifts a softmax for numerical stability in it: the
+    shift's gradient is zero, so autodiff need not compute it. It lowers to no instruction.
+    """
+
+    name = "wse.stop_gradient"
+
+
 class BinaryOp(TwoOperandOp, abc.ABC):
     """Base of the elementwise ops of two operands with numpy broadcasting."""
 
@@ -1342,6 +1353,7 @@ WSE = Dialect(
         WeightOp,
         ConstantOp,
         *UNARY_OPS,
+        StopGradientOp,
         *BINARY_OPS,
         SelectOp,
         CastOp,

@@ -95,31 +95,34 @@ def _binary(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
 def _unary(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
     x, y = op.operands[0], op.results[0]
     elt = wse.element_type(x)
-    if isinstance(op, wse.NegOp):
-        return [emit(wse.NegOp(g))]
-    if isinstance(op, wse.ExpOp):
-        return [emit(wse.MulOp(g, y))]
-    if isinstance(op, wse.LogOp):
-        return [emit(wse.DivOp(g, x))]
-    if isinstance(op, wse.SqrtOp):
-        return [emit(wse.DivOp(emit(wse.MulOp(g, emit.constant(0.5, elt))), y))]
-    if isinstance(op, wse.ReciprocalOp):
-        return [emit(wse.NegOp(emit(wse.MulOp(g, emit(wse.MulOp(y, y))))))]
-    zero = emit.constant(0, elt)
-    if isinstance(op, wse.ReluOp):
-        return [emit(wse.SelectOp(emit(wse.GreaterOp(x, zero)), g, zero))]
-    if isinstance(op, wse.AbsOp):
-        negative = emit(wse.SelectOp(emit(wse.GreaterOp(zero, x)), emit(wse.NegOp(g)), zero))
-        return [emit(wse.SelectOp(emit(wse.GreaterOp(x, zero)), g, negative))]
-    one = emit.constant(1, elt)
-    if isinstance(op, wse.SigmoidOp):
-        return [emit(wse.MulOp(g, emit(wse.MulOp(y, emit(wse.SubOp(one, y))))))]
-    if isinstance(op, wse.TanhOp):
-        return [emit(wse.MulOp(g, emit(wse.SubOp(one, emit(wse.MulOp(y, y))))))]
-    assert isinstance(op, wse.ErfOp)
-    scale = emit.constant(2 / np.sqrt(np.pi), elt)
-    bell = emit(wse.ExpOp(emit(wse.NegOp(emit(wse.MulOp(x, x))))))
-    return [emit(wse.MulOp(g, emit(wse.MulOp(scale, bell))))]
+
+    def const(value: float) -> SSAValue:
+        return emit.constant(value, elt)
+
+    def where_positive(positive: SSAValue, other: Callable[[SSAValue], SSAValue]) -> SSAValue:
+        zero = const(0)
+        return emit(wse.SelectOp(emit(wse.GreaterOp(x, zero)), positive, other(zero)))
+
+    def negative_part(zero: SSAValue) -> SSAValue:
+        return emit(wse.SelectOp(emit(wse.GreaterOp(zero, x)), emit(wse.NegOp(g)), zero))
+
+    def erf() -> SSAValue:
+        bell = emit(wse.ExpOp(emit(wse.NegOp(emit(wse.MulOp(x, x))))))
+        return emit(wse.MulOp(g, emit(wse.MulOp(const(2 / np.sqrt(np.pi)), bell))))
+
+    rules: dict[type[Operation], Callable[[], SSAValue]] = {
+        wse.NegOp: lambda: emit(wse.NegOp(g)),
+        wse.ExpOp: lambda: emit(wse.MulOp(g, y)),
+        wse.LogOp: lambda: emit(wse.DivOp(g, x)),
+        wse.SqrtOp: lambda: emit(wse.DivOp(emit(wse.MulOp(g, const(0.5))), y)),
+        wse.ReciprocalOp: lambda: emit(wse.NegOp(emit(wse.MulOp(g, emit(wse.MulOp(y, y)))))),
+        wse.ReluOp: lambda: where_positive(g, lambda zero: zero),
+        wse.AbsOp: lambda: where_positive(g, negative_part),
+        wse.SigmoidOp: lambda: emit(wse.MulOp(g, emit(wse.MulOp(y, emit(wse.SubOp(const(1), y)))))),
+        wse.TanhOp: lambda: emit(wse.MulOp(g, emit(wse.SubOp(const(1), emit(wse.MulOp(y, y)))))),
+        wse.ErfOp: erf,
+    }
+    return [rules[type(op)]()]
 
 
 def _kept(emit: Emitter, op: wse.ReduceOp, g: SSAValue) -> SSAValue:
@@ -287,6 +290,8 @@ class Differentiator:
                 for result, value in zip(layer.results, op.values, strict=True):
                     if value in inner:
                         self.needs.add(result)
+            elif isinstance(op, wse.StopGradientOp):
+                continue
             elif self.trainable(op) or any(v in inner for v in op.operands):
                 # Ops without a rule still carry the dependence: if a gradient reaches one,
                 # _vjp reports it instead of silently dropping it.
@@ -366,6 +371,9 @@ class Differentiator:
         created again, forward inputs and computed values come in as arguments. Returns the
         computed values the forward layer must now also yield."""
         body = layer.body.block
+        yielded = body.last_op
+        assert isinstance(yielded, wse.YieldOp)
+        results = dict(zip(yielded.values, layer.results, strict=True))
         saved: list[SSAValue] = []
         replacements: dict[SSAValue, SSAValue] = {}
         first = grad_block.first_op
@@ -380,6 +388,8 @@ class Differentiator:
                     replacements[value] = clone.results[0]
                 elif isinstance(value, BlockArgument):
                     replacements[value] = arg_for(layer.inputs[value.index])
+                elif value in results:  # already a result of the forward layer
+                    replacements[value] = arg_for(results[value])
                 else:
                     saved.append(value)
                     replacements[value] = arg_for(value)

@@ -34,7 +34,8 @@ from cgc.passes.rewriting import Emitter
 
 
 def _shifted(emit: Emitter, x: SSAValue, axis: int) -> SSAValue:
-    peak = emit(wse.ReduceMaxOp(x, [axis], True))
+    """``x - max(x)``; the max only keeps exp in range, and carries no gradient."""
+    peak = emit(wse.StopGradientOp(emit(wse.ReduceMaxOp(x, [axis], True))))
     return emit(wse.SubOp(x, peak))
 
 

@@ -15,7 +15,9 @@ func.func @softmax(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 }
 
 // CHECK-LABEL: func.func @softmax
-// CHECK-NEXT:    %[[MAX:.*]] = wse.reduce_max %x {axes = array<i64: 1>, keepdims = true} : tensor<2x3xf32> -> tensor<2x1xf32> loc("sm")
+// The max only shifts the exponent into range; no gradient flows through it.
+// CHECK-NEXT:    %[[PEAK:.*]] = wse.reduce_max %x {axes = array<i64: 1>, keepdims = true} : tensor<2x3xf32> -> tensor<2x1xf32> loc("sm")
+// CHECK-NEXT:    %[[MAX:.*]] = wse.stop_gradient %[[PEAK]] : tensor<2x1xf32> loc("sm")
 // CHECK-NEXT:    %[[SUB:.*]] = wse.sub %x, %[[MAX]] : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x3xf32> loc("sm")
 // CHECK-NEXT:    %[[EXP:.*]] = wse.exp %[[SUB]] : tensor<2x3xf32> loc("sm")
 // CHECK-NEXT:    %[[SUM:.*]] = wse.reduce_sum %[[EXP]] {axes = array<i64: 1>, keepdims = true} : tensor<2x3xf32> -> tensor<2x1xf32> loc("sm")
@@ -28,7 +30,8 @@ func.func @log_softmax(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
 }
 
 // CHECK-LABEL: func.func @log_softmax
-// CHECK-NEXT:    %[[MAX:.*]] = wse.reduce_max %x {axes = array<i64: 0>, keepdims = true} : tensor<2x3xf32> -> tensor<1x3xf32> loc("lsm")
+// CHECK-NEXT:    %[[PEAK:.*]] = wse.reduce_max %x {axes = array<i64: 0>, keepdims = true} : tensor<2x3xf32> -> tensor<1x3xf32> loc("lsm")
+// CHECK-NEXT:    %[[MAX:.*]] = wse.stop_gradient %[[PEAK]] : tensor<1x3xf32> loc("lsm")
 // CHECK-NEXT:    %[[S:.*]] = wse.sub %x, %[[MAX]] : {{.*}} loc("lsm")
 // CHECK-NEXT:    %[[EXP:.*]] = wse.exp %[[S]] : tensor<2x3xf32> loc("lsm")
 // CHECK-NEXT:    %[[SUM:.*]] = wse.reduce_sum %[[EXP]] {axes = array<i64: 0>, keepdims = true} : {{.*}} loc("lsm")
@@ -93,7 +96,8 @@ func.func @cross_entropy(%s: tensor<4x5xf32>, %l: tensor<4xi64>, %w: tensor<5xf3
 // A weighted mean with ignore_index: log-softmax, one-hot pick, per-sample weight, then
 // sum(loss * weight) / sum(weight).
 // CHECK-LABEL: func.func @cross_entropy
-// CHECK-NEXT:    %[[MAX:.*]] = wse.reduce_max %s {axes = array<i64: 1>, keepdims = true} : tensor<4x5xf32> -> tensor<4x1xf32> loc("loss")
+// CHECK-NEXT:    %[[PEAK:.*]] = wse.reduce_max %s {axes = array<i64: 1>, keepdims = true} : tensor<4x5xf32> -> tensor<4x1xf32> loc("loss")
+// CHECK-NEXT:    %[[MAX:.*]] = wse.stop_gradient %[[PEAK]] : tensor<4x1xf32> loc("loss")
 // CHECK-NEXT:    %[[SH:.*]] = wse.sub %s, %[[MAX]]
 // CHECK-NEXT:    %[[E:.*]] = wse.exp %[[SH]]
 // CHECK-NEXT:    %[[SUM:.*]] = wse.reduce_sum %[[E]] {axes = array<i64: 1>, keepdims = true}
