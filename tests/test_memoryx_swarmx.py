@@ -234,3 +234,12 @@ def test_link_and_latency_seconds():
     assert SwarmX(5, slow_io).link_seconds(1e9) == pytest.approx(0.1)
     slow_mx = replace(t, memoryx_bytes_per_s=1e9)
     assert SwarmX(5, slow_mx).link_seconds(3e9) == pytest.approx(3.0)
+
+
+def test_scalar_weights_stay_arrays() -> None:
+    """0-d arithmetic in numpy gives scalars; MemoryX must keep 0-d arrays (safetensors)."""
+    memoryx = MemoryX({"s": np.array(0.5, np.float32)}, Target("t", 4, 4, 48 * 1024, 850e6))
+    memoryx.receive("s", np.array(2.0, np.float32), None)
+    memoryx.apply("sgd", {"lr": 0.1})
+    assert isinstance(memoryx.weights["s"], np.ndarray)
+    assert memoryx.weights["s"].shape == () and memoryx.weights["s"] == np.float32(0.3)

@@ -169,3 +169,96 @@ def test_training_errors(model, data, tmp_path) -> None:
         cgc.train(
             inference, {"x": data["x"]}, batch_size=8, steps=1, model_dir=tmp_path, target=TARGET
         )
+
+
+def regression_model(loss_kind: str):
+    """y = x @ w; the loss is 0.5 * sum((y - t)^2), or a product of two batch means."""
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    t = helper.make_tensor_value_info("t", TensorProto.FLOAT, ["N", 2])
+    loss = helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])
+    w = nh.from_array(np.random.default_rng(4).standard_normal((3, 2)).astype(np.float32), "w")
+    half = nh.from_array(np.array(0.5, np.float32), "half")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="fc"),
+        helper.make_node("Sub", ["y", "t"], ["d"], name="err"),
+        helper.make_node("Mul", ["d", "d"], ["sq"], name="sq"),
+    ]
+    if loss_kind == "sum":
+        nodes += [
+            helper.make_node("ReduceSum", ["sq"], ["total"], name="total", keepdims=0),
+            helper.make_node("Mul", ["total", "half"], ["loss"], name="loss"),
+        ]
+    else:
+        nodes += [
+            helper.make_node("ReduceMean", ["sq"], ["m1"], name="m1", keepdims=0),
+            helper.make_node("ReduceMean", ["y"], ["m2"], name="m2", keepdims=0),
+            helper.make_node("Mul", ["m1", "m2"], ["loss"], name="loss"),
+        ]
+    graph = helper.make_graph(nodes, "reg", [x, t], [loss], initializer=[w, half])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_sum_reduced_loss_splits_over_systems(tmp_path) -> None:
+    rng = np.random.default_rng(8)
+    data = {
+        "x": rng.standard_normal((16, 3)).astype(np.float32),
+        "t": rng.standard_normal((16, 2)).astype(np.float32),
+    }
+    runs = [
+        cgc.train(
+            regression_model("sum"),
+            data,
+            batch_size=8,
+            steps=4,
+            num_csx=k,
+            model_dir=tmp_path / str(k),
+            target="mesh4x4",
+            lr=0.01,
+            trainable=["w"],
+        )
+        for k in (1, 2)
+    ]
+    np.testing.assert_allclose(
+        [m["loss"] for m in runs[1].metrics], [m["loss"] for m in runs[0].metrics], rtol=1e-5
+    )
+    np.testing.assert_allclose(runs[1].weights["w"], runs[0].weights["w"], rtol=1e-5, atol=1e-7)
+    w = torch.tensor(
+        numpy_helper.to_array(regression_model("sum").graph.initializer[0]), requires_grad=True
+    )
+    optimizer = torch.optim.SGD([w], lr=0.01)
+    for step in range(4):
+        index = np.arange(step * 8, (step + 1) * 8) % 16
+        y = torch.tensor(data["x"][index]) @ w
+        loss = 0.5 * ((y - torch.tensor(data["t"][index])) ** 2).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert runs[0].metrics[step]["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    np.testing.assert_allclose(runs[0].weights["w"], w.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_loss_that_does_not_split_over_systems(tmp_path) -> None:
+    data = {"x": np.zeros((8, 3), np.float32), "t": np.zeros((8, 2), np.float32)}
+    with pytest.raises(CgcError, match=r"cannot tell whether the loss 'loss' .* averages or sums"):
+        cgc.train(
+            regression_model("product"),
+            data,
+            batch_size=8,
+            steps=1,
+            num_csx=2,
+            model_dir=tmp_path,
+            target="mesh4x4",
+        )
+    result = cgc.train(
+        regression_model("product"),
+        data,
+        batch_size=8,
+        steps=1,
+        num_csx=1,
+        model_dir=tmp_path,
+        target="mesh4x4",
+    )
+    assert len(result.metrics) == 1

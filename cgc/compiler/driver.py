@@ -152,14 +152,19 @@ def batch_reduction(value) -> str | None:
         return "mean" if isinstance(op, wse.ReduceMeanOp) else "sum"
     if isinstance(op, wse.ReshapeOp | wse.CastOp | wse.NegOp):
         return batch_reduction(op.operands[0])
-    if isinstance(op, wse.MulOp | wse.DivOp | wse.AddOp | wse.SubOp):
-        kinds = {batch_reduction(v) for v in op.operands if not isinstance(v.owner, wse.ConstantOp)}
+    # constants and weights are the same for every sample of the batch
+    varying = [v for v in op.operands if not isinstance(v.owner, wse.ConstantOp | wse.WeightOp)]
+    if isinstance(op, wse.MulOp | wse.DivOp) and len(varying) == 1:  # scaled by a constant
+        return batch_reduction(varying[0])
+    if isinstance(op, wse.AddOp | wse.SubOp):  # a sum of terms that all reduce alike
+        kinds = {batch_reduction(v) for v in varying}
         return kinds.pop() if len(kinds) == 1 else None
     return None
 
 
-def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str]:
-    """The backward seed for ``num_csx`` systems, and the loss's batch reduction."""
+def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str | None]:
+    """The backward seed for ``num_csx`` systems, and the loss's batch reduction (None when it
+    cannot tell, which only one system can live with)."""
     loss = main_function(imported.module).body.block.last_op.operands[0]  # type: ignore[union-attr]
     kind = batch_reduction(loss)
     if kind is None:
@@ -171,7 +176,7 @@ def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str]:
                 "systems; end the loss with ReduceMean, ReduceSum or SoftmaxCrossEntropyLoss, "
                 "or train with --num-csx 1"
             )
-        kind = "mean"
+        return 1.0, None
     return (1.0 / num_csx if kind == "mean" else 1.0), kind
 
 

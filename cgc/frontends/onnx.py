@@ -821,11 +821,16 @@ def _global_average_pool(im: _Importer, node: _Node) -> list:
     return [im.emit(wse.ReduceMeanOp(x, tuple(range(2, rank)), True))]
 
 
-def _reduce_mean(im: _Importer, node: _Node) -> list:
+# The opset from which a reduction takes its axes as an input instead of an attribute.
+_AXES_AS_INPUT = {"ReduceSum": 13}
+
+
+def _reduce(im: _Importer, node: _Node) -> list:
+    """ReduceMean, ReduceSum, ReduceMax and ReduceMin."""
     x = im.value(node, 0)
     rank = len(_shape(x))
     keepdims = bool(node.attr("keepdims", 1))
-    if im.opset >= 18:
+    if im.opset >= _AXES_AS_INPUT.get(node.op_type, 18):
         given = im.optional_static(node, 1)
         noop = bool(node.attr("noop_with_empty_axes", 0))
     else:
@@ -837,7 +842,15 @@ def _reduce_mean(im: _Importer, node: _Node) -> list:
             return [x]
         axes = list(range(rank))
     normalized = sorted({_axis(a, rank, "axes") for a in axes})
-    return [im.emit(wse.ReduceMeanOp(x, normalized, keepdims))]
+    return [im.emit(_REDUCTIONS[node.op_type](x, normalized, keepdims))]
+
+
+_REDUCTIONS = {
+    "ReduceMean": wse.ReduceMeanOp,
+    "ReduceSum": wse.ReduceSumOp,
+    "ReduceMax": wse.ReduceMaxOp,
+    "ReduceMin": wse.ReduceMinOp,
+}
 
 
 def _flatten(im: _Importer, node: _Node) -> list:
@@ -956,7 +969,7 @@ _IMPORTERS: dict[str, OpImporter] = {
     "MatMul": _matmul,
     "MaxPool": _max_pool,
     "Mul": _binary(wse.MulOp),
-    "ReduceMean": _reduce_mean,
+    **dict.fromkeys(_REDUCTIONS, _reduce),
     "Relu": _unary(wse.ReluOp),
     "Reshape": _reshape,
     "Sigmoid": _unary(wse.SigmoidOp),

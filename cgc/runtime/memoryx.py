@@ -77,4 +77,5 @@ class MemoryX:
                 buf = grad.copy()
             state["momentum_buffer"] = buf
             grad = grad + _f32(momentum) * buf if config.get("nesterov", 0.0) else buf
-        return param + _f32(-lr) * grad
+        # numpy turns 0-d arithmetic into scalars; a weight stays an array
+        return np.asarray(param + _f32(-lr) * grad, dtype=param.dtype)

@@ -135,8 +135,9 @@ def summary_text(artifact: Artifact) -> str:
             )
     if m.get("training"):
         tr = m["training"]
+        reduction = tr["batch_reduction"] or "unknown reduction"
         lines.append(
-            f"training: loss '{tr['loss']}' ({tr['batch_reduction']} over the batch), "
+            f"training: loss '{tr['loss']}' ({reduction} over the batch), "
             f"{tr['optimizer']}, trains {', '.join(tr['trainable'])}"
         )
     return "\n".join(lines) + "\n"
