@@ -303,32 +303,38 @@ def test_global_average_pool(onnx_check, shape):
     assert imported.outputs[0].shape == (*shape[:2], *[1] * (len(shape) - 2))
 
 
+AXES_AS_INPUT_FROM = {"ReduceMean": 18, "ReduceSum": 13, "ReduceMax": 18, "ReduceMin": 18}
+
+
+@pytest.mark.parametrize("op", sorted(AXES_AS_INPUT_FROM))
 @pytest.mark.parametrize(
-    ("opset", "axes", "keepdims", "noop"),
+    ("as_input", "axes", "keepdims", "noop"),
     [
-        (13, [1], None, None),
-        (13, [-1, 0], 0, None),
-        (13, None, None, None),
-        (13, None, 0, None),
-        (18, [1, 2], None, None),
-        (18, [-2], 0, None),
-        (18, None, 1, None),
-        (18, None, 0, 1),
+        (False, [1], None, None),
+        (False, [-1, 0], 0, None),
+        (False, None, None, None),
+        (False, None, 0, None),
+        (True, [1, 2], None, None),
+        (True, [-2], 0, None),
+        (True, None, 1, None),
+        (True, None, 0, 1),
     ],
 )
-def test_reduce_mean(onnx_check, opset, axes, keepdims, noop):
+def test_reductions(onnx_check, op, as_input, axes, keepdims, noop):
+    """Axes come as an attribute before the op's opset change and as an input after it."""
+    opset = AXES_AS_INPUT_FROM[op] - (0 if as_input else 2)
     attrs, inputs, inits = {}, ["x"], []
     if keepdims is not None:
         attrs["keepdims"] = keepdims
     if noop is not None:
         attrs["noop_with_empty_axes"] = noop
-    if axes is not None and opset < 18:
+    if axes is not None and not as_input:
         attrs["axes"] = axes
     elif axes is not None:
         inputs.append("axes")
         inits.append(tensor("axes", np.array(axes, dtype=np.int64)))
     model = make(
-        [helper.make_node("ReduceMean", inputs, ["y"], name="mean", **attrs)],
+        [helper.make_node(op, inputs, ["y"], name="reduce", **attrs)],
         [vi("x", (2, 3, 4))],
         [vi("y", None)],
         inits,
@@ -337,7 +343,16 @@ def test_reduce_mean(onnx_check, opset, axes, keepdims, noop):
     imported = onnx_check(model, {"x": rand(2, 3, 4)})
     assert imported.weights == {}  # the axes initializer is static: no weight op
     assert imported.initializers == []
-    assert ops_of(imported).count("wse.reduce_mean") == (0 if noop else 1)
+    expected = (
+        "wse."
+        + {
+            "ReduceMean": "reduce_mean",
+            "ReduceSum": "reduce_sum",
+            "ReduceMax": "reduce_max",
+            "ReduceMin": "reduce_min",
+        }[op]
+    )
+    assert ops_of(imported).count(expected) == (0 if noop else 1)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, 4, -1, -4])
