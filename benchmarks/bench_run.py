@@ -164,7 +164,7 @@ def main() -> None:
         return
     print(f"batch {args.batch}, target {args.target}, median of {args.repeat} runs, 1 thread")
     print(
-        f"{'case':34s} {'cgc s':>9s} {'ref s':>9s} {'ratio':>7s} {'cgc MiB':>8s} "
+        f"{'case':44s} {'cgc ms':>9s} {'ref ms':>9s} {'ratio':>7s} {'cgc MiB':>8s} "
         f"{'ref MiB':>8s} {'ratio':>6s}"
     )
     rows = []
@@ -181,7 +181,7 @@ def main() -> None:
     )
     for label, ours, ref in rows:
         print(
-            f"{label:34s} {ours['seconds']:9.4f} {ref['seconds']:9.4f} "
+            f"{label:44s} {ours['seconds'] * 1e3:9.3f} {ref['seconds'] * 1e3:9.3f} "
             f"{ours['seconds'] / ref['seconds']:7.1f} {ours['peak_rss_mib']:8.0f} "
             f"{ref['peak_rss_mib']:8.0f} {ours['peak_rss_mib'] / ref['peak_rss_mib']:6.2f}"
         )
