@@ -4,15 +4,17 @@ torch.autograd, and the structure of the backward layers."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from xdsl.builder import ImplicitBuilder
+from ir_builders import T as tensor_type
+from ir_builders import apply, build, loc
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, NameLoc, NoneAttr, StringAttr, TensorType, f64, i1, i64
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.dialects.builtin import ModuleOp, NameLoc, f64, i1, i64
+from xdsl.ir import Attribute, SSAValue
 
 from cgc.compiler.interpret import Interpreter, main_function
 from cgc.dialects import context, parse_module, print_module, ws, wse
@@ -24,30 +26,7 @@ from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
 
-
-def T(*shape: int, el: Attribute = f64) -> TensorType:
-    return TensorType(el, shape)
-
-
-def loc(name: str) -> NameLoc:
-    return NameLoc(StringAttr(name), NoneAttr())
-
-
-def build(arg_types: Sequence[Attribute], body: Callable[..., Sequence[SSAValue]]) -> ModuleOp:
-    block = Block(arg_types=arg_types)
-    with ImplicitBuilder(block):
-        results = list(body(*block.args))
-        func.ReturnOp(*results)
-    fn = func.FuncOp("main", (list(arg_types), [r.type for r in results]), Region(block))
-    return ModuleOp([fn])
-
-
-def apply(module: ModuleOp, *passes) -> ModuleOp:
-    ctx = context()
-    for p in passes:
-        p.apply(ctx, module)
-        module.verify()
-    return module
+T = partial(tensor_type, el=f64)
 
 
 def top_ops(module: ModuleOp) -> list:

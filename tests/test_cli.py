@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from ir_builders import STATS_FIELDS
 from onnx import TensorProto, helper
 
 import cgc
@@ -140,17 +141,7 @@ def test_run_writes_outputs_stats_and_trace(artifact, workdir, tmp_path) -> None
         expected = cgc.run(cgc.load(artifact), dict(inputs))["logits"]
         np.testing.assert_array_equal(outputs["logits"], expected)
     stats = json.loads((tmp_path / "stats.json").read_text())
-    for key in (
-        "mode",
-        "target",
-        "num_csx",
-        "batch_size",
-        "simulated_cycles",
-        "simulated_seconds",
-        "samples_per_second",
-        "pe_utilization",
-        "peak_pe_sram_bytes",
-    ):
+    for key in STATS_FIELDS:
         assert key in stats
     assert stats["mode"] == "pipelined" and stats["batch_size"] == 4
     trace = json.loads((tmp_path / "trace.json").read_text())

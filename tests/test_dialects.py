@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import pytest
+from ir_builders import T, build
 from xdsl.builder import ImplicitBuilder
-from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     BFloat16Type,
     ComplexType,
@@ -18,7 +18,6 @@ from xdsl.dialects.builtin import (
     NoneAttr,
     Signedness,
     StringAttr,
-    TensorType,
     f16,
     f32,
     f64,
@@ -36,20 +35,6 @@ from xdsl.utils.exceptions import VerifyException
 from cgc.compiler.interpret import dense_to_numpy
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.errors import CgcError
-
-
-def T(*shape: int, el: Attribute = f32) -> TensorType:
-    return TensorType(el, shape)
-
-
-def build(arg_types: Sequence[Attribute], body: Callable[..., Sequence[SSAValue]]) -> ModuleOp:
-    """A module with ``func.func @main`` whose body ``body(*args)`` builds; returns its results."""
-    block = Block(arg_types=arg_types)
-    with ImplicitBuilder(block):
-        results = list(body(*block.args))
-        func.ReturnOp(*results)
-    fn = func.FuncOp("main", (list(arg_types), [r.type for r in results]), Region(block))
-    return ModuleOp([fn])
 
 
 def generic(module: ModuleOp) -> str:

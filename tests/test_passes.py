@@ -4,28 +4,27 @@ composite ops, with PyTorch), and the structure each pass promises."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
+from ir_builders import T, apply, build, loc
 from onnx import TensorProto, helper, numpy_helper
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ModuleOp,
     NameLoc,
-    NoneAttr,
     StringAttr,
-    TensorType,
     f32,
     f64,
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from cgc.cli import main as cli
 from cgc.compiler.bytecode import lower
@@ -53,32 +52,6 @@ COMPOSITES = {
     "wse.softmax_cross_entropy",
     "wse.conv",
 }
-
-
-def T(*shape: int, el: Attribute = f32) -> TensorType:
-    return TensorType(el, shape)
-
-
-def loc(name: str) -> NameLoc:
-    return NameLoc(StringAttr(name), NoneAttr())
-
-
-def build(arg_types: Sequence[Attribute], body: Callable[..., Sequence[SSAValue]]) -> ModuleOp:
-    """A module with ``func.func @main``; ``body(*args)`` builds the ops and returns results."""
-    block = Block(arg_types=arg_types)
-    with ImplicitBuilder(block):
-        results = list(body(*block.args))
-        func.ReturnOp(*results)
-    fn = func.FuncOp("main", (list(arg_types), [r.type for r in results]), Region(block))
-    return ModuleOp([fn])
-
-
-def apply(module: ModuleOp, *passes) -> ModuleOp:
-    ctx = context()
-    for p in passes:
-        p.apply(ctx, module)
-        module.verify()
-    return module
 
 
 def run(module: ModuleOp, inputs: Sequence[np.ndarray], weights=None) -> list[np.ndarray]:

@@ -13,6 +13,7 @@ import onnx
 import onnxruntime
 import pytest
 import torch
+from ir_builders import STATS_FIELDS
 from onnx import numpy_helper
 from safetensors.numpy import load_file
 
@@ -26,17 +27,6 @@ from cgc.runtime.vm import Cluster, SimulationError
 
 MODES = ("pipelined", "weight_streaming")
 MODEL_NAMES = ("mlp", "cnn", "transformer")
-STATS_FIELDS = (
-    "mode",
-    "target",
-    "num_csx",
-    "batch_size",
-    "simulated_cycles",
-    "simulated_seconds",
-    "samples_per_second",
-    "pe_utilization",
-    "peak_pe_sram_bytes",
-)
 
 
 @cache
