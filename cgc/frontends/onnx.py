@@ -46,8 +46,8 @@ from xdsl.utils.exceptions import VerifyException
 from cgc.dialects import wse
 from cgc.errors import CgcError
 
-MIN_OPSET = 9
-MAX_OPSET = 21
+MIN_OPSET = 1
+MAX_OPSET = onnx.defs.onnx_opset_version()
 INLINE_LIMIT = 64
 """Constants of at most this many elements are written inline as ``wse.constant``."""
 
