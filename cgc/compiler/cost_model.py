@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-import numpy as np
-
+from cgc import dtypes
 from cgc.runtime.bytecode import Opcode, Program
 from cgc.runtime.layout import Layout, Rect
 from cgc.runtime.machine import Target
@@ -61,7 +60,7 @@ def simulate_layer(program: Program, target: Target, index: int, rect: Rect) -> 
         defined.update(ins.results)
         if ins.opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
             shape, dtype = program.registers[ins.results[0]]
-            weight_bytes += prod(shape) * np.dtype(dtype).itemsize
+            weight_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
         executor.step(ins)
     record = executor.records[-1]
     return LayerCost(

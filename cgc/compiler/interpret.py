@@ -16,14 +16,14 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
-from cgc import shapes
+from cgc import dtypes, shapes
 from cgc.dialects import ws, wse
 from cgc.runtime import reference
 
 
 def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     """The array of a dense elements attribute."""
-    dtype = np.dtype(wse.numpy_dtype(wse.element_type(attr.type)))
+    dtype = dtypes.dtype(wse.numpy_dtype(wse.element_type(attr.type)))
     shape = wse.tensor_shape(attr.type)
     if dtype == np.bool_:
         return np.array(attr.get_values(), dtype=np.int64).astype(bool).reshape(shape)

@@ -27,6 +27,12 @@ from xdsl.dialects.builtin import (
     BytesAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    Float4E2M1FNType,
+    Float8E4M3FNType,
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float8E5M2Type,
+    Float8E8M0FNUType,
     Float64Type,
     FloatAttr,
     IntAttr,
@@ -37,6 +43,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
+    bf16,
     f16,
     f32,
     f64,
@@ -71,20 +78,40 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from cgc import shapes
+from cgc import dtypes, shapes
+
+
+def _unsigned(width: int) -> IntegerType:
+    return IntegerType(width, Signedness.UNSIGNED)
+
 
 NUMPY_DTYPES: dict[Attribute, str] = {
     f64: "float64",
     f32: "float32",
     f16: "float16",
+    bf16: "bfloat16",
+    Float8E4M3FNType(): "float8_e4m3fn",
+    Float8E4M3FNUZType(): "float8_e4m3fnuz",
+    Float8E5M2Type(): "float8_e5m2",
+    Float8E5M2FNUZType(): "float8_e5m2fnuz",
+    Float8E8M0FNUType(): "float8_e8m0fnu",
+    Float4E2M1FNType(): "float4_e2m1fn",
     i64: "int64",
     i32: "int32",
     i16: "int16",
     i8: "int8",
-    IntegerType(8, Signedness.UNSIGNED): "uint8",
+    IntegerType(4): "int4",
+    IntegerType(2): "int2",
+    _unsigned(64): "uint64",
+    _unsigned(32): "uint32",
+    _unsigned(16): "uint16",
+    _unsigned(8): "uint8",
+    _unsigned(4): "uint4",
+    _unsigned(2): "uint2",
     i1: "bool",
 }
 """numpy dtype names of the element types cgc computes with."""
+_ELEMENTS = {name: element for element, name in NUMPY_DTYPES.items()}
 
 
 def numpy_dtype(element: Attribute) -> str:
@@ -97,11 +124,11 @@ def numpy_dtype(element: Attribute) -> str:
 
 def element_of_numpy(dtype: str | np.dtype) -> Attribute:
     """The element type of a numpy dtype."""
-    name = np.dtype(dtype).name
-    for element, candidate in NUMPY_DTYPES.items():
-        if candidate == name:
-            return element
-    raise ValueError(f"dtype {name} is not supported")
+    name = dtypes.dtype(dtype).name
+    try:
+        return _ELEMENTS[name]
+    except KeyError:
+        raise ValueError(f"dtype {name} is not supported") from None
 
 
 def dense_attr(array: np.ndarray) -> DenseIntOrFPElementsAttr:

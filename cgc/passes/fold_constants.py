@@ -27,6 +27,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.traits import Pure
 
+from cgc import dtypes
 from cgc.compiler.interpret import dense_to_numpy
 from cgc.dialects import wse
 from cgc.runtime import reference
@@ -62,7 +63,7 @@ class FoldConstantOp(RewritePattern):
             shape,
             wse.numpy_dtype(wse.element_type(result)),
         )
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
+        if dtypes.is_float(value.dtype) and not np.isfinite(value.astype(np.float64)).all():
             return  # xDSL prints non-finite floats as bit patterns it cannot parse back
         folded = wse.ConstantOp(wse.dense_attr(value))
         folded.location = op.location

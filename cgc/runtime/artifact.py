@@ -26,6 +26,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
+from cgc import dtypes
 from cgc.errors import CgcError
 from cgc.runtime.bytecode import Program
 from cgc.runtime.files import write_atomically
@@ -66,9 +67,7 @@ class Artifact:
             "manifest": _json_bytes(self.manifest),
             "bytecode": self.program.encode(),
             "ir": self.ir.encode(),
-            "weights": save_safetensors(
-                {k: np.ascontiguousarray(v) for k, v in sorted(self.weights.items())}
-            ),
+            "weights": weights_to_bytes(self.weights),
         }
         offset = _HEADER.size + _ENTRY.size * len(SECTIONS)
         table = b""
@@ -102,12 +101,39 @@ class Artifact:
             manifest = json.loads(sections["manifest"])
             program = Program.decode(sections["bytecode"])
             ir = sections["ir"].decode()
-            weights = load_safetensors(sections["weights"])
+            weights = weights_from_bytes(sections["weights"])
         except (ValueError, UnicodeDecodeError, SafetensorError) as e:
             raise ArtifactError(f"{source}: malformed artifact ({e})") from None
         if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
             raise ArtifactError(f"{source}: manifest of an unknown format version")
         return cls(manifest, program, ir, weights)
+
+
+_DTYPES_KEY = "cgc.dtypes"
+
+
+def weights_to_bytes(weights: dict[str, np.ndarray]) -> bytes:
+    """safetensors bytes; ml_dtypes arrays (bfloat16, float8, int4, ...), which safetensors
+    cannot store, go in as raw unsigned views with their dtype in the file's metadata."""
+    extended = {k: v.dtype.name for k, v in weights.items() if dtypes.is_extended(v.dtype)}
+    tensors = {
+        k: np.ascontiguousarray(v).view(dtypes.storage(v.dtype)) if k in extended
+        else np.ascontiguousarray(v)
+        for k, v in sorted(weights.items())
+    }  # fmt: skip
+    metadata = {_DTYPES_KEY: json.dumps(extended, sort_keys=True)} if extended else None
+    return save_safetensors(tensors, metadata=metadata)
+
+
+def weights_from_bytes(data: bytes) -> dict[str, np.ndarray]:
+    """The inverse of ``weights_to_bytes``."""
+    tensors = load_safetensors(data)
+    (size,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8 : 8 + size])
+    extended = json.loads(header.get("__metadata__", {}).get(_DTYPES_KEY, "{}"))
+    for name, dtype_name in extended.items():
+        tensors[name] = tensors[name].view(dtypes.dtype(dtype_name))
+    return tensors
 
 
 def _sections(data: bytes, source: str) -> dict[str, bytes]:

@@ -25,6 +25,7 @@ from math import ceil, prod
 
 import numpy as np
 
+from cgc import dtypes
 from cgc.runtime.machine import WAVELET_BYTES
 
 Rect = tuple[int, int, int, int]
@@ -94,7 +95,7 @@ class Layout:
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return np.dtype(self.dtype).itemsize
+        return dtypes.dtype(self.dtype).itemsize
 
     @property
     def words_per_element(self) -> float:
@@ -191,7 +192,7 @@ def _fill_value(fill: float, dtype: np.dtype) -> np.ndarray:
     """``fill`` in ``dtype``; infinities become the extreme values of integer and bool types."""
     if dtype.kind == "b":
         return np.asarray(fill > 0)
-    if dtype.kind in "iu":
+    if dtypes.is_integer(dtype):
         info = np.iinfo(dtype)
         return np.asarray(min(max(fill, info.min), info.max), dtype=dtype)
     return np.asarray(fill, dtype=dtype)

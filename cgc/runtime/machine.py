@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from cgc import dtypes
+
 TRANSCENDENTAL_CYCLES = 8
 """Cycles per element for exp, log, tanh, sigmoid, erf, sqrt, reciprocal, divide and pow."""
 
@@ -63,8 +65,8 @@ class Target:
     def fmacs(self, dtype: np.dtype | str) -> int:
         """FMACs (or simple vector ops) per cycle per PE on elements of ``dtype``: 16-bit
         floats get the SIMD width, everything else the 32-bit rate."""
-        dt = np.dtype(dtype)
-        return self.fmacs_16bit if dt.kind == "f" and dt.itemsize == 2 else self.fmacs_32bit
+        dt = dtypes.dtype(dtype)
+        return self.fmacs_16bit if dtypes.is_float(dt) and dt.itemsize <= 2 else self.fmacs_32bit
 
     def peak_flops_per_pe_per_cycle(self, dtype: str = "float32") -> int:
         """Two flops per FMAC."""

@@ -14,6 +14,8 @@ from math import prod
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from cgc import dtypes
+
 # W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
 # (1969): erf on |x| <= 0.46875, erfc on (0.46875, 4] and beyond 4, each a rational function
 # accurate to about double precision.
@@ -304,7 +306,7 @@ def evaluate(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape, dtype)
                 attrs.get("count_include_pad", False),
             )
         elif name == "one_hot":
-            out = one_hot(inputs[0], shape[-1], np.dtype(dtype))
+            out = one_hot(inputs[0], shape[-1], dtypes.dtype(dtype))
         elif name in MOVEMENT:
             out = movement(name, attrs, inputs, shape)
         else:

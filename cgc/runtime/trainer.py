@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save as save_safetensors
 
 from cgc.errors import CgcError
-from cgc.runtime.artifact import Artifact
+from cgc.runtime.artifact import Artifact, weights_to_bytes
 from cgc.runtime.files import write_atomically
 from cgc.runtime.vm import Cluster
 
@@ -82,7 +81,5 @@ def train(
                 on_step(line)
     kept = training["initializers"]
     result.weights = {n: cluster.memoryx.weights[n] for n in kept if n in cluster.memoryx.weights}
-    write_atomically(
-        directory / "weights.safetensors", save_safetensors(dict(sorted(result.weights.items())))
-    )
+    write_atomically(directory / "weights.safetensors", weights_to_bytes(result.weights))
     return result

@@ -26,6 +26,7 @@ from math import prod
 
 import numpy as np
 
+from cgc import dtypes
 from cgc.errors import CgcError
 from cgc.runtime import kernels
 from cgc.runtime.artifact import Artifact
@@ -238,7 +239,7 @@ class Executor:
             if self.numerics
             else None
         )
-        self.record.stream_in_bytes += prod(shape) * np.dtype(dtype).itemsize
+        self.record.stream_in_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
         self.registers[ins.results[0]] = Streamed(shape, dtype, value)
 
     def _stream_gradient(self, ins: Instruction) -> None:
@@ -410,7 +411,7 @@ class Cluster:
         for spec in specs:
             array = np.asarray(inputs[spec["name"]])
             want = tuple(spec["shape"])
-            if np.dtype(spec["dtype"]) != array.dtype:
+            if dtypes.dtype(spec["dtype"]) != array.dtype:
                 if not np.can_cast(array.dtype, spec["dtype"], casting="same_kind"):
                     raise CgcError(
                         f"input '{spec['name']}' has dtype {array.dtype}; the model takes "

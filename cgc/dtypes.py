@@ -1,0 +1,59 @@
+"""The element types cgc computes with, as numpy dtypes.
+
+numpy has no bfloat16, float8, float4 or 4-bit integers; ``ml_dtypes`` adds them as numpy
+dtypes (``np.dtype("bfloat16")`` works once it is imported). Their numpy ``kind`` is ``V``, so
+code asks these helpers rather than ``dtype.kind``.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+EXTENDED_FLOATS = (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn",
+)
+"""Float types that ml_dtypes provides."""
+EXTENDED_INTS = ("int4", "uint4", "int2", "uint2")
+"""Sub-byte integer types that ml_dtypes provides (stored one per byte)."""
+
+
+def dtype(name: str | np.dtype | type) -> np.dtype:
+    """The numpy dtype of a name, including the ml_dtypes ones."""
+    if isinstance(name, str) and name in (*EXTENDED_FLOATS, *EXTENDED_INTS):
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def is_float(dt: np.dtype | str) -> bool:
+    """Whether ``dt`` holds floating-point values."""
+    dt = dtype(dt)
+    return dt.kind == "f" or dt.name in EXTENDED_FLOATS
+
+
+def is_integer(dt: np.dtype | str) -> bool:
+    """Whether ``dt`` holds integers (bool excluded)."""
+    dt = dtype(dt)
+    return dt.kind in "iu" or dt.name in EXTENDED_INTS
+
+
+def is_extended(dt: np.dtype | str) -> bool:
+    """Whether ``dt`` is one of ml_dtypes' types, which some libraries cannot store."""
+    return dtype(dt).name in (*EXTENDED_FLOATS, *EXTENDED_INTS)
+
+
+def storage(dt: np.dtype | str) -> np.dtype:
+    """The plain unsigned integer type of the same width, to store ``dt``'s bits."""
+    return np.dtype(f"uint{8 * dtype(dt).itemsize}")
+
+
+def finite_range(dt: np.dtype | str) -> tuple[float, float]:
+    """The smallest and largest finite values of a float type."""
+    info = ml_dtypes.finfo(dtype(dt))
+    return float(info.min), float(info.max)
