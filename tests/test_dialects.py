@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 import pytest
 from ir_builders import T, build
@@ -12,6 +13,7 @@ from xdsl.builder import ImplicitBuilder
 from xdsl.dialects.builtin import (
     BFloat16Type,
     ComplexType,
+    Float8E4M3FNType,
     IntegerType,
     ModuleOp,
     NameLoc,
@@ -594,14 +596,13 @@ def test_numpy_dtype_and_element_of_numpy():
         assert wse.element_of_numpy(name) == element
         assert wse.element_of_numpy(np.dtype(name)) == element
     assert wse.element_of_numpy(">f4") == f32
-    with pytest.raises(ValueError, match="not supported"):
-        wse.numpy_dtype(BFloat16Type())
+    assert wse.numpy_dtype(BFloat16Type()) == "bfloat16"
+    assert wse.element_of_numpy("uint16") == IntegerType(16, Signedness.UNSIGNED)
+    assert wse.element_of_numpy(ml_dtypes.float8_e4m3fn) == Float8E4M3FNType()
     with pytest.raises(ValueError, match="not supported"):
         wse.numpy_dtype(ComplexType(f32))
     with pytest.raises(ValueError, match="dtype complex64 is not supported"):
         wse.element_of_numpy(np.complex64)
-    with pytest.raises(ValueError, match="dtype uint16 is not supported"):
-        wse.element_of_numpy("uint16")
 
 
 def test_mnemonic_and_shape_helpers():
