@@ -147,3 +147,27 @@ def check_broadcast_to(src: Sequence[int], dst: Sequence[int]) -> None:
     """Raises unless ``src`` broadcasts to exactly ``dst``."""
     if len(src) > len(dst) or broadcast(src, dst) != tuple(dst):
         raise ValueError(f"{tuple(src)} does not broadcast to {tuple(dst)}")
+
+
+def gather(data: Sequence[int], indices: Sequence[int], axis: int) -> Shape:
+    """Shape of ``take(data, indices, axis)``: the axis replaced by the indices' shape."""
+    if not 0 <= axis < len(data):
+        raise ValueError(f"gather axis {axis} is out of range for rank {len(data)}")
+    return (*data[:axis], *indices, *data[axis + 1 :])
+
+
+def gather_nd(data: Sequence[int], indices: Sequence[int], batch_dims: int) -> Shape:
+    """Shape of ONNX GatherND: each index tuple picks a slice after the batch dims."""
+    depth = indices[-1] if indices else 0
+    if not indices or batch_dims + depth > len(data):
+        raise ValueError(f"indices {tuple(indices)} are too deep for data {tuple(data)}")
+    if tuple(indices[:batch_dims]) != tuple(data[:batch_dims]):
+        raise ValueError(f"batch dims of data {tuple(data)} and indices {tuple(indices)} differ")
+    return (*indices[:-1], *data[batch_dims + depth :])
+
+
+def tile(shape: Sequence[int], repeats: Sequence[int]) -> Shape:
+    """Shape of ``numpy.tile`` with one repeat count per axis."""
+    if len(repeats) != len(shape) or any(r < 0 for r in repeats):
+        raise ValueError(f"repeats {tuple(repeats)} do not fit a shape of rank {len(shape)}")
+    return tuple(d * r for d, r in zip(shape, repeats, strict=True))

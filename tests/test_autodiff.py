@@ -179,7 +179,11 @@ def test_unary(name):
     check_gradients(lambda: cls(weight("w", (3, 4))).result, {"w": w})
 
 
-@pytest.mark.parametrize("cls", wse.REDUCE_OPS, ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "cls",
+    [wse.ReduceSumOp, wse.ReduceMeanOp, wse.ReduceMaxOp, wse.ReduceMinOp],
+    ids=lambda c: c.name,
+)
 @pytest.mark.parametrize(("axes", "keepdims"), [([1], False), ([0, 2], True), ([0, 1, 2], False)])
 def test_reductions(cls, axes, keepdims):
     w = rnd(2, 3, 4, seed=4)

@@ -529,7 +529,7 @@ def test_properties_as_python():
     }
     assert wse.properties_as_python(wse.ReduceMeanOp(x, [1], False))["keepdims"] is False
     pad = wse.properties_as_python(wse.PadOp(x, [0, 1, 2], [3, 0, 0], -2.5))
-    assert pad == {"high": [3, 0, 0], "low": [0, 1, 2], "value": -2.5}
+    assert pad == {"high": [3, 0, 0], "low": [0, 1, 2], "mode": "constant", "value": -2.5}
     assert isinstance(pad["value"], float)
     weight = wse.properties_as_python(wse.WeightOp("w", T(4, 2), frozen=True, perm=[1, 0]))
     assert weight == {"frozen": True, "name": "w", "perm": [1, 0]}

@@ -150,11 +150,13 @@ class Interpreter:
         props = wse.properties_as_python(op)
         with np.errstate(all="ignore"):
             composite = _composite(op, args, props)
-        result = op.results[0]
-        shape, dtype = wse.tensor_shape(result), wse.numpy_dtype(wse.element_type(result))
+        results = [
+            (wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results
+        ]
         if composite is not None:
-            return [np.asarray(composite).astype(dtype, copy=False).reshape(shape)]
-        return [reference.evaluate(wse.mnemonic(op), props, args, shape, dtype)]
+            shape, dtype = results[0]
+            return [np.asarray(composite).astype(dtypes.dtype(dtype), copy=False).reshape(shape)]
+        return reference.evaluate_all(wse.mnemonic(op), props, args, results)
 
     def _weight(self, op: wse.WeightOp | ws.StreamWeightOp) -> np.ndarray:
         stored = self.weights[op.weight_name.data]

@@ -439,6 +439,68 @@ class StopGradientOp(UnaryOp):
     name = "wse.stop_gradient"
 
 
+def _unary_op(class_name: str, mnemonic: str, doc: str) -> type[UnaryOp]:
+    """An elementwise op of one operand: a subclass of UnaryOp with its own name."""
+    return irdl_op_definition(
+        type(class_name, (UnaryOp,), {"name": f"wse.{mnemonic}", "__doc__": doc})
+    )
+
+
+SignOp = _unary_op("SignOp", "sign", "-1, 0 or 1 by the sign of x (NaN stays NaN).")
+FloorOp = _unary_op("FloorOp", "floor", "The largest integer not above x.")
+CeilOp = _unary_op("CeilOp", "ceil", "The smallest integer not below x.")
+RoundOp = _unary_op("RoundOp", "round", "x rounded to the nearest integer, halves to even.")
+SinOp = _unary_op("SinOp", "sin", "sin(x).")
+CosOp = _unary_op("CosOp", "cos", "cos(x).")
+TanOp = _unary_op("TanOp", "tan", "tan(x).")
+AsinOp = _unary_op("AsinOp", "asin", "arcsin(x).")
+AcosOp = _unary_op("AcosOp", "acos", "arccos(x).")
+AtanOp = _unary_op("AtanOp", "atan", "arctan(x).")
+SinhOp = _unary_op("SinhOp", "sinh", "sinh(x).")
+CoshOp = _unary_op("CoshOp", "cosh", "cosh(x).")
+AsinhOp = _unary_op("AsinhOp", "asinh", "arsinh(x).")
+AcoshOp = _unary_op("AcoshOp", "acosh", "arcosh(x).")
+AtanhOp = _unary_op("AtanhOp", "atanh", "artanh(x).")
+NotOp = _unary_op("NotOp", "not", "Logical negation of booleans.")
+BitwiseNotOp = _unary_op("BitwiseNotOp", "bitwise_not", "Bitwise complement of integers.")
+
+MATH_OPS: tuple[type[UnaryOp], ...] = (
+    SignOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
+    CoshOp, AsinhOp, AcoshOp, AtanhOp, NotOp, BitwiseNotOp,
+)  # fmt: skip
+"""Elementwise ops of one operand that autodiff does not differentiate (yet)."""
+
+
+class PredicateOp(IRDLOperation, abc.ABC):
+    """Base of the elementwise tests of one operand; the result is a tensor of ``i1``."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue):
+        super().__init__(operands=[input], result_types=[TensorType(i1, tensor_shape(input))])
+
+    def verify_(self) -> None:
+        _check(element_type(self.result) == i1, "the result must be a tensor of i1")
+        _check_result_shape(self, tensor_shape(self.input))
+
+
+@irdl_op_definition
+class IsNanOp(PredicateOp):
+    """Whether each element is NaN."""
+
+    name = "wse.is_nan"
+
+
+@irdl_op_definition
+class IsInfOp(PredicateOp):
+    """Whether each element is an infinity of either sign."""
+
+    name = "wse.is_inf"
+
+
 class BinaryOp(TwoOperandOp, abc.ABC):
     """Base of the elementwise ops of two operands with numpy broadcasting."""
 
@@ -492,6 +554,25 @@ class MinOp(BinaryOp):
     name = "wse.min"
 
 
+def _binary_op(class_name: str, mnemonic: str, doc: str) -> type[BinaryOp]:
+    """An elementwise op of two operands with broadcasting, named ``wse.<mnemonic>``."""
+    return irdl_op_definition(
+        type(class_name, (BinaryOp,), {"name": f"wse.{mnemonic}", "__doc__": doc})
+    )
+
+
+ModOp = _binary_op("ModOp", "mod", "a mod b with the sign of b (Python's %).")
+FmodOp = _binary_op("FmodOp", "fmod", "C's fmod: the remainder with the sign of a.")
+AndOp = _binary_op("AndOp", "and", "Logical and of booleans.")
+OrOp = _binary_op("OrOp", "or", "Logical or of booleans.")
+XorOp = _binary_op("XorOp", "xor", "Logical exclusive or of booleans.")
+BitwiseAndOp = _binary_op("BitwiseAndOp", "bitwise_and", "Bitwise and of integers.")
+BitwiseOrOp = _binary_op("BitwiseOrOp", "bitwise_or", "Bitwise or of integers.")
+BitwiseXorOp = _binary_op("BitwiseXorOp", "bitwise_xor", "Bitwise exclusive or of integers.")
+ShiftLeftOp = _binary_op("ShiftLeftOp", "shift_left", "a shifted left by b bits.")
+ShiftRightOp = _binary_op("ShiftRightOp", "shift_right", "a shifted right by b bits.")
+
+
 class CompareOp(BinaryOp, abc.ABC):
     """Base of the elementwise comparisons; the result is a tensor of ``i1``."""
 
@@ -512,6 +593,13 @@ class EqualOp(CompareOp):
     """``a == b``."""
 
     name = "wse.equal"
+
+
+@irdl_op_definition
+class GreaterEqualOp(CompareOp):
+    """``a >= b`` (false when either is NaN)."""
+
+    name = "wse.greater_equal"
 
 
 @irdl_op_definition
@@ -562,16 +650,26 @@ class SelectOp(IRDLOperation):
 
 @irdl_op_definition
 class CastOp(IRDLOperation):
-    """Converts every element to the result's element type (numpy ``astype`` semantics)."""
+    """Converts every element to the result's element type (numpy ``astype`` semantics).
+
+    ``saturate`` matters for 8-bit and 4-bit float results only: values beyond the type's
+    range become its largest finite value of that sign instead of infinity or NaN.
+    """
 
     name = "wse.cast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    saturate = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
     traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
-    def __init__(self, input: SSAValue, element: Attribute):
-        super().__init__(operands=[input], result_types=[TensorType(element, tensor_shape(input))])
+    def __init__(self, input: SSAValue, element: Attribute, saturate: bool = True):
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element, tensor_shape(input))],
+            properties={"saturate": BoolAttr.from_bool(saturate)},
+        )
 
     def verify_(self) -> None:
         _check_result_shape(self, tensor_shape(self.input))
@@ -645,6 +743,13 @@ class ReduceMinOp(ReduceOp):
     """Minimum over ``axes``."""
 
     name = "wse.reduce_min"
+
+
+@irdl_op_definition
+class ReduceProdOp(ReduceOp):
+    """Product over ``axes``."""
+
+    name = "wse.reduce_prod"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -740,11 +845,12 @@ class PoolOp(IRDLOperation, abc.ABC):
         pads: Sequence[int],
         dilations: Sequence[int],
         extra: dict[str, Attribute] | None = None,
+        element: Attribute | None = None,
     ):
         shape = _shape_rule(shapes.pool, tensor_shape(input), kernel, strides, pads, dilations)
         super().__init__(
             operands=[input],
-            result_types=[TensorType(element_type(input), shape)],
+            result_types=[TensorType(element or element_type(input), shape)],
             properties={
                 "kernel": i64_array(kernel),
                 "strides": i64_array(strides),
@@ -799,6 +905,30 @@ class AvgPoolOp(PoolOp):
             dilations,
             {"count_include_pad": BoolAttr.from_bool(count_include_pad)},
         )
+
+
+@irdl_op_definition
+class ArgMaxPoolOp(PoolOp):
+    """Where each window's maximum is: its flat index in the input (N, C, *spatial) in
+    row-major order, or with ``storage_order`` 1 with the spatial axes column-major; the
+    first of equal maxima wins."""
+
+    name = "wse.argmax_pool"
+    storage_order = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, i64))
+
+    def __init__(
+        self,
+        input: SSAValue,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        storage_order: int,
+    ):
+        super().__init__(
+            input, kernel, strides, pads, dilations,
+            {"storage_order": IntegerAttr(storage_order, i64)}, i64,
+        )  # fmt: skip
 
 
 @irdl_op_definition
@@ -1019,7 +1149,11 @@ class SliceOp(IRDLOperation):
 
 @irdl_op_definition
 class PadOp(IRDLOperation):
-    """Pads every axis with ``low[i]`` elements before and ``high[i]`` after, of ``value``."""
+    """Pads every axis with ``low[i]`` elements before and ``high[i]`` after.
+
+    ``mode`` is ``constant`` (``value``), ``reflect`` (mirror without the edge), ``edge``
+    (repeat the edge) or ``wrap`` (continue periodically), as numpy.pad.
+    """
 
     name = "wse.pad"
     input = operand_def(TensorType)
@@ -1027,12 +1161,20 @@ class PadOp(IRDLOperation):
     low = prop_def(DenseArrayBase[i64])
     high = prop_def(DenseArrayBase[i64])
     value = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(0.0, f64))
+    mode = prop_def(StringAttr, default_value=StringAttr("constant"))
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
+    MODES: ClassVar = ("constant", "reflect", "edge", "wrap")
+
     def __init__(
-        self, input: SSAValue, low: Sequence[int], high: Sequence[int], value: float = 0.0
+        self,
+        input: SSAValue,
+        low: Sequence[int],
+        high: Sequence[int],
+        value: float = 0.0,
+        mode: str = "constant",
     ):
         shape = tuple(d + lo + hi for d, lo, hi in zip(tensor_shape(input), low, high, strict=True))
         super().__init__(
@@ -1042,6 +1184,7 @@ class PadOp(IRDLOperation):
                 "low": i64_array(low),
                 "high": i64_array(high),
                 "value": FloatAttr(float(value), f64),
+                "mode": StringAttr(mode),
             },
         )
 
@@ -1049,6 +1192,7 @@ class PadOp(IRDLOperation):
         low, high, src = self.low.get_values(), self.high.get_values(), tensor_shape(self.input)
         _check(len(low) == len(high) == len(src), "needs one low and one high amount per axis")
         _check(min((*low, *high), default=0) >= 0, "pad amounts must be non-negative")
+        _check(self.mode.data in self.MODES, f"unknown pad mode {self.mode.data!r}")
         _check_result_shape(
             self, tuple(d + lo + hi for d, lo, hi in zip(src, low, high, strict=True))
         )
@@ -1081,6 +1225,294 @@ class OneHotOp(IRDLOperation):
         _check(
             tensor_shape(self.result)[:-1] == tensor_shape(self.indices),
             "the result must add exactly one trailing axis",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexed ops: the indices are data, known only at run time
+# ---------------------------------------------------------------------------------------------
+
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _check_indices(value: SSAValue) -> None:
+    _check(isinstance(element_type(value), IntegerType), "indices must be integers")
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """``take(data, indices, axis)``: the axis of ``data`` replaced by the indices' shape;
+    negative indices count from the end."""
+
+    name = "wse.gather"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr[IntegerType])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$data `,` $indices attr-dict `:` `(` type($data) `,` type($indices) `)` `->` type($result)"
+    )
+
+    def __init__(self, data: SSAValue, indices: SSAValue, axis: int):
+        shape = _shape_rule(shapes.gather, tensor_shape(data), tensor_shape(indices), axis)
+        super().__init__(
+            operands=[data, indices],
+            result_types=[TensorType(element_type(data), shape)],
+            properties={"axis": IntegerAttr(axis, i64)},
+        )
+
+    def verify_(self) -> None:
+        _check_indices(self.indices)
+        _check_result_shape(
+            self,
+            _shape_rule(
+                shapes.gather,
+                tensor_shape(self.data),
+                tensor_shape(self.indices),
+                self.axis.value.data,
+            ),
+        )
+
+
+@irdl_op_definition
+class GatherElementsOp(IRDLOperation):
+    """``take_along_axis(data, indices, axis)``: one element of ``data`` per index."""
+
+    name = "wse.gather_elements"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr[IntegerType])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$data `,` $indices attr-dict `:` `(` type($data) `,` type($indices) `)` `->` type($result)"
+    )
+
+    def __init__(self, data: SSAValue, indices: SSAValue, axis: int):
+        super().__init__(
+            operands=[data, indices],
+            result_types=[TensorType(element_type(data), tensor_shape(indices))],
+            properties={"axis": IntegerAttr(axis, i64)},
+        )
+
+    def verify_(self) -> None:
+        _check_indices(self.indices)
+        rank, axis = len(tensor_shape(self.data)), self.axis.value.data
+        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        _check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
+        _check_result_shape(self, tensor_shape(self.indices))
+
+
+@irdl_op_definition
+class GatherNDOp(IRDLOperation):
+    """ONNX GatherND: each index tuple (the last axis of ``indices``) picks a slice of
+    ``data`` after its first ``batch_dims`` axes."""
+
+    name = "wse.gather_nd"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    batch_dims = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, i64))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$data `,` $indices attr-dict `:` `(` type($data) `,` type($indices) `)` `->` type($result)"
+    )
+
+    def __init__(self, data: SSAValue, indices: SSAValue, batch_dims: int):
+        shape = _shape_rule(shapes.gather_nd, tensor_shape(data), tensor_shape(indices), batch_dims)
+        super().__init__(
+            operands=[data, indices],
+            result_types=[TensorType(element_type(data), shape)],
+            properties={"batch_dims": IntegerAttr(batch_dims, i64)},
+        )
+
+    def verify_(self) -> None:
+        _check_indices(self.indices)
+        _check_result_shape(
+            self,
+            _shape_rule(
+                shapes.gather_nd,
+                tensor_shape(self.data),
+                tensor_shape(self.indices),
+                self.batch_dims.value.data,
+            ),
+        )
+
+
+class ScatterOp(IRDLOperation, abc.ABC):
+    """Base of the scatters: ``data`` with ``updates`` written (or reduced) at ``indices``."""
+
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    updates = operand_def(TensorType)
+    result = result_def(TensorType)
+    reduction = prop_def(StringAttr, default_value=StringAttr("none"))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$data `,` $indices `,` $updates attr-dict `:` `(` type($data) `,` type($indices) `,` "
+        "type($updates) `)` `->` type($result)"
+    )
+
+    def verify_(self) -> None:
+        _check_indices(self.indices)
+        _check(
+            self.reduction.data in SCATTER_REDUCTIONS,
+            f"unknown reduction {self.reduction.data!r}",
+        )
+        _check(self.data.type == self.result.type, "the result must have the data's type")
+
+
+@irdl_op_definition
+class ScatterElementsOp(ScatterOp):
+    """ONNX ScatterElements: ``updates`` go along ``axis`` to the positions ``indices``."""
+
+    name = "wse.scatter_elements"
+    axis = prop_def(IntegerAttr[IntegerType])
+
+    def __init__(self, data, indices, updates, axis: int, reduction: str):
+        super().__init__(
+            operands=[data, indices, updates],
+            result_types=[data.type],
+            properties={"axis": IntegerAttr(axis, i64), "reduction": StringAttr(reduction)},
+        )
+
+
+@irdl_op_definition
+class ScatterNDOp(ScatterOp):
+    """ONNX ScatterND: each index tuple of ``indices`` addresses a slice that ``updates``
+    replaces (or reduces into)."""
+
+    name = "wse.scatter_nd"
+
+    def __init__(self, data, indices, updates, reduction: str):
+        super().__init__(
+            operands=[data, indices, updates],
+            result_types=[data.type],
+            properties={"reduction": StringAttr(reduction)},
+        )
+
+
+@irdl_op_definition
+class CumSumOp(IRDLOperation):
+    """Running sums along ``axis``; ``exclusive`` leaves the current element out, ``reverse``
+    sums from the end."""
+
+    name = "wse.cumsum"
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    axis = prop_def(IntegerAttr[IntegerType])
+    exclusive = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    reverse = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue, axis: int, exclusive: bool, reverse: bool):
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={
+                "axis": IntegerAttr(axis, i64),
+                "exclusive": BoolAttr.from_bool(exclusive),
+                "reverse": BoolAttr.from_bool(reverse),
+            },
+        )
+
+    def verify_(self) -> None:
+        rank, axis = len(tensor_shape(self.input)), self.axis.value.data
+        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+
+
+@irdl_op_definition
+class TopKOp(IRDLOperation):
+    """The ``k`` largest (or smallest) elements along ``axis`` and their indices; equal values
+    keep their order of index."""
+
+    name = "wse.topk"
+    input = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    axis = prop_def(IntegerAttr[IntegerType])
+    largest = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($values) `,` type($indices)"
+
+    def __init__(self, input: SSAValue, axis: int, k: int, largest: bool):
+        shape = list(tensor_shape(input))
+        shape[axis] = k
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type(input), shape), TensorType(i64, shape)],
+            properties={"axis": IntegerAttr(axis, i64), "largest": BoolAttr.from_bool(largest)},
+        )
+
+    def verify_(self) -> None:
+        src, axis = tensor_shape(self.input), self.axis.value.data
+        _check(0 <= axis < len(src), f"axis {axis} is out of range for rank {len(src)}")
+        out = tensor_shape(self.values)
+        _check(out == tensor_shape(self.indices), "values and indices must have one shape")
+        _check(
+            len(out) == len(src)
+            and all(a == b for i, (a, b) in enumerate(zip(out, src, strict=True)) if i != axis)
+            and out[axis] <= src[axis],
+            f"cannot take {out[axis] if len(out) > axis else '?'} of {src} along axis {axis}",
+        )  # fmt: skip
+
+
+@irdl_op_definition
+class ReverseOp(IRDLOperation):
+    """The elements in reverse order along ``axes``."""
+
+    name = "wse.reverse"
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    axes = prop_def(DenseArrayBase[i64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue, axes: Sequence[int]):
+        super().__init__(
+            operands=[input], result_types=[input.type], properties={"axes": i64_array(axes)}
+        )
+
+    def verify_(self) -> None:
+        rank = len(tensor_shape(self.input))
+        axes = self.axes.get_values()
+        _check(all(0 <= a < rank for a in axes), f"axes {axes} out of range for rank {rank}")
+
+
+@irdl_op_definition
+class TileOp(IRDLOperation):
+    """``numpy.tile``: the tensor repeated ``repeats[i]`` times along axis ``i``."""
+
+    name = "wse.tile"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    repeats = prop_def(DenseArrayBase[i64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, repeats: Sequence[int]):
+        shape = _shape_rule(shapes.tile, tensor_shape(input), repeats)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type(input), shape)],
+            properties={"repeats": i64_array(repeats)},
+        )
+
+    def verify_(self) -> None:
+        _check_result_shape(
+            self, _shape_rule(shapes.tile, tensor_shape(self.input), self.repeats.get_values())
         )
 
 
@@ -1372,7 +1804,19 @@ BINARY_OPS: tuple[type[BinaryOp], ...] = (
     GreaterOp,
     EqualOp,
 )
-REDUCE_OPS: tuple[type[ReduceOp], ...] = (ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceMinOp)
+"""The elementwise ops of two operands that autodiff knows."""
+LOGIC_OPS: tuple[type[BinaryOp], ...] = (
+    ModOp, FmodOp, AndOp, OrOp, XorOp, BitwiseAndOp, BitwiseOrOp, BitwiseXorOp, ShiftLeftOp,
+    ShiftRightOp, GreaterEqualOp,
+)  # fmt: skip
+"""The other elementwise ops of two operands."""
+REDUCE_OPS: tuple[type[ReduceOp], ...] = (
+    ReduceSumOp,
+    ReduceMeanOp,
+    ReduceMaxOp,
+    ReduceMinOp,
+    ReduceProdOp,
+)
 
 WSE = Dialect(
     "wse",
@@ -1381,7 +1825,11 @@ WSE = Dialect(
         ConstantOp,
         *UNARY_OPS,
         StopGradientOp,
+        *MATH_OPS,
+        IsNanOp,
+        IsInfOp,
         *BINARY_OPS,
+        *LOGIC_OPS,
         SelectOp,
         CastOp,
         *REDUCE_OPS,
@@ -1389,6 +1837,7 @@ WSE = Dialect(
         ConvOp,
         MaxPoolOp,
         AvgPoolOp,
+        ArgMaxPoolOp,
         Im2ColOp,
         ReshapeOp,
         BroadcastToOp,
@@ -1397,6 +1846,15 @@ WSE = Dialect(
         SliceOp,
         PadOp,
         OneHotOp,
+        GatherOp,
+        GatherElementsOp,
+        GatherNDOp,
+        ScatterElementsOp,
+        ScatterNDOp,
+        CumSumOp,
+        TopKOp,
+        ReverseOp,
+        TileOp,
         SoftmaxOp,
         LogSoftmaxOp,
         LayerNormOp,

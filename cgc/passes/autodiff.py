@@ -132,6 +132,9 @@ def _kept(emit: Emitter, op: wse.ReduceOp, g: SSAValue) -> SSAValue:
     return emit(wse.BroadcastToOp(emit(wse.ReshapeOp(g, kept)), shape))
 
 
+_DIFFERENTIABLE_REDUCTIONS = (wse.ReduceSumOp, wse.ReduceMeanOp, wse.ReduceMaxOp, wse.ReduceMinOp)
+
+
 def _reduce(op: wse.ReduceOp, emit: Emitter, g: SSAValue) -> Grads:
     spread = _kept(emit, op, g)
     shape, elt = wse.tensor_shape(op.input), wse.element_type(op.input)
@@ -225,7 +228,7 @@ RULES: dict[type[Operation], Callable[..., Grads]] = {
     **{cls: _binary for cls in (wse.AddOp, wse.SubOp, wse.MulOp, wse.DivOp, wse.PowOp,
                                  wse.MaxOp, wse.MinOp)},
     **{cls: _unary for cls in wse.UNARY_OPS},
-    **{cls: _reduce for cls in wse.REDUCE_OPS},
+    **{cls: _reduce for cls in _DIFFERENTIABLE_REDUCTIONS},
     wse.MatmulOp: _matmul,
     **{cls: _shape_op for cls in (wse.ReshapeOp, wse.TransposeOp, wse.BroadcastToOp,
                                    wse.CastOp, wse.PadOp, wse.SliceOp)},

@@ -51,23 +51,22 @@ class FoldConstantOp(RewritePattern):
         owners = [operand.owner for operand in op.operands]
         if not all(isinstance(owner, wse.ConstantOp) for owner in owners):
             return
-        result = op.results[0]
-        shape = wse.tensor_shape(result)
-        if int(np.prod(shape)) > INLINE_LIMIT:
+        results = [
+            (wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results
+        ]
+        if sum(int(np.prod(shape)) for shape, _ in results) > INLINE_LIMIT:
             return
         args = [dense_to_numpy(owner.value) for owner in owners]  # type: ignore[union-attr]
-        value = reference.evaluate(
-            wse.mnemonic(op),
-            wse.properties_as_python(op),
-            args,
-            shape,
-            wse.numpy_dtype(wse.element_type(result)),
+        values = reference.evaluate_all(
+            wse.mnemonic(op), wse.properties_as_python(op), args, results
         )
-        if dtypes.is_float(value.dtype) and not np.isfinite(value.astype(np.float64)).all():
+        if any(dtypes.is_float(v.dtype) and not np.isfinite(v.astype(np.float64)).all()
+               for v in values):  # fmt: skip
             return  # xDSL prints non-finite floats as bit patterns it cannot parse back
-        folded = wse.ConstantOp(wse.dense_attr(value))
-        folded.location = op.location
-        rewriter.replace(op, [folded], [folded.result])
+        folded = [wse.ConstantOp(wse.dense_attr(v)) for v in values]
+        for constant in folded:
+            constant.location = op.location
+        rewriter.replace(op, folded, [c.result for c in folded])
 
 
 class FoldWeightView(RewritePattern):

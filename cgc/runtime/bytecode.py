@@ -57,6 +57,11 @@ PRIMITIVES: tuple[str, ...] = (
     "add", "sub", "mul", "div", "pow", "max", "min", "greater", "equal", "select", "cast",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "matmul", "max_pool", "avg_pool",
     "im2col", "reshape", "broadcast_to", "transpose", "concat", "slice", "pad", "one_hot",
+    "sign", "floor", "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "not", "bitwise_not", "is_nan", "is_inf", "greater_equal", "mod",
+    "fmod", "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor", "shift_left",
+    "shift_right", "reduce_prod", "argmax_pool", "gather", "gather_elements", "gather_nd",
+    "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile",
 )  # fmt: skip
 """Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
 KERNEL_BASE = 64

@@ -33,6 +33,7 @@ from math import prod
 
 import numpy as np
 
+from cgc import dtypes
 from cgc.runtime import reference
 from cgc.runtime.layout import (
     NO_TRAFFIC,
@@ -45,6 +46,7 @@ from cgc.runtime.layout import (
     grid_extent,
     matrix_dims,
     regrid_traffic,
+    scattered_traffic,
 )
 from cgc.runtime.machine import TRANSCENDENTAL_CYCLES, Target
 
@@ -54,16 +56,13 @@ on the wafer that the kernel may lay out as it likes when the program loads; a w
 arriving from MemoryX through the wafer's edge."""
 
 OP_CYCLES: dict[str, float] = {
-    "exp": TRANSCENDENTAL_CYCLES,
-    "log": TRANSCENDENTAL_CYCLES,
-    "sqrt": TRANSCENDENTAL_CYCLES,
-    "reciprocal": TRANSCENDENTAL_CYCLES,
-    "sigmoid": TRANSCENDENTAL_CYCLES,
-    "tanh": TRANSCENDENTAL_CYCLES,
-    "erf": TRANSCENDENTAL_CYCLES,
-    "div": TRANSCENDENTAL_CYCLES,
+    **dict.fromkeys(
+        ("exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "erf", "div", "mod", "fmod",
+         "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"),
+        TRANSCENDENTAL_CYCLES,
+    ),
     "pow": 2 * TRANSCENDENTAL_CYCLES,
-}
+}  # fmt: skip
 """Vector cycles per element; every other elementwise op takes one."""
 
 
@@ -234,7 +233,7 @@ class Elementwise(Kernel):
             elif self.name == "select":
                 result = np.where(tiles[0], tiles[1], tiles[2])
             else:
-                result = tiles[0]
+                result = reference.cast(tiles[0], dtypes.dtype(out.dtype), attrs["saturate"])
             # padding may hold values (NaN, inf) that do not cast cleanly; they are never read
             result = np.broadcast_to(result.astype(out.dtype, copy=False), out.tile_shape())
         return [DistTensor(out, np.ascontiguousarray(result))]
@@ -517,6 +516,105 @@ class Pool(Kernel):
         return [DistTensor.scatter(result, out)]
 
 
+def _logical_run(name: str, plan: Plan, values, attrs: dict) -> list[DistTensor]:
+    """Computes on the logical arrays and lays the results out as planned."""
+    arrays = [v.gather() if isinstance(v, DistTensor) else v for v in values]
+    outs = reference.evaluate_all(
+        name, attrs, arrays, [(layout.shape, layout.dtype) for layout in plan.outputs]
+    )
+    return [DistTensor.scatter(a, layout) for a, layout in zip(outs, plan.outputs, strict=True)]
+
+
+class Indexed(Kernel):
+    """Gathers and scatters whose indices are data.
+
+    The plan cannot know where the addressed elements are, so it counts the expected traffic
+    of addresses spread uniformly over the source (``layout.scattered_traffic``): what a gather
+    reads, or what a scatter writes, crosses the mesh once.
+    """
+
+    def plan(self, target, rect, operands, attrs, results):
+        outs = tuple(Layout.on(shape, dtype, rect) for shape, dtype in results)
+        sources = tuple(op.layout or Layout.on(op.shape, op.dtype, rect) for op in operands)
+        arrive = sum((arrival(op, at) for op, at in zip(operands, sources, strict=True)),
+                     NO_TRAFFIC)  # fmt: skip
+        if self.name.startswith("scatter"):
+            moved = scattered_traffic(sources[2], outs[0], prod(operands[2].shape))
+            copy = regrid_traffic(sources[0], outs[0]) if sources[0] != outs[0] else NO_TRAFFIC
+            moved = moved + copy
+        else:
+            moved = scattered_traffic(sources[0], outs[0], prod(results[0][0]))
+        traffic = arrive + moved
+        compute = vector_cycles(outs[0].tile_elements, 1.0, outs[0].dtype, target)
+        cost = Cost(
+            cycles=_cycles(traffic, compute),
+            traffic=traffic,
+            scratch_bytes=outs[0].tile_bytes,
+        )
+        return Plan(sources, outs, cost)
+
+    def run(self, plan, values, attrs):
+        return _logical_run(self.name, plan, values, attrs)
+
+
+class Scan(Kernel):
+    """Running sums: every PE scans its tile, then the carries run along the mesh rows or
+    columns the scanned axis is split over, and every PE adds its carry."""
+
+    def plan(self, target, rect, operands, attrs, results):
+        ((operand,), ((shape, dtype),)) = operands, results
+        out = Layout.on(shape, dtype, rect)
+        rank, axis = len(shape), attrs["axis"]
+        chain_length = out.h if axis == rank - 2 else out.w if axis == rank - 1 else 1
+        carry = out.tile_elements // max(1, out.rt if axis == rank - 2 else out.ct)
+        words = carry * out.words_per_element
+        chain = (
+            Traffic(words * (chain_length - 1), words, words, words, chain_length - 1)
+            if chain_length > 1
+            else NO_TRAFFIC
+        )
+        traffic = arrival(operand, out) if operand.layout else NO_TRAFFIC
+        traffic = traffic + chain
+        compute = vector_cycles(2 * out.tile_elements, 1.0, dtype, target)
+        cost = Cost(cycles=_cycles(traffic, compute), traffic=traffic,
+                    scratch_bytes=carry * out.itemsize)  # fmt: skip
+        return Plan((out,), (out,), cost)
+
+    def run(self, plan, values, attrs):
+        return _logical_run(self.name, plan, values, attrs)
+
+
+class Sort(Kernel):
+    """Top-k: the sorted axis is gathered whole onto each PE of the other axis, sorted there,
+    and the k results spread back to their default layout."""
+
+    def plan(self, target, rect, operands, attrs, results):
+        (operand,) = operands
+        src = operand.layout or Layout.on(operand.shape, operand.dtype, rect)
+        rank, axis = len(src.shape), attrs["axis"]
+        whole = Layout(
+            src.shape, src.dtype, src.row0, src.col0,
+            1 if axis == rank - 2 else src.h, 1 if axis == rank - 1 else src.w,
+        )  # fmt: skip
+        outs = tuple(Layout.on(shape, dtype, rect) for shape, dtype in results)
+        gathered = Layout(results[0][0], src.dtype, whole.row0, whole.col0, whole.h, whole.w)
+        spread_back = _reshape_traffic(gathered, outs[0])  # once for values, once for indices
+        traffic = (
+            arrival(operand, src)
+            + (regrid_traffic(src, whole) if whole != src else NO_TRAFFIC)
+            + spread_back
+            + spread_back
+        )
+        n = max(2, src.shape[axis])
+        compute = vector_cycles(whole.tile_elements * np.log2(n), 1.0, src.dtype, target)
+        cost = Cost(cycles=_cycles(traffic, compute), traffic=traffic,
+                    scratch_bytes=whole.tile_bytes)  # fmt: skip
+        return Plan((src,), outs, cost)
+
+    def run(self, plan, values, attrs):
+        return _logical_run(self.name, plan, values, attrs)
+
+
 KERNELS: dict[str, Kernel] = {
     **{name: Elementwise(name) for name in (*reference.UNARY, *reference.BINARY)},
     "select": Elementwise("select"),
@@ -526,6 +624,13 @@ KERNELS: dict[str, Kernel] = {
     **{name: Movement(name) for name in (*reference.MOVEMENT, "one_hot")},
     "max_pool": Pool("max_pool"),
     "avg_pool": Pool("avg_pool"),
+    "argmax_pool": Pool("argmax_pool"),
+    **{
+        name: Indexed(name)
+        for name in ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd")
+    },
+    "cumsum": Scan("cumsum"),
+    "topk": Sort("topk"),
 }
 
 

@@ -351,3 +351,50 @@ def edge_traffic(layout: Layout, inbound: bool) -> Traffic:
     if inbound:
         return route(edge, pe_c, pe_r, pe_c, counts, layout.words_per_element)
     return route(pe_r, pe_c, edge, pe_c, counts, layout.words_per_element)
+
+
+def _spread(start: int, count: int, total: int) -> np.ndarray:
+    """Share of a uniform choice over ``count`` PEs from ``start``, on an axis of ``total``."""
+    share = np.zeros(total)
+    share[start : start + count] = 1.0 / count
+    return share
+
+
+def _mean_distance(p: np.ndarray, q: np.ndarray) -> float:
+    """E|a - b| for positions a ~ p and b ~ q drawn independently."""
+    positions = np.arange(len(p))
+    return float((np.abs(positions[:, None] - positions[None, :]) * np.outer(p, q)).sum())
+
+
+def scattered_traffic(src: Layout, dst: Layout, elements: int) -> Traffic:
+    """The expected traffic of ``elements`` values whose addresses are data: each comes from a
+    PE of ``src`` chosen uniformly and goes to its owner in ``dst``, routed XY.
+
+    Link loads follow from the two marginal distributions along rows and columns: the
+    eastward load on a link is (what starts at or west of it) x (the share that ends east of
+    it), and likewise westward and along the columns.
+    """
+    if src.rect == dst.rect and src.pes == 1:
+        return NO_TRAFFIC
+    rows = max(src.row0 + src.h, dst.row0 + dst.h)
+    cols = max(src.col0 + src.w, dst.col0 + dst.w)
+    words = elements * src.words_per_element
+    src_r, dst_r = _spread(src.row0, src.h, rows), _spread(dst.row0, dst.h, rows)
+    src_c, dst_c = _spread(src.col0, src.w, cols), _spread(dst.col0, dst.w, cols)
+
+    def busiest(origin: np.ndarray, target: np.ndarray) -> float:
+        before, after = np.cumsum(origin)[:-1], 1 - np.cumsum(target)[:-1]
+        behind, ahead = 1 - np.cumsum(origin)[:-1], np.cumsum(target)[:-1]
+        return float(np.max(np.maximum(before * after, behind * ahead), initial=0.0))
+
+    # a row's links carry the traffic of that row's sources; a column's, of its destinations
+    along_rows = busiest(src_c, dst_c) * words / src.h
+    along_cols = busiest(src_r, dst_r) * words / dst.w
+    mean_hops = _mean_distance(src_r, dst_r) + _mean_distance(src_c, dst_c)
+    return Traffic(
+        wavelet_hops=words * mean_hops,
+        max_link=max(along_rows, along_cols),
+        max_inject=words / src.pes,
+        max_eject=words / dst.pes,
+        max_hops=rows + cols - 2,
+    )

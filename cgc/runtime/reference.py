@@ -104,6 +104,14 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, np.zeros((), dtype=x.dtype))
 
 
+def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a / b``; integers divide exactly, truncating toward zero as C does."""
+    if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
+        return np.divide(a, b)
+    quotient = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -quotient, quotient)
+
+
 UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "neg": np.negative,
     "exp": np.exp,
@@ -115,18 +123,48 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": sigmoid,
     "tanh": np.tanh,
     "erf": erf,
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.rint,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "not": np.logical_not,
+    "bitwise_not": np.invert,
+    "is_nan": np.isnan,
+    "is_inf": np.isinf,
 }
 
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
-    "div": np.divide,
+    "div": divide,
     "pow": np.power,
     "max": np.maximum,
     "min": np.minimum,
     "greater": np.greater,
     "equal": np.equal,
+    "greater_equal": np.greater_equal,
+    "mod": np.mod,
+    "fmod": np.fmod,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "shift_left": np.left_shift,
+    "shift_right": np.right_shift,
 }
 
 REDUCE: dict[str, Callable[..., np.ndarray]] = {
@@ -134,6 +172,7 @@ REDUCE: dict[str, Callable[..., np.ndarray]] = {
     "reduce_mean": np.mean,
     "reduce_max": np.max,
     "reduce_min": np.min,
+    "reduce_prod": np.prod,
 }
 
 REDUCE_IDENTITY: dict[str, float] = {
@@ -141,6 +180,7 @@ REDUCE_IDENTITY: dict[str, float] = {
     "reduce_mean": 0.0,
     "reduce_max": -np.inf,
     "reduce_min": np.inf,
+    "reduce_prod": 1.0,
 }
 
 
@@ -157,9 +197,18 @@ def slice_array(
     return x[index]
 
 
-def pad(x: np.ndarray, low: Sequence[int], high: Sequence[int], value: float) -> np.ndarray:
-    """Constant padding before (``low``) and after (``high``) every axis."""
-    return np.pad(x, list(zip(low, high, strict=True)), constant_values=value)
+def pad(
+    x: np.ndarray,
+    low: Sequence[int],
+    high: Sequence[int],
+    value: float,
+    mode: str = "constant",
+) -> np.ndarray:
+    """Padding before (``low``) and after (``high``) every axis, in numpy.pad's ``mode``."""
+    widths = list(zip(low, high, strict=True))
+    if mode == "constant":
+        return np.pad(x, widths, constant_values=value)
+    return np.pad(x, widths, mode=mode)
 
 
 def one_hot(indices: np.ndarray, depth: int, dtype: np.dtype) -> np.ndarray:
@@ -263,7 +312,13 @@ def movement(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape: Sequen
     if name == "slice":
         return slice_array(x, attrs["starts"], attrs["limits"], attrs["strides"])
     if name == "pad":
-        return pad(x, attrs["low"], attrs["high"], attrs.get("value", 0.0))
+        return pad(
+            x, attrs["low"], attrs["high"], attrs.get("value", 0.0), attrs.get("mode", "constant")
+        )
+    if name == "reverse":
+        return np.flip(x, attrs["axes"])
+    if name == "tile":
+        return np.tile(x, attrs["repeats"])
     if name == "im2col":
         return im2col(
             x,
@@ -277,41 +332,166 @@ def movement(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape: Sequen
     raise KeyError(name)
 
 
-MOVEMENT = ("reshape", "transpose", "broadcast_to", "concat", "slice", "pad", "im2col")
+MOVEMENT = (
+    "reshape", "transpose", "broadcast_to", "concat", "slice", "pad", "im2col", "reverse", "tile",
+)  # fmt: skip
+
+
+def _wrapped(indices: np.ndarray, size: int | np.ndarray) -> np.ndarray:
+    """Negative indices counted from the end."""
+    return np.where(indices < 0, indices + size, indices)
+
+
+def gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.ndarray:
+    """ONNX GatherND."""
+    depth = indices.shape[-1]
+    batch = data.shape[:batch_dims]
+    flat = data.reshape(int(np.prod(batch)), *data.shape[batch_dims:])
+    idx = indices.reshape(flat.shape[0], -1, depth)
+    idx = _wrapped(idx, np.array(data.shape[batch_dims : batch_dims + depth]))
+    rows = np.arange(flat.shape[0])[:, None]
+    picked = flat[(rows, *np.moveaxis(idx, -1, 0))]
+    return picked.reshape(*indices.shape[:-1], *data.shape[batch_dims + depth :])
+
+
+_SCATTER = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(data: np.ndarray, where: tuple, updates: np.ndarray, reduction: str) -> np.ndarray:
+    out = data.copy()
+    if reduction == "none":
+        out[where] = updates
+    else:
+        _SCATTER[reduction].at(out, where, updates)
+    return out
+
+
+def scatter_elements(data, indices, updates, axis: int, reduction: str) -> np.ndarray:
+    """ONNX ScatterElements."""
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = _wrapped(indices, data.shape[axis])
+    return _scatter(data, tuple(where), updates, reduction)
+
+
+def scatter_nd(data, indices, updates, reduction: str) -> np.ndarray:
+    """ONNX ScatterND."""
+    depth = indices.shape[-1]
+    idx = _wrapped(indices, np.array(data.shape[:depth]))
+    return _scatter(data, tuple(np.moveaxis(idx, -1, 0)), updates, reduction)
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """Running sums along ``axis``."""
+    if reverse:
+        x = np.flip(x, axis)
+    total = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if exclusive:
+        zeros = np.zeros_like(np.take(total, [0], axis=axis))
+        total = np.concatenate([zeros, np.delete(total, -1, axis=axis)], axis=axis)
+    return np.flip(total, axis) if reverse else total
+
+
+def topk(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest or smallest values along ``axis`` and their indices; among equal
+    values the lower index comes first."""
+    key = x.astype(np.float64)
+    order = np.argsort(-key if largest else key, axis=axis, kind="stable")
+    indices = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
+
+
+def argmax_pool(x, kernel, strides, pads, dilations, storage_order: int) -> np.ndarray:
+    """The flat input index of each pooling window's (first) maximum."""
+    spatial = len(kernel)
+    ids = np.arange(x.size).reshape(x.shape)
+    if storage_order:  # spatial axes column-major within each (n, c) plane
+        plane = np.arange(int(np.prod(x.shape[2:]))).reshape(x.shape[2:][::-1]).T
+        ids = (np.arange(x.shape[0] * x.shape[1]) * plane.size).reshape(
+            x.shape[:2] + (1,) * spatial
+        )
+        ids = ids + plane
+    values = windows(x, kernel, strides, pads, dilations, -np.inf)
+    taps = windows(ids, kernel, strides, pads, dilations, -1)
+    lead = values.shape[: x.ndim]
+    flat_values = values.reshape(*lead, -1)
+    best = np.argmax(flat_values, axis=-1)[..., None]
+    return np.take_along_axis(taps.reshape(*lead, -1), best, axis=-1)[..., 0]
+
+
+def cast(x: np.ndarray, dtype: np.dtype, saturate: bool) -> np.ndarray:
+    """``astype``; to the 8- and 4-bit floats with ``saturate``, out-of-range values (and
+    infinities) become the type's extreme finite values instead of infinity or NaN."""
+    if saturate and dtypes.is_extended(dtype) and dtypes.is_float(dtype) and dtype.itemsize == 1:
+        lo, hi = dtypes.finite_range(dtype)
+        x = np.clip(x.astype(np.float64), lo, hi)
+    return x.astype(dtype)
+
+
+def _pool_args(attrs: dict) -> tuple:
+    return attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"]
+
+
+_SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
+    "select": lambda a, xs, r: [np.where(*xs)],
+    "cast": lambda a, xs, r: [cast(xs[0], dtypes.dtype(r[0][1]), a.get("saturate", True))],
+    "matmul": lambda a, xs, r: [np.matmul(xs[0], xs[1])],
+    "max_pool": lambda a, xs, r: [pool("max_pool", xs[0], *_pool_args(a))],
+    "avg_pool": lambda a, xs, r: [
+        pool("avg_pool", xs[0], *_pool_args(a), a.get("count_include_pad", False))
+    ],
+    "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *_pool_args(a), a.get("storage_order", 0))],
+    "one_hot": lambda a, xs, r: [one_hot(xs[0], r[0][0][-1], dtypes.dtype(r[0][1]))],
+    "gather": lambda a, xs, r: [
+        np.take(xs[0], _wrapped(xs[1], xs[0].shape[a["axis"]]), axis=a["axis"])
+    ],
+    "gather_elements": lambda a, xs, r: [
+        np.take_along_axis(xs[0], _wrapped(xs[1], xs[0].shape[a["axis"]]), axis=a["axis"])
+    ],
+    "gather_nd": lambda a, xs, r: [gather_nd(xs[0], xs[1], a.get("batch_dims", 0))],
+    "scatter_elements": lambda a, xs, r: [
+        scatter_elements(xs[0], xs[1], xs[2], a["axis"], a["reduction"])
+    ],
+    "scatter_nd": lambda a, xs, r: [scatter_nd(xs[0], xs[1], xs[2], a["reduction"])],
+    "cumsum": lambda a, xs, r: [cumsum(xs[0], a["axis"], a["exclusive"], a["reverse"])],
+    "topk": lambda a, xs, r: list(topk(xs[0], a["axis"], r[0][0][a["axis"]], a["largest"])),
+}
+"""Primitives with their own semantics (results: their shapes and dtype names)."""
+
+
+def _compute(name: str, attrs: dict, inputs: Sequence[np.ndarray], results) -> list:
+    if name in UNARY:
+        return [UNARY[name](inputs[0])]
+    if name in BINARY:
+        return [BINARY[name](inputs[0], inputs[1])]
+    if name in REDUCE:
+        return [reduce(name, inputs[0], attrs["axes"], attrs["keepdims"])]
+    if name in MOVEMENT:
+        return [movement(name, attrs, inputs, results[0][0])]
+    if name in _SPECIAL:
+        return _SPECIAL[name](attrs, inputs, results)
+    raise KeyError(f"no reference semantics for {name!r}")
+
+
+def evaluate_all(
+    name: str,
+    attrs: dict,
+    inputs: Sequence[np.ndarray],
+    results: Sequence[tuple[Sequence[int], str]],
+) -> list[np.ndarray]:
+    """Evaluates primitive ``name`` on logical arrays; ``results`` gives each result's shape
+    and dtype name."""
+    with np.errstate(all="ignore"):
+        outs = _compute(name, attrs, inputs, results)
+        arrays = [
+            np.asarray(out).astype(dtypes.dtype(dtype), copy=False)
+            for out, (_, dtype) in zip(outs, results, strict=True)
+        ]
+    for array, (shape, _) in zip(arrays, results, strict=True):
+        if tuple(array.shape) != tuple(shape):
+            raise ValueError(f"{name} produced shape {array.shape}, expected {tuple(shape)}")
+    return arrays
 
 
 def evaluate(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape, dtype) -> np.ndarray:
-    """Evaluates primitive ``name`` on logical arrays; the result has ``shape`` and ``dtype``."""
-    with np.errstate(all="ignore"):
-        if name in UNARY:
-            out = UNARY[name](inputs[0])
-        elif name in BINARY:
-            out = BINARY[name](inputs[0], inputs[1])
-        elif name == "select":
-            out = np.where(*inputs)
-        elif name == "cast":
-            out = inputs[0]
-        elif name in REDUCE:
-            out = reduce(name, inputs[0], attrs["axes"], attrs["keepdims"])
-        elif name == "matmul":
-            out = np.matmul(inputs[0], inputs[1])
-        elif name in ("max_pool", "avg_pool"):
-            out = pool(
-                name,
-                inputs[0],
-                attrs["kernel"],
-                attrs["strides"],
-                attrs["pads"],
-                attrs["dilations"],
-                attrs.get("count_include_pad", False),
-            )
-        elif name == "one_hot":
-            out = one_hot(inputs[0], shape[-1], dtypes.dtype(dtype))
-        elif name in MOVEMENT:
-            out = movement(name, attrs, inputs, shape)
-        else:
-            raise KeyError(f"no reference semantics for {name!r}")
-    result = np.asarray(out).astype(dtype, copy=False)
-    if tuple(result.shape) != tuple(shape):
-        raise ValueError(f"{name} produced shape {result.shape}, expected {tuple(shape)}")
-    return result
+    """Evaluates a primitive of one result."""
+    return evaluate_all(name, attrs, inputs, [(shape, dtype)])[0]
