@@ -265,21 +265,42 @@ EXPECTED_FAILURES = (
 )
 
 
+def failures_of(cases: Iterable[Case]) -> dict[str, str]:
+    """Runs the in-scope cases; ``name -> why`` for each that fails."""
+    failures = {}
+    for case in cases:
+        if out_of_scope(case) is not None:
+            continue
+        try:
+            run_case(case)
+        except Exception as e:  # a report: every failure is listed, none stops it
+            text = str(e).strip()
+            first = text.splitlines()[0] if text else type(e).__name__
+            failures[case.name] = re.sub(r" \(nodes? [^)]*\)", "", first)[:150]
+    return failures
+
+
+def write_expected_failures(path: Path, failures: dict[str, str]) -> None:
+    """Writes ``name  # reason`` lines, sorted by name."""
+    path.write_text("".join(f"{name}  # {why}\n" for name, why in sorted(failures.items())))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The ONNX node suite against cgc.")
     parser.add_argument("--docs", help="write the supported-ops table here")
     parser.add_argument("--run", action="store_true", help="run the in-scope cases")
+    parser.add_argument(
+        "--update", action="store_true", help="run every case and rewrite the expected failures"
+    )
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     args = parser.parse_args(argv)
-    cases = [c for c in load_cases() if args.filter in c.name]
+    cases = load_cases()
+    chosen = [c for c in cases if args.filter in c.name]
     if args.run:
-        for case in cases:
-            if out_of_scope(case) is None:
-                try:
-                    run_case(case)
-                except Exception as e:  # a report: every failure is listed, none stops it
-                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    print(f"{case.name}  # {type(e).__name__}: {first[:150]}")
+        for name, why in sorted(failures_of(chosen).items()):
+            print(f"{name}  # {why}")
+    if args.update:
+        write_expected_failures(EXPECTED_FAILURES, failures_of(cases))
     if args.docs:
         failures = read_expected_failures(EXPECTED_FAILURES)
         Path(args.docs).write_text(supported_ops_markdown(cases, failures))

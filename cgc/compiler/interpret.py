@@ -150,9 +150,7 @@ class Interpreter:
         props = wse.properties_as_python(op)
         with np.errstate(all="ignore"):
             composite = _composite(op, args, props)
-        results = [
-            (wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results
-        ]
+        results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results]
         if composite is not None:
             shape, dtype = results[0]
             return [np.asarray(composite).astype(dtypes.dtype(dtype), copy=False).reshape(shape)]

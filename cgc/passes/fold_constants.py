@@ -51,9 +51,7 @@ class FoldConstantOp(RewritePattern):
         owners = [operand.owner for operand in op.operands]
         if not all(isinstance(owner, wse.ConstantOp) for owner in owners):
             return
-        results = [
-            (wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results
-        ]
+        results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results]
         if sum(int(np.prod(shape)) for shape, _ in results) > INLINE_LIMIT:
             return
         args = [dense_to_numpy(owner.value) for owner in owners]  # type: ignore[union-attr]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,14 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
+from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
+from cgc import dtypes
 from cgc.dialects import wse
 from cgc.errors import CgcError
+from cgc.runtime import reference
+from cgc.runtime.bytecode import PRIMITIVES
 
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -55,10 +58,25 @@ ONNX_DTYPES: dict[int, str] = {
     TensorProto.FLOAT: "float32",
     TensorProto.DOUBLE: "float64",
     TensorProto.FLOAT16: "float16",
+    TensorProto.BFLOAT16: "bfloat16",
+    TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    TensorProto.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    TensorProto.FLOAT8E5M2: "float8_e5m2",
+    TensorProto.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    TensorProto.FLOAT8E8M0: "float8_e8m0fnu",
+    TensorProto.FLOAT4E2M1: "float4_e2m1fn",
     TensorProto.INT64: "int64",
     TensorProto.INT32: "int32",
+    TensorProto.INT16: "int16",
     TensorProto.INT8: "int8",
+    TensorProto.INT4: "int4",
+    TensorProto.INT2: "int2",
+    TensorProto.UINT64: "uint64",
+    TensorProto.UINT32: "uint32",
+    TensorProto.UINT16: "uint16",
     TensorProto.UINT8: "uint8",
+    TensorProto.UINT4: "uint4",
+    TensorProto.UINT2: "uint2",
     TensorProto.BOOL: "bool",
 }
 """The ONNX element types cgc imports, with their numpy dtype names."""
@@ -119,7 +137,7 @@ def import_model(
     ``batch_size`` binds the symbolic axis 0 of the inputs; ``shapes`` gives whole input shapes
     by input name and wins over the declared ones.
     """
-    return _Importer(model, source, batch_size, dict(shapes or {})).run()
+    return Importer(model, source, batch_size, dict(shapes or {})).run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,23 +189,23 @@ def _short(error: Exception) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class _NodeError(Exception):
+class NodeError(Exception):
     """A problem with one node; the importer prefixes the file, node and op."""
 
 
-def _bad_attr(name: str, value: Any, why: str = "") -> _NodeError:
+def bad_attr(name: str, value: Any, why: str = "") -> NodeError:
     if isinstance(value, list | tuple):
         value = "[" + ", ".join(str(v) for v in value) + "]"
-    return _NodeError(f"attribute {name}={value} is not supported{why}")
+    return NodeError(f"attribute {name}={value} is not supported{why}")
 
 
-def _loc(name: str) -> NameLoc:
+def loc(name: str) -> NameLoc:
     return NameLoc(StringAttr(name), NoneAttr())
 
 
-def _axis(axis: int, rank: int, what: str = "axis") -> int:
+def axis_of(axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
-        raise _NodeError(f"attribute {what}={axis} is out of range for rank {rank}")
+        raise NodeError(f"attribute {what}={axis} is out of range for rank {rank}")
     return axis % rank if rank else 0
 
 
@@ -200,20 +218,21 @@ def _attribute_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
-def _dense(array: np.ndarray, element: Attribute) -> DenseIntOrFPElementsAttr:
+def dense(array: np.ndarray, element: Attribute) -> DenseIntOrFPElementsAttr:
     data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
     return DenseIntOrFPElementsAttr(TensorType(element, array.shape), BytesAttr(data.tobytes()))
 
 
-def _inlinable(array: np.ndarray) -> bool:
-    if array.size > INLINE_LIMIT:
+def inlinable(array: np.ndarray) -> bool:
+    """Whether a constant can be written in the IR text and read back exactly."""
+    if array.size > INLINE_LIMIT or dtypes.is_extended(array.dtype):
         return False
     # xDSL prints non-finite floats as hex bit patterns that it cannot read back correctly.
     return array.dtype.kind != "f" or bool(np.isfinite(array).all())
 
 
 @dataclass
-class _Node:
+class Node:
     proto: onnx.NodeProto
     name: str
     attrs: dict[str, Any]
@@ -231,7 +250,7 @@ class _Node:
         if value is None:
             return [default] * count
         if len(value) != count:
-            raise _bad_attr(key, value, f" (expected {count} values)")
+            raise bad_attr(key, value, f" (expected {count} values)")
         return [int(v) for v in value]
 
     def has_input(self, index: int) -> bool:
@@ -239,7 +258,7 @@ class _Node:
 
 
 @dataclass
-class _Lazy:
+class Lazy:
     """An initializer or a Constant node's value; becomes an op the first time it is used."""
 
     array: np.ndarray
@@ -249,7 +268,7 @@ class _Lazy:
     value: SSAValue | None = None
 
 
-_Entry = SSAValue | _Lazy
+Entry = SSAValue | Lazy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +276,7 @@ _Entry = SSAValue | _Lazy
 # ---------------------------------------------------------------------------------------------
 
 
-class _Importer:
+class Importer:
     def __init__(
         self,
         model: onnx.ModelProto,
@@ -271,13 +290,16 @@ class _Importer:
         self.batch_size = batch_size
         self.shapes = shapes
         self.opset = 0
-        self.env: dict[str, _Entry] = {}
+        self.env: dict[str, Entry] = {}
         self.weights: dict[str, np.ndarray] = {}
         self.used_initializers: set[str] = set()
         self.used = {name for node in self.graph.node for name in node.input if name}
         self.used |= {vi.name for vi in self.graph.output}
-        self.loc = _loc("main")
+        self.loc = loc("main")
         self.builder: Builder | None = None
+        self.known: dict[SSAValue, np.ndarray] = {}
+        """Values known at compile time: constants, folded results, integer initializers."""
+        self.folded = 0
 
     def error(self, message: str) -> CgcError:
         return CgcError(f"{self.source}: {message}")
@@ -295,13 +317,14 @@ class _Importer:
         module.body.block.add_op(fn)
         block = fn.body.block
         for spec, arg in zip(inputs, block.args, strict=True):
-            arg.location = _loc(spec.name)
+            arg.location = loc(spec.name)
             self.env[spec.name] = arg
         self.builder = Builder(InsertPoint.at_end(block))
         for index, node in enumerate(self.graph.node):
             self._import_node(index, node)
         results = [self._output_value(vi.name) for vi in self.graph.output]
         self.builder.insert(func.ReturnOp(*results))
+        _erase_unused(block)
         fn.function_type = FunctionType.from_lists(in_types, [r.type for r in results])
         module.verify()
         return ImportedModel(
@@ -331,7 +354,7 @@ class _Importer:
         problems: dict[str, list[str]] = {}
         for index, node in enumerate(self.graph.node):
             default = node.domain in ("", "ai.onnx")
-            if default and node.op_type in _IMPORTERS:
+            if default and node.op_type in OPS:
                 continue
             key = node.op_type if default else f"{node.domain}.{node.op_type}"
             problems.setdefault(key, []).append(node.name or f"{node.op_type}_{index}")
@@ -355,7 +378,7 @@ class _Importer:
                     f"initializer '{tensor.name}' keeps its data in an external file; "
                     "import the model from its file"
                 )
-            self.env[tensor.name] = _Lazy(numpy_helper.to_array(tensor), tensor.name, True)
+            self.env[tensor.name] = Lazy(numpy_helper.to_array(tensor), tensor.name, True)
             names.append(tensor.name)
         return names
 
@@ -448,7 +471,7 @@ class _Importer:
     def _output_value(self, name: str) -> SSAValue:
         if name not in self.env:
             raise self.error(f"output '{name}' is not produced by any node")
-        self.loc = _loc(name)
+        self.loc = loc(name)
         return self.materialize(self.env[name])
 
     def _output_specs(self, inputs: list[TensorSpec], results: list[SSAValue]) -> list[TensorSpec]:
@@ -478,21 +501,21 @@ class _Importer:
 
     def _import_node(self, index: int, proto: onnx.NodeProto) -> None:
         name = proto.name or f"{proto.op_type}_{index}"
-        node = _Node(proto, name, {a.name: _attribute_value(a) for a in proto.attribute})
-        self.loc = _loc(name)
+        node = Node(proto, name, {a.name: _attribute_value(a) for a in proto.attribute})
+        self.loc = loc(name)
         try:
-            results = _IMPORTERS[proto.op_type](self, node)
+            results = OPS[proto.op_type](self, node)
             for i, out in enumerate(proto.output):
                 if not out:
                     continue
                 if i < len(results) and results[i] is not None:
                     self.env[out] = results[i]
                 elif out in self.used:
-                    raise _NodeError(f"output '{self._label(node, i, False)}' is not supported")
-        except (_NodeError, VerifyException) as e:
+                    raise NodeError(f"output '{self._label(node, i, False)}' is not supported")
+        except (NodeError, VerifyException) as e:
             raise self.error(f"node '{name}' ({proto.op_type}): {_short(e)}") from None
 
-    def _label(self, node: _Node, index: int, is_input: bool = True) -> str:
+    def _label(self, node: Node, index: int, is_input: bool = True) -> str:
         """The schema name of a node's input or output, e.g. ``shape`` for Reshape's second."""
         try:
             schema = onnx.defs.get_schema(node.op_type, self.opset)
@@ -503,76 +526,127 @@ class _Importer:
             return str(index)
         return params[min(index, len(params) - 1)].name
 
-    def entry(self, node: _Node, index: int) -> _Entry:
+    def entry(self, node: Node, index: int) -> Entry:
         """The value of input ``index`` as it is: an SSA value or a not yet used constant."""
         if not node.has_input(index):
-            raise _NodeError(f"input '{self._label(node, index)}' is required")
+            raise NodeError(f"input '{self._label(node, index)}' is required")
         name = node.proto.input[index]
         if name not in self.env:
-            raise _NodeError(f"input '{name}' is not defined before the node")
+            raise NodeError(f"input '{name}' is not defined before the node")
         return self.env[name]
 
-    def value(self, node: _Node, index: int) -> SSAValue:
+    def value(self, node: Node, index: int) -> SSAValue:
         """The SSA value of input ``index``."""
         return self.materialize(self.entry(node, index))
 
-    def optional(self, node: _Node, index: int) -> SSAValue | None:
+    def optional(self, node: Node, index: int) -> SSAValue | None:
         return self.value(node, index) if node.has_input(index) else None
 
-    def static(self, node: _Node, index: int) -> np.ndarray:
-        """The array of an input that must be a constant (an initializer or a Constant node)."""
+    def static(self, node: Node, index: int) -> np.ndarray:
+        """The array of an input that must be known at compile time: an initializer, a
+        Constant node, or anything computed from those (shape arithmetic folds away)."""
         entry = self.entry(node, index)
-        if not isinstance(entry, _Lazy):
-            raise _NodeError(f"input '{self._label(node, index)}' must be a constant")
-        return entry.array
+        if isinstance(entry, Lazy):
+            return entry.array
+        if entry in self.known:
+            return self.known[entry]
+        raise NodeError(f"input '{self._label(node, index)}' must be a constant")
 
-    def optional_static(self, node: _Node, index: int) -> np.ndarray | None:
+    def known_value(self, node: Node, index: int) -> np.ndarray | None:
+        """The compile-time array of an input, if it has one."""
+        entry = self.entry(node, index)
+        if isinstance(entry, Lazy):
+            return entry.array
+        return self.known.get(entry)
+
+    def optional_static(self, node: Node, index: int) -> np.ndarray | None:
         return self.static(node, index) if node.has_input(index) else None
 
-    def materialize(self, entry: _Entry) -> SSAValue:
+    def materialize(self, entry: Entry) -> SSAValue:
         if isinstance(entry, SSAValue):
             return entry
         if entry.value is None:
             entry.value = self._source(entry)
         return entry.value
 
-    def _source(self, lazy: _Lazy) -> SSAValue:
+    def _source(self, lazy: Lazy) -> SSAValue:
         array = lazy.array
         if array.dtype.name not in SUPPORTED_DTYPES:
             raise self.error(
                 f"tensor '{lazy.name}' has unsupported dtype {array.dtype.name} "
                 f"(supported: {', '.join(SUPPORTED_DTYPES)})"
             )
-        element = wse.element_of_numpy(array.dtype)
-        ty = TensorType(element, array.shape)
-        if lazy.initializer:
+        if lazy.initializer and dtypes.is_float(array.dtype):
+            # float initializers are the parameters; integer ones (shapes, indices) are data
             self.weights[lazy.name] = array
             self.used_initializers.add(lazy.name)
+            ty = TensorType(wse.element_of_numpy(array.dtype), array.shape)
             return self.emit(wse.WeightOp(lazy.name, ty))
-        if _inlinable(array):
-            op: Operation = wse.ConstantOp(_dense(array, element))
-        else:
-            self.weights[lazy.name] = array
-            op = wse.WeightOp(lazy.name, ty, frozen=True)
-        return self.emit(op, lazy.loc)
+        return self.const(array, lazy.name, lazy.loc)
 
-    def emit(self, op: Operation, loc: NameLoc | None = None) -> SSAValue:
-        """Inserts ``op`` at the end of ``@main`` with the current node's location."""
+    def const(self, array: np.ndarray, name: str | None = None, at: NameLoc | None = None):
+        """A value known at compile time: inline when small, else a frozen weight."""
+        array = np.asarray(array)
+        element = wse.element_of_numpy(array.dtype)
+        if inlinable(array):
+            op: Operation = wse.ConstantOp(dense(array, element))
+        else:
+            if name is None or name in self.weights:
+                self.folded += 1
+                name = f"{self.loc.desc.data}:{self.folded}"
+            self.weights[name] = array
+            op = wse.WeightOp(name, TensorType(element, array.shape), frozen=True)
+        value = self._insert(op, at)[0]
+        self.known[value] = array
+        return value
+
+    def _insert(self, op: Operation, at: NameLoc | None = None) -> list[SSAValue]:
         assert self.builder is not None
-        op.location = loc or self.loc
+        op.location = at or self.loc
         op.verify()
         self.builder.insert(op)
-        return op.results[0]
+        return list(op.results)
+
+    def emit_all(self, op: Operation) -> list[SSAValue]:
+        """Adds ``op`` to ``@main`` with the current node's location and returns its results;
+        a primitive whose operands are all known at compile time is evaluated instead, so
+        shape arithmetic leaves only constants behind."""
+        arrays = [self.known.get(v) for v in op.operands]
+        if op.operands and all(a is not None for a in arrays) and _foldable(op):
+            op.verify()
+            results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r)))
+                       for r in op.results]  # fmt: skip
+            values = reference.evaluate_all(
+                wse.mnemonic(op), wse.properties_as_python(op), arrays, results
+            )
+            return [self.const(v) for v in values]
+        return self._insert(op)
+
+    def emit(self, op: Operation) -> SSAValue:
+        """``emit_all`` for an op of one result."""
+        return self.emit_all(op)[0]
 
     def constant(self, array: np.ndarray) -> SSAValue:
-        """An inline constant (small arrays only)."""
-        element = wse.element_of_numpy(array.dtype)
-        return self.emit(wse.ConstantOp(_dense(array, element)))
+        """A compile-time constant."""
+        return self.const(array)
 
     def scalar(self, value: float, like: SSAValue) -> SSAValue:
         """A rank-0 constant of ``like``'s element type."""
         dtype = wse.numpy_dtype(wse.element_type(like))
         return self.constant(np.array(value, dtype=dtype))
+
+
+def _erase_unused(block) -> None:
+    """Drops the pure ops whose results nothing uses (constants that folding left behind)."""
+    for op in reversed(list(block.ops)):
+        if op.has_trait(Pure) and not any(r.uses for r in op.results):
+            op.detach()
+            op.erase()
+
+
+def _foldable(op: Operation) -> bool:
+    """Whether the importer may evaluate ``op`` when its operands are known."""
+    return op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES
 
 
 def _symbolic(dim: onnx.TensorShapeProto.Dimension) -> bool:
@@ -583,402 +657,29 @@ def _dim_label(dim: onnx.TensorShapeProto.Dimension) -> str:
     return dim.dim_param or "?"
 
 
-def _shape(value: SSAValue) -> tuple[int, ...]:
+def shape_of(value: SSAValue) -> tuple[int, ...]:
     return wse.tensor_shape(value)
 
 
 # ---------------------------------------------------------------------------------------------
-# Op importers: (importer, node) -> one entry per supported output
+# The registry of op importers
 # ---------------------------------------------------------------------------------------------
 
-OpImporter = Callable[[_Importer, _Node], list]
+OpImporter = Callable[[Importer, Node], list]
+"""``(importer, node) -> one entry per output`` (None for an output it does not produce)."""
+
+OPS: dict[str, OpImporter] = {}
+"""One importer per supported ONNX op type; the family modules fill it."""
 
 
-def _unary(cls: type[wse.UnaryOp]) -> OpImporter:
-    def run(im: _Importer, node: _Node) -> list:
-        return [im.emit(cls(im.value(node, 0)))]
+def register(*op_types: str) -> Callable[[OpImporter], OpImporter]:
+    """Registers an importer for ``op_types``."""
 
-    return run
+    def add(function: OpImporter) -> OpImporter:
+        for op_type in op_types:
+            if op_type in OPS:
+                raise ValueError(f"two importers for {op_type}")
+            OPS[op_type] = function
+        return function
 
-
-def _binary(cls: type[wse.BinaryOp]) -> OpImporter:
-    def run(im: _Importer, node: _Node) -> list:
-        return [im.emit(cls(im.value(node, 0), im.value(node, 1)))]
-
-    return run
-
-
-def _identity(im: _Importer, node: _Node) -> list:
-    return [im.entry(node, 0)]
-
-
-def _dropout(im: _Importer, node: _Node) -> list:
-    if im.opset >= 12:
-        training = im.optional_static(node, 2)
-        if training is not None and bool(np.ravel(training)[0]):
-            raise _NodeError("input training_mode=true is not supported (inference only)")
-    return [im.entry(node, 0)]
-
-
-def _constant(im: _Importer, node: _Node) -> list:
-    attrs = node.attrs
-    if "value" in attrs:
-        array = numpy_helper.to_array(attrs["value"])
-    elif "value_float" in attrs:
-        array = np.array(attrs["value_float"], dtype=np.float32)
-    elif "value_floats" in attrs:
-        array = np.array(attrs["value_floats"], dtype=np.float32)
-    elif "value_int" in attrs:
-        array = np.array(attrs["value_int"], dtype=np.int64)
-    elif "value_ints" in attrs:
-        array = np.array(attrs["value_ints"], dtype=np.int64)
-    else:
-        key = next(iter(sorted(attrs)), None)
-        if key is None:
-            raise _NodeError("the node has no value attribute")
-        raise _NodeError(f"attribute {key} is not supported")
-    return [_Lazy(array, node.proto.output[0], False, im.loc)]
-
-
-def _gemm(im: _Importer, node: _Node) -> list:
-    a, b = im.value(node, 0), im.value(node, 1)
-    if node.attr("transA", 0):
-        a = im.emit(wse.TransposeOp(a, (1, 0)))
-    if node.attr("transB", 0):
-        b = im.emit(wse.TransposeOp(b, (1, 0)))
-    y = im.emit(wse.MatmulOp(a, b))
-    alpha = float(node.attr("alpha", 1.0))
-    if alpha != 1.0:
-        y = im.emit(wse.MulOp(y, im.scalar(alpha, y)))
-    c = im.optional(node, 2)
-    if c is not None:
-        beta = float(node.attr("beta", 1.0))
-        if beta != 1.0:
-            c = im.emit(wse.MulOp(c, im.scalar(beta, c)))
-        y = im.emit(wse.AddOp(y, c))
-    return [y]
-
-
-def _matmul(im: _Importer, node: _Node) -> list:
-    a, b = im.value(node, 0), im.value(node, 1)
-    sa, sb = _shape(a), _shape(b)
-    if not sa or not sb:
-        raise _NodeError(f"operands of shapes {sa} and {sb} need rank >= 1")
-    if len(sa) >= 2 and len(sb) >= 2:
-        return [im.emit(wse.MatmulOp(a, b))]
-    if len(sa) == 1:
-        a = im.emit(wse.ReshapeOp(a, (1, sa[0])))
-    if len(sb) == 1:
-        b = im.emit(wse.ReshapeOp(b, (sb[0], 1)))
-    y = im.emit(wse.MatmulOp(a, b))
-    *batch, rows, cols = _shape(y)
-    shape = [*batch]
-    if len(sa) > 1:
-        shape.append(rows)
-    if len(sb) > 1:
-        shape.append(cols)
-    return [im.emit(wse.ReshapeOp(y, shape))]
-
-
-def _softmax_like(cls: type[wse.SoftmaxOp | wse.LogSoftmaxOp]) -> OpImporter:
-    def run(im: _Importer, node: _Node) -> list:
-        x = im.value(node, 0)
-        shape = _shape(x)
-        if not shape:
-            raise _NodeError("the input must have rank >= 1")
-        default = -1 if im.opset >= 13 else 1
-        axis = _axis(int(node.attr("axis", default)), len(shape))
-        if im.opset >= 13 or axis == len(shape) - 1:
-            return [im.emit(cls(x, axis))]
-        # Before opset 13 the input is coerced to 2-D at ``axis``.
-        flat = im.emit(wse.ReshapeOp(x, (prod(shape[:axis]), prod(shape[axis:]))))
-        y = im.emit(cls(flat, 1))
-        return [im.emit(wse.ReshapeOp(y, shape))]
-
-    return run
-
-
-def _auto_pads(
-    node: _Node,
-    sizes: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> list[int]:
-    """Begin then end padding of every spatial axis, from ``pads`` or ``auto_pad``."""
-    spatial = len(sizes)
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    if auto_pad == "NOTSET":
-        pads = node.ints("pads", 2 * spatial, 0)
-        if min(pads, default=0) < 0:
-            raise _bad_attr("pads", pads)
-        return pads
-    if auto_pad == "VALID":
-        return [0] * (2 * spatial)
-    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
-        raise _bad_attr("auto_pad", auto_pad)
-    begins, ends = [], []
-    for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, big = total // 2, total - total // 2
-        begins.append(small if auto_pad == "SAME_UPPER" else big)
-        ends.append(big if auto_pad == "SAME_UPPER" else small)
-    return begins + ends
-
-
-def _conv(im: _Importer, node: _Node) -> list:
-    x, w = im.value(node, 0), im.value(node, 1)
-    xs, ws = _shape(x), _shape(w)
-    spatial = len(xs) - 2
-    if spatial < 1 or len(ws) != len(xs):
-        raise _NodeError(f"input {xs} and filter {ws} need the same rank >= 3")
-    kernel = ws[2:]
-    declared = node.attr("kernel_shape", None)
-    if declared is not None and tuple(declared) != kernel:
-        raise _bad_attr("kernel_shape", declared, f" (the filter has kernel {list(kernel)})")
-    strides = node.ints("strides", spatial, 1)
-    dilations = node.ints("dilations", spatial, 1)
-    pads = _auto_pads(node, xs[2:], kernel, strides, dilations)
-    group = int(node.attr("group", 1))
-    y = im.emit(wse.ConvOp(x, w, strides, pads, dilations, group))
-    bias = im.optional(node, 2)
-    if bias is not None:
-        bias = im.emit(wse.ReshapeOp(bias, (1, ws[0], *([1] * spatial))))
-        y = im.emit(wse.AddOp(y, bias))
-    return [y]
-
-
-def _ceil_extra(
-    sizes: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    pads: Sequence[int],
-    dilations: Sequence[int],
-) -> list[int]:
-    """The end padding ceil_mode adds per axis; the last window must start inside the input
-    or its begin padding (as in onnxruntime and PyTorch)."""
-    spatial = len(sizes)
-    extra = []
-    for i, (size, k, s, d) in enumerate(zip(sizes, kernel, strides, dilations, strict=True)):
-        span = (k - 1) * d + 1
-        padded = size + pads[i] + pads[spatial + i]
-        out = -(-(padded - span) // s) + 1
-        if (out - 1) * s >= size + pads[i]:
-            out -= 1
-        extra.append(max(0, (out - 1) * s + span - padded))
-    return extra
-
-
-def _pool_window(node: _Node, xs: Sequence[int]) -> tuple[list, list, list, list, list]:
-    """kernel, strides, pads, dilations, and the extra end padding that ceil_mode adds."""
-    kernel = node.attr("kernel_shape", None)
-    if kernel is None:
-        raise _NodeError("attribute kernel_shape is required")
-    kernel = [int(k) for k in kernel]
-    spatial = len(kernel)
-    if len(xs) != spatial + 2:
-        raise _bad_attr("kernel_shape", kernel, f" for an input of shape {tuple(xs)}")
-    strides = node.ints("strides", spatial, 1)
-    dilations = node.ints("dilations", spatial, 1)
-    pads = _auto_pads(node, xs[2:], kernel, strides, dilations)
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    extra = [0] * spatial
-    if node.attr("ceil_mode", 0) and auto_pad in ("NOTSET", "VALID"):
-        extra = _ceil_extra(xs[2:], kernel, strides, pads, dilations)
-        if auto_pad == "VALID" and any(extra):
-            # The ONNX specification and onnxruntime disagree on this output shape.
-            raise _bad_attr("ceil_mode", 1, " with auto_pad=VALID")
-        pads = pads[:spatial] + [p + e for p, e in zip(pads[spatial:], extra, strict=True)]
-    return kernel, strides, pads, dilations, extra
-
-
-def _max_pool(im: _Importer, node: _Node) -> list:
-    storage_order = int(node.attr("storage_order", 0))
-    if storage_order != 0:
-        raise _bad_attr("storage_order", storage_order)
-    x = im.value(node, 0)
-    kernel, strides, pads, dilations, _ = _pool_window(node, _shape(x))
-    return [im.emit(wse.MaxPoolOp(x, kernel, strides, pads, dilations))]
-
-
-def _average_pool(im: _Importer, node: _Node) -> list:
-    x = im.value(node, 0)
-    kernel, strides, pads, dilations, extra = _pool_window(node, _shape(x))
-    include_pad = bool(node.attr("count_include_pad", 0))
-    if include_pad and any(extra):
-        raise _bad_attr(
-            "ceil_mode", 1, " with count_include_pad=1 when the last window overhangs the padding"
-        )
-    return [im.emit(wse.AvgPoolOp(x, kernel, strides, pads, dilations, include_pad))]
-
-
-def _global_average_pool(im: _Importer, node: _Node) -> list:
-    x = im.value(node, 0)
-    rank = len(_shape(x))
-    if rank < 3:
-        raise _NodeError(f"the input needs rank >= 3, got {rank}")
-    return [im.emit(wse.ReduceMeanOp(x, tuple(range(2, rank)), True))]
-
-
-# The opset from which a reduction takes its axes as an input instead of an attribute.
-_AXES_AS_INPUT = {"ReduceSum": 13}
-
-
-def _reduce(im: _Importer, node: _Node) -> list:
-    """ReduceMean, ReduceSum, ReduceMax and ReduceMin."""
-    x = im.value(node, 0)
-    rank = len(_shape(x))
-    keepdims = bool(node.attr("keepdims", 1))
-    if im.opset >= _AXES_AS_INPUT.get(node.op_type, 18):
-        given = im.optional_static(node, 1)
-        noop = bool(node.attr("noop_with_empty_axes", 0))
-    else:
-        given = node.attr("axes", None)
-        noop = False
-    axes = [] if given is None else [int(a) for a in np.ravel(given)]
-    if not axes:
-        if noop:
-            return [x]
-        axes = list(range(rank))
-    normalized = sorted({_axis(a, rank, "axes") for a in axes})
-    return [im.emit(_REDUCTIONS[node.op_type](x, normalized, keepdims))]
-
-
-_REDUCTIONS = {
-    "ReduceMean": wse.ReduceMeanOp,
-    "ReduceSum": wse.ReduceSumOp,
-    "ReduceMax": wse.ReduceMaxOp,
-    "ReduceMin": wse.ReduceMinOp,
-}
-
-
-def _flatten(im: _Importer, node: _Node) -> list:
-    x = im.value(node, 0)
-    shape = _shape(x)
-    axis = int(node.attr("axis", 1))
-    if not -len(shape) <= axis <= len(shape):
-        raise _NodeError(f"attribute axis={axis} is out of range for rank {len(shape)}")
-    axis = axis + len(shape) if axis < 0 else axis
-    return [im.emit(wse.ReshapeOp(x, (prod(shape[:axis]), prod(shape[axis:]))))]
-
-
-def _reshape_target(src: Sequence[int], spec: Sequence[int], allowzero: bool) -> tuple:
-    dims = []
-    for i, d in enumerate(spec):
-        if d == 0 and not allowzero:
-            if i >= len(src):
-                raise _NodeError(f"shape {list(spec)} copies axis {i} of a rank-{len(src)} input")
-            dims.append(src[i])
-        elif d < -1:
-            raise _NodeError(f"shape {list(spec)} has the negative dimension {d}")
-        else:
-            dims.append(d)
-    if dims.count(-1) > 1:
-        raise _NodeError(f"shape {list(spec)} has more than one -1")
-    if -1 in dims:
-        known = prod(d for d in dims if d != -1)
-        if known == 0 or prod(src) % known:
-            raise _NodeError(f"cannot reshape {tuple(src)} into shape {list(spec)}")
-        dims[dims.index(-1)] = prod(src) // known
-    if prod(dims) != prod(src):
-        raise _NodeError(f"cannot reshape {tuple(src)} into shape {list(spec)}")
-    return tuple(dims)
-
-
-def _reshape(im: _Importer, node: _Node) -> list:
-    x = im.value(node, 0)
-    spec = [int(d) for d in np.ravel(im.static(node, 1))]
-    allowzero = bool(node.attr("allowzero", 0))
-    return [im.emit(wse.ReshapeOp(x, _reshape_target(_shape(x), spec, allowzero)))]
-
-
-def _transpose(im: _Importer, node: _Node) -> list:
-    x = im.value(node, 0)
-    rank = len(_shape(x))
-    perm = node.attr("perm", None)
-    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
-    if sorted(p % rank if rank else p for p in perm) != list(range(rank)):
-        raise _bad_attr("perm", perm, f" for rank {rank}")
-    return [im.emit(wse.TransposeOp(x, [p % rank for p in perm]))]
-
-
-def _concat(im: _Importer, node: _Node) -> list:
-    values = [im.value(node, i) for i in range(len(node.proto.input)) if node.has_input(i)]
-    if not values:
-        raise _NodeError("there are no inputs")
-    axis = _axis(int(node.attr("axis", 0)), len(_shape(values[0])))
-    return [im.emit(wse.ConcatOp(values, axis))]
-
-
-def _batch_norm(im: _Importer, node: _Node) -> list:
-    training = int(node.attr("training_mode", 0))
-    if training:
-        raise _bad_attr("training_mode", training, " (inference only)")
-    x, scale, bias, mean, var = (im.value(node, i) for i in range(5))
-    epsilon = float(node.attr("epsilon", 1e-5))
-    return [im.emit(wse.BatchNormOp(x, scale, bias, mean, var, epsilon))]
-
-
-def _layer_norm(im: _Importer, node: _Node) -> list:
-    x, scale = im.value(node, 0), im.value(node, 1)
-    bias = im.optional(node, 2)
-    axis = _axis(int(node.attr("axis", -1)), len(_shape(x)))
-    epsilon = float(node.attr("epsilon", 1e-5))
-    return [im.emit(wse.LayerNormOp(x, scale, bias, axis, epsilon))]
-
-
-def _softmax_cross_entropy(im: _Importer, node: _Node) -> list:
-    reduction = node.attr("reduction", "mean")
-    if reduction not in wse.SoftmaxCrossEntropyOp.REDUCTIONS:
-        raise _bad_attr("reduction", reduction)
-    ignore_index = node.attr("ignore_index", None)
-    scores, labels = im.value(node, 0), im.value(node, 1)
-    weights = im.optional(node, 2)
-    loss = im.emit(
-        wse.SoftmaxCrossEntropyOp(
-            scores,
-            labels,
-            weights,
-            reduction,
-            None if ignore_index is None else int(ignore_index),
-        )
-    )
-    outputs = node.proto.output
-    if len(outputs) > 1 and outputs[1] in im.used:
-        return [loss, im.emit(wse.LogSoftmaxOp(scores, 1))]
-    return [loss]
-
-
-_IMPORTERS: dict[str, OpImporter] = {
-    "Add": _binary(wse.AddOp),
-    "AveragePool": _average_pool,
-    "BatchNormalization": _batch_norm,
-    "Concat": _concat,
-    "Constant": _constant,
-    "Conv": _conv,
-    "Div": _binary(wse.DivOp),
-    "Dropout": _dropout,
-    "Erf": _unary(wse.ErfOp),
-    "Flatten": _flatten,
-    "Gemm": _gemm,
-    "GlobalAveragePool": _global_average_pool,
-    "Identity": _identity,
-    "LayerNormalization": _layer_norm,
-    "LogSoftmax": _softmax_like(wse.LogSoftmaxOp),
-    "MatMul": _matmul,
-    "MaxPool": _max_pool,
-    "Mul": _binary(wse.MulOp),
-    **dict.fromkeys(_REDUCTIONS, _reduce),
-    "Relu": _unary(wse.ReluOp),
-    "Reshape": _reshape,
-    "Sigmoid": _unary(wse.SigmoidOp),
-    "Softmax": _softmax_like(wse.SoftmaxOp),
-    "SoftmaxCrossEntropyLoss": _softmax_cross_entropy,
-    "Sub": _binary(wse.SubOp),
-    "Tanh": _unary(wse.TanhOp),
-    "Transpose": _transpose,
-}
-"""One importer per supported ONNX op type."""
-
-SUPPORTED_OPS = tuple(sorted(_IMPORTERS))
+    return add
