@@ -4,7 +4,18 @@
 family module registers the importers of its ONNX ops.
 """
 
-from cgc.frontends.onnx import elementwise, loss, nn, reduction, tensor  # noqa: F401
+from cgc.frontends.onnx import (  # noqa: F401  (each module registers its importers)
+    attention,
+    conv,
+    elementwise,
+    linear,
+    loss,
+    normalization,
+    quantization,
+    reduction,
+    signal,
+    tensor,
+)
 from cgc.frontends.onnx.importer import (
     OPS,
     ImportedModel,

@@ -1,87 +1,18 @@
-"""ONNX neural-network ops: matrix products, convolution, pooling, softmax, normalizations."""
+"""ONNX convolution, pooling and resampling ops."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import prod
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.importer import (
     Importer,
     Node,
     NodeError,
-    OpImporter,
-    axis_of,
     bad_attr,
     register,
     shape_of,
 )
-
-
-@register("Gemm")
-def _gemm(im: Importer, node: Node) -> list:
-    a, b = im.value(node, 0), im.value(node, 1)
-    if node.attr("transA", 0):
-        a = im.emit(wse.TransposeOp(a, (1, 0)))
-    if node.attr("transB", 0):
-        b = im.emit(wse.TransposeOp(b, (1, 0)))
-    y = im.emit(wse.MatmulOp(a, b))
-    alpha = float(node.attr("alpha", 1.0))
-    if alpha != 1.0:
-        y = im.emit(wse.MulOp(y, im.scalar(alpha, y)))
-    c = im.optional(node, 2)
-    if c is not None:
-        beta = float(node.attr("beta", 1.0))
-        if beta != 1.0:
-            c = im.emit(wse.MulOp(c, im.scalar(beta, c)))
-        y = im.emit(wse.AddOp(y, c))
-    return [y]
-
-
-@register("MatMul")
-def _matmul(im: Importer, node: Node) -> list:
-    a, b = im.value(node, 0), im.value(node, 1)
-    sa, sb = shape_of(a), shape_of(b)
-    if not sa or not sb:
-        raise NodeError(f"operands of shapes {sa} and {sb} need rank >= 1")
-    if len(sa) >= 2 and len(sb) >= 2:
-        return [im.emit(wse.MatmulOp(a, b))]
-    if len(sa) == 1:
-        a = im.emit(wse.ReshapeOp(a, (1, sa[0])))
-    if len(sb) == 1:
-        b = im.emit(wse.ReshapeOp(b, (sb[0], 1)))
-    y = im.emit(wse.MatmulOp(a, b))
-    *batch, rows, cols = shape_of(y)
-    shape = [*batch]
-    if len(sa) > 1:
-        shape.append(rows)
-    if len(sb) > 1:
-        shape.append(cols)
-    return [im.emit(wse.ReshapeOp(y, shape))]
-
-
-def softmax_like(cls: type[wse.SoftmaxOp | wse.LogSoftmaxOp]) -> OpImporter:
-    """Softmax and LogSoftmax, with the coerce-to-2-D semantics before opset 13."""
-
-    def run(im: Importer, node: Node) -> list:
-        x = im.value(node, 0)
-        shape = shape_of(x)
-        if not shape:
-            raise NodeError("the input must have rank >= 1")
-        default = -1 if im.opset >= 13 else 1
-        axis = axis_of(int(node.attr("axis", default)), len(shape))
-        if im.opset >= 13 or axis == len(shape) - 1:
-            return [im.emit(cls(x, axis))]
-        # Before opset 13 the input is coerced to 2-D at ``axis``.
-        flat = im.emit(wse.ReshapeOp(x, (prod(shape[:axis]), prod(shape[axis:]))))
-        y = im.emit(cls(flat, 1))
-        return [im.emit(wse.ReshapeOp(y, shape))]
-
-    return run
-
-
-register("Softmax")(softmax_like(wse.SoftmaxOp))
-register("LogSoftmax")(softmax_like(wse.LogSoftmaxOp))
 
 
 def auto_pads(
@@ -209,22 +140,3 @@ def _global_average_pool(im: Importer, node: Node) -> list:
     if rank < 3:
         raise NodeError(f"the input needs rank >= 3, got {rank}")
     return [im.emit(wse.ReduceMeanOp(x, tuple(range(2, rank)), True))]
-
-
-@register("BatchNormalization")
-def _batch_norm(im: Importer, node: Node) -> list:
-    training = int(node.attr("training_mode", 0))
-    if training:
-        raise bad_attr("training_mode", training, " (inference only)")
-    x, scale, bias, mean, var = (im.value(node, i) for i in range(5))
-    epsilon = float(node.attr("epsilon", 1e-5))
-    return [im.emit(wse.BatchNormOp(x, scale, bias, mean, var, epsilon))]
-
-
-@register("LayerNormalization")
-def _layer_norm(im: Importer, node: Node) -> list:
-    x, scale = im.value(node, 0), im.value(node, 1)
-    bias = im.optional(node, 2)
-    axis = axis_of(int(node.attr("axis", -1)), len(shape_of(x)))
-    epsilon = float(node.attr("epsilon", 1e-5))
-    return [im.emit(wse.LayerNormOp(x, scale, bias, axis, epsilon))]

@@ -1,0 +1,3 @@
+"""ONNX attention ops: Attention, RotaryEmbedding and their relatives."""
+
+from __future__ import annotations
