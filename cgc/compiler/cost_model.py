@@ -35,17 +35,9 @@ class LayerCost:
     stream_out_bytes: float
 
 
-def layer_ranges(program: Program) -> list[range]:
-    """The instruction indices of every layer, from its LAYER to the next one."""
-    starts = [i for i, ins in enumerate(program.instructions) if ins.opcode == Opcode.LAYER]
-    return [
-        range(a, b) for a, b in zip(starts, [*starts[1:], len(program.instructions)], strict=True)
-    ]
-
-
 def simulate_layer(program: Program, target: Target, index: int, rect: Rect) -> LayerCost:
     """Times layer ``index`` alone on ``rect``; its inputs arrive in their default layout."""
-    span = layer_ranges(program)[index]
+    span = program.layer_spans[index]
     executor = Executor(program, target, Wafer(target, strict=False), None, numerics=False)
     executor.rect = rect
     executor.records.append(LayerRecord(program.layers[index].name))

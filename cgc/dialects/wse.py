@@ -172,6 +172,10 @@ def _shape_rule(rule, *args) -> tuple[int, ...]:
         raise VerifyException(str(e)) from e
 
 
+def _check_element(value: SSAValue, expected: Attribute, what: str) -> None:
+    _check(element_type(value) == expected, f"{what} must have element type {expected}")
+
+
 def _check_result_shape(op: IRDLOperation, expected: Sequence[int]) -> None:
     got = tensor_shape(op.results[0])
     _check(
@@ -483,6 +487,7 @@ class PredicateOp(IRDLOperation, abc.ABC):
         super().__init__(operands=[input], result_types=[TensorType(i1, tensor_shape(input))])
 
     def verify_(self) -> None:
+        _check(dtypes.is_float(numpy_dtype(element_type(self.input))), "the input must be floats")
         _check(element_type(self.result) == i1, "the result must be a tensor of i1")
         _check_result_shape(self, tensor_shape(self.input))
 
@@ -860,7 +865,11 @@ class PoolOp(IRDLOperation, abc.ABC):
             },
         )
 
+    RESULT_ELEMENT: ClassVar[Attribute | None] = None
+    """The result's element type when it is not the input's."""
+
     def verify_(self) -> None:
+        _check_element(self.result, self.RESULT_ELEMENT or element_type(self.input), "the result")
         _check_result_shape(
             self,
             _shape_rule(
@@ -914,6 +923,7 @@ class ArgMaxPoolOp(PoolOp):
     first of equal maxima wins."""
 
     name = "wse.argmax_pool"
+    RESULT_ELEMENT: ClassVar[Attribute | None] = i64
     storage_order = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, i64))
 
     def __init__(
@@ -1265,6 +1275,7 @@ class GatherOp(IRDLOperation):
 
     def verify_(self) -> None:
         _check_indices(self.indices)
+        _check_element(self.result, element_type(self.data), "the result")
         _check_result_shape(
             self,
             _shape_rule(
@@ -1303,6 +1314,7 @@ class GatherElementsOp(IRDLOperation):
         rank, axis = len(tensor_shape(self.data)), self.axis.value.data
         _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
         _check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
+        _check_element(self.result, element_type(self.data), "the result")
         _check_result_shape(self, tensor_shape(self.indices))
 
 
@@ -1332,6 +1344,7 @@ class GatherNDOp(IRDLOperation):
 
     def verify_(self) -> None:
         _check_indices(self.indices)
+        _check_element(self.result, element_type(self.data), "the result")
         _check_result_shape(
             self,
             _shape_rule(
@@ -1365,6 +1378,15 @@ class ScatterOp(IRDLOperation, abc.ABC):
             f"unknown reduction {self.reduction.data!r}",
         )
         _check(self.data.type == self.result.type, "the result must have the data's type")
+        _check_element(self.updates, element_type(self.data), "updates")
+        _check(
+            tensor_shape(self.updates) == self.updates_shape(),
+            f"updates must have shape {self.updates_shape()}, not {tensor_shape(self.updates)}",
+        )
+
+    @abc.abstractmethod
+    def updates_shape(self) -> tuple[int, ...]:
+        """The shape ``updates`` must have."""
 
 
 @irdl_op_definition
@@ -1381,6 +1403,12 @@ class ScatterElementsOp(ScatterOp):
             properties={"axis": IntegerAttr(axis, i64), "reduction": StringAttr(reduction)},
         )
 
+    def updates_shape(self) -> tuple[int, ...]:
+        rank, axis = len(tensor_shape(self.data)), self.axis.value.data
+        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        _check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
+        return tensor_shape(self.indices)
+
 
 @irdl_op_definition
 class ScatterNDOp(ScatterOp):
@@ -1395,6 +1423,13 @@ class ScatterNDOp(ScatterOp):
             result_types=[data.type],
             properties={"reduction": StringAttr(reduction)},
         )
+
+    def updates_shape(self) -> tuple[int, ...]:
+        data, indices = tensor_shape(self.data), tensor_shape(self.indices)
+        _check(len(indices) >= 1, "indices must have at least one axis")
+        depth = indices[-1]
+        _check(depth <= len(data), f"index tuples of {depth} cannot address rank {len(data)}")
+        return indices[:-1] + data[depth:]
 
 
 @irdl_op_definition
@@ -1458,6 +1493,8 @@ class TopKOp(IRDLOperation):
         _check(0 <= axis < len(src), f"axis {axis} is out of range for rank {len(src)}")
         out = tensor_shape(self.values)
         _check(out == tensor_shape(self.indices), "values and indices must have one shape")
+        _check_element(self.values, element_type(self.input), "the values")
+        _check_element(self.indices, i64, "the indices")
         _check(
             len(out) == len(src)
             and all(a == b for i, (a, b) in enumerate(zip(out, src, strict=True)) if i != axis)
@@ -1511,6 +1548,7 @@ class TileOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
+        _check_element(self.result, element_type(self.input), "the result")
         _check_result_shape(
             self, _shape_rule(shapes.tile, tensor_shape(self.input), self.repeats.get_values())
         )

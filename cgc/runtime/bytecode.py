@@ -20,6 +20,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 
 MAGIC = b"CGBC"
 VERSION = 1
@@ -121,6 +122,13 @@ class Program:
     registers: list[tuple[tuple[int, ...], str]]
     """Shape and numpy dtype name of every register."""
     layers: list[LayerInfo]
+
+    @cached_property
+    def layer_spans(self) -> list[range]:
+        """The instruction indices of every layer, from its LAYER to the next one."""
+        starts = [i for i, ins in enumerate(self.instructions) if ins.opcode == Opcode.LAYER]
+        ends = [*starts[1:], len(self.instructions)]
+        return [range(a, b) for a, b in zip(starts, ends, strict=True)]
 
     def encode(self) -> bytes:
         """The binary form; equal programs give equal bytes."""

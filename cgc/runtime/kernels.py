@@ -233,7 +233,9 @@ class Elementwise(Kernel):
             elif self.name == "select":
                 result = np.where(tiles[0], tiles[1], tiles[2])
             else:
-                result = reference.cast(tiles[0], dtypes.dtype(out.dtype), attrs["saturate"])
+                result = reference.cast(
+                    tiles[0], dtypes.dtype(out.dtype), attrs.get("saturate", True)
+                )
             # padding may hold values (NaN, inf) that do not cast cleanly; they are never read
             result = np.broadcast_to(result.astype(out.dtype, copy=False), out.tile_shape())
         return [DistTensor(out, np.ascontiguousarray(result))]
@@ -544,6 +546,11 @@ class Indexed(Kernel):
             moved = moved + copy
         else:
             moved = scattered_traffic(sources[0], outs[0], prod(results[0][0]))
+            # every result element needs its index where the result is computed
+            indices = sources[1]
+            beside_results = Layout.on(indices.shape, indices.dtype, outs[0].rect)
+            if indices != beside_results:
+                moved = moved + regrid_traffic(indices, beside_results)
         traffic = arrive + moved
         compute = vector_cycles(outs[0].tile_elements, 1.0, outs[0].dtype, target)
         cost = Cost(
@@ -573,8 +580,7 @@ class Scan(Kernel):
             if chain_length > 1
             else NO_TRAFFIC
         )
-        traffic = arrival(operand, out) if operand.layout else NO_TRAFFIC
-        traffic = traffic + chain
+        traffic = arrival(operand, out) + chain
         compute = vector_cycles(2 * out.tile_elements, 1.0, dtype, target)
         cost = Cost(cycles=_cycles(traffic, compute), traffic=traffic,
                     scratch_bytes=carry * out.itemsize)  # fmt: skip

@@ -396,5 +396,12 @@ def scattered_traffic(src: Layout, dst: Layout, elements: int) -> Traffic:
         max_link=max(along_rows, along_cols),
         max_inject=words / src.pes,
         max_eject=words / dst.pes,
-        max_hops=rows + cols - 2,
+        max_hops=_extent(src.row0, src.h, dst.row0, dst.h)
+        + _extent(src.col0, src.w, dst.col0, dst.w)
+        - 2,
     )
+
+
+def _extent(start_a: int, size_a: int, start_b: int, size_b: int) -> int:
+    """How many mesh rows (or columns) two spans cover together, gaps included."""
+    return max(start_a + size_a, start_b + size_b) - min(start_a, start_b)

@@ -259,6 +259,15 @@ def im2col(
     return np.ascontiguousarray(w).reshape(group, n * prod(out), (c // group) * prod(kernel))
 
 
+def lowest(dt: np.dtype) -> float | int:
+    """The value no element of type ``dt`` is below: what max-pooling pads with."""
+    if dtypes.is_integer(dt):
+        return int(np.iinfo(dt).min)
+    if np.isinf(np.array(-np.inf, dtype=dt)):
+        return -np.inf
+    return dtypes.finite_range(dt)[0]
+
+
 def pool(
     kind: str,
     x: np.ndarray,
@@ -272,7 +281,7 @@ def pool(
     spatial = len(kernel)
     axes = tuple(range(-spatial, 0))
     if kind == "max_pool":
-        return windows(x, kernel, strides, pads, dilations, -np.inf).max(axis=axes)
+        return windows(x, kernel, strides, pads, dilations, lowest(x.dtype)).max(axis=axes)
     total = windows(x, kernel, strides, pads, dilations, 0.0).sum(axis=axes)
     if count_include_pad:
         count = np.asarray(prod(kernel), dtype=x.dtype)
@@ -366,11 +375,22 @@ def _scatter(data: np.ndarray, where: tuple, updates: np.ndarray, reduction: str
     return out
 
 
+def _element_positions(indices: np.ndarray, axis: int, size: int) -> tuple:
+    """The positions ONNX's GatherElements and ScatterElements address: each index's own
+    position, with its value (wrapped) on ``axis``."""
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = _wrapped(indices, size)
+    return tuple(where)
+
+
+def gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX GatherElements (indices may be smaller than the data on every axis)."""
+    return data[_element_positions(indices, axis, data.shape[axis])]
+
+
 def scatter_elements(data, indices, updates, axis: int, reduction: str) -> np.ndarray:
     """ONNX ScatterElements."""
-    where = list(np.indices(indices.shape, sparse=True))
-    where[axis] = _wrapped(indices, data.shape[axis])
-    return _scatter(data, tuple(where), updates, reduction)
+    return _scatter(data, _element_positions(indices, axis, data.shape[axis]), updates, reduction)
 
 
 def scatter_nd(data, indices, updates, reduction: str) -> np.ndarray:
@@ -410,12 +430,15 @@ def argmax_pool(x, kernel, strides, pads, dilations, storage_order: int) -> np.n
             x.shape[:2] + (1,) * spatial
         )
         ids = ids + plane
-    values = windows(x, kernel, strides, pads, dilations, -np.inf)
-    taps = windows(ids, kernel, strides, pads, dilations, -1)
+    values = windows(x, kernel, strides, pads, dilations, lowest(x.dtype))
     lead = values.shape[: x.ndim]
-    flat_values = values.reshape(*lead, -1)
-    best = np.argmax(flat_values, axis=-1)[..., None]
-    return np.take_along_axis(taps.reshape(*lead, -1), best, axis=-1)[..., 0]
+    values = values.reshape(*lead, -1)
+    taps = windows(ids, kernel, strides, pads, dilations, -1).reshape(*lead, -1)
+    # the first maximum among real elements: padding loses a tie with an element at the minimum
+    peak = values.max(axis=-1, keepdims=True)
+    is_best = ((values == peak) | (np.isnan(values) & np.isnan(peak))) & (taps >= 0)
+    best = np.argmax(is_best, axis=-1)[..., None]
+    return np.take_along_axis(taps, best, axis=-1)[..., 0]
 
 
 def cast(x: np.ndarray, dtype: np.dtype, saturate: bool) -> np.ndarray:
@@ -444,9 +467,7 @@ _SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
     "gather": lambda a, xs, r: [
         np.take(xs[0], _wrapped(xs[1], xs[0].shape[a["axis"]]), axis=a["axis"])
     ],
-    "gather_elements": lambda a, xs, r: [
-        np.take_along_axis(xs[0], _wrapped(xs[1], xs[0].shape[a["axis"]]), axis=a["axis"])
-    ],
+    "gather_elements": lambda a, xs, r: [gather_elements(xs[0], xs[1], a["axis"])],
     "gather_nd": lambda a, xs, r: [gather_nd(xs[0], xs[1], a.get("batch_dims", 0))],
     "scatter_elements": lambda a, xs, r: [
         scatter_elements(xs[0], xs[1], xs[2], a["axis"], a["reduction"])

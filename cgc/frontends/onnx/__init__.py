@@ -12,6 +12,7 @@ from cgc.frontends.onnx import (  # noqa: F401  (each module registers its impor
     loss,
     normalization,
     quantization,
+    recurrent,
     reduction,
     signal,
     tensor,
