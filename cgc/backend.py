@@ -12,6 +12,7 @@ weight streaming on a small mesh by default, which keeps compiling cheap; ``mode
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,11 +21,29 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
+from cgc.errors import CgcError
 from cgc.runtime.artifact import Artifact
 from cgc.runtime.vm import Cluster
 
 DEFAULT_MODE = "weight_streaming"
 DEFAULT_TARGET = "mesh8x8"
+
+
+NAMED_INPUT = re.compile(r"\(graph input '([^']*)'\) must be a constant")
+
+
+def _inputs_to_fix(error: str, inputs: Mapping[str, np.ndarray], fixed: list[str]) -> list[str]:
+    """The graph inputs to fix to their values after a compile failed with ``error``: the
+    one it names, or, when a value computed from inputs had to be known, every input that
+    could decide shapes (integers, booleans, single numbers); none if that is no help."""
+    if "must be a constant" not in error:
+        return []
+    named = NAMED_INPUT.search(error)
+    if named and named.group(1) in inputs and named.group(1) not in fixed:
+        return [named.group(1)]
+    return [
+        n for n, a in inputs.items() if n not in fixed and (a.dtype.kind in "iub" or a.size == 1)
+    ]
 
 
 class CgcRep(BackendRep):
@@ -38,18 +57,41 @@ class CgcRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
         self.artifacts: dict[tuple, Artifact] = {}
+        self.specialized: dict[tuple, list[str]] = {}
+        """The inputs each input signature's compiles fix to their values."""
 
     def artifact(self, inputs: Mapping[str, np.ndarray]) -> Artifact:
-        """The artifact compiled for these input shapes and dtypes."""
+        """The artifact compiled for these input shapes and dtypes.
+
+        A model whose shapes depend on the values of some inputs (a Reshape's target shape, a
+        Resize's scales, fed at run time) is compiled again with those inputs fixed to this
+        run's values; that artifact serves only runs with the same values.
+        """
+        key = tuple((name, inputs[name].shape, inputs[name].dtype.str) for name in inputs)
+        fixed = self.specialized.get(key, [])
+        while True:
+            bound = {name: inputs[name] for name in fixed}
+            value_key = (key, tuple((name, a.tobytes()) for name, a in bound.items()))
+            if value_key in self.artifacts:
+                return self.artifacts[value_key]
+            try:
+                artifact = self._compile(inputs, bound)
+            except CgcError as e:
+                more = _inputs_to_fix(str(e), inputs, fixed)
+                if not more:
+                    raise
+                fixed = self.specialized[key] = fixed + more
+                continue
+            self.artifacts[value_key] = artifact
+            return artifact
+
+    def _compile(self, inputs: Mapping[str, np.ndarray], bound: dict) -> Artifact:
         from cgc.compiler.driver import compile_model
 
-        key = tuple((name, inputs[name].shape, inputs[name].dtype.str) for name in inputs)
-        if key not in self.artifacts:
-            shapes = {name: array.shape for name, array in inputs.items()}
-            self.artifacts[key] = compile_model(
-                self.model, mode=self.mode, target=self.target, shapes=shapes
-            )
-        return self.artifacts[key]
+        shapes = {name: array.shape for name, array in inputs.items() if name not in bound}
+        return compile_model(
+            self.model, mode=self.mode, target=self.target, shapes=shapes, values=bound
+        )
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Runs the model on a list (graph input order) or dict of arrays."""
@@ -58,7 +100,9 @@ class CgcRep(BackendRep):
         else:
             values = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             arrays = {n: np.asarray(v) for n, v in zip(self.input_names, values, strict=True)}
-        outputs, _ = Cluster(self.artifact(arrays)).infer(arrays)
+        artifact = self.artifact(arrays)
+        taken = {spec["name"] for spec in artifact.manifest["inputs"]}
+        outputs, _ = Cluster(artifact).infer({n: a for n, a in arrays.items() if n in taken})
         return namedtupledict("Outputs", self.output_names)(
             *(outputs[name] for name in self.output_names)
         )

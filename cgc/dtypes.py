@@ -57,3 +57,13 @@ def finite_range(dt: np.dtype | str) -> tuple[float, float]:
     """The smallest and largest finite values of a float type."""
     info = ml_dtypes.finfo(dtype(dt))
     return float(info.min), float(info.max)
+
+
+def bits(dt: np.dtype | str) -> int:
+    """How many bits a value of ``dt`` has (a bool has a byte's)."""
+    dt = dtype(dt)
+    if is_float(dt):
+        return int(ml_dtypes.finfo(dt).bits)
+    if is_integer(dt):
+        return int(ml_dtypes.iinfo(dt).bits)
+    return 8 * dt.itemsize

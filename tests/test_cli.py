@@ -195,9 +195,9 @@ def unsupported_model(path) -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
     nodes = [
-        helper.make_node("Cos", ["x"], ["a"], name="c1"),
-        helper.make_node("HardSwish", ["a"], ["b"], name="h1"),
-        helper.make_node("Cos", ["b"], ["y"], name="c2"),
+        helper.make_node("Multinomial", ["x"], ["a"], name="m1"),
+        helper.make_node("RandomUniformLike", ["a"], ["b"], name="r1"),
+        helper.make_node("Multinomial", ["b"], ["y"], name="m2"),
     ]
     graph = helper.make_graph(nodes, "g", [x], [y])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
@@ -209,7 +209,7 @@ def test_compile_errors(workdir, tmp_path) -> None:
     unsupported_model(bad)
     one_line_error(
         invoke("compile", bad, "-o", out, "--batch-size", 2),
-        "bad.onnx: unsupported ops: Cos (nodes c1, c2), HardSwish (node h1)",
+        "bad.onnx: unsupported ops: Multinomial (nodes m1, m2), RandomUniformLike (node r1)",
     )
     one_line_error(invoke("compile", tmp_path / "nope.onnx", "-o", out), "nope.onnx: no such file")
     one_line_error(

@@ -151,6 +151,7 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
         [T(2, 3)], lambda x: [wse.CastOp(x, Float8E4M3FNType(), saturate=False).result]
     ),
     "wse.cast/bf16-saturate": ([T(2, 3)], lambda x: [wse.CastOp(x, BFloat16Type(), True).result]),
+    "wse.bitcast": ([T(2, 3)], lambda x: [wse.BitcastOp(x, i32).result]),
     **{
         cls.name: ([T(2, 3, 4)], lambda x, cls=cls: [cls(x, [0, 2], True).result,
                                                      cls(x, [1], False).result])
@@ -224,6 +225,7 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
         lambda d, i, u: [wse.ScatterNDOp(d, i, u, "max").result],
     ),
     "wse.cumsum": ([T(2, 3)], lambda x: [wse.CumSumOp(x, 1, True, False).result]),
+    "wse.cumprod": ([T(2, 3)], lambda x: [wse.CumProdOp(x, 0, False, True).result]),
     "wse.cumsum/reverse-i64": (
         [T(4, el=i64)], lambda x: [wse.CumSumOp(x, 0, False, True).result]
     ),
@@ -319,6 +321,7 @@ def test_inferred_result_types():
         "wse.bitwise_and": [T(2, 3, el=i64)],
         "wse.cast/f8-no-saturate": [T(2, 3, el=Float8E4M3FNType())],
         "wse.cast/bf16-saturate": [T(2, 3, el=BFloat16Type())],
+        "wse.bitcast": [T(2, 3, el=i32)],
         "wse.reduce_prod": [T(1, 3, 1), T(2, 4)],
         "wse.argmax_pool": [T(1, 2, 5, 3, el=i64)],
         "wse.argmax_pool/1d": [T(2, 3, 3, el=i64)],
@@ -689,8 +692,18 @@ def test_valid_variants_of_the_new_invalid_cases_verify():
     )
 
 
-BAD_INDEXED_OPS = {
+BAD_OPS = {
     # case: (arguments, body, the error)
+    "bitcast of a different width": (
+        "%x: tensor<3xf32>",
+        "%r = wse.bitcast %x : tensor<3xf32> -> tensor<3xi64>",
+        "cannot reinterpret float32 as int64: the widths differ",
+    ),
+    "bitcast of a sub-byte type": (
+        "%x: tensor<3xi4>",
+        "%r = wse.bitcast %x : tensor<3xi4> -> tensor<3xui4>",
+        "cannot reinterpret int4: its values are narrower than a byte",
+    ),
     "scatter_elements axis out of range": (
         "%d: tensor<3x4xf32>, %i: tensor<2x4xi64>, %u: tensor<2x4xf32>",
         "%r = wse.scatter_elements %d, %i, %u {axis = 2 : i64} : "
@@ -718,9 +731,9 @@ BAD_INDEXED_OPS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_INDEXED_OPS))
-def test_verifier_rejects_bad_indexed_ops(case):
-    args, body, error = BAD_INDEXED_OPS[case]
+@pytest.mark.parametrize("case", sorted(BAD_OPS))
+def test_verifier_rejects_bad_ops(case):
+    args, body, error = BAD_OPS[case]
     with pytest.raises(VerifyException, match=error):
         parse(_fn(args, body)).verify()
 

@@ -688,14 +688,16 @@ def test_scatter_nd(data_shape, index_shape, reduction):
 # --------------------------------------------------------------------------- cumsum
 
 
-def torch_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+def torch_cumsum(
+    x: np.ndarray, axis: int, exclusive: bool, reverse: bool, product: bool = False
+) -> np.ndarray:
     t = tt(x)
     if reverse:
         t = t.flip(axis)
-    total = torch.cumsum(t, axis, dtype=t.dtype)
+    total = (torch.cumprod if product else torch.cumsum)(t, axis, dtype=t.dtype)
     if exclusive:
-        zeros = torch.zeros_like(total.narrow(axis, 0, 1))
-        total = torch.cat([zeros, total.narrow(axis, 0, total.shape[axis] - 1)], axis)
+        first = (torch.ones_like if product else torch.zeros_like)(total.narrow(axis, 0, 1))
+        total = torch.cat([first, total.narrow(axis, 0, total.shape[axis] - 1)], axis)
     if reverse:
         total = total.flip(axis)
     return total.numpy()
@@ -717,6 +719,17 @@ def test_cumsum(shape, axis, exclusive, reverse, rect):
     assert got.dtype == np.float32
     close(got, want)
     assert plan.inputs[0] == plan.outputs[0]
+
+
+@pytest.mark.parametrize(("shape", "axis"), SCANS)
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_cumprod(shape, axis, exclusive, reverse):
+    x = np.random.default_rng(40).uniform(0.5, 1.5, shape).astype(np.float32)
+    want = torch_cumsum(x.astype(np.float64), axis, exclusive, reverse, product=True)
+    attrs = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    got, plan = execute("cumprod", [x], attrs, shape, "float32", rect=(1, 1, 3, 4))
+    close(got, want.astype(np.float32))
+    assert plan.cost.cycles > 0
 
 
 @pytest.mark.parametrize(("shape", "axis"), SCANS)
@@ -1084,6 +1097,118 @@ def test_topk_plan_has_two_outputs(shape, axis, k, dtype):
 
 COVERED = {
     *MATH, "not", "bitwise_not", "is_nan", "is_inf", *LOGIC, "reduce_prod", "argmax_pool",
-    *INDEXED, "cumsum", "topk", "reverse", "tile",
+    *INDEXED, "cumsum", "topk", "reverse", "tile", "bitcast", "cumprod",
 }  # fmt: skip
 """The kernels this file tests (test_kernels.test_every_kernel_is_covered adds them)."""
+
+
+# --------------------------------------------------------------------------- gaps: narrow casts,
+# streamed operands, 64-bit top-k, empty results
+
+
+def wrap4(values: np.ndarray, signed: bool) -> np.ndarray:
+    """Truncated toward zero, then reduced to 4 bits (numpy astype semantics, as ONNX's
+    reference Cast to INT4/UINT4)."""
+    v = np.trunc(values.astype(np.float64)).astype(np.int64) & 15
+    return v - 16 * (v >= 8) if signed else v
+
+
+@pytest.mark.parametrize("target", ["int4", "uint4"])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_cast_to_4_bit_integers_wraps(target, saturate):
+    rng = np.random.default_rng(90)
+    x = rng.uniform(-20, 20, (5, 9)).astype(np.float32)
+    x.reshape(-1)[:6] = [7.0, 8.0, -8.0, -9.5, 15.9, 0.5]
+    got, _ = execute("cast", [x], {"saturate": saturate}, x.shape, target, (2, 1, 3, 6))
+    assert got.dtype == dtypes.dtype(target)
+    same(got.astype(np.int64), wrap4(x, target == "int4"))
+    ints = rng.integers(-40, 40, (4, 7)).astype(np.int32)
+    got, _ = execute("cast", [ints], {"saturate": saturate}, ints.shape, target)
+    same(got.astype(np.int64), wrap4(ints, target == "int4"))
+
+
+@pytest.mark.parametrize("source", ["int4", "uint4"])
+def test_cast_from_4_bit_integers(source):
+    lo, hi = (-8, 8) if source == "int4" else (0, 16)
+    x = np.random.default_rng(91).integers(lo, hi, (7, 9)).astype(dtypes.dtype(source))
+    got, _ = execute("cast", [x], {"saturate": True}, x.shape, "float32", (2, 1, 3, 6))
+    same(got, x.astype(np.int64).astype(np.float32))
+
+
+@pytest.mark.parametrize("saturate", [True, False])
+def test_cast_to_float4_clamps_to_six(saturate):
+    grid = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # every float4_e2m1fn value: exact
+    beyond = [7.0, 100.0, 1e30] + ([np.inf] if saturate else [])
+    x = np.array([grid + [-v for v in grid[1:]] + beyond + [-v for v in beyond]], np.float32)
+    got, _ = execute("cast", [x], {"saturate": saturate}, x.shape, "float4_e2m1fn", (2, 1, 3, 6))
+    same(got.astype(np.float32), np.clip(x, -6, 6))
+
+
+STREAMED = {
+    "gather": ([(13, 16), (6,)], {"axis": 0}, [((6, 16), "float32")]),
+    "reduce_prod": ([(13, 16)], {"axes": [0], "keepdims": False}, [((16,), "float32")]),
+    "reverse": ([(13, 16)], {"axes": [0]}, [((13, 16), "float32")]),
+    "topk": ([(13, 16)], {"axis": 1, "largest": True}, [((13, 3), "float32"), ((13, 3), "int64")]),
+    "tile": ([(13, 16)], {"repeats": [1, 2]}, [((13, 32), "float32")]),
+    "cumsum": ([(13, 16)], {"axis": 1, "exclusive": False, "reverse": False},
+               [((13, 16), "float32")]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(STREAMED))
+def test_a_streamed_weight_pays_for_its_way_in(name):
+    shapes, attrs, results = STREAMED[name]
+    extra = [Operand(s, "int64", WAFER, Layout.on(s, "int64", RECT)) for s in shapes[1:]]
+
+    def cost(source):
+        first = Operand(shapes[0], "float32", source)
+        return kernels.plan(name, T, RECT, [first, *extra], attrs, results).cost
+
+    resident, streamed = cost(RESIDENT), cost(STREAM)
+    assert streamed.traffic.wavelet_hops > resident.traffic.wavelet_hops
+    assert streamed.cycles > resident.cycles
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_orders_64_bit_integers_beyond_float64_precision(dtype, largest):
+    base = 2**62 if dtype == "int64" else 2**63  # float64 spacing there: 1024 and 2048
+    x = np.array([[base + d for d in (2, 5, 0, 4, 1, 3)]], dtype=dtype)
+    order = sorted(range(6), key=lambda i: -int(x[0, i]) if largest else int(x[0, i]))[:3]
+    results = [((1, 3), dtype), ((1, 3), "int64")]
+    (got_v, got_i), _ = execute_all("topk", [x], {"axis": 1, "largest": largest}, results)
+    same(got_i, np.array([order], dtype=np.int64))
+    same(got_v, x[:, order])
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "attrs", "out_shape"),
+    [("tile", (3, 4), {"repeats": [0, 1]}, (0, 4)), ("reverse", (0, 4), {"axes": [0]}, (0, 4))],
+)
+def test_movement_to_an_empty_result(name, shape, attrs, out_shape):
+    got, _ = execute(name, [np.zeros(shape, np.float32)], attrs, out_shape, "float32")
+    assert got.shape == out_shape
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("float32", "int32"), ("int32", "float32"), ("float64", "uint64"), ("float16", "bfloat16"),
+     ("int8", "float8_e4m3fn"), ("bool", "uint8")],
+)  # fmt: skip
+def test_bitcast_reinterprets_the_bits(source, target):
+    rng = np.random.default_rng(4)
+    bits = rng.integers(0, 256, (3, 5, 8 * np.dtype(np.int64).itemsize), dtype=np.uint8)
+    width = dtypes.dtype(source).itemsize
+    x = bits[..., :width].copy().view(dtypes.dtype(source))[..., 0]
+    if source == "bool":
+        x = x.view(np.uint8) % 2 == 1
+    got, plan = execute("bitcast", [x], {}, x.shape, target, rect=(1, 0, 3, 2))
+    assert got.tobytes() == x.tobytes()
+    assert plan.cost.flops == 0
+
+
+def test_integer_pow_with_negative_exponents_truncates():
+    base = np.array([[2, -1, 1, -1, 3, 5]], dtype=np.int32)
+    exponent = np.array([[-1, -1, -2, -2, 2, 0]], dtype=np.int32)
+    got, _ = execute("pow", [base, exponent], {}, base.shape, "int32")
+    same(got, np.array([[0, -1, 1, 1, 9, 1]], dtype=np.int32))

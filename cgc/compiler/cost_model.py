@@ -8,11 +8,11 @@ wafer's SRAM accounting gives the peak bytes per PE, exactly as a real run would
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from cgc import dtypes
-from cgc.runtime.bytecode import Opcode, Program
+from cgc.runtime.bytecode import Opcode, Program, canonical_json
 from cgc.runtime.layout import Layout, Rect
 from cgc.runtime.machine import Target
 from cgc.runtime.vm import Executor, LayerRecord, Wafer
@@ -38,7 +38,9 @@ class LayerCost:
 def simulate_layer(program: Program, target: Target, index: int, rect: Rect) -> LayerCost:
     """Times layer ``index`` alone on ``rect``; its inputs arrive in their default layout."""
     span = program.layer_spans[index]
-    executor = Executor(program, target, Wafer(target, strict=False), None, numerics=False)
+    executor = Executor(
+        program, target, Wafer(target, strict=False, region=rect), None, numerics=False
+    )
     executor.rect = rect
     executor.records.append(LayerRecord(program.layers[index].name))
     defined: set[int] = set()
@@ -68,8 +70,50 @@ def simulate_layer(program: Program, target: Target, index: int, rect: Rect) -> 
     )
 
 
+NAMING_ATTRS = frozenset({"name", "layer", "index"})
+"""Attributes of the non-kernel instructions that name things and do not change the cost."""
+
+
+def layer_signature(program: Program, index: int) -> tuple:
+    """What layer ``index``'s cost depends on: its instructions with registers renumbered in
+    order of appearance, with their shapes, dtypes and attributes, names left out."""
+    numbering: dict[int, int] = {}
+    parts = []
+    for position in program.layer_spans[index][1:]:
+        ins = program.instructions[position]
+        attrs = ins.attrs
+        if not ins.is_kernel:
+            attrs = {k: v for k, v in attrs.items() if k not in NAMING_ATTRS}
+        registers = tuple(
+            (numbering.setdefault(r, len(numbering)), program.registers[r])
+            for r in (*ins.operands, *ins.results)
+        )
+        parts.append((ins.opcode, len(ins.operands), registers, canonical_json(attrs)))
+    return tuple(parts)
+
+
+class LayerCosts:
+    """``simulate_layer`` remembered by layer signature and rectangle: the layers of a deep
+    model repeat a few structures, and placement asks about the same rectangles again."""
+
+    def __init__(self, program: Program, target: Target):
+        self.program = program
+        self.target = target
+        self.signatures: dict[int, tuple] = {}
+        self.known: dict[tuple, LayerCost] = {}
+
+    def __call__(self, index: int, rect: Rect) -> LayerCost:
+        if index not in self.signatures:
+            self.signatures[index] = layer_signature(self.program, index)
+        key = (self.signatures[index], tuple(rect))
+        if key not in self.known:
+            self.known[key] = simulate_layer(self.program, self.target, index, rect)
+        name = self.program.layers[index].name
+        cost = self.known[key]
+        return cost if cost.name == name else replace(cost, name=name)
+
+
 def program_costs(program: Program, target: Target) -> list[LayerCost]:
     """Every layer of ``program`` on the rectangle it was given."""
-    return [
-        simulate_layer(program, target, i, layer.rect) for i, layer in enumerate(program.layers)
-    ]
+    costs = LayerCosts(program, target)
+    return [costs(i, layer.rect) for i, layer in enumerate(program.layers)]

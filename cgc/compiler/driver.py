@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
@@ -97,8 +98,13 @@ class IRDumps:
                 raise CgcError(f"--dump-ir {self.directory}: exists and is not a directory")
             self.directory.mkdir(parents=True, exist_ok=True)
 
+    @property
+    def active(self) -> bool:
+        """Whether anyone reads the IR between passes."""
+        return self.directory is not None or self.echo is not None
+
     def __call__(self, step: str, module: ModuleOp) -> None:
-        if self.directory is None and self.echo is None:
+        if not self.active:
             return
         text = print_module(module)
         if self.directory is not None:
@@ -119,16 +125,25 @@ class Compilation:
         self.ctx = context()
         self.applied: list[str] = []
         self.module.attributes[TARGET_ATTR] = StringAttr(target.name)
-        verify(self.module, imported.source)
+        # verifying a large module costs as much as a pass: after every pass only when the IR
+        # is dumped for reading, otherwise once at the end (the importer checks each op)
+        self.verify_each = dumps.active
+        if self.verify_each:
+            verify(self.module, imported.source)
         dumps("import", self.module)
 
     def run(self, *passes: ModulePass) -> None:
         """Applies passes one by one, dumping after each."""
         for p in passes:
             p.apply(self.ctx, self.module)
-            verify(self.module, f"{self.imported.source} after {p.name}")
+            if self.verify_each:
+                verify(self.module, f"{self.imported.source} after {p.name}")
             self.applied.append(pass_spec(p))
             self.dumps(p.name, self.module)
+
+    def verify(self) -> None:
+        """Checks the IR the pipeline produced."""
+        verify(self.module, f"{self.imported.source} after {self.applied[-1].split('{')[0]}")
 
     def try_place(self) -> str | None:
         """Places the layers if the model fits; returns why not otherwise."""
@@ -180,12 +195,12 @@ def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str | None
     return (1.0 / num_csx if kind == "mean" else 1.0), kind
 
 
-def _import(model, per_system_batch, shapes) -> ImportedModel:
+def _import(model, per_system_batch, shapes, values) -> ImportedModel:
     if isinstance(model, ImportedModel):
         return model
     if isinstance(model, onnx.ModelProto):
-        return import_model(model, per_system_batch, shapes)
-    return import_onnx(model, per_system_batch, shapes)
+        return import_model(model, per_system_batch, shapes, values=values)
+    return import_onnx(model, per_system_batch, shapes, values)
 
 
 def compile_model(
@@ -198,9 +213,11 @@ def compile_model(
     dump_ir: str | os.PathLike | None = None,
     print_ir_after_all: Callable[[str], None] | None = None,
     training: TrainingOptions | None = None,
+    values: Mapping[str, np.ndarray] | None = None,
 ) -> Artifact:
     """Compiles a model into an artifact. ``batch_size`` is the global batch, split evenly
-    over ``num_csx`` systems; ``print_ir_after_all`` receives the IR text after every pass."""
+    over ``num_csx`` systems; ``print_ir_after_all`` receives the IR text after every pass;
+    ``values`` fixes graph inputs to compile-time arrays (see ``import_model``)."""
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     if num_csx < 1:
@@ -213,13 +230,14 @@ def compile_model(
         raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
     tgt = target if isinstance(target, Target) else get_target(target)
     per_system = None if batch_size is None else batch_size // num_csx
-    imported = _import(model, per_system, shapes)
+    imported = _import(model, per_system, shapes, values)
     c = Compilation(imported, tgt, IRDumps(dump_ir, print_ir_after_all))
     scale, reduction = loss_scale(imported, num_csx) if training else (1.0, None)
     c.run(DecomposePass(), FoldConstantsPass(), FormLayersPass())
     if training is not None:
         c.run(AutodiffPass(training.trainable, scale), FoldConstantsPass())
     chosen, reason = _choose_mode(c, mode, training)
+    c.verify()
     program = lower(c.module, (0, 0, tgt.cols, tgt.rows))
     costs = program_costs(program, tgt)
     manifest = {

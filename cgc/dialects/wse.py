@@ -680,6 +680,35 @@ class CastOp(IRDLOperation):
         _check_result_shape(self, tensor_shape(self.input))
 
 
+@irdl_op_definition
+class BitcastOp(IRDLOperation):
+    """Reinterprets the bits of every element as the result's element type, which has the
+    same width (numpy ``view``)."""
+
+    name = "wse.bitcast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, element: Attribute):
+        super().__init__(operands=[input], result_types=[TensorType(element, tensor_shape(input))])
+
+    def verify_(self) -> None:
+        _check_result_shape(self, tensor_shape(self.input))
+        source, target = (
+            dtypes.dtype(numpy_dtype(element_type(v))) for v in (self.input, self.result)
+        )
+        _check(
+            dtypes.bits(source) == dtypes.bits(target),
+            f"cannot reinterpret {source.name} as {target.name}: the widths differ",
+        )
+        _check(
+            dtypes.bits(source) == 8 * source.itemsize,
+            f"cannot reinterpret {source.name}: its values are narrower than a byte",
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # Reductions
 # ---------------------------------------------------------------------------------------------
@@ -1432,12 +1461,10 @@ class ScatterNDOp(ScatterOp):
         return indices[:-1] + data[depth:]
 
 
-@irdl_op_definition
-class CumSumOp(IRDLOperation):
-    """Running sums along ``axis``; ``exclusive`` leaves the current element out, ``reverse``
-    sums from the end."""
+class ScanOp(IRDLOperation, abc.ABC):
+    """Base of the running sums and products along ``axis``; ``exclusive`` leaves the current
+    element out, ``reverse`` runs from the end."""
 
-    name = "wse.cumsum"
     T: ClassVar = VarConstraint("T", base(TensorType))
     input = operand_def(T)
     result = result_def(T)
@@ -1462,6 +1489,20 @@ class CumSumOp(IRDLOperation):
     def verify_(self) -> None:
         rank, axis = len(tensor_shape(self.input)), self.axis.value.data
         _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+
+
+@irdl_op_definition
+class CumSumOp(ScanOp):
+    """Running sums along ``axis``."""
+
+    name = "wse.cumsum"
+
+
+@irdl_op_definition
+class CumProdOp(ScanOp):
+    """Running products along ``axis``."""
+
+    name = "wse.cumprod"
 
 
 @irdl_op_definition
@@ -1870,6 +1911,7 @@ WSE = Dialect(
         *LOGIC_OPS,
         SelectOp,
         CastOp,
+        BitcastOp,
         *REDUCE_OPS,
         MatmulOp,
         ConvOp,
@@ -1890,6 +1932,7 @@ WSE = Dialect(
         ScatterElementsOp,
         ScatterNDOp,
         CumSumOp,
+        CumProdOp,
         TopKOp,
         ReverseOp,
         TileOp,

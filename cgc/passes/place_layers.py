@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from cgc.compiler.bytecode import lower
-from cgc.compiler.cost_model import LayerCost, simulate_layer
+from cgc.compiler.cost_model import LayerCost, LayerCosts
 from cgc.compiler.interpret import main_function
 from cgc.compiler.targets import module_target
 from cgc.dialects import wse
@@ -39,10 +39,8 @@ class Placer:
         self.program = program
         self.target = target
         self.count = len(program.layers)
-
-    def cost(self, index: int, rect: Rect) -> LayerCost:
-        """Layer ``index`` alone on ``rect``."""
-        return simulate_layer(self.program, self.target, index, rect)
+        self.cost = LayerCosts(program, target)
+        """Layer ``index`` alone on ``rect``: ``cost(index, rect)``."""
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
@@ -79,10 +77,19 @@ class Placer:
         return rects
 
     def _narrowest(self, index: int, top: int, height: int, full: LayerCost) -> int | None:
-        """The fewest columns (of the band's height) on which the layer fits, if any."""
+        """The fewest columns (of the band's height) on which the layer fits, if any.
+
+        The search gallops up from the columns its weights alone need, then bisects: most
+        layers fit close to that bound, and narrow candidates are the cheap ones to time.
+        """
         if not self.fits(full):
             return None
-        lo, hi = 1, self.target.cols
+        hi = self.target.cols
+        weight_columns = ceil(full.weight_bytes / (height * self.target.sram_bytes_per_pe))
+        lo = probe = min(max(weight_columns, 1), hi)
+        while probe < hi and not self.fits(self.cost(index, (0, top, probe, height))):
+            lo, probe = probe + 1, min(hi, 2 * probe)
+        hi = probe
         while lo < hi:
             mid = (lo + hi) // 2
             if self.fits(self.cost(index, (0, top, mid, height))):

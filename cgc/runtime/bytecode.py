@@ -62,7 +62,8 @@ PRIMITIVES: tuple[str, ...] = (
     "asinh", "acosh", "atanh", "not", "bitwise_not", "is_nan", "is_inf", "greater_equal", "mod",
     "fmod", "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor", "shift_left",
     "shift_right", "reduce_prod", "argmax_pool", "gather", "gather_elements", "gather_nd",
-    "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile",
+    "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile", "bitcast",
+    "cumprod",
 )  # fmt: skip
 """Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
 KERNEL_BASE = 64
@@ -80,7 +81,8 @@ def opcode_name(opcode: int) -> str:
     return Opcode(opcode).name.lower()
 
 
-def _canonical(value) -> str:
+def canonical_json(value) -> str:
+    """One JSON text per value: keys sorted, no spaces."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -136,7 +138,7 @@ class Program:
         locations: dict[str, int] = {}
         records = []
         for ins in self.instructions:
-            a = attrs.setdefault(_canonical(ins.attrs), len(attrs)) if ins.attrs else NONE
+            a = attrs.setdefault(canonical_json(ins.attrs), len(attrs)) if ins.attrs else NONE
             loc = (
                 NONE if ins.location is None else locations.setdefault(ins.location, len(locations))
             )
@@ -155,7 +157,7 @@ class Program:
             "locations": list(locations),
             "registers": [[list(shape), dtype] for shape, dtype in self.registers],
         }
-        blob = _canonical(table).encode()
+        blob = canonical_json(table).encode()
         header = _HEADER.pack(MAGIC, VERSION, 0, len(blob), len(self.instructions))
         return header + blob + b"".join(records)
 
@@ -221,7 +223,7 @@ class Program:
         text = (f"{lhs} = " if lhs else "") + ins.name + (f" {rhs}" if rhs else "")
         shown = {k: v for k, v in ins.attrs.items() if k != "layer"}
         if shown:
-            text += " " + _canonical(shown)
+            text += " " + canonical_json(shown)
         if ins.results:
             text += " : " + ", ".join(_type_text(*self.registers[r]) for r in ins.results)
         if ins.location:

@@ -179,6 +179,14 @@ class Kernel(abc.ABC):
         stream)."""
 
 
+def accumulator(dtype: str | np.dtype) -> np.dtype:
+    """The type sums of ``dtype`` accumulate in: float32 for float16, whose own precision
+    would round every partial sum (the FMAC units accumulate half precision in single, as
+    numpy does); bfloat16 and the rest accumulate in their own type, as ml_dtypes does."""
+    dt = dtypes.dtype(dtype)
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
 def _batch_aligned(tiles: np.ndarray, rank: int) -> np.ndarray:
     """Inserts size-1 batch axes after the two grid axes so that tile arrays of tensors of
     different ranks broadcast against each other."""
@@ -215,7 +223,7 @@ class Elementwise(Kernel):
         compute = vector_cycles(out.tile_elements, per_element, dtype, target)
         cost = Cost(
             cycles=_cycles(traffic, compute),
-            flops=prod(shape) * (0 if self.name == "cast" else 1),
+            flops=prod(shape) * (0 if self.name in ("cast", "bitcast") else 1),
             traffic=traffic,
             scratch_bytes=scratch,
         )
@@ -232,6 +240,8 @@ class Elementwise(Kernel):
                 result = reference.BINARY[self.name](tiles[0], tiles[1])
             elif self.name == "select":
                 result = np.where(tiles[0], tiles[1], tiles[2])
+            elif self.name == "bitcast":
+                result = np.ascontiguousarray(tiles[0]).view(out.dtype)
             else:
                 result = reference.cast(
                     tiles[0], dtypes.dtype(out.dtype), attrs.get("saturate", True)
@@ -284,10 +294,11 @@ class Reduce(Kernel):
         tile_axis = {a: 2 + a for a in range(rank - 2)} | {rank - 2: 2 + nb, rank - 1: 3 + nb}
         mesh_axis = {rank - 2: 0, rank - 1: 1}
         axes = attrs["axes"]
+        tiles = value.masked(identity)
+        if self.name in ("reduce_sum", "reduce_mean", "reduce_prod"):
+            tiles = tiles.astype(accumulator(tiles.dtype), copy=False)
         with np.errstate(all="ignore"):
-            part = combine(
-                value.masked(identity), axis=tuple(tile_axis[a] for a in axes), keepdims=True
-            )
+            part = combine(tiles, axis=tuple(tile_axis[a] for a in axes), keepdims=True)
             across = tuple(mesh_axis[a] for a in axes if a in mesh_axis)
             if across:
                 part = combine(part, axis=across, keepdims=True)
@@ -396,12 +407,14 @@ class Matmul(Kernel):
         # Every PE of grid row i multiplies the same block of A's column s, every PE of grid
         # column j the same block of B's row s: one mesh step over all PEs is one GEMM of the
         # blocks stacked along the grid.
+        wide = accumulator(out.dtype)
         at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0))
         bt = _stack_grid_cols(_batch_aligned(b.masked(0), rank))
+        at, bt = at.astype(wide, copy=False), bt.astype(wide, copy=False)
         acc = at[0] @ bt[0]
         for s in range(1, plan.detail["steps"]):
             acc += at[s] @ bt[s]
-        return [DistTensor(out, _unstack(acc, out))]
+        return [DistTensor(out, _unstack(acc.astype(out.dtype, copy=False), out))]
 
     @staticmethod
     def _run_streaming(plan, a: DistTensor, weights: np.ndarray) -> DistTensor:
@@ -409,21 +422,24 @@ class Matmul(Kernel):
         cols, kb, nt = a_at.w, a_at.ct, out.ct
         lead = weights.shape[:-2]
         k, n = weights.shape[-2:]
-        padded = np.zeros((*lead, cols * kb, out.w * nt), dtype=out.dtype)
+        wide = accumulator(out.dtype)
+        padded = np.zeros((*lead, cols * kb, out.w * nt), dtype=wide)
         padded[..., :k, :n] = weights
         blocks = padded.reshape(*lead, cols, kb, out.w, nt)
         nl = len(lead)
         blocks = np.moveaxis(blocks, (nl, nl + 2), (0, 1))  # [cols, w, *lead, kb, nt]
         rank = len(out.tile_shape())
         # [cols, *batch, h * mt, kb]: the activations of each grid column, stacked over rows
-        at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0))
+        at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0)).astype(
+            wide, copy=False
+        )
         chunks = []
         for c in range(out.w):
             # every PE multiply-accumulates the weight rows of its column (one batched GEMM
             # over the grid columns), then the chain along each row sums the partials
             weight_rows = _batch_aligned(blocks[:, c][:, None], rank)[:, 0]
             chunks.append((at @ weight_rows).sum(axis=0))
-        stacked = np.stack(chunks, axis=-2)  # [*batch, h * mt, w, nt]
+        stacked = np.stack(chunks, axis=-2).astype(out.dtype, copy=False)  # [*batch, h * mt, w, nt]
         return DistTensor(out, _unstack(stacked.reshape(*stacked.shape[:-2], -1), out))
 
 
@@ -491,7 +507,8 @@ class Movement(Kernel):
 
 
 class Pool(Kernel):
-    """Max and average pooling: every PE gathers the windows of its outputs, then reduces."""
+    """Max and average pooling: every PE receives its outputs' window taps one kernel
+    position at a time and folds each into its running results."""
 
     def plan(self, target, rect, operands, attrs, results):
         (operand,), ((shape, dtype),) = operands, results
@@ -508,7 +525,7 @@ class Pool(Kernel):
             cycles=_cycles(traffic, compute),
             flops=prod(shape) * window,
             traffic=traffic,
-            scratch_bytes=out.tile_bytes * window,
+            scratch_bytes=out.tile_bytes,  # the taps of one kernel position
         )
         return Plan((src,), (out,), cost)
 
@@ -625,6 +642,7 @@ KERNELS: dict[str, Kernel] = {
     **{name: Elementwise(name) for name in (*reference.UNARY, *reference.BINARY)},
     "select": Elementwise("select"),
     "cast": Elementwise("cast"),
+    "bitcast": Elementwise("bitcast"),
     **{name: Reduce(name) for name in reference.REDUCE},
     "matmul": Matmul("matmul"),
     **{name: Movement(name) for name in (*reference.MOVEMENT, "one_hot")},
@@ -636,6 +654,7 @@ KERNELS: dict[str, Kernel] = {
         for name in ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd")
     },
     "cumsum": Scan("cumsum"),
+    "cumprod": Scan("cumprod"),
     "topk": Sort("topk"),
 }
 

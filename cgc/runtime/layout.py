@@ -321,21 +321,51 @@ def gather_traffic(dst: Layout, sources: Sequence[tuple[Layout, np.ndarray]]) ->
     ``k`` lists the elements of ``src`` that result element ``k`` needs, ``-1`` for none. A
     source element needed several times on one PE travels there once.
     """
-    moves = []
+    if dst.size == 0:
+        return NO_TRAFFIC
+    dst_pe = _grid_index(dst, np.arange(dst.size))
+    flows = []
     for src, index in sources:
         needed = index.reshape(dst.size, -1)
-        dst_flat = np.broadcast_to(np.arange(dst.size)[:, None], needed.shape)
         keep = needed >= 0
-        dr, dc = _pe_of_flat(dst, dst_flat[keep])
-        pe = (dr - dst.row0) * dst.w + (dc - dst.col0)
-        unique = np.unique(needed[keep].astype(np.int64) * dst.pes + pe)
-        sr, sc = _pe_of_flat(src, unique // dst.pes)
-        pe = unique % dst.pes
-        moves.append(np.stack([sr, sc, dst.row0 + pe // dst.w, dst.col0 + pe % dst.w]))
-    if not moves:
+        pe = np.broadcast_to(dst_pe[:, None], needed.shape)[keep]
+        unique = distinct(needed[keep].astype(np.int64) * dst.pes + pe)
+        src_r, src_c = _pe_of_flat(src, unique // dst.pes)
+        flows.append((src_r.astype(np.int64) << _MESH_BITS | src_c) * dst.pes + unique % dst.pes)
+    if not flows:
         return NO_TRAFFIC
-    flows, counts = np.unique(np.concatenate(moves, axis=1), axis=1, return_counts=True)
-    return route(*flows, counts, sources[0][0].words_per_element)
+    # one integer per (source PE, destination PE): sorting those is far cheaper than rows
+    keys, counts = np.unique(np.concatenate(flows), return_counts=True)
+    pe = keys % dst.pes
+    src_pe = keys // dst.pes
+    return route(
+        src_pe >> _MESH_BITS,
+        src_pe & ((1 << _MESH_BITS) - 1),
+        dst.row0 + pe // dst.w,
+        dst.col0 + pe % dst.w,
+        counts,
+        sources[0][0].words_per_element,
+    )
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array (numpy's ``unique`` without counts takes
+    a hashing path that is far slower than sorting)."""
+    ordered = np.sort(values, axis=None)
+    first = np.empty(ordered.shape, dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
+
+
+_MESH_BITS = 16
+"""Bits for a mesh row or column in a packed PE address."""
+
+
+def _grid_index(layout: Layout, flat: np.ndarray) -> np.ndarray:
+    """The index, row-major within ``layout``'s grid, of the PE holding each flat index."""
+    rows, cols = _pe_of_flat(layout, flat)
+    return (rows - layout.row0) * layout.w + (cols - layout.col0)
 
 
 @lru_cache(maxsize=1024)

@@ -112,6 +112,17 @@ def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a < 0) != (b < 0), -quotient, quotient)
 
 
+def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a ** b``; an integer to a negative integer power truncates toward zero as C does
+    (only 1 and -1 have nonzero results)."""
+    if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
+        return np.power(a, b)
+    negative = b < 0
+    exact = np.power(a, np.where(negative, 0, b))
+    fraction = np.where(np.abs(a) == 1, np.where(b % 2 == 0, 1, a), 0).astype(exact.dtype)
+    return np.where(negative, fraction, exact)
+
+
 UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "neg": np.negative,
     "exp": np.exp,
@@ -149,7 +160,7 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "sub": np.subtract,
     "mul": np.multiply,
     "div": divide,
-    "pow": np.power,
+    "pow": power,
     "max": np.maximum,
     "min": np.minimum,
     "greater": np.greater,
@@ -400,22 +411,30 @@ def scatter_nd(data, indices, updates, reduction: str) -> np.ndarray:
     return _scatter(data, tuple(np.moveaxis(idx, -1, 0)), updates, reduction)
 
 
-def cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
-    """Running sums along ``axis``."""
+def scan(kind: str, x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """Running sums (``kind`` ``cumsum``) or products (``cumprod``) along ``axis``."""
     if reverse:
         x = np.flip(x, axis)
-    total = np.cumsum(x, axis=axis, dtype=x.dtype)
+    running = np.cumsum if kind == "cumsum" else np.cumprod
+    total = running(x, axis=axis, dtype=x.dtype)
     if exclusive:
-        zeros = np.zeros_like(np.take(total, [0], axis=axis))
-        total = np.concatenate([zeros, np.delete(total, -1, axis=axis)], axis=axis)
+        identity = np.full_like(np.take(total, [0], axis=axis), 0 if kind == "cumsum" else 1)
+        total = np.concatenate([identity, np.delete(total, -1, axis=axis)], axis=axis)
     return np.flip(total, axis) if reverse else total
 
 
 def topk(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest or smallest values along ``axis`` and their indices; among equal
     values the lower index comes first."""
-    key = x.astype(np.float64)
-    order = np.argsort(-key if largest else key, axis=axis, kind="stable")
+    if dtypes.is_integer(x.dtype) or x.dtype == np.bool_:
+        # in their own type: float64 cannot tell 64-bit integers beyond 2**53 apart, and the
+        # bitwise complement reverses the order of signed and unsigned types alike
+        key = np.asarray(x, dtype=dtypes.storage(x.dtype) if x.dtype == np.bool_ else x.dtype)
+        key = ~key if largest else key
+    else:
+        key = x.astype(np.float64)
+        key = -key if largest else key
+    order = np.argsort(key, axis=axis, kind="stable")
     indices = np.take(order, np.arange(k), axis=axis)
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
 
@@ -457,6 +476,7 @@ def _pool_args(attrs: dict) -> tuple:
 _SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
     "select": lambda a, xs, r: [np.where(*xs)],
     "cast": lambda a, xs, r: [cast(xs[0], dtypes.dtype(r[0][1]), a.get("saturate", True))],
+    "bitcast": lambda a, xs, r: [np.ascontiguousarray(xs[0]).view(dtypes.dtype(r[0][1]))],
     "matmul": lambda a, xs, r: [np.matmul(xs[0], xs[1])],
     "max_pool": lambda a, xs, r: [pool("max_pool", xs[0], *_pool_args(a))],
     "avg_pool": lambda a, xs, r: [
@@ -473,7 +493,12 @@ _SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
         scatter_elements(xs[0], xs[1], xs[2], a["axis"], a["reduction"])
     ],
     "scatter_nd": lambda a, xs, r: [scatter_nd(xs[0], xs[1], xs[2], a["reduction"])],
-    "cumsum": lambda a, xs, r: [cumsum(xs[0], a["axis"], a["exclusive"], a["reverse"])],
+    **{
+        kind: lambda a, xs, r, kind=kind: [
+            scan(kind, xs[0], a["axis"], a["exclusive"], a["reverse"])
+        ]
+        for kind in ("cumsum", "cumprod")
+    },
     "topk": lambda a, xs, r: list(topk(xs[0], a["axis"], r[0][0][a["axis"]], a["largest"])),
 }
 """Primitives with their own semantics (results: their shapes and dtype names)."""

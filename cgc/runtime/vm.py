@@ -32,7 +32,7 @@ from cgc.runtime import kernels
 from cgc.runtime.artifact import Artifact
 from cgc.runtime.bytecode import Instruction, Opcode, Program
 from cgc.runtime.kernels import RESIDENT, STREAM, WAFER, Operand
-from cgc.runtime.layout import DistTensor, Layout, Traffic, edge_traffic
+from cgc.runtime.layout import DistTensor, Layout, Rect, Traffic, edge_traffic
 from cgc.runtime.machine import Target
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
@@ -90,10 +90,13 @@ class LayerRecord:
 class Wafer:
     """One system's mesh: the SRAM every PE has in use and the weights pinned on it."""
 
-    def __init__(self, target: Target, strict: bool = True):
+    def __init__(self, target: Target, strict: bool = True, region: Rect | None = None):
         self.target = target
         self.strict = strict
-        self.sram = np.zeros((target.rows, target.cols), dtype=np.int64)
+        self.region = region or (0, 0, target.cols, target.rows)
+        """The part of the mesh in use, ``(x, y, w, h)``: all of it unless a timing run of one
+        layer needs only its rectangle."""
+        self.sram = np.zeros((self.region[3], self.region[2]), dtype=np.int64)
         self.peak = 0
         """Most bytes any PE has held."""
         self.total = 0
@@ -101,11 +104,16 @@ class Wafer:
         """Most bytes the whole mesh has held."""
         self.pinned: dict[tuple[str, Layout], DistTensor | Placed] = {}
 
+    def _pes(self, layout: Layout) -> np.ndarray:
+        """The SRAM counters of ``layout``'s PEs."""
+        row, col = layout.row0 - self.region[1], layout.col0 - self.region[0]
+        assert 0 <= row <= row + layout.h <= self.sram.shape[0], (layout, self.region)
+        assert 0 <= col <= col + layout.w <= self.sram.shape[1], (layout, self.region)
+        return self.sram[row : row + layout.h, col : col + layout.w]
+
     def allocate(self, layout: Layout) -> None:
         """Charges ``layout``'s tiles to its PEs."""
-        region = self.sram[
-            layout.row0 : layout.row0 + layout.h, layout.col0 : layout.col0 + layout.w
-        ]
+        region = self._pes(layout)
         region += layout.tile_bytes
         self.total += layout.tile_bytes * layout.pes
         self.peak_total = max(self.peak_total, self.total)
@@ -113,17 +121,12 @@ class Wafer:
 
     def release(self, layout: Layout) -> None:
         """Returns ``layout``'s tiles to the free SRAM."""
-        self.sram[layout.row0 : layout.row0 + layout.h, layout.col0 : layout.col0 + layout.w] -= (
-            layout.tile_bytes
-        )
+        self._pes(layout)[...] -= layout.tile_bytes
         self.total -= layout.tile_bytes * layout.pes
 
     def transient(self, layout: Layout, nbytes: int) -> None:
         """Checks that ``layout``'s PEs have room for ``nbytes`` of scratch right now."""
-        region = self.sram[
-            layout.row0 : layout.row0 + layout.h, layout.col0 : layout.col0 + layout.w
-        ]
-        self._check(layout, int(region.max()) + nbytes)
+        self._check(layout, int(self._pes(layout).max()) + nbytes)
 
     def _check(self, layout: Layout, used: int) -> None:
         self.peak = max(self.peak, used)
@@ -174,10 +177,14 @@ class Executor:
 
     def step(self, ins: Instruction) -> None:
         """Executes one instruction."""
-        if ins.is_kernel:
-            self._kernel(ins)
-        else:
-            self._HANDLERS[Opcode(ins.opcode)](self, ins)
+        try:
+            if ins.is_kernel:
+                self._kernel(ins)
+            else:
+                self._HANDLERS[Opcode(ins.opcode)](self, ins)
+        except SimulationError as e:
+            node = f" (node {ins.location})" if ins.location else ""
+            raise SimulationError(f"layer '{self.record.name}', {ins.name}{node}: {e}") from None
 
     def preload(self, register: int, layout: Layout) -> None:
         """Puts a tensor with no numbers in ``register`` (for timing one layer alone)."""
@@ -213,7 +220,9 @@ class Executor:
 
     def _output(self, ins: Instruction) -> None:
         value = self.registers[ins.operands[0]]
-        assert isinstance(value, DistTensor | Placed)
+        if not isinstance(value, DistTensor | Placed):  # a weight or constant output as it is
+            shape, dtype = self._spec(ins.operands[0])
+            value = self._prepare(value, Layout.on(shape, dtype, self.rect))
         self._traffic(edge_traffic(value.layout, inbound=False))
         self.record.host_out_bytes += value.layout.size * value.layout.itemsize
         self.outputs[ins.attrs["index"]] = value.gather() if self.numerics else None
@@ -244,7 +253,9 @@ class Executor:
 
     def _stream_gradient(self, ins: Instruction) -> None:
         value = self.registers[ins.operands[0]]
-        assert isinstance(value, DistTensor | Placed)
+        if not isinstance(value, DistTensor | Placed):  # a weight or constant output as it is
+            shape, dtype = self._spec(ins.operands[0])
+            value = self._prepare(value, Layout.on(shape, dtype, self.rect))
         self._traffic(edge_traffic(value.layout, inbound=False))
         self.record.stream_out_bytes += value.layout.size * value.layout.itemsize
         array = value.gather() if self.numerics else None

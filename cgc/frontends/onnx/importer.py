@@ -38,7 +38,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
@@ -119,11 +119,12 @@ def import_onnx(
     path: str | os.PathLike,
     batch_size: int | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
+    values: Mapping[str, np.ndarray] | None = None,
 ) -> ImportedModel:
     """Reads an ``.onnx`` file (with its external data) and imports it."""
     source = os.path.basename(os.fspath(path))
     model = _load(Path(path), source)
-    return import_model(model, batch_size=batch_size, shapes=shapes, source=source)
+    return import_model(model, batch_size, shapes, source, values)
 
 
 def import_model(
@@ -131,13 +132,16 @@ def import_model(
     batch_size: int | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
     source: str = "<model>",
+    values: Mapping[str, np.ndarray] | None = None,
 ) -> ImportedModel:
     """Imports an in-memory ONNX model.
 
     ``batch_size`` binds the symbolic axis 0 of the inputs; ``shapes`` gives whole input shapes
-    by input name and wins over the declared ones.
+    by input name and wins over the declared ones; ``values`` fixes graph inputs to arrays
+    known at compile time, as if they were initializers (for inputs that decide shapes, such
+    as a Reshape's target shape fed at run time): they leave the compiled model's inputs.
     """
-    return Importer(model, source, batch_size, dict(shapes or {})).run()
+    return Importer(model, source, batch_size, dict(shapes or {}), dict(values or {})).run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,12 +287,14 @@ class Importer:
         source: str,
         batch_size: int | None,
         shapes: dict[str, Sequence[int]],
+        values: dict[str, np.ndarray] | None = None,
     ):
         self.model = model
         self.graph = model.graph
         self.source = source
         self.batch_size = batch_size
         self.shapes = shapes
+        self.values = values or {}
         self.opset = 0
         self.env: dict[str, Entry] = {}
         self.weights: dict[str, np.ndarray] = {}
@@ -310,6 +316,7 @@ class Importer:
         self.opset = self._check_opset()
         self._check_ops()
         initializer_names = self._load_initializers()
+        self._bind_values(set(initializer_names))
         inputs = self._input_specs(initializer_names)
         module = ModuleOp([])
         in_types = [TensorType(wse.element_of_numpy(s.dtype), s.shape) for s in inputs]
@@ -359,10 +366,7 @@ class Importer:
             key = node.op_type if default else f"{node.domain}.{node.op_type}"
             problems.setdefault(key, []).append(node.name or f"{node.op_type}_{index}")
         if problems:
-            parts = [
-                f"{op} (node{'s' if len(names) > 1 else ''} {', '.join(names)})"
-                for op, names in sorted(problems.items())
-            ]
+            parts = [f"{op} ({_node_list(names)})" for op, names in sorted(problems.items())]
             raise self.error(f"unsupported ops: {', '.join(parts)}")
 
     def _load_initializers(self) -> list[str]:
@@ -392,8 +396,24 @@ class Importer:
 
     # -- inputs and outputs ---------------------------------------------------------------
 
+    def _bind_values(self, initializer_names: set[str]) -> None:
+        """Makes the graph inputs in ``values`` compile-time constants."""
+        declared = {vi.name: vi for vi in self.graph.input if vi.name not in initializer_names}
+        for name, array in self.values.items():
+            if name not in declared:
+                raise self.error(
+                    f"a value is given for '{name}', which is not a graph input "
+                    f"(inputs: {', '.join(declared) or 'none'})"
+                )
+            array = np.asarray(array)
+            elem_type = declared[name].type.tensor_type.elem_type
+            want = self._dtype(elem_type, f"input '{name}'") if elem_type else array.dtype.name
+            if array.dtype.name != want:
+                raise self.error(f"the value of input '{name}' is {array.dtype.name}, not {want}")
+            self.env[name] = Lazy(array, name, False)
+
     def _input_specs(self, initializer_names: list[str]) -> list[TensorSpec]:
-        skip = set(initializer_names)
+        skip = set(initializer_names) | set(self.values)
         graph_inputs = [vi for vi in self.graph.input if vi.name not in skip]
         names = [vi.name for vi in graph_inputs]
         for name in self.shapes:
@@ -444,8 +464,8 @@ class Importer:
             raise self.error(
                 f"input '{name}' has rank {len(dims)} but --shape gives {len(shape)} dimensions"
             )
-        if any(d < 1 for d in shape):
-            raise self.error(f"--shape {name}: dimensions must be positive, got {shape}")
+        if any(d < 0 for d in shape):
+            raise self.error(f"--shape {name}: dimensions must not be negative, got {shape}")
         batched = bool(dims) and _symbolic(dims[0])
         if batched and self.batch_size is not None and shape[0] != self.batch_size:
             raise self.error(
@@ -550,7 +570,8 @@ class Importer:
             return entry.array
         if entry in self.known:
             return self.known[entry]
-        raise NodeError(f"input '{self._label(node, index)}' must be a constant")
+        source = f" (graph input '{node.proto.input[index]}')" if _is_graph_input(entry) else ""
+        raise NodeError(f"input '{self._label(node, index)}'{source} must be a constant")
 
     def known_value(self, node: Node, index: int) -> np.ndarray | None:
         """The compile-time array of an input, if it has one."""
@@ -649,8 +670,23 @@ def _foldable(op: Operation) -> bool:
     return op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES
 
 
+NAMES_LISTED = 6
+"""How many nodes of one unsupported op an error names before it counts the rest."""
+
+
+def _node_list(names: list[str]) -> str:
+    """``node a``, ``nodes a, b`` or ``nodes a, b, ... and 12 more``."""
+    shown = ", ".join(names[:NAMES_LISTED])
+    more = f" and {len(names) - NAMES_LISTED} more" if len(names) > NAMES_LISTED else ""
+    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
+
+
+def _is_graph_input(value: SSAValue) -> bool:
+    return isinstance(value, BlockArgument)
+
+
 def _symbolic(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    return not dim.HasField("dim_value") or dim.dim_value <= 0
+    return not dim.HasField("dim_value") or dim.dim_value < 0
 
 
 def _dim_label(dim: onnx.TensorShapeProto.Dimension) -> str:
