@@ -111,16 +111,18 @@ def test_dump_ir_and_print_ir_after_all(workdir, tmp_path) -> None:
         "00-import.mlir",
         "01-decompose.mlir",
         "02-fold-constants.mlir",
-        "03-form-layers.mlir",
-        "04-place-layers.mlir",
+        "03-channels-last.mlir",
+        "04-fold-constants.mlir",
+        "05-form-layers.mlir",
+        "06-place-layers.mlir",
     ]
     for path in dumps.iterdir():
         parse_module(path.read_text(), str(path))
     assert 'loc("fc1")' in (dumps / "00-import.mlir").read_text()
     assert "// -----// IR Dump After decompose //----- //" in result.output
-    opt = invoke("opt", dumps / "03-form-layers.mlir", "-p", "place-layers")
+    opt = invoke("opt", dumps / "05-form-layers.mlir", "-p", "place-layers")
     assert opt.exit_code == 0, opt.output
-    assert opt.output == (dumps / "04-place-layers.mlir").read_text()
+    assert opt.output == (dumps / "06-place-layers.mlir").read_text()
 
 
 def test_run_writes_outputs_stats_and_trace(artifact, workdir, tmp_path) -> None:
@@ -335,7 +337,7 @@ def test_train_and_opt_errors(workdir, tmp_path) -> None:
     one_line_error(
         invoke("opt", tmp_path / "ok.mlir", "-p", "no-such-pass"),
         "no-such-pass",
-        "passes: autodiff, decompose",
+        "passes: autodiff, channels-last, decompose",
     )
 
 

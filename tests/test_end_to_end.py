@@ -25,7 +25,7 @@ def reference(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("num_csx", [1, 2])
 @pytest.mark.parametrize("mode", ["pipelined", "weight_streaming"])
-@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "resnet", "transformer"])
 def test_matches_onnxruntime(name: str, mode: str, num_csx: int, tmp_path) -> None:
     model = zoo.MODELS[name]()
     artifact = cgc.compile(model, mode=mode, target=TARGET, batch_size=4, num_csx=num_csx)

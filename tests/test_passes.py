@@ -38,6 +38,7 @@ from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
+from cgc.passes.channels_last import ChannelsLastPass, channels_to_front
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import INLINE_LIMIT, FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
@@ -309,7 +310,7 @@ def test_decompose_primitive_sequences():
     apply(module, DecomposePass())
     assert names(top_ops(module)) == [
         "wse.im2col", "wse.reshape", "wse.transpose", "wse.matmul", "wse.reshape",
-        "wse.transpose", "wse.reshape", "func.return",
+        "wse.transpose", "func.return",
     ]  # fmt: skip
 
 
@@ -555,6 +556,57 @@ def test_fold_inside_layers():
     inner = list(layers(module)[0].body.block.ops)
     assert names(inner) == ["wse.constant", "wse.mul", "wse.yield"]
     assert constant_value(inner[0]) == np.float32(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# channels-last
+# ---------------------------------------------------------------------------------------------
+
+
+def _transposes_to_channels_first(module: ModuleOp) -> int:
+    return sum(
+        isinstance(op, wse.TransposeOp)
+        and list(op.perm.get_values()) == channels_to_front(len(op.perm.get_values()))
+        for op in top_ops(module)
+    )
+
+
+@pytest.mark.parametrize("name", ["cnn", "resnet"])
+def test_channels_last_keeps_results_and_removes_the_transposes(name):
+    imported = imported_zoo(name)
+    module = apply(imported.module, DecomposePass(), FoldConstantsPass())
+    inputs = random_inputs(module, seed=4)
+    before = run(module, inputs, imported.weights)
+    convs = sum(isinstance(op, wse.Im2ColOp) for op in top_ops(module))
+    assert _transposes_to_channels_first(module) == convs
+    apply(module, ChannelsLastPass(), FoldConstantsPass())
+    assert_same(run(module, inputs, imported.weights), before)
+    # every convolution but the first reads channels-last data; no activation goes back
+    patches = [op for op in top_ops(module) if isinstance(op, wse.Im2ColOp)]
+    assert [op.is_channels_last for op in patches] == [False] + [True] * (convs - 1)
+    pools = [op for op in top_ops(module) if isinstance(op, wse.MaxPoolOp | wse.AvgPoolOp)]
+    assert pools and all(op.is_channels_last for op in pools)
+    assert _transposes_to_channels_first(module) == 0
+
+
+def test_channels_last_serves_other_consumers_from_one_transpose():
+    def body(y, a):
+        t = wse.TransposeOp(y, [0, 3, 1, 2]).result
+        r = wse.ReluOp(t).result
+        patches = wse.Im2ColOp(r, [1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 1).result
+        return [wse.SigmoidOp(r).result, wse.AddOp(r, a).result, patches]
+
+    module = build([T(1, 2, 2, 12), T(1, 12, 2, 2)], body)
+    inputs = random_inputs(module, seed=5)
+    before = run(module, inputs)
+    apply(module, ChannelsLastPass())
+    assert_same(run(module, inputs), before)
+    # relu runs channels-last for the im2col; the sigmoid (whose twin would only move the
+    # transpose below it) and the add (whose other operand is an (N, C, H, W) activation)
+    # share one transpose of relu's twin
+    assert names(top_ops(module)) == [
+        "wse.relu", "wse.im2col", "wse.transpose", "wse.sigmoid", "wse.add", "func.return",
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -919,13 +971,14 @@ def test_schedule_streams_target_option_and_frozen_weights():
 # The driver's pipelines and `cgc opt`
 # ---------------------------------------------------------------------------------------------
 
+FRONT_STEPS = [
+    "import", "decompose", "fold-constants", "channels-last", "fold-constants", "form-layers",
+]  # fmt: skip
 PIPELINES = {
-    "pipelined": ["import", "decompose", "fold-constants", "form-layers", "place-layers"],
-    "weight_streaming": ["import", "decompose", "fold-constants", "form-layers",
-                         "schedule-streams"],
-    "training": ["import", "decompose", "fold-constants", "form-layers", "autodiff",
-                 "fold-constants", "schedule-streams"],
-}  # fmt: skip
+    "pipelined": [*FRONT_STEPS, "place-layers"],
+    "weight_streaming": [*FRONT_STEPS, "schedule-streams"],
+    "training": [*FRONT_STEPS, "autodiff", "fold-constants", "schedule-streams"],
+}
 
 
 def _compile(kind: str, directory):
@@ -1022,8 +1075,8 @@ def test_cgc_opt_bad_pipeline_says_why(tmp_path):
 def test_all_passes_are_registered_by_module_name():
     passes = all_passes()
     assert sorted(passes) == [
-        "autodiff", "decompose", "fold-constants", "form-layers", "place-layers",
-        "schedule-streams",
+        "autodiff", "channels-last", "decompose", "fold-constants", "form-layers",
+        "place-layers", "schedule-streams",
     ]  # fmt: skip
     for name, cls in passes.items():
         assert cls.name == name

@@ -33,6 +33,7 @@ from cgc.dialects import context, print_module, verify, wse
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
 from cgc.passes.autodiff import AutodiffPass
+from cgc.passes.channels_last import ChannelsLastPass
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
@@ -233,7 +234,13 @@ def compile_model(
     imported = _import(model, per_system, shapes, values)
     c = Compilation(imported, tgt, IRDumps(dump_ir, print_ir_after_all))
     scale, reduction = loss_scale(imported, num_csx) if training else (1.0, None)
-    c.run(DecomposePass(), FoldConstantsPass(), FormLayersPass())
+    c.run(
+        DecomposePass(),
+        FoldConstantsPass(),
+        ChannelsLastPass(),
+        FoldConstantsPass(),
+        FormLayersPass(),
+    )
     if training is not None:
         c.run(AutodiffPass(training.trainable, scale), FoldConstantsPass())
     chosen, reason = _choose_mode(c, mode, training)

@@ -858,8 +858,21 @@ class ConvOp(IRDLOperation):
         )
 
 
+def channels_first(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
+    """``(N, C, *spatial)`` from a shape that is ``(N, *spatial, C)`` when ``channels_last``."""
+    shape = tuple(shape)
+    return (shape[0], shape[-1], *shape[1:-1]) if channels_last else shape
+
+
+def channels_back(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
+    """The inverse of ``channels_first``: ``(N, C, *spatial)`` back to the op's order."""
+    shape = tuple(shape)
+    return (shape[0], *shape[2:], shape[1]) if channels_last else shape
+
+
 class PoolOp(IRDLOperation, abc.ABC):
-    """Base of the N-d pooling windows over the trailing spatial axes of (N, C, *spatial)."""
+    """Base of the N-d pooling windows over the spatial axes of (N, C, *spatial), or of
+    (N, *spatial, C) when ``channels_last``."""
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
@@ -880,11 +893,15 @@ class PoolOp(IRDLOperation, abc.ABC):
         dilations: Sequence[int],
         extra: dict[str, Attribute] | None = None,
         element: Attribute | None = None,
+        channels_last: bool = False,
     ):
-        shape = _shape_rule(shapes.pool, tensor_shape(input), kernel, strides, pads, dilations)
+        nchw = channels_first(tensor_shape(input), channels_last)
+        shape = _shape_rule(shapes.pool, nchw, kernel, strides, pads, dilations)
         super().__init__(
             operands=[input],
-            result_types=[TensorType(element or element_type(input), shape)],
+            result_types=[
+                TensorType(element or element_type(input), channels_back(shape, channels_last))
+            ],
             properties={
                 "kernel": i64_array(kernel),
                 "strides": i64_array(strides),
@@ -897,30 +914,58 @@ class PoolOp(IRDLOperation, abc.ABC):
     RESULT_ELEMENT: ClassVar[Attribute | None] = None
     """The result's element type when it is not the input's."""
 
+    @property
+    def is_channels_last(self) -> bool:
+        """Whether the channels are the last axis instead of axis 1."""
+        return False
+
     def verify_(self) -> None:
         _check_element(self.result, self.RESULT_ELEMENT or element_type(self.input), "the result")
-        _check_result_shape(
-            self,
-            _shape_rule(
-                shapes.pool,
-                tensor_shape(self.input),
-                self.kernel.get_values(),
-                self.strides.get_values(),
-                self.pads.get_values(),
-                self.dilations.get_values(),
-            ),
+        last = self.is_channels_last
+        nchw = _shape_rule(
+            shapes.pool,
+            channels_first(tensor_shape(self.input), last),
+            self.kernel.get_values(),
+            self.strides.get_values(),
+            self.pads.get_values(),
+            self.dilations.get_values(),
         )
+        _check_result_shape(self, channels_back(nchw, last))
+
+
+class WindowReduceOp(PoolOp, abc.ABC):
+    """Base of max and average pooling, which also work on channels-last tensors."""
+
+    channels_last = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    @property
+    def is_channels_last(self) -> bool:
+        return bool(self.channels_last.value.data)
 
 
 @irdl_op_definition
-class MaxPoolOp(PoolOp):
+class MaxPoolOp(WindowReduceOp):
     """Maximum over each window; padding never wins."""
 
     name = "wse.max_pool"
 
+    def __init__(
+        self,
+        input: SSAValue,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        channels_last: bool = False,
+    ):
+        super().__init__(
+            input, kernel, strides, pads, dilations,
+            {"channels_last": BoolAttr.from_bool(channels_last)}, channels_last=channels_last,
+        )  # fmt: skip
+
 
 @irdl_op_definition
-class AvgPoolOp(PoolOp):
+class AvgPoolOp(WindowReduceOp):
     """Mean over each window; ``count_include_pad`` counts padded positions in the divisor."""
 
     name = "wse.avg_pool"
@@ -934,14 +979,14 @@ class AvgPoolOp(PoolOp):
         pads: Sequence[int],
         dilations: Sequence[int],
         count_include_pad: bool,
+        channels_last: bool = False,
     ):
+        extra = {
+            "count_include_pad": BoolAttr.from_bool(count_include_pad),
+            "channels_last": BoolAttr.from_bool(channels_last),
+        }
         super().__init__(
-            input,
-            kernel,
-            strides,
-            pads,
-            dilations,
-            {"count_include_pad": BoolAttr.from_bool(count_include_pad)},
+            input, kernel, strides, pads, dilations, extra, channels_last=channels_last
         )
 
 
@@ -978,6 +1023,7 @@ class Im2ColOp(IRDLOperation):
     row ``(n, *o)`` of group ``g`` holds the window under output position ``o`` of sample
     ``n`` over that group's channels (channel-major, then kernel taps in row-major order);
     padding reads as zero. A convolution is this followed by a matmul with the filter.
+    With ``channels_last`` the input is (N, *spatial, C); the result is the same.
     """
 
     name = "wse.im2col"
@@ -988,6 +1034,7 @@ class Im2ColOp(IRDLOperation):
     pads = prop_def(DenseArrayBase[i64])
     dilations = prop_def(DenseArrayBase[i64])
     group = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, i64))
+    channels_last = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -1000,13 +1047,15 @@ class Im2ColOp(IRDLOperation):
         pads: Sequence[int],
         dilations: Sequence[int],
         group: int,
+        channels_last: bool = False,
     ):
+        nchw = channels_first(tensor_shape(input), channels_last)
         super().__init__(
             operands=[input],
             result_types=[
                 TensorType(
                     element_type(input),
-                    self.infer(tensor_shape(input), kernel, strides, pads, dilations, group),
+                    self.infer(nchw, kernel, strides, pads, dilations, group),
                 )
             ],
             properties={
@@ -1015,8 +1064,14 @@ class Im2ColOp(IRDLOperation):
                 "pads": i64_array(pads),
                 "dilations": i64_array(dilations),
                 "group": IntegerAttr(group, i64),
+                "channels_last": BoolAttr.from_bool(channels_last),
             },
         )
+
+    @property
+    def is_channels_last(self) -> bool:
+        """Whether the input is (N, *spatial, C)."""
+        return bool(self.channels_last.value.data)
 
     @staticmethod
     def infer(x, kernel, strides, pads, dilations, group) -> tuple[int, ...]:
@@ -1030,7 +1085,7 @@ class Im2ColOp(IRDLOperation):
         _check_result_shape(
             self,
             self.infer(
-                tensor_shape(self.input),
+                channels_first(tensor_shape(self.input), self.is_channels_last),
                 self.kernel.get_values(),
                 self.strides.get_values(),
                 self.pads.get_values(),

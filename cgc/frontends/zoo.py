@@ -146,6 +146,53 @@ def cnn(channels: int = 3, size: int = 16, classes: int = 10, seed: int = 0) -> 
     )
 
 
+def _conv_bn(
+    g: _Graph, x: str, name: str, cin: int, cout: int, kernel: int, group: int = 1, relu=True
+) -> str:
+    """Conv (no bias, same padding) -> BatchNormalization [-> Relu]."""
+    fan = cin // group * kernel * kernel
+    w = g.weight(f"{name}.weight", (cout, cin // group, kernel, kernel), fan, cout, relu=relu)
+    pad = kernel // 2
+    x = g.node("Conv", [x, w], name, kernel_shape=[kernel] * 2, pads=[pad] * 4, group=group)
+    bn = [
+        g.tensor(f"{name}_bn.weight", g.rng.uniform(0.5, 1.5, cout).astype(np.float32)),
+        g.tensor(f"{name}_bn.bias", g.rng.uniform(-0.1, 0.1, cout).astype(np.float32)),
+        g.tensor(f"{name}_bn.running_mean", g.rng.uniform(-0.1, 0.1, cout).astype(np.float32)),
+        g.tensor(f"{name}_bn.running_var", g.rng.uniform(0.5, 1.5, cout).astype(np.float32)),
+    ]
+    x = g.node("BatchNormalization", [x, *bn], f"{name}_bn", epsilon=1e-5)
+    return g.node("Relu", [x], f"{name}_relu") if relu else x
+
+
+def resnet(channels: int = 3, size: int = 16, width: int = 16, classes: int = 10, seed: int = 0):
+    """A small residual network on ``x`` [N, channels, size, size] -> ``logits``: a stem, a
+    residual block, an inception-style block (a grouped 3x3 branch beside a pooled 1x1
+    branch, concatenated), a squeeze-and-excitation gate, global pooling and a classifier."""
+    g = _Graph(seed)
+    x = _conv_bn(g, "x", "stem", channels, width, 3)
+    x = g.node("MaxPool", [x], "stem_pool", kernel_shape=[2, 2], strides=[2, 2])
+    h = _conv_bn(g, x, "res_a", width, width, 3)
+    h = _conv_bn(g, h, "res_b", width, width, 3, relu=False)
+    x = g.node("Relu", [g.node("Add", [x, h], "res_add")], "res_relu")
+    grouped = _conv_bn(g, x, "mix_grouped", width, width, 3, group=2)
+    pooled = g.node("AveragePool", [x], "mix_pool", kernel_shape=[3, 3], pads=[1] * 4)
+    pooled = _conv_bn(g, pooled, "mix_point", width, width, 1)
+    x = g.node("Concat", [grouped, pooled], "mix", axis=1)
+    squeezed = g.node("GlobalAveragePool", [x], "se_pool")
+    w = g.weight("se.weight", (2 * width, 2 * width, 1, 1), 2 * width, 2 * width, relu=False)
+    gate = g.node("Sigmoid", [g.node("Conv", [squeezed, w], "se", kernel_shape=[1, 1])], "se_gate")
+    x = g.node("Mul", [x, gate], "se_scale")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    w = g.weight("fc.weight", (classes, 2 * width), 2 * width, classes, relu=False)
+    b = g.bias("fc.bias", classes, 2 * width)
+    g.nodes.append(helper.make_node("Gemm", [x, w, b], ["logits"], name="fc", transB=1))
+    return g.model(
+        "resnet",
+        [_float("x", [BATCH, channels, size, size])],
+        [_float("logits", [BATCH, classes])],
+    )
+
+
 def transformer_block(
     seq: int = 8, dim: int = 32, heads: int = 4, ffn: int = 64, seed: int = 0
 ) -> onnx.ModelProto:
@@ -219,6 +266,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "mlp": mlp,
     "mlp_train": partial(mlp, with_loss=True),
     "cnn": cnn,
+    "resnet": resnet,
     "transformer": transformer_block,
 }
 """The built-in models by name; each builder takes keyword overrides of its defaults."""

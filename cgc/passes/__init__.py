@@ -8,6 +8,7 @@ from xdsl.passes import ModulePass
 def all_passes() -> dict[str, type[ModulePass]]:
     """Every cgc pass by name."""
     from cgc.passes.autodiff import AutodiffPass
+    from cgc.passes.channels_last import ChannelsLastPass
     from cgc.passes.decompose import DecomposePass
     from cgc.passes.fold_constants import FoldConstantsPass
     from cgc.passes.form_layers import FormLayersPass
@@ -17,6 +18,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     passes = (
         DecomposePass,
         FoldConstantsPass,
+        ChannelsLastPass,
         FormLayersPass,
         AutodiffPass,
         PlaceLayersPass,

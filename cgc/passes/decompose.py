@@ -7,7 +7,8 @@
 * softmax cross-entropy: log-softmax, a one-hot pick of the label's entry, class weights and
   ``ignore_index`` as a per-sample weight, then the reduction;
 * convolution: ``im2col`` then a (grouped) matmul with the filter seen as
-  ``[group, C/group * prod(kernel), K/group]``, then back to ``(N, K, *spatial)``.
+  ``[group, C/group * prod(kernel), K/group]``, whose result is channels-last
+  ``(N, *spatial, K)``, then one transpose to ``(N, K, *spatial)``.
 
 Every new op keeps the location of the op it replaces.
 """
@@ -138,9 +139,11 @@ def convolution(emit: Emitter, op: wse.ConvOp) -> SSAValue:
     mat = emit(wse.TransposeOp(mat, [0, 2, 1]))
     y = emit(wse.MatmulOp(cols, mat))
     s = len(spatial)
-    y = emit(wse.ReshapeOp(y, (group, n, *spatial, per_group)))
-    y = emit(wse.TransposeOp(y, [1, 0, s + 2, *range(2, s + 2)]))
-    return emit(wse.ReshapeOp(y, (n, k, *spatial)))
+    if group > 1:  # [group, N * P, K/group] to [N * P, group, K/group]: channel g * K/g + j
+        y = emit(wse.TransposeOp(emit(wse.ReshapeOp(y, (group, n, *spatial, per_group))),
+                                 [*range(1, s + 2), 0, s + 2]))  # fmt: skip
+    y = emit(wse.ReshapeOp(y, (n, *spatial, k)))
+    return emit(wse.TransposeOp(y, [0, s + 1, *range(1, s + 1)]))
 
 
 class DecomposeComposite(RewritePattern):

@@ -514,10 +514,7 @@ class Pool(Kernel):
         (operand,), ((shape, dtype),) = operands, results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, rect)
         out = Layout.on(shape, dtype, rect)
-        ids = np.arange(src.size).reshape(src.shape)
-        taps = reference.windows(
-            ids, attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"], -1
-        )
+        taps = reference.pool_windows(np.arange(src.size).reshape(src.shape), attrs, -1)
         traffic = arrival(operand, src) + gather_traffic(out, [(src, taps)])
         window = prod(attrs["kernel"])
         compute = vector_cycles(out.tile_elements, window, dtype, target)

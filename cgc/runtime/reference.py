@@ -270,6 +270,23 @@ def im2col(
     return np.ascontiguousarray(w).reshape(group, n * prod(out), (c // group) * prod(kernel))
 
 
+def channels_first(x: np.ndarray, channels_last: bool) -> np.ndarray:
+    """A view of ``x`` as (N, C, *spatial) when it is (N, *spatial, C)."""
+    return np.moveaxis(x, -1, 1) if channels_last else x
+
+
+def channels_back(y: np.ndarray, channels_last: bool) -> np.ndarray:
+    """The inverse of ``channels_first`` on a result (N, C, *rest)."""
+    return np.moveaxis(y, 1, -1) if channels_last else y
+
+
+def pool_windows(x: np.ndarray, attrs: dict, fill: float) -> np.ndarray:
+    """Every window of a pooling op, ``[*result, *kernel]`` in the op's own axis order."""
+    last = attrs.get("channels_last", False)
+    taps = windows(channels_first(x, last), *_pool_args(attrs), fill)
+    return np.moveaxis(taps, 1, 1 + len(attrs["kernel"])) if last else taps
+
+
 def lowest(dt: np.dtype) -> float | int:
     """The value no element of type ``dt`` is below: what max-pooling pads with."""
     if dtypes.is_integer(dt):
@@ -341,7 +358,7 @@ def movement(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape: Sequen
         return np.tile(x, attrs["repeats"])
     if name == "im2col":
         return im2col(
-            x,
+            channels_first(x, attrs.get("channels_last", False)),
             attrs["kernel"],
             attrs["strides"],
             attrs["pads"],
@@ -478,10 +495,20 @@ _SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
     "cast": lambda a, xs, r: [cast(xs[0], dtypes.dtype(r[0][1]), a.get("saturate", True))],
     "bitcast": lambda a, xs, r: [np.ascontiguousarray(xs[0]).view(dtypes.dtype(r[0][1]))],
     "matmul": lambda a, xs, r: [np.matmul(xs[0], xs[1])],
-    "max_pool": lambda a, xs, r: [pool("max_pool", xs[0], *_pool_args(a))],
-    "avg_pool": lambda a, xs, r: [
-        pool("avg_pool", xs[0], *_pool_args(a), a.get("count_include_pad", False))
-    ],
+    **{
+        kind: lambda a, xs, r, kind=kind: [
+            channels_back(
+                pool(
+                    kind,
+                    channels_first(xs[0], a.get("channels_last", False)),
+                    *_pool_args(a),
+                    a.get("count_include_pad", False),
+                ),
+                a.get("channels_last", False),
+            )
+        ]
+        for kind in ("max_pool", "avg_pool")
+    },
     "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *_pool_args(a), a.get("storage_order", 0))],
     "one_hot": lambda a, xs, r: [one_hot(xs[0], r[0][0][-1], dtypes.dtype(r[0][1]))],
     "gather": lambda a, xs, r: [

@@ -143,13 +143,15 @@ func.func @conv(%x: tensor<1x4x5x5xf32>, %k: tensor<6x2x3x3xf32>) -> tensor<1x6x
 }
 
 // A grouped convolution: im2col, the filter as [group, C/group * kh * kw, K/group], one
-// batched matmul, then back to (N, K, H, W).
+// batched matmul, its groups side by side channels-last (N, H, W, K), then one transpose to
+// (N, K, H, W).
 // CHECK-LABEL: func.func @conv
 // CHECK-NEXT:    %[[COLS:.*]] = wse.im2col %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2 : i64} : tensor<1x4x5x5xf32> -> tensor<2x15x18xf32> loc("conv1")
 // CHECK-NEXT:    %[[F:.*]] = wse.reshape %k : tensor<6x2x3x3xf32> -> tensor<2x3x18xf32> loc("conv1")
 // CHECK-NEXT:    %[[FT:.*]] = wse.transpose %[[F]] {perm = array<i64: 0, 2, 1>} : tensor<2x3x18xf32> -> tensor<2x18x3xf32> loc("conv1")
 // CHECK-NEXT:    %[[MM:.*]] = wse.matmul %[[COLS]], %[[FT]] : (tensor<2x15x18xf32>, tensor<2x18x3xf32>) -> tensor<2x15x3xf32> loc("conv1")
 // CHECK-NEXT:    %[[R:.*]] = wse.reshape %[[MM]] : tensor<2x15x3xf32> -> tensor<2x1x3x5x3xf32> loc("conv1")
-// CHECK-NEXT:    %[[T:.*]] = wse.transpose %[[R]] {perm = array<i64: 1, 0, 4, 2, 3>} : tensor<2x1x3x5x3xf32> -> tensor<1x2x3x3x5xf32> loc("conv1")
-// CHECK-NEXT:    %[[Y:.*]] = wse.reshape %[[T]] : tensor<1x2x3x3x5xf32> -> tensor<1x6x3x5xf32> loc("conv1")
+// CHECK-NEXT:    %[[G:.*]] = wse.transpose %[[R]] {perm = array<i64: 1, 2, 3, 0, 4>} : tensor<2x1x3x5x3xf32> -> tensor<1x3x5x2x3xf32> loc("conv1")
+// CHECK-NEXT:    %[[L:.*]] = wse.reshape %[[G]] : tensor<1x3x5x2x3xf32> -> tensor<1x3x5x6xf32> loc("conv1")
+// CHECK-NEXT:    %[[Y:.*]] = wse.transpose %[[L]] {perm = array<i64: 0, 3, 1, 2>} : tensor<1x3x5x6xf32> -> tensor<1x6x3x5xf32> loc("conv1")
 // CHECK-NEXT:    func.return %[[Y]] : tensor<1x6x3x5xf32>
