@@ -170,6 +170,14 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
         [T(1, 2, 5, 5)],
         lambda x: [wse.AvgPoolOp(x, [3, 2], [1, 2], [1, 0, 1, 1], [1, 1], True).result],
     ),
+    "wse.max_pool/channels-last": (
+        [T(1, 5, 5, 2)],
+        lambda x: [wse.MaxPoolOp(x, [2, 2], [2, 2], [0, 0, 1, 1], [1, 1], True).result],
+    ),
+    "wse.avg_pool/channels-last": (
+        [T(1, 5, 5, 2)],
+        lambda x: [wse.AvgPoolOp(x, [3, 2], [1, 2], [1, 0, 1, 1], [1, 1], False, True).result],
+    ),
     "wse.argmax_pool": (
         [T(1, 2, 5, 5)],
         lambda x: [wse.ArgMaxPoolOp(x, [3, 2], [1, 2], [1, 0, 1, 1], [1, 1], 1).result],
@@ -181,6 +189,10 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
     "wse.im2col": (
         [T(2, 4, 5, 5)],
         lambda x: [wse.Im2ColOp(x, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2).result],
+    ),
+    "wse.im2col/channels-last": (
+        [T(2, 5, 5, 4)],
+        lambda x: [wse.Im2ColOp(x, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, True).result],
     ),
     "wse.reshape": ([T(2, 3, 4)], lambda x: [wse.ReshapeOp(x, (6, 4)).result]),
     "wse.broadcast_to": ([T(3, 1)], lambda x: [wse.BroadcastToOp(x, (2, 3, 5)).result]),
@@ -299,6 +311,9 @@ def test_inferred_result_types():
         "wse.max_pool": [T(1, 2, 3, 3)],
         "wse.avg_pool": [T(1, 2, 5, 3)],
         "wse.im2col": [T(2, 50, 18)],
+        "wse.im2col/channels-last": [T(2, 50, 18)],
+        "wse.max_pool/channels-last": [T(1, 3, 3, 2)],
+        "wse.avg_pool/channels-last": [T(1, 5, 3, 2)],
         "wse.select": [T(2, 3)],
         "wse.greater": [T(2, 3, el=i1)],
         "wse.equal": [T(2, 3, el=i1)],

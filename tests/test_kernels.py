@@ -546,6 +546,10 @@ def test_im2col(shape, kernel, strides, pads, dilations, group):
     got, plan = execute("im2col", [x], attrs, want.shape, "float32")
     np.testing.assert_array_equal(got, want)
     assert plan.cost.traffic.wavelet_hops > 0
+    channels_last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    attrs["channels_last"] = True
+    got, _ = execute("im2col", [channels_last], attrs, want.shape, "float32")
+    np.testing.assert_array_equal(got, want)
 
 
 # --------------------------------------------------------------------------- pooling
@@ -578,6 +582,11 @@ def test_max_pool(kernel, strides, pads, dilations):
     attrs = pool_attrs(kernel, strides, pads, dilations)
     got, _ = execute("max_pool", [x], attrs, want.shape, "float32")
     np.testing.assert_array_equal(got, want)
+    last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    want_last = np.moveaxis(want, 1, -1)
+    attrs["channels_last"] = True
+    got, _ = execute("max_pool", [last], attrs, want_last.shape, "float32", rect=(1, 0, 5, 3))
+    np.testing.assert_array_equal(got, want_last)
 
 
 @pytest.mark.parametrize("count_include_pad", [False, True])
@@ -593,6 +602,10 @@ def test_avg_pool(kernel, strides, pad, count_include_pad):
     attrs = pool_attrs(kernel, strides, pads, (1, 1), count_include_pad=count_include_pad)
     got, _ = execute("avg_pool", [x], attrs, want.shape, "float32")
     close(got, want)
+    last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    attrs["channels_last"] = True
+    got, _ = execute("avg_pool", [last], attrs, np.moveaxis(want, 1, -1).shape, "float32")
+    close(got, np.moveaxis(want, 1, -1))
 
 
 def test_max_pool_1d():
