@@ -1,7 +1,8 @@
 """The ONNX frontend: an ONNX model becomes a ``func.func @main`` of WSE ops.
 
-``importer`` holds the machinery (loading, shapes, constants, errors, the registry); each
-family module registers the importers of its ONNX ops.
+``importer`` holds the machinery (loading, shapes, constants, errors, the registry),
+``builders`` the small IR-building helpers the op importers share; each family module
+registers the importers of its ONNX ops.
 """
 
 from cgc.frontends.onnx import (  # noqa: F401  (each module registers its importers)

@@ -14,25 +14,11 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    bad_attr,
-    register,
-    shape_of,
-)
-from cgc.frontends.onnx.linear import dtype_of, reshape, transpose
+from cgc.frontends.onnx.builders import add, cast, dtype_of, reshape, transpose
+from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
 
 SOFTMAX_PRECISIONS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 """The ``softmax_precision`` codes Attention accepts."""
-
-
-def cast(im: Importer, x: SSAValue, dtype: str) -> SSAValue:
-    """``x`` converted to ``dtype``; no op when it already has it."""
-    if dtype_of(x).name == dtypes.dtype(dtype).name:
-        return x
-    return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype)))
 
 
 def take(im: Importer, x: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
@@ -64,11 +50,6 @@ def additive(im: Importer, allowed: SSAValue, dtype: str) -> SSAValue:
         return im.const(np.where(known, 0, -np.inf).astype(dtypes.dtype(dtype)))
     zero = im.const(np.array(0, dtype=dtypes.dtype(dtype)))
     return im.emit(wse.SelectOp(allowed, zero, neg_inf(im, dtype)))
-
-
-def add_bias(im: Importer, bias: SSAValue | None, term: SSAValue) -> SSAValue:
-    """``bias + term``, or ``term`` alone."""
-    return term if bias is None else im.emit(wse.AddOp(bias, term))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +143,7 @@ def attention_bias(im: Importer, node: Node, mask: SSAValue | None, frame: Frame
     """The additive bias of the attention scores (None when there is none)."""
     bias = None if mask is None else mask_bias(im, mask, frame)
     if node.attr("is_causal", 0):
-        bias = add_bias(im, bias, additive(im, frame.causal(im), frame.dtype))
+        bias = add(im, bias, additive(im, frame.causal(im), frame.dtype))
     left, right = -1, -1
     if im.opset >= 25:
         left = int(node.attr("left_window_size", -1))
@@ -171,9 +152,9 @@ def attention_bias(im: Importer, node: Node, mask: SSAValue | None, frame: Frame
             if size < -1:
                 raise bad_attr(name, size, " (must be -1 or non-negative)")
     if left >= 0 or right >= 0:
-        bias = add_bias(im, bias, additive(im, frame.window(im, left, right), frame.dtype))
+        bias = add(im, bias, additive(im, frame.window(im, left, right), frame.dtype))
     if frame.nonpad is not None:
-        bias = add_bias(im, bias, additive(im, frame.padding(im), frame.dtype))
+        bias = add(im, bias, additive(im, frame.padding(im), frame.dtype))
     return bias
 
 

@@ -29,14 +29,21 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    bad_attr,
-    register,
-    shape_of,
+from cgc.frontends.onnx.builders import (
+    add,
+    add_channel_bias,
+    affine,
+    broadcast,
+    cast,
+    clamp,
+    dtype_of,
+    less,
+    mul,
+    reshape,
+    select,
+    sub,
 )
+from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
 
 SEPARABLE_FROM = 3
 """Pooling windows over this many spatial axes or more run as one 1-D pass per axis."""
@@ -46,14 +53,10 @@ SEPARABLE_FROM = 3
 # ---------------------------------------------------------------------------------------------
 
 
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The float type that interpolation of ``dtype`` values runs in: float32 and float64 as
-    they are, the narrow floats and small integers in float32, wider integers in float64."""
+def working_dtype(dtype: np.dtype) -> np.dtype:
+    """The float type that resampling and sampling of ``dtype`` values compute in: float32 and
+    float64 as they are, the narrow floats and small integers in float32, wider integers in
+    float64."""
     if dtype in (np.dtype(np.float32), np.dtype(np.float64)):
         return dtype
     if dtypes.is_float(dtype) or dtype.itemsize <= 2:
@@ -61,84 +64,12 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64)
 
 
-def cast(im: Importer, x: SSAValue, dtype: np.dtype) -> SSAValue:
-    """``x`` converted to ``dtype`` (no op when it already has it)."""
-    if dtype_of(x) == dtype:
-        return x
-    return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype)))
-
-
 def from_float(im: Importer, y: SSAValue, dtype: np.dtype) -> SSAValue:
     """A float result back in ``dtype``: integers are rounded (half to even) and clipped."""
     if dtypes.is_integer(dtype):
         info = ml_dtypes.iinfo(dtype)
-        y = im.emit(wse.RoundOp(y))
-        y = im.emit(wse.MaxOp(y, im.scalar(info.min, y)))
-        y = im.emit(wse.MinOp(y, im.scalar(info.max, y)))
+        y = clamp(im, im.emit(wse.RoundOp(y)), info.min, info.max)
     return cast(im, y, dtype)
-
-
-def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """``x`` with the given shape (no op when it already has it)."""
-    if shape_of(x) == tuple(shape):
-        return x
-    return im.emit(wse.ReshapeOp(x, tuple(shape)))
-
-
-def broadcast(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """``x`` broadcast to ``shape`` (no op when it already has it)."""
-    if shape_of(x) == tuple(shape):
-        return x
-    return im.emit(wse.BroadcastToOp(x, tuple(shape)))
-
-
-def add(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``a + b``."""
-    return im.emit(wse.AddOp(a, b))
-
-
-def sub(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``a - b``."""
-    return im.emit(wse.SubOp(a, b))
-
-
-def mul(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``a * b``."""
-    return im.emit(wse.MulOp(a, b))
-
-
-def affine(im: Importer, x: SSAValue, scale: float, shift: float) -> SSAValue:
-    """``x * scale + shift`` (each step left out when it does nothing)."""
-    if scale != 1:
-        x = mul(im, x, im.scalar(scale, x))
-    if shift != 0:
-        x = add(im, x, im.scalar(shift, x))
-    return x
-
-
-def clamp(im: Importer, x: SSAValue, low: float, high: float) -> SSAValue:
-    """``x`` limited to ``[low, high]``."""
-    x = im.emit(wse.MaxOp(x, im.scalar(low, x)))
-    return im.emit(wse.MinOp(x, im.scalar(high, x)))
-
-
-def less(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``a < b``."""
-    return im.emit(wse.GreaterOp(b, a))
-
-
-def select(im: Importer, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``cond ? a : b``."""
-    return im.emit(wse.SelectOp(cond, a, b))
-
-
-def add_bias(im: Importer, y: SSAValue, bias: SSAValue | None) -> SSAValue:
-    """``y`` (N, K, *spatial) plus a per-channel bias of shape (K,)."""
-    if bias is None:
-        return y
-    shape = shape_of(y)
-    bias = reshape(im, bias, (1, shape[1], *[1] * (len(shape) - 2)))
-    return add(im, y, bias)
 
 
 def string_attr(node: Node, name: str, default: str, choices: Sequence[str]) -> str:
@@ -305,18 +236,24 @@ def conv_kernel(node: Node, xs: Sequence[int], ws: Sequence[int]) -> tuple[int, 
     return kernel
 
 
-@register("Conv")
-def _conv(im: Importer, node: Node) -> list:
-    x, w = im.value(node, 0), im.value(node, 1)
-    xs, ws = shape_of(x), shape_of(w)
-    kernel = conv_kernel(node, xs, ws)
+def convolution(
+    im: Importer, node: Node, x: SSAValue, w: SSAValue, kernel: Sequence[int]
+) -> SSAValue:
+    """The convolution of ``x`` with the filter ``w`` of spatial shape ``kernel``, with the
+    node's strides, dilations, padding (``pads`` or ``auto_pad``) and group."""
     spatial = len(kernel)
     strides = node.ints("strides", spatial, 1)
     dilations = node.ints("dilations", spatial, 1)
-    pads = auto_pads(node, xs[2:], kernel, strides, dilations)
+    pads = auto_pads(node, shape_of(x)[2:], kernel, strides, dilations)
     group = int(node.attr("group", 1))
-    y = im.emit(wse.ConvOp(x, w, strides, pads, dilations, group))
-    return [add_bias(im, y, im.optional(node, 2))]
+    return im.emit(wse.ConvOp(x, w, strides, pads, dilations, group))
+
+
+@register("Conv")
+def _conv(im: Importer, node: Node) -> list:
+    x, w = im.value(node, 0), im.value(node, 1)
+    y = convolution(im, node, x, w, conv_kernel(node, shape_of(x), shape_of(w)))
+    return [add_channel_bias(im, y, im.optional(node, 2))]
 
 
 def transpose_pads(
@@ -406,7 +343,7 @@ def _conv_transpose(im: Importer, node: Node) -> list:
     y = im.emit(
         wse.ConvOp(dilated, filt, [1] * spatial, [max(0, p) for p in conv_pads], dilations, group)
     )
-    return [add_bias(im, y, im.optional(node, 2))]
+    return [add_channel_bias(im, y, im.optional(node, 2))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -766,7 +703,7 @@ def resample(
     linear = interp.mode != "nearest"
     if linear and dtype == np.dtype(bool):
         raise NodeError(f"mode={interp.mode} needs a numeric input, got bool")
-    y = cast(im, x, compute_dtype(dtype)) if linear else x
+    y = cast(im, x, working_dtype(dtype)) if linear else x
     for ax in axes:
         y = resample_axis(im, y, ax, interp)
     if linear:
@@ -1075,7 +1012,7 @@ def _grid_sample(im: Importer, node: Node) -> list:
     padding = string_attr(node, "padding_mode", "zeros", ("zeros", "border", "reflection"))
     align = bool(node.attr("align_corners", 0))
     dtype = dtype_of(x)
-    work = compute_dtype(dtype)
+    work = working_dtype(dtype)
     out = gs[1:-1]
     points = reshape(im, cast(im, grid, work), (n, prod(out), nd))
     taps = []
@@ -1128,7 +1065,7 @@ def _deform_conv(im: Importer, node: Node) -> list:
     if c % group or c % offset_group or ws[0] % group or ws[1] * group != c:
         raise NodeError(f"input {xs} and filter {ws} do not match group={group}")
     dtype = dtype_of(x)
-    work = compute_dtype(dtype)
+    work = working_dtype(dtype)
     offsets = reshape(im, cast(im, offset, work), (n, offset_group, taps_k, nd, points))
     base = deform_positions(kernel, out, strides, pads, dilations)
     taps = []
@@ -1156,7 +1093,7 @@ def _deform_conv(im: Importer, node: Node) -> list:
     filt = reshape(im, cast(im, w, work), (group, ws[0] // group, c // group * taps_k))
     y = reshape(im, im.emit(wse.MatmulOp(filt, cols)), (n, ws[0], *out))
     bias = im.optional(node, 3)
-    y = add_bias(im, y, None if bias is None else cast(im, bias, work))
+    y = add_channel_bias(im, y, None if bias is None else cast(im, bias, work))
     return [cast(im, y, dtype)]
 
 
@@ -1302,7 +1239,7 @@ def _roi_align(im: Importer, node: Node) -> list:
     r = shape_of(rois)[0]
     mode, out_h, out_w, ratio, scale, half_pixel = roi_options(im, node)
     dtype = dtype_of(x)
-    work = compute_dtype(dtype)
+    work = working_dtype(dtype)
     offset = 0.5 if half_pixel else 0.0
     boxes = affine(im, cast(im, rois, work), scale, -offset)
     known = im.known_value(node, 1)
@@ -1376,10 +1313,10 @@ def _causal_conv_with_state(im: Importer, node: Node) -> list:
         raise NodeError(f"past_state {shape_of(past)} must be {(batch, channels, keep)}")
     padded = im.emit(wse.ConcatOp([past, x], 2)) if keep else x
     dtype = dtype_of(x)
-    work = compute_dtype(dtype)
+    work = working_dtype(dtype)
     y = im.emit(wse.ConvOp(cast(im, padded, work), cast(im, w, work), [1], [0, 0], [1], channels))
     bias = im.optional(node, 2)
-    y = add_bias(im, y, None if bias is None else cast(im, bias, work))
+    y = add_channel_bias(im, y, None if bias is None else cast(im, bias, work))
     if activation != "none":
         y = mul(im, y, im.emit(wse.SigmoidOp(y)))
     if not keep:  # a kernel of one tap keeps no state

@@ -25,6 +25,7 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
+from cgc.frontends.onnx.builders import affine, cast, clamp, dtype_of, less, reshape
 from cgc.frontends.onnx.importer import (
     ONNX_DTYPES,
     Entry,
@@ -43,11 +44,6 @@ from cgc.frontends.onnx.importer import (
 # ---------------------------------------------------------------------------------------------
 
 
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
 def entry_dtype(entry: Entry) -> np.dtype:
     """The numpy dtype of an input as it is (a constant need not become an op to tell)."""
     return entry.array.dtype if isinstance(entry, Lazy) else dtype_of(entry)
@@ -58,13 +54,6 @@ def inputs_of(im: Importer, node: Node) -> list[SSAValue]:
     return [im.value(node, i) for i in range(len(node.proto.input)) if node.has_input(i)]
 
 
-def cast_to(im: Importer, x: SSAValue, dtype: np.dtype, saturate: bool = True) -> SSAValue:
-    """``x`` converted to ``dtype`` (no op when it already has it)."""
-    if dtype_of(x) == dtype:
-        return x
-    return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype), saturate))
-
-
 def zeros_like(im: Importer, x: SSAValue, dtype: np.dtype | None = None) -> SSAValue:
     """A constant tensor of zeros of ``x``'s shape (and type, unless ``dtype`` is given)."""
     return im.const(np.zeros(shape_of(x), dtype=dtype or dtype_of(x)))
@@ -73,26 +62,6 @@ def zeros_like(im: Importer, x: SSAValue, dtype: np.dtype | None = None) -> SSAV
 def ones_like(im: Importer, x: SSAValue, dtype: np.dtype | None = None) -> SSAValue:
     """A constant tensor of ones of ``x``'s shape (and type, unless ``dtype`` is given)."""
     return im.const(np.ones(shape_of(x), dtype=dtype or dtype_of(x)))
-
-
-def less(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``a < b`` as ``b > a``."""
-    return im.emit(wse.GreaterOp(b, a))
-
-
-def affine(im: Importer, x: SSAValue, alpha: float, beta: float) -> SSAValue:
-    """``alpha * x + beta`` in ``x``'s type."""
-    y = im.emit(wse.MulOp(x, im.scalar(alpha, x)))
-    return im.emit(wse.AddOp(y, im.scalar(beta, x)))
-
-
-def clamp(im: Importer, x: SSAValue, low: SSAValue | None, high: SSAValue | None) -> SSAValue:
-    """``min(max(x, low), high)``; a missing bound does not clip (NaN stays NaN)."""
-    if low is not None:
-        x = im.emit(wse.MaxOp(x, low))
-    if high is not None:
-        x = im.emit(wse.MinOp(x, high))
-    return x
 
 
 def fold(im: Importer, cls: type[wse.BinaryOp], values: list[SSAValue]) -> SSAValue:
@@ -204,14 +173,14 @@ def legacy_broadcast(im: Importer, node: Node, a: SSAValue, b: SSAValue) -> SSAV
             )
         return b
     if math.prod(sb) == 1:
-        return im.emit(wse.ReshapeOp(b, ())) if sb else b
+        return reshape(im, b, ())
     axis = node.attr("axis", None)
     axis = len(sa) - len(sb) if axis is None else int(axis)
     axis = axis + len(sa) if axis < 0 else axis
     if axis < 0 or tuple(sa[axis : axis + len(sb)]) != sb:
         raise NodeError(f"B {sb} does not match A {sa} at axis {axis} for the legacy broadcast")
     aligned = (*sb, *([1] * (len(sa) - axis - len(sb))))
-    return im.emit(wse.ReshapeOp(b, aligned)) if aligned != sb else b
+    return reshape(im, b, aligned)
 
 
 BINARY: dict[str, type[wse.BinaryOp]] = {
@@ -249,7 +218,7 @@ for _op_type, _cls in SWAPPED.items():
     register(_op_type)(binary(_cls, swap=True))
 
 
-def compute_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
+def common_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
     """numpy's common type of two dtypes, with bfloat16 computed as float32."""
     a = np.dtype(np.float32) if dtypes.is_extended(a) else a
     b = np.dtype(np.float32) if dtypes.is_extended(b) else b
@@ -263,9 +232,9 @@ def _pow(im: Importer, node: Node) -> list:
     x, y = binary_operands(im, node)
     if dtype_of(x) == dtype_of(y):
         return [im.emit(wse.PowOp(x, y))]
-    common = compute_dtype(dtype_of(x), dtype_of(y))
-    z = im.emit(wse.PowOp(cast_to(im, x, common), cast_to(im, y, common)))
-    return [cast_to(im, z, dtype_of(x))]
+    common = common_dtype(dtype_of(x), dtype_of(y))
+    z = im.emit(wse.PowOp(cast(im, x, common), cast(im, y, common)))
+    return [cast(im, z, dtype_of(x))]
 
 
 @register("Mod")
@@ -360,8 +329,8 @@ def _clip(im: Importer, node: Node) -> list:
         for bound in (low, high):
             if bound is not None and math.prod(shape_of(bound)) != 1:
                 raise NodeError(f"min and max must be scalars, got shape {shape_of(bound)}")
-        low = _as_scalar(im, low)
-        high = _as_scalar(im, high)
+        # as rank-0 tensors, which broadcast to any input
+        low, high = (None if b is None else reshape(im, b, ()) for b in (low, high))
         return [clamp(im, x, low, high)]
     default = FLT_MAX if im.opset >= 6 else None
     low_value = node.attr("min", None if default is None else -default)
@@ -378,20 +347,17 @@ def clip_bound(im: Importer, value: float, like: SSAValue) -> SSAValue:
         return im.scalar(value, like)
 
 
-def _as_scalar(im: Importer, value: SSAValue | None) -> SSAValue | None:
-    """A one-element bound as a rank-0 tensor, so that it broadcasts to any input."""
-    if value is None or not shape_of(value):
-        return value
-    return im.emit(wse.ReshapeOp(value, ()))
-
-
 # ---------------------------------------------------------------------------------------------
 # Casts
 # ---------------------------------------------------------------------------------------------
 
 
-def target_dtype(to: int | str) -> np.dtype:
-    """The numpy dtype of Cast's ``to``: a TensorProto data type (a type name in opset 1)."""
+def target_dtype(node: Node) -> np.dtype:
+    """The numpy dtype of the required attribute ``to`` of Cast and BitCast: a TensorProto
+    data type (a type name in opset 1)."""
+    to = node.attr("to", None)
+    if to is None:
+        raise NodeError("attribute 'to' is required")
     if isinstance(to, str):
         try:
             to = TensorProto.DataType.Value(to.upper())
@@ -415,19 +381,14 @@ def convert(im: Importer, node: Node, x: SSAValue, dtype: np.dtype) -> SSAValue:
     round_mode = node.attr("round_mode", "up")
     if round_mode not in ROUND_MODES:
         raise bad_attr("round_mode", round_mode, f" (one of {', '.join(ROUND_MODES)})")
-    if dtype_of(x) == dtype:
-        return x
-    if dtype.name == "float8_e8m0fnu":
+    if dtype.name == "float8_e8m0fnu" and dtype_of(x) != dtype:
         return to_e8m0(im, x, saturate, round_mode)
-    return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype), saturate))
+    return cast(im, x, dtype, saturate)
 
 
 @register("Cast")
 def _cast(im: Importer, node: Node) -> list:
-    to = node.attr("to", None)
-    if to is None:
-        raise NodeError("attribute 'to' is required")
-    dtype = target_dtype(to)
+    dtype = target_dtype(node)
     if entry_dtype(im.entry(node, 0)).kind in "OSU":
         raise NodeError("casts from strings are not supported")
     if entry_dtype(im.entry(node, 0)) == dtype:
@@ -452,7 +413,7 @@ def to_e8m0(im: Importer, x: SSAValue, saturate: bool, round_mode: str) -> SSAVa
     to a power of two in float64 (``up``: the next one above, ``down``: the one below,
     ``nearest``: the closer one, 1.5 * 2^k rounding up), then clamped to the type's range
     when saturating or sent to NaN outside it."""
-    wide = cast_to(im, im.emit(wse.AbsOp(x)), np.dtype(np.float64))
+    wide = cast(im, im.emit(wse.AbsOp(x)), np.dtype(np.float64))
     below = power_of_two_below(im, wide)
     twice = im.emit(wse.MulOp(below, im.scalar(2.0, below)))
     if round_mode == "down":
@@ -469,7 +430,7 @@ def to_e8m0(im: Importer, x: SSAValue, saturate: bool, round_mode: str) -> SSAVa
     else:
         outside = im.emit(wse.OrOp(less(im, rounded, low), less(im, high, rounded)))
         rounded = im.emit(wse.SelectOp(outside, im.scalar(np.nan, rounded), rounded))
-    return im.emit(wse.CastOp(rounded, wse.element_of_numpy("float8_e8m0fnu"), False))
+    return cast(im, rounded, "float8_e8m0fnu", saturate=False)
 
 
 def power_of_two_below(im: Importer, a: SSAValue) -> SSAValue:
@@ -487,10 +448,7 @@ def power_of_two_below(im: Importer, a: SSAValue) -> SSAValue:
 @register("BitCast")
 def _bit_cast(im: Importer, node: Node) -> list:
     """Reinterprets the bits as another type of the same width."""
-    to = node.attr("to", None)
-    if to is None:
-        raise NodeError("attribute 'to' is required")
-    target = target_dtype(to)
+    target = target_dtype(node)
     x = im.value(node, 0)
     source = dtype_of(x)
     if dtypes.bits(source) != dtypes.bits(target):
@@ -523,8 +481,8 @@ def activation(op_type: str) -> Callable[[Activation], Activation]:
             dtype = dtype_of(x)
             if not narrow_float(dtype):
                 return [function(im, node, x)]
-            y = function(im, node, cast_to(im, x, np.dtype(np.float32)))
-            return [cast_to(im, y, dtype)]
+            y = function(im, node, cast(im, x, np.dtype(np.float32)))
+            return [cast(im, y, dtype)]
 
         register(op_type)(run)
         return function
@@ -548,11 +506,14 @@ def expm1_scaled(im: Importer, x: SSAValue, alpha: float) -> SSAValue:
     return im.emit(wse.MulOp(e, im.scalar(alpha, x)))
 
 
+def elu(im: Importer, x: SSAValue, alpha: float) -> SSAValue:
+    """``x`` where positive, else ``alpha * (exp(x) - 1)``."""
+    return im.emit(wse.SelectOp(positive(im, x), x, expm1_scaled(im, x, alpha)))
+
+
 @activation("Elu")
 def _elu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
-    """``x`` where positive, else ``alpha * (exp(x) - 1)``."""
-    alpha = float(node.attr("alpha", 1.0))
-    return im.emit(wse.SelectOp(positive(im, x), x, expm1_scaled(im, x, alpha)))
+    return elu(im, x, float(node.attr("alpha", 1.0)))
 
 
 SELU_DEFAULTS = {
@@ -568,7 +529,7 @@ def _selu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     alpha0, gamma0 = SELU_DEFAULTS[1 if im.opset < 6 else 6]
     alpha = float(node.attr("alpha", alpha0))
     gamma = float(node.attr("gamma", gamma0))
-    y = im.emit(wse.SelectOp(positive(im, x), x, expm1_scaled(im, x, alpha)))
+    y = elu(im, x, alpha)
     return im.emit(wse.MulOp(y, im.scalar(gamma, y)))
 
 
@@ -584,25 +545,31 @@ def _celu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     return im.emit(wse.AddOp(im.emit(wse.MaxOp(x, zero)), negative))
 
 
-@activation("LeakyRelu")
-def _leaky_relu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
+def leaky_relu(im: Importer, x: SSAValue, alpha: float) -> SSAValue:
     """``x`` where positive, else ``alpha * x``."""
-    alpha = float(node.attr("alpha", 0.01))
     scaled = im.emit(wse.MulOp(x, im.scalar(alpha, x)))
     return im.emit(wse.SelectOp(positive(im, x), x, scaled))
 
 
-@activation("ThresholdedRelu")
-def _thresholded_relu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
+@activation("LeakyRelu")
+def _leaky_relu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
+    return leaky_relu(im, x, float(node.attr("alpha", 0.01)))
+
+
+def thresholded_relu(im: Importer, x: SSAValue, alpha: float) -> SSAValue:
     """``x`` where above ``alpha``, else 0."""
-    alpha = float(node.attr("alpha", 1.0))
     above = im.emit(wse.GreaterOp(x, im.scalar(alpha, x)))
     return im.emit(wse.SelectOp(above, x, im.scalar(0, x)))
 
 
+@activation("ThresholdedRelu")
+def _thresholded_relu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
+    return thresholded_relu(im, x, float(node.attr("alpha", 1.0)))
+
+
 def hard_sigmoid(im: Importer, x: SSAValue, alpha: float, beta: float) -> SSAValue:
     """``max(0, min(1, alpha * x + beta))``."""
-    y = affine(im, x, alpha, beta)
+    y = affine(im, x, alpha, beta, skip_identities=False)
     return clamp(im, y, im.scalar(0, y), im.scalar(1, y))
 
 
@@ -631,11 +598,15 @@ def _softplus(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     return softplus(im, x)
 
 
-@activation("Softsign")
-def _softsign(im: Importer, node: Node, x: SSAValue) -> SSAValue:
+def softsign(im: Importer, x: SSAValue) -> SSAValue:
     """``x / (1 + |x|)``."""
     denominator = im.emit(wse.AddOp(im.emit(wse.AbsOp(x)), im.scalar(1, x)))
     return im.emit(wse.DivOp(x, denominator))
+
+
+@activation("Softsign")
+def _softsign(im: Importer, node: Node, x: SSAValue) -> SSAValue:
+    return softsign(im, x)
 
 
 @activation("Mish")
@@ -680,14 +651,14 @@ def _shrink(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     computed in float64 and truncated back, so fractional bounds and biases hold exactly."""
     lambd = float(node.attr("lambd", 0.5))
     bias = float(node.attr("bias", 0.0))
-    wide = cast_to(im, x, np.dtype(np.float64)) if dtypes.is_integer(dtype_of(x)) else x
+    wide = cast(im, x, np.dtype(np.float64)) if dtypes.is_integer(dtype_of(x)) else x
     below = less(im, wide, im.scalar(-lambd, wide))
     above = im.emit(wse.GreaterOp(wide, im.scalar(lambd, wide)))
     lowered = im.emit(wse.SubOp(wide, im.scalar(bias, wide)))
     raised = im.emit(wse.AddOp(wide, im.scalar(bias, wide)))
     y = im.emit(wse.SelectOp(above, lowered, im.scalar(0, wide)))
     y = im.emit(wse.SelectOp(below, raised, y))
-    return cast_to(im, y, dtype_of(x))
+    return cast(im, y, dtype_of(x))
 
 
 @register("PRelu")
@@ -778,6 +749,5 @@ def _poison_random(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     if ratio is not None:
         drops = im.emit(wse.GreaterOp(ratio, im.scalar(0, ratio)))
         random = im.emit(wse.AndOp(training, drops))
-    if shape_of(random):
-        random = im.emit(wse.ReshapeOp(random, ()))
+    random = reshape(im, random, ())
     return im.emit(wse.SelectOp(random, im.scalar(np.nan, x), x))

@@ -15,43 +15,8 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    bad_attr,
-    register,
-    shape_of,
-)
-
-
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
-def transpose(im: Importer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
-    """``x`` with its axes permuted; no op for the identity."""
-    perm = [int(p) for p in perm]
-    if perm == list(range(len(perm))):
-        return x
-    return im.emit(wse.TransposeOp(x, perm))
-
-
-def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """``x`` reshaped; no op when the shape does not change."""
-    shape = tuple(int(d) for d in shape)
-    if shape == shape_of(x):
-        return x
-    return im.emit(wse.ReshapeOp(x, shape))
-
-
-def broadcast(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """``x`` broadcast to ``shape``; no op when it already has it."""
-    shape = tuple(int(d) for d in shape)
-    if shape == shape_of(x):
-        return x
-    return im.emit(wse.BroadcastToOp(x, shape))
+from cgc.frontends.onnx.builders import broadcast, dtype_of, require_float, reshape, transpose
+from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
 
 
 def scale_by(im: Importer, x: SSAValue, factor: float) -> SSAValue:
@@ -415,8 +380,7 @@ def _det(im: Importer, node: Node) -> list:
     x = im.value(node, 0)
     if len(shape_of(x)) < 2:
         raise NodeError(f"the input {shape_of(x)} needs rank >= 2")
-    if not dtypes.is_float(dtype_of(x)):
-        raise NodeError(f"dtype {dtype_of(x)} is not supported (float types only)")
+    require_float(x)
     return [determinant(im, x)]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.onnx.builders import along, dtype_of
 from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -26,27 +27,29 @@ def reduction_of(node: Node) -> str:
     return reduction
 
 
-def check_loss_shapes(scores: SSAValue, labels: SSAValue, weights: SSAValue | None) -> None:
-    """Scores (N, C, d1, ...), labels (N, d1, ...) of integers, weights (C,)."""
+def loss_inputs(im: Importer, node: Node) -> tuple[SSAValue, SSAValue, SSAValue | None]:
+    """The scores (N, C, d1, ...), the labels (N, d1, ...) of integers and the optional class
+    weights (C,) of a loss node."""
+    scores, labels = im.value(node, 0), im.value(node, 1)
+    weights = im.optional(node, 2)
     shape, label_shape = shape_of(scores), shape_of(labels)
     if len(shape) < 2:
         raise NodeError(f"the input needs shape (N, C, ...), got {shape}")
     if label_shape != (shape[0], *shape[2:]):
         raise NodeError(f"the labels' shape {label_shape} does not match the input's {shape}")
-    if wse.numpy_dtype(wse.element_type(labels)) not in ("int32", "int64"):
+    if dtype_of(labels).name not in ("int32", "int64"):
         raise NodeError("the labels must be int32 or int64")
     if weights is not None and shape_of(weights) != (shape[1],):
         raise NodeError(f"the weights must have shape ({shape[1]},), got {shape_of(weights)}")
+    return scores, labels, weights
 
 
 def class_mask(im: Importer, labels: SSAValue, classes: int, ignore_index: int | None):
     """(N, C, d1, ...) booleans: true at each sample's label, nowhere for an ignored one."""
     label_shape = shape_of(labels)
     rank = len(label_shape) + 1
-    dtype = wse.numpy_dtype(wse.element_type(labels))
-    columns = np.arange(classes, dtype=dtype).reshape(
-        [classes if i == 1 else 1 for i in range(rank)]
-    )
+    dtype = dtype_of(labels)
+    columns = along(1, rank, np.arange(classes, dtype=dtype))
     spread = im.emit(wse.ReshapeOp(labels, (label_shape[0], 1, *label_shape[1:])))
     mask = im.emit(wse.EqualOp(spread, im.const(columns)))
     if ignore_index is None or not 0 <= ignore_index < classes:
@@ -103,9 +106,7 @@ def ignore_index_of(node: Node) -> int | None:
 @register("NegativeLogLikelihoodLoss")
 def _negative_log_likelihood(im: Importer, node: Node) -> list:
     reduction = reduction_of(node)
-    log_probs, labels = im.value(node, 0), im.value(node, 1)
-    weights = im.optional(node, 2)
-    check_loss_shapes(log_probs, labels, weights)
+    log_probs, labels, weights = loss_inputs(im, node)
     return [
         negative_log_likelihood(im, log_probs, labels, weights, reduction, ignore_index_of(node))
     ]
@@ -114,9 +115,7 @@ def _negative_log_likelihood(im: Importer, node: Node) -> list:
 @register("SoftmaxCrossEntropyLoss")
 def _softmax_cross_entropy(im: Importer, node: Node) -> list:
     reduction = reduction_of(node)
-    scores, labels = im.value(node, 0), im.value(node, 1)
-    weights = im.optional(node, 2)
-    check_loss_shapes(scores, labels, weights)
+    scores, labels, weights = loss_inputs(im, node)
     ignore_index = ignore_index_of(node)
     loss = im.emit(wse.SoftmaxCrossEntropyOp(scores, labels, weights, reduction, ignore_index))
     outputs = node.proto.output

@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 from onnx import TensorProto
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
+from cgc.frontends.onnx.builders import affine, along, cast, dtype_of, reshape
 from cgc.frontends.onnx.importer import (
     ONNX_DTYPES,
     Importer,
@@ -30,7 +31,7 @@ from cgc.frontends.onnx.importer import (
     register,
     shape_of,
 )
-from cgc.frontends.onnx.reduction import cast_to, dtype_of, square, top_k
+from cgc.frontends.onnx.reduction import square, top_k
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -43,13 +44,13 @@ def used(im: Importer, node: Node, index: int) -> bool:
     return index < len(outputs) and bool(outputs[index]) and outputs[index] in im.used
 
 
-def stash_element(node: Node, default: int = TensorProto.FLOAT) -> Attribute:
-    """The float element type that ``stash_type`` names."""
+def stash_dtype(node: Node, default: int = TensorProto.FLOAT) -> np.dtype:
+    """The float type that ``stash_type`` names."""
     stash = int(node.attr("stash_type", default))
     name = ONNX_DTYPES.get(stash)
     if name is None or not dtypes.is_float(name):
         raise bad_attr("stash_type", stash, " (expected a float type)")
-    return wse.element_of_numpy(name)
+    return dtypes.dtype(name)
 
 
 class Standardized(NamedTuple):
@@ -78,19 +79,8 @@ def per_channel(im: Importer, value: SSAValue, rank: int, like: SSAValue) -> SSA
     """A parameter of shape (C,) (or (C, D1, ...)) shaped to broadcast against an input of
     ``rank`` along axis 1, converted to ``like``'s element type."""
     shape = shape_of(value)
-    target = (*shape, *([1] * (rank - 1 - len(shape))))
-    if target != shape:
-        value = im.emit(wse.ReshapeOp(value, target))
-    return cast_to(im, value, wse.element_type(like))
-
-
-def affine(im: Importer, y: SSAValue, scale: SSAValue | None, bias: SSAValue | None) -> SSAValue:
-    """``y * scale + bias`` (either may be missing)."""
-    if scale is not None:
-        y = im.emit(wse.MulOp(y, scale))
-    if bias is not None:
-        y = im.emit(wse.AddOp(y, bias))
-    return y
+    value = reshape(im, value, (*shape, *([1] * (rank - 1 - len(shape)))))
+    return cast(im, value, dtype_of(like))
 
 
 def input_rank(x: SSAValue, at_least: int, what: str) -> int:
@@ -149,8 +139,7 @@ def hardmax(im: Importer, x: SSAValue, axis: int) -> SSAValue:
     """1 where the first maximum along ``axis`` is, 0 elsewhere."""
     shape = shape_of(x)
     index = top_k(im, x, axis, 1, True)[1]
-    positions = np.arange(shape[axis], dtype=np.int64)
-    positions = positions.reshape([shape[axis] if i == axis else 1 for i in range(len(shape))])
+    positions = along(axis, len(shape), np.arange(shape[axis], dtype=np.int64))
     hit = im.emit(wse.EqualOp(im.const(positions), index))
     return im.emit(wse.CastOp(hit, wse.element_type(x)))
 
@@ -227,9 +216,9 @@ def batch_norm_with_batch_statistics(
     per_activation = len(shape_of(mean)) > 1
     axes = [0] if per_activation else [a for a in range(rank) if a != 1]
     low_precision = dtype_of(x).itemsize < 4 and im.opset >= 15
-    stats_x = cast_to(im, x, wse.element_of_numpy("float32")) if low_precision else x
+    stats_x = cast(im, x, "float32") if low_precision else x
     stats = standardize(im, stats_x, axes, epsilon)
-    normed = cast_to(im, stats.normed, wse.element_type(x))
+    normed = cast(im, stats.normed, dtype_of(x))
     scale, bias = (per_channel(im, p, rank, x) for p in (scale, bias))
     y = affine(im, normed, scale, bias)
     batch = [as_statistic(im, v, like) for v, like in ((stats.mean, mean), (stats.var, var))]
@@ -243,7 +232,7 @@ def batch_norm_with_batch_statistics(
 
 def as_statistic(im: Importer, value: SSAValue, like: SSAValue) -> SSAValue:
     """A batch statistic in the shape and element type of the running one, ``like``."""
-    value = cast_to(im, value, wse.element_type(like))
+    value = cast(im, value, dtype_of(like))
     return im.emit(wse.ReshapeOp(value, shape_of(like)))
 
 
@@ -270,15 +259,15 @@ def _layer_norm(im: Importer, node: Node) -> list:
     bias = im.optional(node, 2)
     axes = trailing_axes(node, x)
     epsilon = float(node.attr("epsilon", 1e-5))
-    stash = stash_element(node)
-    element = wse.element_type(x)
-    same_types = all(v is None or wse.element_type(v) == element for v in (scale, bias))
+    stash = stash_dtype(node)
+    dtype = dtype_of(x)
+    same_types = all(v is None or dtype_of(v) == dtype for v in (scale, bias))
     extra = used(im, node, 1) or used(im, node, 2)
-    if stash == element and same_types and not extra:
+    if stash == dtype and same_types and not extra:
         return [im.emit(wse.LayerNormOp(x, scale, bias, axes[0], epsilon))]
-    stats = standardize(im, cast_to(im, x, stash), axes, epsilon)
-    normed = cast_to(im, stats.normed, element)
-    scale, bias = (None if v is None else cast_to(im, v, element) for v in (scale, bias))
+    stats = standardize(im, cast(im, x, stash), axes, epsilon)
+    normed = cast(im, stats.normed, dtype)
+    scale, bias = (None if v is None else cast(im, v, dtype) for v in (scale, bias))
     return [affine(im, normed, scale, bias), stats.mean, stats.inv_std]
 
 
@@ -287,10 +276,10 @@ def _rms_norm(im: Importer, node: Node) -> list:
     x, scale = im.value(node, 0), im.value(node, 1)
     axes = trailing_axes(node, x)
     epsilon = float(node.attr("epsilon", 1e-5))
-    wide = cast_to(im, x, stash_element(node))
+    wide = cast(im, x, stash_dtype(node))
     mean_square = im.emit(wse.ReduceMeanOp(square(im, wide), axes, True))
     rms = im.emit(wse.SqrtOp(im.emit(wse.AddOp(mean_square, im.scalar(epsilon, mean_square)))))
-    normed = cast_to(im, im.emit(wse.DivOp(wide, rms)), wse.element_type(scale))
+    normed = cast(im, im.emit(wse.DivOp(wide, rms)), dtype_of(scale))
     return [im.emit(wse.MulOp(normed, scale))]
 
 
@@ -323,12 +312,12 @@ def _group_norm(im: Importer, node: Node) -> list:
     params = (groups,) if per_group else (shape[1],)
     for value, name in ((scale, "scale"), (bias, "bias")):
         check_shape(value, params, f"input '{name}'")
-    element = wse.element_type(x)
-    stash = stash_element(node) if im.opset >= 21 else element
+    dtype = dtype_of(x)
+    stash = stash_dtype(node) if im.opset >= 21 else dtype
     grouped_shape = (shape[0], groups, prod(shape[1:]) // groups)
-    grouped = im.emit(wse.ReshapeOp(cast_to(im, x, stash), grouped_shape))
+    grouped = im.emit(wse.ReshapeOp(cast(im, x, stash), grouped_shape))
     epsilon = float(node.attr("epsilon", 1e-5))
-    normed = cast_to(im, standardize(im, grouped, [2], epsilon).normed, element)
+    normed = cast(im, standardize(im, grouped, [2], epsilon).normed, dtype)
     if per_group:
         scale, bias = (per_channel(im, v, 3, normed) for v in (scale, bias))
         return [im.emit(wse.ReshapeOp(affine(im, normed, scale, bias), shape))]

@@ -16,7 +16,8 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.conv import auto_pads
+from cgc.frontends.onnx.builders import add_channel_bias, broadcast, cast, clamp, dtype_of, reshape
+from cgc.frontends.onnx.conv import conv_kernel, convolution
 from cgc.frontends.onnx.importer import (
     ONNX_DTYPES,
     Importer,
@@ -27,7 +28,7 @@ from cgc.frontends.onnx.importer import (
     register,
     shape_of,
 )
-from cgc.frontends.onnx.linear import broadcast, dtype_of, matmul, reshape
+from cgc.frontends.onnx.linear import matmul
 
 INTEGER_RANGES = {
     "uint8": (0, 255),
@@ -49,13 +50,6 @@ FLOAT_TARGETS = (
     "float4_e2m1fn",
 )
 """The float quantized types."""
-
-
-def cast(im: Importer, x: SSAValue, dtype: str, saturate: bool = True) -> SSAValue:
-    """``x`` converted to ``dtype``; no op when it already has it."""
-    if dtype_of(x).name == dtypes.dtype(dtype).name:
-        return x
-    return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype), saturate))
 
 
 def onnx_dtype(code: int, what: str) -> str:
@@ -167,9 +161,7 @@ def quantize(
         if zero_point is not None:
             rounded = im.emit(wse.AddOp(rounded, cast(im, zero_point, wide)))
         low, high = INTEGER_RANGES[target]
-        clipped = im.emit(wse.MaxOp(rounded, im.scalar(low, rounded)))
-        clipped = im.emit(wse.MinOp(clipped, im.scalar(high, clipped)))
-        return cast(im, clipped, target)
+        return cast(im, clamp(im, rounded, low, high), target)
     if zero_point is not None:
         wide = cast(im, scaled, "float32")
         scaled = im.emit(wse.AddOp(wide, cast(im, zero_point, "float32")))
@@ -227,7 +219,7 @@ def _dynamic_quantize_linear(im: Importer, node: Node) -> list:
     flat = im.emit(wse.EqualOp(high, low))
     scale = im.emit(wse.SelectOp(flat, im.scalar(1.0, x), scale))
     start = im.emit(wse.NegOp(im.emit(wse.DivOp(low, scale))))
-    start = im.emit(wse.MinOp(im.emit(wse.MaxOp(start, zero)), im.scalar(255.0, x)))
+    start = clamp(im, start, zero, 255.0)
     zero_point = im.emit(wse.RoundOp(start))
     y = quantize(im, im.emit(wse.DivOp(x, scale)), zero_point, "uint8", True)
     return [y, scale, cast(im, zero_point, "uint8")]
@@ -308,10 +300,8 @@ def integer_conv(
 ) -> SSAValue:
     """The int32 convolution of ``x - x_zero_point`` with ``w - w_zero_point`` (per output
     channel when 1-D); padding counts as the zero point."""
-    xs, ws = shape_of(x), shape_of(w)
-    spatial = len(xs) - 2
-    if spatial < 1 or len(ws) != len(xs):
-        raise NodeError(f"input {xs} and filter {ws} need the same rank >= 3")
+    ws = shape_of(w)
+    kernel = conv_kernel(node, shape_of(x), ws)
     x = centered(im, x, x_zero_point, False)
     if w_zero_point is not None and len(shape_of(w_zero_point)) == 1:
         count = shape_of(w_zero_point)[0]
@@ -319,15 +309,7 @@ def integer_conv(
             raise NodeError(f"the filter zero point {shape_of(w_zero_point)} needs {ws[0]} values")
         w_zero_point = reshape(im, w_zero_point, [count] + [1] * (len(ws) - 1))
     w = centered(im, w, w_zero_point, False)
-    kernel = ws[2:]
-    declared = node.attr("kernel_shape", None)
-    if declared is not None and tuple(declared) != kernel:
-        raise bad_attr("kernel_shape", declared, f" (the filter has kernel {list(kernel)})")
-    strides = node.ints("strides", spatial, 1)
-    dilations = node.ints("dilations", spatial, 1)
-    pads = auto_pads(node, xs[2:], kernel, strides, dilations)
-    group = int(node.attr("group", 1))
-    return im.emit(wse.ConvOp(x, w, strides, pads, dilations, group))
+    return convolution(im, node, x, w, kernel)
 
 
 @register("ConvInteger")
@@ -340,12 +322,9 @@ def _conv_integer(im: Importer, node: Node) -> list:
 def _qlinear_conv(im: Importer, node: Node) -> list:
     x, w = im.value(node, 0), im.value(node, 3)
     total = integer_conv(im, node, x, w, im.value(node, 2), im.value(node, 5))
-    channels = shape_of(w)[0]
-    rank = len(shape_of(x))
     bias = im.optional(node, 8)
-    if bias is not None:
-        bias = reshape(im, cast(im, bias, "int32"), [1, channels] + [1] * (rank - 2))
-        total = im.emit(wse.AddOp(total, bias))
+    total = add_channel_bias(im, total, None if bias is None else cast(im, bias, "int32"))
+    rank = len(shape_of(x))
     w_scale = im.value(node, 4)
     if len(shape_of(w_scale)) == 1 and shape_of(w_scale)[0] > 1:
         w_scale = reshape(im, w_scale, [1, shape_of(w_scale)[0]] + [1] * (rank - 2))

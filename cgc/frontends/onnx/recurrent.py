@@ -17,41 +17,30 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    bad_attr,
-    register,
-    shape_of,
+from cgc.frontends.onnx.builders import (
+    add,
+    affine,
+    clamp,
+    dtype_of,
+    mul,
+    require_float,
+    reshape,
+    transpose,
 )
+from cgc.frontends.onnx.elementwise import (
+    elu,
+    hard_sigmoid,
+    leaky_relu,
+    softplus,
+    softsign,
+    thresholded_relu,
+)
+from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
-def transpose(im: Importer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
-    """``x`` with its axes permuted; no op for the identity."""
-    perm = [int(p) for p in perm]
-    if perm == list(range(len(perm))):
-        return x
-    return im.emit(wse.TransposeOp(x, perm))
-
-
-def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """``x`` reshaped; no op when the shape does not change."""
-    shape = tuple(int(d) for d in shape)
-    if shape == shape_of(x):
-        return x
-    return im.emit(wse.ReshapeOp(x, shape))
 
 
 def columns(im: Importer, x: SSAValue, begin: int, end: int) -> SSAValue:
@@ -77,16 +66,6 @@ def stack(im: Importer, values: Sequence[SSAValue], axis: int) -> SSAValue:
     if len(expanded) == 1:
         return expanded[0]
     return im.emit(wse.ConcatOp(expanded, axis))
-
-
-def add(im: Importer, a: SSAValue, b: SSAValue | None) -> SSAValue:
-    """``a + b``; ``a`` when ``b`` is None."""
-    return a if b is None else im.emit(wse.AddOp(a, b))
-
-
-def mul(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
-    """``a * b``."""
-    return im.emit(wse.MulOp(a, b))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,67 +123,31 @@ def parse_activations(node: Node, defaults: Sequence[str], directions: int) -> l
     return [parsed[d * per_direction : (d + 1) * per_direction] for d in range(directions)]
 
 
+def scaled_tanh(im: Importer, x: SSAValue, alpha: float, beta: float) -> SSAValue:
+    """``alpha * tanh(beta * x)``."""
+    inner = im.emit(wse.TanhOp(mul(im, x, im.scalar(beta, x))))
+    return mul(im, inner, im.scalar(alpha, x))
+
+
+FORMULAS: dict[str, Callable[[Importer, SSAValue, Activation], SSAValue]] = {
+    "relu": lambda im, x, act: im.emit(wse.ReluOp(x)),
+    "tanh": lambda im, x, act: im.emit(wse.TanhOp(x)),
+    "sigmoid": lambda im, x, act: im.emit(wse.SigmoidOp(x)),
+    "affine": lambda im, x, act: affine(im, x, act.alpha, act.beta, skip_identities=False),
+    "leakyrelu": lambda im, x, act: leaky_relu(im, x, act.alpha),
+    "thresholdedrelu": lambda im, x, act: thresholded_relu(im, x, act.alpha),
+    "scaledtanh": lambda im, x, act: scaled_tanh(im, x, act.alpha, act.beta),
+    "hardsigmoid": lambda im, x, act: hard_sigmoid(im, x, act.alpha, act.beta),
+    "elu": lambda im, x, act: elu(im, x, act.alpha),
+    "softsign": lambda im, x, act: softsign(im, x),
+    "softplus": lambda im, x, act: softplus(im, x),
+}
+"""The formula of each activation (those of the ONNX ops of the same names)."""
+
+
 def activate(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
     """``act`` applied to ``x`` elementwise."""
-    simple = {"relu": wse.ReluOp, "tanh": wse.TanhOp, "sigmoid": wse.SigmoidOp}
-    if act.name in simple:
-        return im.emit(simple[act.name](x))
-    return COMPOSED_ACTIVATIONS[act.name](im, act, x)
-
-
-def _affine(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    return im.emit(wse.AddOp(mul(im, x, im.scalar(act.alpha, x)), im.scalar(act.beta, x)))
-
-
-def _leaky_relu(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    positive = im.emit(wse.GreaterEqualOp(x, im.scalar(0.0, x)))
-    return im.emit(wse.SelectOp(positive, x, mul(im, x, im.scalar(act.alpha, x))))
-
-
-def _thresholded_relu(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    above = im.emit(wse.GreaterOp(x, im.scalar(act.alpha, x)))
-    return im.emit(wse.SelectOp(above, x, im.scalar(0.0, x)))
-
-
-def _scaled_tanh(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    inner = im.emit(wse.TanhOp(mul(im, x, im.scalar(act.beta, x))))
-    return mul(im, inner, im.scalar(act.alpha, x))
-
-
-def _hard_sigmoid(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    line = _affine(im, act, x)
-    line = im.emit(wse.MaxOp(line, im.scalar(0.0, x)))
-    return im.emit(wse.MinOp(line, im.scalar(1.0, x)))
-
-
-def _elu(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    positive = im.emit(wse.GreaterEqualOp(x, im.scalar(0.0, x)))
-    negative = im.emit(wse.SubOp(im.emit(wse.ExpOp(x)), im.scalar(1.0, x)))
-    return im.emit(wse.SelectOp(positive, x, mul(im, negative, im.scalar(act.alpha, x))))
-
-
-def _softsign(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    denominator = im.emit(wse.AddOp(im.emit(wse.AbsOp(x)), im.scalar(1.0, x)))
-    return im.emit(wse.DivOp(x, denominator))
-
-
-def _softplus(im: Importer, act: Activation, x: SSAValue) -> SSAValue:
-    # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|), which never overflows
-    tail = im.emit(wse.ExpOp(im.emit(wse.NegOp(im.emit(wse.AbsOp(x))))))
-    tail = im.emit(wse.LogOp(im.emit(wse.AddOp(tail, im.scalar(1.0, x)))))
-    return im.emit(wse.AddOp(im.emit(wse.ReluOp(x)), tail))
-
-
-COMPOSED_ACTIVATIONS: dict[str, Callable[[Importer, Activation, SSAValue], SSAValue]] = {
-    "affine": _affine,
-    "leakyrelu": _leaky_relu,
-    "thresholdedrelu": _thresholded_relu,
-    "scaledtanh": _scaled_tanh,
-    "hardsigmoid": _hard_sigmoid,
-    "elu": _elu,
-    "softsign": _softsign,
-    "softplus": _softplus,
-}
+    return FORMULAS[act.name](im, x, act)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,8 +187,7 @@ class Recurrence:
         x = im.value(node, 0)
         if len(shape_of(x)) != 3:
             raise NodeError(f"the input X {shape_of(x)} must have rank 3")
-        if not dtypes.is_float(dtype_of(x)):
-            raise NodeError(f"dtype {dtype_of(x)} is not supported (float types only)")
+        require_float(x)
         self.x = transpose(im, x, (1, 0, 2)) if self.layout else x
         self.seq, self.batch, self.input_size = shape_of(self.x)
         self.directions = self._directions()
@@ -361,8 +303,7 @@ class Recurrence:
         """``x`` bounded to ``[-clip, clip]`` when the node has a clip."""
         if self.clip is None:
             return x
-        x = self.im.emit(wse.MaxOp(x, self.im.scalar(-self.clip, x)))
-        return self.im.emit(wse.MinOp(x, self.im.scalar(self.clip, x)))
+        return clamp(self.im, x, -self.clip, self.clip)
 
     def step_mask(self, step: int) -> SSAValue | None:
         """``[batch, 1]`` whether ``step`` lies inside each entry's length; None without masks."""

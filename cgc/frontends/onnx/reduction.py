@@ -16,35 +16,17 @@ from dataclasses import dataclass
 from math import prod
 
 import numpy as np
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    axis_of,
-    register,
-    shape_of,
-)
+from cgc.frontends.onnx.builders import cast, dtype_of
+from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, register, shape_of
 
 AXES_AS_INPUT = {"ReduceSum": 13}
 """The opset from which a reduction takes its axes as an input (18 for the others)."""
 
 Step = Callable[[Importer, SSAValue], SSAValue]
-
-
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value's elements."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
-def cast_to(im: Importer, value: SSAValue, element: Attribute) -> SSAValue:
-    """``value`` converted to ``element`` (itself when it already has that type)."""
-    if wse.element_type(value) == element:
-        return value
-    return im.emit(wse.CastOp(value, element))
 
 
 def square(im: Importer, x: SSAValue) -> SSAValue:
@@ -156,21 +138,21 @@ def reduce_value(
     """The result of Reduce op ``op_type`` over ``axes`` (None: no reduction, only the
     elementwise steps)."""
     spec = REDUCTIONS[op_type]
-    element = wse.element_type(x)
+    dtype = dtype_of(x)
     shape = shape_of(x)
     if axes is not None and prod(shape) == 0:
-        out = np.full(reduced_shape(shape, axes, keepdims), spec.empty(dtype_of(x)))
+        out = np.full(reduced_shape(shape, axes, keepdims), spec.empty(dtype))
         with np.errstate(invalid="ignore"):  # integers have no NaN or infinity: undefined
-            return im.const(out.astype(dtype_of(x)))
-    if spec.floating and not dtypes.is_float(dtype_of(x)):
-        x = im.emit(wse.CastOp(x, wse.element_of_numpy("float64")))
+            return im.const(out.astype(dtype))
+    if spec.floating and not dtypes.is_float(dtype):
+        x = cast(im, x, "float64")
     if op_type == "ReduceLogSumExp":
         y = x if axes is None else log_sum_exp(im, x, axes, keepdims)
-        return cast_to(im, y, element)
+        return cast(im, y, dtype)
     y = _apply(spec.before, im, x)
     if axes is not None:
         y = im.emit(spec.reduce(y, axes, keepdims))
-    return cast_to(im, _apply(spec.after, im, y), element)
+    return cast(im, _apply(spec.after, im, y), dtype)
 
 
 @register(*REDUCTIONS)

@@ -20,6 +20,7 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
+from cgc.frontends.onnx.builders import cast, dtype_of, require_float, reshape, transpose
 from cgc.frontends.onnx.importer import (
     ONNX_DTYPES,
     Importer,
@@ -33,27 +34,6 @@ from cgc.frontends.onnx.importer import (
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
-def transpose(im: Importer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
-    """``x`` with its axes permuted; no op for the identity."""
-    perm = [int(p) for p in perm]
-    if perm == list(range(len(perm))):
-        return x
-    return im.emit(wse.TransposeOp(x, perm))
-
-
-def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """``x`` reshaped; no op when the shape does not change."""
-    shape = tuple(int(d) for d in shape)
-    if shape == shape_of(x):
-        return x
-    return im.emit(wse.ReshapeOp(x, shape))
 
 
 def static_int(im: Importer, node: Node, index: int, name: str) -> int:
@@ -187,8 +167,7 @@ def _dft(im: Importer, node: Node) -> list:
     rank = len(shape)
     if rank < 2 or shape[-1] not in (1, 2):
         raise NodeError(f"the input {shape} needs rank >= 2 and a last axis of 1 or 2")
-    if not dtypes.is_float(dtype_of(x)):
-        raise NodeError(f"dtype {dtype_of(x)} is not supported (float types only)")
+    require_float(x)
     inverse = bool(node.attr("inverse", 0))
     onesided = bool(node.attr("onesided", 0))
     length = static_int(im, node, 1, "dft_length") if node.has_input(1) else None
@@ -250,8 +229,7 @@ def _stft(im: Importer, node: Node) -> list:
     shape = shape_of(signal)
     if len(shape) != 3 or shape[-1] not in (1, 2):
         raise NodeError(f"the signal {shape} must be [batch, length, 1 or 2]")
-    if not dtypes.is_float(dtype_of(signal)):
-        raise NodeError(f"dtype {dtype_of(signal)} is not supported (float types only)")
+    require_float(signal)
     step = static_int(im, node, 1, "frame_step")
     window = im.optional(node, 2)
     frame_length = static_int(im, node, 3, "frame_length") if node.has_input(3) else None
@@ -426,7 +404,7 @@ def count_ngrams(
             wanted = im.const(grams[:, item].astype(dtype_of(rows)).reshape(1, 1, -1))
             equal = im.emit(wse.EqualOp(column, wanted))
             match = equal if match is None else im.emit(wse.AndOp(match, equal))
-        hits = im.emit(wse.CastOp(match, wse.element_of_numpy("float32")))
+        hits = cast(im, match, "float32")
         hits = im.emit(wse.ReduceSumOp(hits, [1], False))
         total = hits if total is None else im.emit(wse.AddOp(total, hits))
     return total
@@ -447,7 +425,7 @@ def weigh_counts(im: Importer, node: Node, counts: SSAValue, ordinals: np.ndarra
         return counts
     if mode == "IDF":
         present = im.emit(wse.GreaterOp(counts, im.scalar(0.0, counts)))
-        counts = im.emit(wse.CastOp(present, wse.element_of_numpy("float32")))
+        counts = cast(im, present, "float32")
     if weights is None:
         return counts
     if len(weights) <= int(ordinals.max()):

@@ -23,6 +23,7 @@ from xdsl.ir import SSAValue
 
 from cgc import dtypes, shapes
 from cgc.dialects import wse
+from cgc.frontends.onnx.builders import along, cast, dtype_of
 from cgc.frontends.onnx.importer import (
     ONNX_DTYPES,
     Importer,
@@ -35,7 +36,6 @@ from cgc.frontends.onnx.importer import (
     shape_of,
 )
 
-I64 = wse.element_of_numpy("int64")
 BOOL = wse.element_of_numpy("bool")
 
 
@@ -69,11 +69,6 @@ def static_scalar(im: Importer, node: Node, index: int) -> np.generic:
     return array.reshape(())[()]
 
 
-def dtype_of(value: SSAValue) -> np.dtype:
-    """The numpy dtype of a tensor value."""
-    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
-
-
 def unique_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
     """Normalized axes; repeated axes are an error."""
     normalized = [axis_of(int(a), rank, what) for a in axes]
@@ -82,24 +77,12 @@ def unique_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]
     return normalized
 
 
-def to_int64(im: Importer, value: SSAValue) -> SSAValue:
-    """``value`` as int64 (a cast only when needed)."""
-    if wse.element_type(value) == I64:
-        return value
-    return im.emit(wse.CastOp(value, I64))
-
-
 def as_scalar(im: Importer, value: SSAValue, what: str) -> SSAValue:
     """A one-element tensor as a rank-0 tensor."""
     shape = shape_of(value)
     if prod(shape) != 1:
         raise NodeError(f"input '{what}' must hold one value, got shape {shape}")
     return value if shape == () else im.emit(wse.ReshapeOp(value, ()))
-
-
-def along(axis: int, rank: int, values: np.ndarray) -> np.ndarray:
-    """A 1-D array shaped to lie along ``axis`` of a rank-``rank`` tensor (size 1 elsewhere)."""
-    return values.reshape([values.size if i == axis else 1 for i in range(rank)])
 
 
 def slice_axes(
@@ -297,11 +280,9 @@ def squeeze_axes(im: Importer, node: Node) -> list[int] | None:
     return static_ints(im, node, 1) if node.has_input(1) else None
 
 
-@register("Squeeze")
-def _squeeze(im: Importer, node: Node) -> list:
-    x = im.value(node, 0)
-    shape = shape_of(x)
-    given = squeeze_axes(im, node)
+def squeezed(shape: tuple[int, ...], given: list[int] | None) -> list[int]:
+    """Squeeze's result shape: ``shape`` without the ``given`` axes, which must have size 1,
+    or without every axis of size 1."""
     if given is None:
         axes = [i for i, d in enumerate(shape) if d == 1]
     else:
@@ -309,20 +290,27 @@ def _squeeze(im: Importer, node: Node) -> list:
         wide = [a for a in axes if shape[a] != 1]
         if wide:
             raise NodeError(f"cannot squeeze axis {wide[0]} of size {shape[wide[0]]}")
-    return [im.emit(wse.ReshapeOp(x, [d for i, d in enumerate(shape) if i not in axes]))]
+    return [d for i, d in enumerate(shape) if i not in axes]
 
 
-@register("Unsqueeze")
-def _unsqueeze(im: Importer, node: Node) -> list:
-    x = im.value(node, 0)
-    shape = shape_of(x)
-    given = squeeze_axes(im, node)
+def unsqueezed(shape: tuple[int, ...], given: list[int] | None) -> list[int]:
+    """Unsqueeze's result shape: ``shape`` with axes of size 1 at the ``given`` positions."""
     if given is None:
         raise NodeError("the axes are required")
     rank = len(shape) + len(given)
     axes = set(unique_axes(given, rank))
     rest = iter(shape)
-    return [im.emit(wse.ReshapeOp(x, [1 if i in axes else next(rest) for i in range(rank)]))]
+    return [1 if i in axes else next(rest) for i in range(rank)]
+
+
+SQUEEZES = {"Squeeze": squeezed, "Unsqueeze": unsqueezed}
+
+
+@register(*SQUEEZES)
+def _squeeze(im: Importer, node: Node) -> list:
+    x = im.value(node, 0)
+    shape = SQUEEZES[node.op_type](shape_of(x), squeeze_axes(im, node))
+    return [im.emit(wse.ReshapeOp(x, shape))]
 
 
 @register("Transpose")
@@ -753,7 +741,7 @@ def _tensor_scatter(im: Importer, node: Node) -> list:
     if not node.has_input(2):  # every sample writes from position 0
         rest = slice_axes(im, cache, {axis: (us[axis], cs[axis])}, None)
         return [update if us == cs else im.emit(wse.ConcatOp([update, rest], axis))]
-    starts = to_int64(im, im.value(node, 2))
+    starts = cast(im, im.value(node, 2), "int64")
     if shape_of(starts) != (cs[0],):
         raise NodeError(f"write_indices {shape_of(starts)} must have shape ({cs[0]},)")
     starts = im.emit(wse.ReshapeOp(starts, along(0, len(cs), np.zeros(cs[0])).shape))
@@ -776,7 +764,7 @@ def _reverse_sequence(im: Importer, node: Node) -> list:
     time_axis = axis_of(int(node.attr("time_axis", 0)), rank, "time_axis")
     if batch_axis == time_axis or max(batch_axis, time_axis) > 1:
         raise NodeError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1")
-    lengths = to_int64(im, im.value(node, 1))
+    lengths = cast(im, im.value(node, 1), "int64")
     if shape_of(lengths) != (shape[batch_axis],):
         raise NodeError(f"sequence_lens {shape_of(lengths)} must have shape ({shape[batch_axis]},)")
     per_sample = along(batch_axis, rank, np.zeros(shape[batch_axis])).shape
@@ -803,7 +791,7 @@ def _trilu(im: Importer, node: Node) -> list:
     rows, cols = shape[-2:]
     k = im.const(np.array(0, np.int64))
     if node.has_input(1):
-        k = as_scalar(im, to_int64(im, im.value(node, 1)), "k")
+        k = as_scalar(im, cast(im, im.value(node, 1), "int64"), "k")
     # keep col - row >= k (upper) or col - row <= k (lower), i.e. compare col with row + k
     row = im.const(np.arange(rows, dtype=np.int64).reshape(rows, 1))
     col = im.const(np.arange(cols, dtype=np.int64).reshape(1, cols))
@@ -832,7 +820,7 @@ def _one_hot(im: Importer, node: Node) -> list:
         raise NodeError(f"input 'depth' must be positive, got {depth_value}")
     rank = len(shape_of(indices)) + 1
     axis = axis_of(int(node.attr("axis", -1)), rank)
-    indices = to_int64(im, indices)
+    indices = cast(im, indices, "int64")
     if im.opset >= 11:  # indices in [-depth, 0) count from the end
         negative = im.emit(wse.GreaterOp(im.scalar(0, indices), indices))
         wrapped = im.emit(wse.AddOp(indices, im.scalar(depth, indices)))

@@ -1,0 +1,158 @@
+"""Small helpers the op importers build WSE IR with.
+
+The helpers that build ops emit them through ``Importer.emit`` (so they carry the current
+node's location and fold when their operands are known at compile time) and leave out an op
+that would change nothing: a cast to the type a value already has, a reshape or broadcast to
+its own shape, an identity transpose. Numbers given where a tensor is expected become rank-0
+constants of the other operand's element type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from cgc import dtypes
+from cgc.dialects import wse
+from cgc.frontends.onnx.importer import Importer, NodeError, shape_of
+
+# ---------------------------------------------------------------------------------------------
+# Element types
+# ---------------------------------------------------------------------------------------------
+
+
+def dtype_of(value: SSAValue) -> np.dtype:
+    """The numpy dtype of a tensor value's elements."""
+    return dtypes.dtype(wse.numpy_dtype(wse.element_type(value)))
+
+
+def require_float(x: SSAValue) -> None:
+    """Fails unless ``x`` holds floating-point values."""
+    if not dtypes.is_float(dtype_of(x)):
+        raise NodeError(f"dtype {dtype_of(x)} is not supported (float types only)")
+
+
+def cast(im: Importer, x: SSAValue, dtype: np.dtype | str, saturate: bool = True) -> SSAValue:
+    """``x`` converted to ``dtype`` (a numpy dtype or its name); no op when it already has it.
+    ``saturate`` (for the 8-bit and 4-bit float types) clamps values beyond the type's range
+    to its largest finite value instead of making them infinite or NaN."""
+    if dtype_of(x) == dtypes.dtype(dtype):
+        return x
+    return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype), saturate))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+# ---------------------------------------------------------------------------------------------
+
+
+def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """``x`` reshaped; no op when the shape does not change."""
+    shape = tuple(int(d) for d in shape)
+    if shape == shape_of(x):
+        return x
+    return im.emit(wse.ReshapeOp(x, shape))
+
+
+def broadcast(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """``x`` broadcast to ``shape``; no op when it already has it."""
+    shape = tuple(int(d) for d in shape)
+    if shape == shape_of(x):
+        return x
+    return im.emit(wse.BroadcastToOp(x, shape))
+
+
+def transpose(im: Importer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+    """``x`` with its axes permuted; no op for the identity."""
+    perm = [int(p) for p in perm]
+    if perm == list(range(len(perm))):
+        return x
+    return im.emit(wse.TransposeOp(x, perm))
+
+
+def along(axis: int, rank: int, values: np.ndarray) -> np.ndarray:
+    """A 1-D array shaped to lie along ``axis`` of a rank-``rank`` tensor (size 1 elsewhere)."""
+    return values.reshape([values.size if i == axis else 1 for i in range(rank)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Arithmetic
+# ---------------------------------------------------------------------------------------------
+
+
+def add(im: Importer, a: SSAValue | None, b: SSAValue | None) -> SSAValue:
+    """``a + b``, or the one of them that is not None (one of them must be given)."""
+    if a is None or b is None:
+        given = b if a is None else a
+        assert given is not None, "add needs at least one term"
+        return given
+    return im.emit(wse.AddOp(a, b))
+
+
+def sub(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
+    """``a - b``."""
+    return im.emit(wse.SubOp(a, b))
+
+
+def mul(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
+    """``a * b``."""
+    return im.emit(wse.MulOp(a, b))
+
+
+def less(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
+    """``a < b``, as ``b > a``."""
+    return im.emit(wse.GreaterOp(b, a))
+
+
+def select(im: Importer, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+    """``a`` where ``cond`` holds, else ``b``."""
+    return im.emit(wse.SelectOp(cond, a, b))
+
+
+def clamp(
+    im: Importer, x: SSAValue, low: SSAValue | float | None, high: SSAValue | float | None
+) -> SSAValue:
+    """``min(max(x, low), high)``; a missing bound does not clip (NaN stays NaN)."""
+    if low is not None:
+        x = im.emit(wse.MaxOp(x, _as_tensor(im, low, x)))
+    if high is not None:
+        x = im.emit(wse.MinOp(x, _as_tensor(im, high, x)))
+    return x
+
+
+def affine(
+    im: Importer,
+    x: SSAValue,
+    scale: SSAValue | float | None,
+    shift: SSAValue | float | None,
+    skip_identities: bool = True,
+) -> SSAValue:
+    """``x * scale + shift``, where ``scale`` and ``shift`` are tensors or numbers. None leaves
+    its step out, and so does a number that changes nothing (a scale of 1, a shift of 0) unless
+    ``skip_identities`` is off: formulas that must give ONNX's signed zeros take every step
+    (``-0.0 + 0`` is ``+0.0``)."""
+    if scale is not None and not (skip_identities and _is_number(scale, 1)):
+        x = im.emit(wse.MulOp(x, _as_tensor(im, scale, x)))
+    if shift is not None and not (skip_identities and _is_number(shift, 0)):
+        x = im.emit(wse.AddOp(x, _as_tensor(im, shift, x)))
+    return x
+
+
+def add_channel_bias(im: Importer, y: SSAValue, bias: SSAValue | None) -> SSAValue:
+    """``y`` (N, C, *spatial) plus a per-channel ``bias`` of shape (C,); ``y`` without one."""
+    if bias is None:
+        return y
+    shape = shape_of(y)
+    return add(im, y, reshape(im, bias, (1, shape[1], *[1] * (len(shape) - 2))))
+
+
+def _as_tensor(im: Importer, value: SSAValue | float, like: SSAValue) -> SSAValue:
+    """``value`` as a tensor: a tensor as it is, a number as a scalar of ``like``'s type."""
+    return value if isinstance(value, SSAValue) else im.scalar(value, like)
+
+
+def _is_number(value: SSAValue | float, number: float) -> bool:
+    """Whether ``value`` is the given number (not a tensor)."""
+    return not isinstance(value, SSAValue) and value == number
