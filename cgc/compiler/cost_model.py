@@ -35,12 +35,15 @@ class LayerCost:
     stream_out_bytes: float
 
 
-def simulate_layer(program: Program, target: Target, index: int, rect: Rect) -> LayerCost:
-    """Times layer ``index`` alone on ``rect``; its inputs arrive in their default layout."""
+def simulate_layer(
+    program: Program, target: Target, index: int, rect: Rect, traffic: bool = True
+) -> LayerCost:
+    """Times layer ``index`` alone on ``rect``; its inputs arrive in their default layout.
+    Without ``traffic`` the memory is exact but the cycles leave out the data movement that
+    is costly to work out (see ``kernels.Kernel.plan``)."""
     span = program.layer_spans[index]
-    executor = Executor(
-        program, target, Wafer(target, strict=False, region=rect), None, numerics=False
-    )
+    wafer = Wafer(target, strict=False, region=rect)
+    executor = Executor(program, target, wafer, None, numerics=False, traffic=traffic)
     executor.rect = rect
     executor.records.append(LayerRecord(program.layers[index].name))
     defined: set[int] = set()
@@ -96,9 +99,10 @@ class LayerCosts:
     """``simulate_layer`` remembered by layer signature and rectangle: the layers of a deep
     model repeat a few structures, and placement asks about the same rectangles again."""
 
-    def __init__(self, program: Program, target: Target):
+    def __init__(self, program: Program, target: Target, traffic: bool = True):
         self.program = program
         self.target = target
+        self.traffic = traffic
         self.signatures: dict[int, tuple] = {}
         self.known: dict[tuple, LayerCost] = {}
 
@@ -107,7 +111,7 @@ class LayerCosts:
             self.signatures[index] = layer_signature(self.program, index)
         key = (self.signatures[index], tuple(rect))
         if key not in self.known:
-            self.known[key] = simulate_layer(self.program, self.target, index, rect)
+            self.known[key] = simulate_layer(self.program, self.target, index, rect, self.traffic)
         name = self.program.layers[index].name
         cost = self.known[key]
         return cost if cost.name == name else replace(cost, name=name)

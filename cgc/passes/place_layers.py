@@ -14,19 +14,20 @@ A model that does not fit raises ``DoesNotFitError`` naming the shortfall.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil, floor
+from math import ceil, floor, prod
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from cgc import dtypes
 from cgc.compiler.bytecode import lower
 from cgc.compiler.cost_model import LayerCost, LayerCosts
 from cgc.compiler.interpret import main_function
 from cgc.compiler.targets import module_target
 from cgc.dialects import wse
 from cgc.errors import DoesNotFitError
-from cgc.runtime.bytecode import Program
+from cgc.runtime.bytecode import Opcode, Program
 from cgc.runtime.layout import Rect
 from cgc.runtime.machine import Target
 from cgc.runtime.report import human_bytes
@@ -39,8 +40,9 @@ class Placer:
         self.program = program
         self.target = target
         self.count = len(program.layers)
-        self.cost = LayerCosts(program, target)
-        """Layer ``index`` alone on ``rect``: ``cost(index, rect)``."""
+        self.cost = LayerCosts(program, target, traffic=False)
+        """Layer ``index`` alone on ``rect``: ``cost(index, rect)``; placement needs the
+        memory and the flops, not the exact data movement."""
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
@@ -79,14 +81,15 @@ class Placer:
     def _narrowest(self, index: int, top: int, height: int, full: LayerCost) -> int | None:
         """The fewest columns (of the band's height) on which the layer fits, if any.
 
-        The search gallops up from the columns its weights alone need, then bisects: most
-        layers fit close to that bound, and narrow candidates are the cheap ones to time.
+        The search gallops up from the columns its weights and largest tensor alone need,
+        then bisects: most layers fit close to that bound, and narrow candidates are the
+        cheap ones to time.
         """
         if not self.fits(full):
             return None
         hi = self.target.cols
-        weight_columns = ceil(full.weight_bytes / (height * self.target.sram_bytes_per_pe))
-        lo = probe = min(max(weight_columns, 1), hi)
+        least = ceil(self._least_bytes(index) / (height * self.target.sram_bytes_per_pe))
+        lo = probe = min(max(least, 1), hi)
         while probe < hi and not self.fits(self.cost(index, (0, top, probe, height))):
             lo, probe = probe + 1, min(hi, 2 * probe)
         hi = probe
@@ -97,6 +100,22 @@ class Placer:
             else:
                 lo = mid + 1
         return lo
+
+    def _least_bytes(self, index: int) -> int:
+        """A lower bound of the SRAM layer ``index`` needs on any rectangle: its weights and
+        its largest tensor (without padding)."""
+        program = self.program
+        weights, largest = 0, 0
+        for position in program.layer_spans[index]:
+            ins = program.instructions[position]
+            for register in ins.results:
+                shape, dtype = program.registers[register]
+                size = prod(shape) * dtypes.dtype(dtype).itemsize
+                if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
+                    weights += size
+                else:
+                    largest = max(largest, size)
+        return weights + largest
 
     @staticmethod
     def _share(members, narrowest, full, width) -> dict[int, int]:

@@ -235,6 +235,74 @@ class Traffic:
 NO_TRAFFIC = Traffic()
 
 
+class Routes:
+    """Flows added a batch at a time, routed along the source row and then down the
+    destination column, over a fixed box of the mesh.
+
+    Link loads come from difference arrays over the box, so the work is linear in the number
+    of flows plus the box's area, and any number of batches fits in the same memory.
+    """
+
+    DIRECTIONS = ((True, True), (True, False), (False, True), (False, False))
+    """(along a row, forward): east, west, south, north."""
+
+    def __init__(self, row0: int, col0: int, rows: int, cols: int):
+        self.row0, self.col0 = row0, col0
+        self.rows, self.cols = rows + 1, cols + 1  # one more for the end of the last link
+        size = self.rows * self.cols
+        self.diffs = [np.zeros(size) for _ in self.DIRECTIONS]
+        self.injected, self.ejected = np.zeros(size), np.zeros(size)
+        self.hops = 0.0
+        self.max_hops = 0
+
+    def add(self, src_r, src_c, dst_r, dst_c, counts) -> None:
+        """Adds ``counts[k]`` elements from PE ``(src_r[k], src_c[k])`` to PE
+        ``(dst_r[k], dst_c[k])`` (absolute mesh coordinates inside the box)."""
+        moving = (src_r != dst_r) | (src_c != dst_c)
+        if not moving.any():
+            return
+        sr, sc, dr, dc = (
+            np.asarray(a)[moving].astype(np.int64) for a in (src_r, src_c, dst_r, dst_c)
+        )
+        n = np.broadcast_to(np.asarray(counts, dtype=np.float64), moving.shape)[moving]
+        sr, dr, sc, dc = sr - self.row0, dr - self.row0, sc - self.col0, dc - self.col0
+        size = self.rows * self.cols
+
+        def deltas(r: np.ndarray, c: np.ndarray, amounts: np.ndarray) -> np.ndarray:
+            return np.bincount(r * self.cols + c, weights=amounts, minlength=size)
+
+        for diff, (along_row, forward) in zip(self.diffs, self.DIRECTIONS, strict=True):
+            if along_row:
+                pick = dc > sc if forward else dc < sc
+                lo, hi = (sc, dc) if forward else (dc, sc)
+                diff += deltas(sr[pick], lo[pick], n[pick]) - deltas(sr[pick], hi[pick], n[pick])
+            else:
+                pick = dr > sr if forward else dr < sr
+                lo, hi = (sr, dr) if forward else (dr, sr)
+                diff += deltas(lo[pick], dc[pick], n[pick]) - deltas(hi[pick], dc[pick], n[pick])
+        hops = np.abs(dr - sr) + np.abs(dc - sc)
+        self.hops += float((n * hops).sum())
+        self.max_hops = max(self.max_hops, int(hops.max()))
+        self.injected += deltas(sr, sc, n)
+        self.ejected += deltas(dr, dc, n)
+
+    def traffic(self, words: float) -> Traffic:
+        """The traffic of everything added, ``words`` wavelets per element."""
+        if not self.max_hops:
+            return NO_TRAFFIC
+        load = 0.0
+        for diff, (along_row, _) in zip(self.diffs, self.DIRECTIONS, strict=True):
+            per_link = np.cumsum(diff.reshape(self.rows, self.cols), axis=1 if along_row else 0)
+            load = max(load, float(per_link.max(initial=0)))
+        return Traffic(
+            wavelet_hops=self.hops * words,
+            max_link=load * words,
+            max_inject=float(self.injected.max()) * words,
+            max_eject=float(self.ejected.max()) * words,
+            max_hops=self.max_hops,
+        )
+
+
 def route(
     src_r: np.ndarray,
     src_c: np.ndarray,
@@ -243,45 +311,17 @@ def route(
     counts: np.ndarray,
     words: float,
 ) -> Traffic:
-    """Counts a set of flows, ``counts[k]`` elements from PE ``(src_r[k], src_c[k])`` to PE
-    ``(dst_r[k], dst_c[k])``, routed along the source row and then down the destination column.
-
-    Link loads come from difference arrays over the bounding box of the flows, so the work is
-    linear in the number of flows plus the box's area.
-    """
-    moving = (src_r != dst_r) | (src_c != dst_c)
-    if not moving.any():
+    """The traffic of one set of flows, ``counts[k]`` elements from PE ``(src_r[k],
+    src_c[k])`` to PE ``(dst_r[k], dst_c[k])`` (see ``Routes``)."""
+    if not len(src_r):
         return NO_TRAFFIC
-    sr, sc, dr, dc, n = (a[moving].astype(np.int64) for a in (src_r, src_c, dst_r, dst_c, counts))
-    r0, c0 = min(sr.min(), dr.min()), min(sc.min(), dc.min())
-    sr, dr, sc, dc = sr - r0, dr - r0, sc - c0, dc - c0
-    rows, cols = int(max(sr.max(), dr.max())) + 2, int(max(sc.max(), dc.max())) + 2
-    load = 0.0
-    for along_row, forward in ((True, True), (True, False), (False, True), (False, False)):
-        diff = np.zeros((rows, cols), dtype=np.int64)
-        if along_row:
-            pick = dc > sc if forward else dc < sc
-            lo, hi = (sc, dc) if forward else (dc, sc)
-            np.add.at(diff, (sr[pick], lo[pick]), n[pick])
-            np.add.at(diff, (sr[pick], hi[pick]), -n[pick])
-            per_link = np.cumsum(diff, axis=1)
-        else:
-            pick = dr > sr if forward else dr < sr
-            lo, hi = (sr, dr) if forward else (dr, sr)
-            np.add.at(diff, (lo[pick], dc[pick]), n[pick])
-            np.add.at(diff, (hi[pick], dc[pick]), -n[pick])
-            per_link = np.cumsum(diff, axis=0)
-        load = max(load, float(per_link.max(initial=0)))
-    hops = np.abs(dr - sr) + np.abs(dc - sc)
-    inject = np.bincount(sr * cols + sc, weights=n, minlength=1).max()
-    eject = np.bincount(dr * cols + dc, weights=n, minlength=1).max()
-    return Traffic(
-        wavelet_hops=float((n * hops).sum()) * words,
-        max_link=load * words,
-        max_inject=float(inject) * words,
-        max_eject=float(eject) * words,
-        max_hops=int(hops.max()),
-    )
+    r0 = int(min(np.min(src_r), np.min(dst_r)))
+    c0 = int(min(np.min(src_c), np.min(dst_c)))
+    rows = int(max(np.max(src_r), np.max(dst_r))) - r0 + 1
+    cols = int(max(np.max(src_c), np.max(dst_c))) - c0 + 1
+    routes = Routes(r0, c0, rows, cols)
+    routes.add(src_r, src_c, dst_r, dst_c, counts)
+    return routes.traffic(words)
 
 
 def _pe_of_flat(layout: Layout, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,37 +354,59 @@ def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
     )
 
 
+GATHER_CHUNK = 1 << 22
+"""Index entries ``gather_traffic`` handles at once (it bounds the memory it needs)."""
+
+
 def gather_traffic(dst: Layout, sources: Sequence[tuple[Layout, np.ndarray]]) -> Traffic:
     """A general data movement into ``dst``.
 
     For each ``(src, index)``, ``index`` has ``dst.size`` rows (row-major over ``dst``); row
     ``k`` lists the elements of ``src`` that result element ``k`` needs, ``-1`` for none. A
     source element needed several times on one PE travels there once.
+
+    The work goes in chunks of whole grid rows of ``dst``, so that every PE's needs are in
+    one chunk.
     """
-    if dst.size == 0:
+    if dst.size == 0 or not sources:
         return NO_TRAFFIC
-    dst_pe = _grid_index(dst, np.arange(dst.size))
-    flows = []
+    grids = [dst, *(src for src, _ in sources)]
+    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
+    routes = Routes(
+        row0,
+        col0,
+        max(g.row0 + g.h for g in grids) - row0,
+        max(g.col0 + g.w for g in grids) - col0,
+    )
     for src, index in sources:
-        needed = index.reshape(dst.size, -1)
-        keep = needed >= 0
-        pe = np.broadcast_to(dst_pe[:, None], needed.shape)[keep]
-        unique = distinct(needed[keep].astype(np.int64) * dst.pes + pe)
-        src_r, src_c = _pe_of_flat(src, unique // dst.pes)
-        flows.append((src_r.astype(np.int64) << _MESH_BITS | src_c) * dst.pes + unique % dst.pes)
-    if not flows:
-        return NO_TRAFFIC
-    # one integer per (source PE, destination PE): sorting those is far cheaper than rows
-    keys, counts = np.unique(np.concatenate(flows), return_counts=True)
-    pe = keys % dst.pes
-    src_pe = keys // dst.pes
-    return route(
-        src_pe >> _MESH_BITS,
-        src_pe & ((1 << _MESH_BITS) - 1),
-        dst.row0 + pe // dst.w,
-        dst.col0 + pe % dst.w,
+        needed = index.reshape(prod(dst.batch), dst.rows, dst.cols, -1)
+        per_row = needed[:, :1].size
+        step = dst.rt * max(1, GATHER_CHUNK // max(1, per_row * dst.rt))
+        for start in range(0, dst.rows, step):
+            routes.add(*_chunk_flows(dst, src, needed, start, start + step))
+    return routes.traffic(sources[0][0].words_per_element)
+
+
+def _chunk_flows(dst: Layout, src: Layout, needed: np.ndarray, start: int, stop: int):
+    """``(src_r, src_c, dst_r, dst_c, elements)`` per pair of PEs: the distinct source
+    elements that the PEs holding the matrix rows ``start:stop`` of ``dst`` need
+    (``needed`` is ``[batch, R, C, k]``)."""
+    part = needed[:, start:stop]
+    rows = dst.row_pe(np.arange(start, min(stop, dst.rows))) - dst.row0
+    cols = dst.col_pe(np.arange(dst.cols)) - dst.col0
+    pe = (rows[:, None] * dst.w + cols[None, :])[None, :, :, None]
+    keep = part >= 0
+    wanted = distinct(part[keep].astype(np.int64) * dst.pes + np.broadcast_to(pe, part.shape)[keep])
+    src_r, src_c = _pe_of_flat(src, wanted // dst.pes)
+    src_pe = (src_r - src.row0) * src.w + (src_c - src.col0)
+    pairs, counts = np.unique(src_pe * dst.pes + wanted % dst.pes, return_counts=True)
+    src_pe, dst_pe = pairs // dst.pes, pairs % dst.pes
+    return (
+        src.row0 + src_pe // src.w,
+        src.col0 + src_pe % src.w,
+        dst.row0 + dst_pe // dst.w,
+        dst.col0 + dst_pe % dst.w,
         counts,
-        sources[0][0].words_per_element,
     )
 
 
@@ -356,16 +418,6 @@ def distinct(values: np.ndarray) -> np.ndarray:
     first[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
     return ordered[first]
-
-
-_MESH_BITS = 16
-"""Bits for a mesh row or column in a packed PE address."""
-
-
-def _grid_index(layout: Layout, flat: np.ndarray) -> np.ndarray:
-    """The index, row-major within ``layout``'s grid, of the PE holding each flat index."""
-    rows, cols = _pe_of_flat(layout, flat)
-    return (rows - layout.row0) * layout.w + (cols - layout.col0)
 
 
 @lru_cache(maxsize=1024)

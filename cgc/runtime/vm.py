@@ -147,12 +147,15 @@ class Executor:
         wafer: Wafer,
         memoryx: MemoryX | None,
         numerics: bool = True,
+        traffic: bool = True,
     ):
         self.program = program
         self.target = target
         self.wafer = wafer
         self.memoryx = memoryx
         self.numerics = numerics
+        self.traffic = traffic
+        """Whether kernel plans count all data movement (see ``kernels.Kernel.plan``)."""
         self.registers: list[Value | None] = [None] * len(program.registers)
         self.records: list[LayerRecord] = []
         self.outputs: dict[int, np.ndarray | None] = {}
@@ -287,7 +290,9 @@ class Executor:
         values = [self.registers[r] for r in ins.operands]
         operands = [_describe(v) for v in values]
         results = [self._spec(r) for r in ins.results]
-        plan = kernels.plan(ins.name, self.target, self.rect, operands, ins.attrs, results)
+        plan = kernels.plan(
+            ins.name, self.target, self.rect, operands, ins.attrs, results, self.traffic
+        )
         cost = plan.cost
         record = self.record
         record.cycles += cost.cycles
