@@ -9,6 +9,7 @@ from math import ceil, prod
 import numpy as np
 import pytest
 
+import cgc.runtime.layout as layout_module
 from cgc.runtime.layout import (
     NO_TRAFFIC,
     DistTensor,
@@ -373,3 +374,19 @@ def test_traffic_cycles_and_sequencing():
     assert fields(a + b) == (11, 10, 4, 6, 5)
     assert NO_TRAFFIC.cycles == 0
     assert a + NO_TRAFFIC == a
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gather_in_small_chunks_counts_the_same(seed, monkeypatch):
+    """Chunks of whole grid rows see every PE's needs at once: the size of a chunk does not
+    change the traffic, even with several sources sharing PEs."""
+    rng = np.random.default_rng(seed)
+    shape = (2, 9, 7)
+    dst = random_layout(rng, shape)
+    sources = [
+        (random_layout(rng, (5, 6)), rng.integers(-1, 30, (prod(shape), 3))),
+        (random_layout(rng, (4, 4)), rng.integers(-1, 16, (prod(shape), 2))),
+    ]
+    whole = gather_traffic(dst, sources)
+    monkeypatch.setattr(layout_module, "GATHER_CHUNK", 1)
+    assert fields(gather_traffic(dst, sources)) == pytest.approx(fields(whole))
