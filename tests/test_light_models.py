@@ -1,0 +1,72 @@
+"""The model-zoo 'light' models that ship with onnx compile for wse2 in both execution modes
+and match onnxruntime.
+
+They are opset-9 exports (initializers listed as graph inputs too, weights built by
+ConstantOfShape, Dropout, LRN, Sum) of AlexNet, DenseNet-121, Inception v1 and v2, ResNet-50,
+ShuffleNet, SqueezeNet, VGG-19 and ZFNet-512 at 224 x 224. Their weights are constants, so
+every class ends with the same probability; the last feature map before the classifier,
+which still depends on the image, is compared too.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import cgc
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+MODELS = sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("light_*.onnx"))
+FEATURE_OPS = {"Conv", "Relu", "Concat", "MaxPool", "AveragePool", "BatchNormalization", "Sum"}
+
+
+def test_all_nine_models_are_there():
+    assert MODELS == [
+        "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+        "squeezenet", "vgg19", "zfnet512",
+    ]  # fmt: skip
+
+
+@cache
+def model_and_inputs(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model with its last feature map as an extra output, and a random image."""
+    model = onnx.load(str(LIGHT / f"light_{name}.onnx"))
+    assert model.opset_import[0].version == 9
+    outputs = {o.name for o in model.graph.output}
+    features = [
+        n.output[0]
+        for n in model.graph.node
+        if n.op_type in FEATURE_OPS and n.output[0] not in outputs
+    ][-1]
+    model.graph.output.append(helper.make_tensor_value_info(features, TensorProto.FLOAT, None))
+    initializers = {t.name for t in model.graph.initializer}
+    (image,) = [i for i in model.graph.input if i.name not in initializers]
+    shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(7)
+    return model, {image.name: rng.standard_normal(shape).astype(np.float32)}
+
+
+@cache
+def expected(name: str) -> list[np.ndarray]:
+    model, inputs = model_and_inputs(name)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
+
+
+@pytest.mark.parametrize("mode", ["weight_streaming", "pipelined"])
+@pytest.mark.parametrize("name", MODELS)
+def test_light_model_matches_onnxruntime(name, mode):
+    model, inputs = model_and_inputs(name)
+    artifact = cgc.compile(model, mode=mode, target="wse2")
+    assert artifact.manifest["mode"] == mode
+    outputs = cgc.run(artifact, inputs)
+    assert list(outputs) == [o.name for o in model.graph.output]
+    for got, want in zip(outputs.values(), expected(name), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
