@@ -46,6 +46,7 @@ test: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_run.py
+	$(BIN)/python benchmarks/bench_compile.py
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check cgc tests examples benchmarks

@@ -37,12 +37,15 @@ def compile(
     shapes: Mapping[str, Sequence[int]] | None = None,
     num_csx: int = 1,
     dump_ir: str | os.PathLike | None = None,
+    values: Mapping[str, np.ndarray] | None = None,
 ) -> Artifact:
     """Compiles an ONNX model (a path or a ModelProto) for ``target``.
 
     ``mode`` is ``pipelined``, ``weight_streaming`` or ``auto``; ``batch_size`` binds the
     symbolic batch dimension of the inputs (the global batch, split over ``num_csx``);
-    ``shapes`` gives whole input shapes by name; ``dump_ir`` writes the IR after every pass.
+    ``shapes`` gives whole input shapes by name; ``dump_ir`` writes the IR after every pass;
+    ``values`` fixes graph inputs that decide shapes to arrays known now (they are no longer
+    inputs of the artifact).
     """
     from cgc.compiler.driver import compile_model
 
@@ -54,6 +57,7 @@ def compile(
         shapes=shapes,
         num_csx=num_csx,
         dump_ir=dump_ir,
+        values=values,
     )
 
 

@@ -1143,3 +1143,22 @@ def test_node_errors(nodes, inputs, inits, opset, message):
         shape = [d.dim_value for d in t.shape.dim]
         feeds.append(np.zeros(shape, helper.tensor_dtype_to_np_dtype(t.elem_type)))
     fails(model, feeds, message)
+
+
+def test_compile_fixes_inputs_given_values():
+    """``cgc.compile(values=...)`` makes a shape input a constant and drops it from the inputs."""
+    import cgc
+
+    model = make(
+        [node("Reshape", ["x", "s"])], [vi("x", F, [2, 6]), vi("s", I64, [2])], ["y"], infer=False
+    )
+    artifact = cgc.compile(
+        model, mode="weight_streaming", target="mesh8x8", values={"s": np.array([4, 3])}
+    )
+    assert [spec["name"] for spec in artifact.manifest["inputs"]] == ["x"]
+    x = rand(2, 6)
+    np.testing.assert_array_equal(cgc.run(artifact, {"x": x})["y"], x.reshape(4, 3))
+    with pytest.raises(CgcError, match=r"a value is given for 'z', which is not a graph input"):
+        cgc.compile(model, target="mesh8x8", values={"z": np.array([1])})
+    with pytest.raises(CgcError, match=r"the value of input 's' is int32, not int64"):
+        cgc.compile(model, target="mesh8x8", values={"s": np.array([4, 3], np.int32)})

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from io import StringIO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.dialects.func import Func
-from xdsl.ir import Operation
+from xdsl.ir import Attribute, Operation, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
@@ -27,10 +28,29 @@ def context() -> Context:
     return ctx
 
 
+@dataclass(eq=False, repr=False)
+class _TypeCachingPrinter(Printer):
+    """Prints each type once and reuses its text: a large module repeats a few types many
+    thousand times, and types print the same wherever they stand."""
+
+    _types: dict[Attribute, str] = field(default_factory=dict, init=False)
+
+    def print_attribute(self, attribute: Attribute) -> None:
+        if not isinstance(attribute, TypeAttribute):
+            super().print_attribute(attribute)
+            return
+        text = self._types.get(attribute)
+        if text is None:
+            stream = StringIO()
+            Printer(stream=stream).print_attribute(attribute)
+            text = self._types[attribute] = stream.getvalue()
+        self.print_string(text)
+
+
 def print_module(module: ModuleOp) -> str:
     """MLIR text with the source locations (unknown ones left out)."""
     stream = StringIO()
-    Printer(stream=stream, print_debuginfo=True).print_op(module)
+    _TypeCachingPrinter(stream=stream, print_debuginfo=True).print_op(module)
     return stream.getvalue().replace(" loc(unknown)", "") + "\n"
 
 
