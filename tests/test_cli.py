@@ -255,6 +255,36 @@ def test_compile_errors(workdir, tmp_path) -> None:
     assert not list(tmp_path.glob(".never.cgc*"))
 
 
+def test_compile_errors_of_broken_models(workdir, tmp_path) -> None:
+    out = tmp_path / "never.cgc"
+    truncated = tmp_path / "truncated.onnx"
+    data = (workdir / "mlp.onnx").read_bytes()
+    truncated.write_bytes(data[: len(data) // 3])
+    one_line_error(
+        invoke("compile", truncated, "-o", out, "--batch-size", 2),
+        "truncated.onnx: not a valid ONNX model",
+    )
+    external = tmp_path / "external.onnx"
+    onnx.save(zoo.mlp(), external, save_as_external_data=True, location="w.bin", size_threshold=0)
+    (tmp_path / "w.bin").unlink()
+    one_line_error(
+        invoke("compile", external, "-o", out, "--batch-size", 2),
+        "external.onnx: external data file 'w.bin' is missing",
+    )
+    attribute = tmp_path / "attribute.onnx"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    pool = helper.make_node("MaxPool", ["x"], ["y"], name="p1", kernel_shape=[2, 2],
+                            auto_pad="SAME")  # fmt: skip
+    graph = helper.make_graph([pool], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), attribute)
+    one_line_error(
+        invoke("compile", attribute, "-o", out),
+        "attribute.onnx: node 'p1' (MaxPool): attribute auto_pad=SAME is not supported",
+    )
+    assert not out.exists()
+
+
 def test_run_errors(artifact, workdir, tmp_path) -> None:
     inputs = workdir / "mlp.inputs.npz"
     one_line_error(invoke("run", tmp_path / "nope.cgc", "--inputs", inputs), "no such file")
