@@ -584,6 +584,26 @@ def test_causal_conv_with_state(dtype, with_state, activation):
 # ---------------------------------------------------------------------------------------------
 
 
+def test_conv_result_broadcast_to_more_axes():
+    """A convolution's result broadcast up a rank keeps its (N, C, H, W) meaning."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["c", "k"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_mul",
+        [helper.make_tensor_value_info("x", F, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", F, [2, 1, 8, 4, 4])],
+        [
+            numpy_helper.from_array(rand(8, 3, 3, 3, seed=1), "w"),
+            numpy_helper.from_array(rand(2, 1, 8, 4, 4, seed=2), "k"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    check(model, {"x": rand(1, 3, 4, 4)})
+
+
 def test_errors_name_the_node_and_the_attribute():
     x = {"x": rand(1, 1, 4, 4)}
     bad_order = build("MaxPool", x, dict(kernel_shape=[2, 2], storage_order=2), outputs=("y", "i"))

@@ -122,7 +122,10 @@ class ChannelsLast:
             return False
         if isinstance(op, ELEMENTWISE):
             rank = len(wse.tensor_shape(op.results[0]))
-            return all(v in channels_last or self._cheap(v, rank) for v in op.operands)
+            return all(
+                len(wse.tensor_shape(v)) == rank if v in channels_last else self._cheap(v, rank)
+                for v in op.operands
+            )
         if isinstance(op, wse.ReduceOp):
             return bool(op.keepdims.value.data)
         if isinstance(op, wse.ConcatOp):

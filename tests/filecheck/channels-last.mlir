@@ -49,3 +49,17 @@ func.func @kept(%y: tensor<1x2x2x3xf32>, %a: tensor<1x3x2x2xf32>) -> tensor<1x3x
 // CHECK-NEXT:    %t = wse.transpose %y {perm = array<i64: 0, 3, 1, 2>}
 // CHECK-NEXT:    %s = wse.add %t, %a
 // CHECK-NEXT:    func.return %s
+
+func.func @broadcast_up(%y: tensor<1x4x4x8xf32>) -> tensor<2x1x8x4x4xf32> {
+  %w = wse.weight "w" : tensor<2x1x8x4x4xf32> loc("w")
+  %t = wse.transpose %y {perm = array<i64: 0, 3, 1, 2>} : tensor<1x4x4x8xf32> -> tensor<1x8x4x4xf32> loc("conv")
+  %m = wse.mul %t, %w : (tensor<1x8x4x4xf32>, tensor<2x1x8x4x4xf32>) -> tensor<2x1x8x4x4xf32> loc("mul")
+  func.return %m : tensor<2x1x8x4x4xf32>
+}
+
+// An elementwise op whose result has more axes than the channels-last value broadcasts it
+// under a different layout: nothing changes.
+// CHECK-LABEL: func.func @broadcast_up
+// CHECK:         %t = wse.transpose %y {perm = array<i64: 0, 3, 1, 2>}
+// CHECK-NEXT:    %m = wse.mul %t, %w
+// CHECK-NEXT:    func.return %m
