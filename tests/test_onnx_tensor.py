@@ -473,10 +473,33 @@ def test_concat_leaves_out_empty_pieces():
         [node("Slice", ["b", "s", "e"], ["empty"]), node("Concat", ["a", "empty"], axis=1)],
         [vi("a", F, [2, 3]), vi("b", F, [2, 4])],
         ["y"],
-        [ints("s", [4]), ints("e", [4])],
+        [ints("s", [4]), ints("e", [4]), ints("axes", [1])],
     )
+    model.graph.node[0].input.append("axes")
     a = rand(2, 3)
     check(model, [a, rand(2, 4)], [a])
+
+
+@pytest.mark.parametrize(("axis", "want"), [(1, (0, 7)), (0, (0, 3))])
+def test_concat_of_empty_pieces(axis, want):
+    """Pieces empty along another axis still join along this one; all empty gives zeros of
+    the joined shape."""
+    b = [0, 4] if axis == 1 else [0, 3]
+    model = make(
+        [node("Concat", ["a", "b"], axis=axis)], [vi("a", F, [0, 3]), vi("b", F, b)], ["y"]
+    )
+    (got,) = check(model, [rand(0, 3), rand(*b)])
+    assert got.shape == want
+
+
+def test_concat_of_pieces_that_do_not_join():
+    model = make(
+        [node("Concat", ["a", "b"], axis=1)],
+        [vi("a", F, [2, 3]), vi("b", F, [3, 4])],
+        ["y"],
+        infer=False,
+    )
+    fails(model, [rand(2, 3), rand(3, 4)], r"node 'concat_y' \(Concat\): cannot concatenate")
 
 
 @pytest.mark.parametrize(

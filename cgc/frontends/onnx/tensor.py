@@ -386,12 +386,20 @@ def _concat(im: Importer, node: Node) -> list:
     axis = node.attr("axis", 1 if im.opset < 4 else None)
     if axis is None:
         raise NodeError("attribute axis is required")
-    axis = axis_of(int(axis), len(shape_of(values[0])))
-    # Empty pieces add nothing; leaving them out keeps zero-size tensors out of the program.
-    values = [v for v in values if prod(shape_of(v))] or values[:1]
-    if len(values) == 1:
-        return [values[0]]
-    return [im.emit(wse.ConcatOp(values, axis))]
+    shapes_in = [shape_of(v) for v in values]
+    axis = axis_of(int(axis), len(shapes_in[0]))
+    try:
+        joined = shapes.concat(shapes_in, axis)
+    except ValueError as error:
+        raise NodeError(str(error)) from None
+    # Pieces empty along the axis add nothing; leaving them out keeps zero-size tensors out of
+    # the program.
+    pieces = [v for v in values if shape_of(v)[axis]]
+    if not pieces:
+        return [im.const(np.zeros(joined, dtype=dtype_of(values[0])))]
+    if len(pieces) == 1:
+        return [pieces[0]]
+    return [im.emit(wse.ConcatOp(pieces, axis))]
 
 
 def split_sizes(im: Importer, node: Node, size: int, count: int) -> list[int]:
