@@ -19,12 +19,14 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     NameLoc,
     StringAttr,
+    TensorType,
     f32,
     f64,
     i1,
     i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
 from cgc.compiler.bytecode import lower
@@ -1094,3 +1096,30 @@ def test_boolean_inputs_survive_the_pipeline():
     before = run(module, inputs)
     apply(module, DecomposePass(), FoldConstantsPass(), FormLayersPass(), PlaceLayersPass())
     assert_same(run(module, inputs), before, rtol=0, atol=0)
+
+
+def test_invalid_ir_from_a_pass_names_the_pipeline_or_the_pass(monkeypatch):
+    """Without dumps the IR is verified once, at the end, so the error names every pass and
+    how to find the one that broke it; with dumps it names that pass."""
+
+    def break_a_type(self, ctx, module):
+        relu = next(op for op in module.walk() if isinstance(op, wse.ReluOp))
+        wrong = wse.ReluOp.create(operands=relu.operands, result_types=[TensorType(f32, [99])])
+        Rewriter.replace_op(relu, wrong)
+
+    monkeypatch.setattr(ChannelsLastPass, "apply", break_a_type)
+    model = zoo.mlp(in_features=8, hidden=(8,), classes=4)
+    with pytest.raises(CgcError) as info:
+        compile_model(model, mode="weight_streaming", target="mesh4x4", batch_size=2)
+    message = str(info.value)
+    assert "after the passes decompose, fold-constants, channels-last, fold-constants" in message
+    assert "(--print-ir-after-all verifies after each pass)" in message
+    with pytest.raises(CgcError) as info:
+        compile_model(
+            model,
+            mode="weight_streaming",
+            target="mesh4x4",
+            batch_size=2,
+            print_ir_after_all=lambda text: None,
+        )
+    assert "after channels-last: invalid IR: " in str(info.value)

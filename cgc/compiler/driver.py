@@ -143,8 +143,16 @@ class Compilation:
             self.dumps(p.name, self.module)
 
     def verify(self) -> None:
-        """Checks the IR the pipeline produced."""
-        verify(self.module, f"{self.imported.source} after {self.applied[-1].split('{')[0]}")
+        """Checks the IR the pipeline produced. Only dumping verifies after every pass, so a
+        failure here names the whole pipeline and how to find the pass that broke it."""
+        if self.verify_each:
+            return
+        passes = ", ".join(spec.split("{")[0] for spec in self.applied)
+        verify(
+            self.module,
+            f"{self.imported.source} after the passes {passes}"
+            " (--print-ir-after-all verifies after each pass)",
+        )
 
     def try_place(self) -> str | None:
         """Places the layers if the model fits; returns why not otherwise."""
