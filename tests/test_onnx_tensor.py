@@ -1185,3 +1185,15 @@ def test_compile_fixes_inputs_given_values():
         cgc.compile(model, target="mesh8x8", values={"z": np.array([1])})
     with pytest.raises(CgcError, match=r"the value of input 's' is int32, not int64"):
         cgc.compile(model, target="mesh8x8", values={"s": np.array([4, 3], np.int32)})
+    with pytest.raises(
+        CgcError,
+        match=r"the value of input 's' has shape \[3\], but the input is declared as \[2\]",
+    ):
+        cgc.compile(model, target="mesh8x8", values={"s": np.array([4, 3, 1])})
+    symbolic = make(
+        [node("Reshape", ["x", "s"])], [vi("x", F, [2, 6]), vi("s", I64, ["n"])], ["y"], infer=False
+    )
+    fixed = cgc.compile(symbolic, target="mesh8x8", values={"s": np.array([3, 4])})
+    np.testing.assert_array_equal(cgc.run(fixed, {"x": x})["y"], x.reshape(3, 4))
+    with pytest.raises(CgcError, match=r"has shape \[2, 1\], but the input is declared as \[\?\]"):
+        cgc.compile(symbolic, target="mesh8x8", values={"s": np.array([[4], [3]])})

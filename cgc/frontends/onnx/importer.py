@@ -412,7 +412,24 @@ class Importer:
             want = self._dtype(elem_type, f"input '{name}'") if elem_type else array.dtype.name
             if array.dtype.name != want:
                 raise self.error(f"the value of input '{name}' is {array.dtype.name}, not {want}")
+            self._check_value_shape(declared[name], array.shape)
             self.env[name] = Lazy(array, name, False)
+
+    def _check_value_shape(self, vi: onnx.ValueInfoProto, shape: tuple[int, ...]) -> None:
+        """A fixed value has the declared rank and every declared (non-symbolic) dimension."""
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            return
+        dims = list(tt.shape.dim)
+        declared = ["?" if _symbolic(d) else d.dim_value for d in dims]
+        fits = len(dims) == len(shape) and all(
+            d in ("?", size) for d, size in zip(declared, shape, strict=True)
+        )
+        if not fits:
+            raise self.error(
+                f"the value of input '{vi.name}' has shape {list(shape)}, but the input is "
+                f"declared as [{', '.join(map(str, declared))}]"
+            )
 
     def _input_specs(self, initializer_names: list[str]) -> list[TensorSpec]:
         skip = set(initializer_names) | set(self.values)
