@@ -12,7 +12,6 @@ weight streaming on a small mesh by default, which keeps compiling cheap; ``mode
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,29 +20,15 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
-from cgc.errors import CgcError
+from cgc.errors import NeedsInputValuesError
 from cgc.runtime.artifact import Artifact
 from cgc.runtime.vm import Cluster
 
 DEFAULT_MODE = "weight_streaming"
 DEFAULT_TARGET = "mesh8x8"
-
-
-NAMED_INPUT = re.compile(r"\(graph input '([^']*)'\) must be a constant")
-
-
-def _inputs_to_fix(error: str, inputs: Mapping[str, np.ndarray], fixed: list[str]) -> list[str]:
-    """The graph inputs to fix to their values after a compile failed with ``error``: the
-    one it names, or, when a value computed from inputs had to be known, every input that
-    could decide shapes (integers, booleans, single numbers); none if that is no help."""
-    if "must be a constant" not in error:
-        return []
-    named = NAMED_INPUT.search(error)
-    if named and named.group(1) in inputs and named.group(1) not in fixed:
-        return [named.group(1)]
-    return [
-        n for n, a in inputs.items() if n not in fixed and (a.dtype.kind in "iub" or a.size == 1)
-    ]
+MAX_ARTIFACTS = 16
+"""Artifacts a representation keeps (the oldest goes first): one per input signature and
+fixed input values, which a caller feeding ever new shape values would otherwise grow."""
 
 
 class CgcRep(BackendRep):
@@ -76,12 +61,14 @@ class CgcRep(BackendRep):
                 return self.artifacts[value_key]
             try:
                 artifact = self._compile(inputs, bound)
-            except CgcError as e:
-                more = _inputs_to_fix(str(e), inputs, fixed)
+            except NeedsInputValuesError as e:
+                more = [name for name in e.inputs if name in inputs and name not in fixed]
                 if not more:
                     raise
                 fixed = self.specialized[key] = fixed + more
                 continue
+            if len(self.artifacts) >= MAX_ARTIFACTS:
+                del self.artifacts[next(iter(self.artifacts))]
             self.artifacts[value_key] = artifact
             return artifact
 

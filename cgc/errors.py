@@ -12,3 +12,13 @@ class CgcError(Exception):
 
 class DoesNotFitError(CgcError):
     """A model whose weights and buffers do not fit in the wafer's SRAM in pipelined mode."""
+
+
+class NeedsInputValuesError(CgcError):
+    """A shape (or another compile-time quantity) depends on the values of graph inputs fed
+    at run time. ``inputs`` names them, in graph order, so that a caller who has their values
+    (the ONNX backend) can compile again with them fixed."""
+
+    def __init__(self, message: str, inputs: tuple[str, ...]):
+        super().__init__(message)
+        self.inputs = inputs

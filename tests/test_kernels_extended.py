@@ -1229,7 +1229,7 @@ def test_memory_only_plans_keep_the_layouts_and_drop_the_gathers(name, shape, at
     operand = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", OTHER))
     results = [(out_shape, "float32")]
     exact = kernels.plan(name, T, RECT, [operand], attrs, results)
-    memory = kernels.plan(name, T, RECT, [operand], attrs, results, traffic=False)
+    memory = kernels.plan(name, T, RECT, [operand], attrs, results, count_gathers=False)
     assert (memory.inputs, memory.outputs) == (exact.inputs, exact.outputs)
     assert memory.cost.scratch_bytes == exact.cost.scratch_bytes
     assert exact.cost.traffic.wavelet_hops > memory.cost.traffic.wavelet_hops

@@ -649,4 +649,6 @@ def test_shape_inputs_must_be_constants():
 def test_roi_align_adaptive_sampling_needs_constant_rois():
     feeds = {"x": rand(1, 1, 4, 4), "rois": rand(2, 4), "batch": np.zeros(2, np.int64)}
     model = build("RoiAlign", feeds, {}, opset=16)
-    assert "sampling_ratio=0 needs the rois at compile time" in import_error(model)
+    assert "input 'rois' (graph input 'rois') must be a constant for sampling_ratio=0" in (
+        import_error(model)
+    )

@@ -2,7 +2,9 @@
 
 Every in-scope case runs; the cases in ``onnx_node_expected_failures.txt`` are strict xfails,
 so the list must name exactly the cases that fail: a listed case that starts passing fails the
-suite as surely as an unlisted case that fails.
+suite as surely as an unlisted case that fails. Likewise ``onnx_node_fixed_inputs.txt`` names
+exactly the passing cases that the backend compiles with some inputs fixed to their values,
+and which inputs.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ import pytest
 
 from cgc.conformance import (
     EXPECTED_FAILURES,
+    FIXED_INPUTS,
     load_cases,
     out_of_scope,
-    read_expected_failures,
+    read_case_list,
     run_case,
     supported_ops_markdown,
 )
 
 CASES = load_cases()
-FAILURES = read_expected_failures(EXPECTED_FAILURES)
+FAILURES = read_case_list(EXPECTED_FAILURES)
+FIXED = read_case_list(FIXED_INPUTS)
 IN_SCOPE = [case for case in CASES if out_of_scope(case) is None]
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "supported_ops.md"
 
@@ -33,7 +37,7 @@ def test_node_case(case) -> None:
     reason = FAILURES.get(case.name)
     failed = False
     try:
-        run_case(case)
+        fixed = ", ".join(run_case(case))
     except Exception:
         if reason is None:
             raise
@@ -42,12 +46,15 @@ def test_node_case(case) -> None:
         pytest.xfail(reason)
     if reason is not None:
         pytest.fail(f"{case.name} passes now: remove it from {EXPECTED_FAILURES.name}")
+    assert fixed == FIXED.get(case.name, ""), f"inputs fixed at compile time ({FIXED_INPUTS.name})"
 
 
-def test_expected_failures_name_in_scope_cases() -> None:
+def test_case_lists_name_in_scope_cases() -> None:
     names = {case.name for case in IN_SCOPE}
     assert sorted(set(FAILURES) - names) == []
+    assert sorted(set(FIXED) - names) == []
+    assert sorted(set(FIXED) & set(FAILURES)) == []
 
 
 def test_supported_ops_table_is_current() -> None:
-    assert DOCS.read_text() == supported_ops_markdown(CASES, FAILURES)
+    assert DOCS.read_text() == supported_ops_markdown(CASES, FAILURES, FIXED)

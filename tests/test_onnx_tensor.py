@@ -1038,8 +1038,8 @@ def test_compress_of_a_known_condition_without_axis_flattens():
          "must be a constant: the output shape of Compress depends on it"),
         ("Unique", ["x"], [F], "input 'X' (graph input 'x') must be a constant: the output "
          "shape of Unique depends on it"),
-        ("NonMaxSuppression", ["x", "s"], [F, F], "the output shape of NonMaxSuppression "
-         "depends on the input data"),
+        ("NonMaxSuppression", ["x", "s"], [F, F], "input 'boxes' (graph input 'x') must be a "
+         "constant: the output shape of NonMaxSuppression depends on it"),
     ],
 )  # fmt: skip
 def test_data_dependent_shapes_are_errors(op, inputs, dtypes, message):
@@ -1197,3 +1197,32 @@ def test_compile_fixes_inputs_given_values():
     np.testing.assert_array_equal(cgc.run(fixed, {"x": x})["y"], x.reshape(3, 4))
     with pytest.raises(CgcError, match=r"has shape \[2, 1\], but the input is declared as \[\?\]"):
         cgc.compile(symbolic, target="mesh8x8", values={"s": np.array([[4], [3]])})
+
+
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize("score_threshold", [None, 0.3])
+def test_non_max_suppression_of_known_boxes(center, score_threshold):
+    """Boxes and scores fed at run time: the backend compiles again with them fixed, and the
+    selection equals onnxruntime's (ties in score included)."""
+    rng = np.random.default_rng(center)
+    corners = rng.uniform(0, 10, (2, 12, 4)).astype(np.float32)
+    if center:
+        corners[..., :2] /= 3  # centers close together, so that boxes overlap
+        corners[..., 2:] = corners[..., 2:] / 2 + 0.5
+    scores = rng.uniform(0, 1, (2, 3, 12)).astype(np.float32)
+    scores[:, :, 5] = scores[:, :, 2]
+    inits = [ints("limit", [8]), tensor("iou", np.array([0.2], np.float32))]
+    names = ["boxes", "scores", "limit", "iou"]
+    if score_threshold is not None:
+        inits.append(tensor("floor", np.array([score_threshold], np.float32)))
+        names.append("floor")
+    model = make(
+        [node("NonMaxSuppression", names, center_point_box=center)],
+        [vi("boxes", F, [2, 12, 4]), vi("scores", F, [2, 3, 12])],
+        [vi("y", I64, None)],
+        inits,
+        opset=11,
+        infer=False,
+    )
+    (got,) = check(model, [corners, scores])
+    assert 0 < len(got) < 2 * 3 * 8, "some boxes are kept, some suppressed"

@@ -79,6 +79,7 @@ class ChannelsLast:
         self.replaced: set[Operation] = set()
 
     def run(self) -> None:
+        """Chooses the ops, builds their twins in program order, then rewires the uses."""
         chosen = self.choose()
         for op in list(self.block.ops):
             if isinstance(op, wse.TransposeOp) and self._moves_channels_to_front(op):
@@ -149,6 +150,8 @@ class ChannelsLast:
     # -- the twins --------------------------------------------------------------------------
 
     def rewrite(self, op: Operation) -> None:
+        """Builds the channels-last twin of the chosen op ``op`` after it (an im2col is
+        replaced by one that reads the twin of its input)."""
         if isinstance(op, ELEMENTWISE):
             self._elementwise(op)
         elif isinstance(op, wse.ReduceOp):

@@ -168,10 +168,10 @@ class Kernel(abc.ABC):
         operands: Sequence[Operand],
         attrs: dict,
         results: Sequence[tuple[tuple[int, ...], str]],
-        traffic: bool = True,
+        count_gathers: bool = True,
     ) -> Plan:
         """Decides layouts and counts the cost (shapes and layouts only). Without
-        ``traffic`` the plan leaves out the data movement that is costly to work out
+        ``count_gathers`` the plan leaves out the data movement that is costly to work out
         (general gathers): enough to know the memory a layout needs."""
 
     @abc.abstractmethod
@@ -202,7 +202,7 @@ def _batch_aligned(tiles: np.ndarray, rank: int) -> np.ndarray:
 class Elementwise(Kernel):
     """Unary, binary and ternary elementwise ops, with numpy broadcasting."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         ((shape, dtype),) = results
         out = Layout.on(shape, dtype, rect)
         inputs, traffic, scratch = [], NO_TRAFFIC, 0
@@ -257,7 +257,7 @@ class Elementwise(Kernel):
 class Reduce(Kernel):
     """Sum, mean, max and min over any axes."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         (operand,), ((shape, dtype),) = operands, results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, rect)
         axes, rank = set(attrs["axes"]), len(operand.shape)
@@ -326,7 +326,7 @@ def _reshape_traffic(src: Layout, dst: Layout) -> Traffic:
 class Matmul(Kernel):
     """SUMMA, or the weight-streaming kernel when B arrives from MemoryX."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         a, b = operands
         ((shape, dtype),) = results
         out = Layout.on(shape, dtype, rect)
@@ -469,7 +469,7 @@ def _unstack(matrix: np.ndarray, out: Layout) -> np.ndarray:
 class Movement(Kernel):
     """Reshape, transpose, broadcast, concat, slice, pad, im2col and one-hot."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         ((shape, dtype),) = results
         out = Layout.on(shape, dtype, rect)
         sources = []
@@ -479,7 +479,7 @@ class Movement(Kernel):
             at = at or Layout.on(operand.shape, operand.dtype, rect)
             arrive = arrive + arrival(operand, at)
             sources.append(at)
-        moved = self._traffic(tuple(sources), out, attrs) if traffic else NO_TRAFFIC
+        moved = self._traffic(tuple(sources), out, attrs) if count_gathers else NO_TRAFFIC
         total = arrive + moved
         compute = vector_cycles(out.tile_elements, 1.0, dtype, target)
         cost = Cost(cycles=_cycles(total, compute), traffic=total, scratch_bytes=out.tile_bytes)
@@ -514,11 +514,11 @@ class Pool(Kernel):
     """Max and average pooling: every PE receives its outputs' window taps one kernel
     position at a time and folds each into its running results."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         (operand,), ((shape, dtype),) = operands, results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, rect)
         out = Layout.on(shape, dtype, rect)
-        if traffic:
+        if count_gathers:
             taps = reference.pool_windows(np.arange(src.size).reshape(src.shape), attrs, -1)
             windows = gather_traffic(out, [(src, taps)])
         else:
@@ -557,7 +557,7 @@ class Indexed(Kernel):
     reads, or what a scatter writes, crosses the mesh once.
     """
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         outs = tuple(Layout.on(shape, dtype, rect) for shape, dtype in results)
         sources = tuple(op.layout or Layout.on(op.shape, op.dtype, rect) for op in operands)
         arrive = sum((arrival(op, at) for op, at in zip(operands, sources, strict=True)),
@@ -590,7 +590,7 @@ class Scan(Kernel):
     """Running sums: every PE scans its tile, then the carries run along the mesh rows or
     columns the scanned axis is split over, and every PE adds its carry."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         ((operand,), ((shape, dtype),)) = operands, results
         out = Layout.on(shape, dtype, rect)
         rank, axis = len(shape), attrs["axis"]
@@ -616,7 +616,7 @@ class Sort(Kernel):
     """Top-k: the sorted axis is gathered whole onto each PE of the other axis, sorted there,
     and the k results spread back to their default layout."""
 
-    def plan(self, target, rect, operands, attrs, results, traffic=True):
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
         (operand,) = operands
         src = operand.layout or Layout.on(operand.shape, operand.dtype, rect)
         rank, axis = len(src.shape), attrs["axis"]
@@ -665,8 +665,8 @@ KERNELS: dict[str, Kernel] = {
 
 
 @lru_cache(maxsize=4096)
-def _cached_plan(name, target, rect, operands, frozen_attrs, results, traffic) -> Plan:
-    return KERNELS[name].plan(target, rect, operands, _thaw(frozen_attrs), results, traffic)
+def _cached_plan(name, target, rect, operands, frozen_attrs, results, count_gathers) -> Plan:
+    return KERNELS[name].plan(target, rect, operands, _thaw(frozen_attrs), results, count_gathers)
 
 
 def plan(
@@ -676,7 +676,7 @@ def plan(
     operands: Sequence[Operand],
     attrs: dict,
     results: Sequence[tuple[Sequence[int], str]],
-    traffic: bool = True,
+    count_gathers: bool = True,
 ) -> Plan:
     """The (cached) plan of primitive ``name`` (see ``Kernel.plan``)."""
     return _cached_plan(
@@ -686,5 +686,5 @@ def plan(
         tuple(operands),
         _freeze(attrs),
         tuple((tuple(s), d) for s, d in results),
-        traffic,
+        count_gathers,
     )

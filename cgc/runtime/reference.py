@@ -287,13 +287,27 @@ def pool_windows(x: np.ndarray, attrs: dict, fill: float) -> np.ndarray:
     return np.moveaxis(taps, 1, 1 + len(attrs["kernel"])) if last else taps
 
 
-def lowest(dt: np.dtype) -> float | int:
-    """The value no element of type ``dt`` is below: what max-pooling pads with."""
+def lowest(dt: np.dtype) -> float | int | bool:
+    """The value no element of type ``dt`` is below: what max-pooling pads with and what a
+    max over nothing gives (minus infinity where the type has it)."""
+    if dt == np.bool_:
+        return False
     if dtypes.is_integer(dt):
         return int(np.iinfo(dt).min)
     if np.isinf(np.array(-np.inf, dtype=dt)):
         return -np.inf
     return dtypes.finite_range(dt)[0]
+
+
+def highest(dt: np.dtype) -> float | int | bool:
+    """The value no element of type ``dt`` is above: what a min over nothing gives."""
+    if dt == np.bool_:
+        return True
+    if dtypes.is_integer(dt):
+        return int(np.iinfo(dt).max)
+    if np.isinf(np.array(np.inf, dtype=dt)):
+        return np.inf
+    return dtypes.finite_range(dt)[1]
 
 
 def pool(

@@ -1121,11 +1121,7 @@ def roi_grid_counts(
     extent rounded up (which needs the rois at compile time)."""
     if ratio > 0:
         return np.array([ratio])
-    if rois is None:
-        raise NodeError(
-            "attribute sampling_ratio=0 needs the rois at compile time (the number of samples "
-            "per bin depends on each box)"
-        )
+    assert rois is not None, "sampling_ratio=0 needs the rois at compile time"
     boxes = rois.astype(work) * work.type(scale) - work.type(offset)
     start, end = boxes[:, geometry.columns[0]], boxes[:, geometry.columns[1]]
     extent = end - start if offset else np.maximum(end - start, work.type(1))
@@ -1243,6 +1239,9 @@ def _roi_align(im: Importer, node: Node) -> list:
     offset = 0.5 if half_pixel else 0.0
     boxes = affine(im, cast(im, rois, work), scale, -offset)
     known = im.known_value(node, 1)
+    if known is None and ratio == 0:
+        why = " for sampling_ratio=0 (the number of samples per bin depends on each box)"
+        raise im.not_constant(node, 1, why)
     rows = RoiGeometry(height, out_h, (1, 3))
     cols = RoiGeometry(width, out_w, (0, 2))
     row_counts = roi_grid_counts(known, rows, ratio, scale, offset, work)

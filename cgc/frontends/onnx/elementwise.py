@@ -27,7 +27,6 @@ from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import affine, cast, clamp, dtype_of, less, reshape
 from cgc.frontends.onnx.importer import (
-    ONNX_DTYPES,
     Entry,
     Importer,
     Lazy,
@@ -35,6 +34,7 @@ from cgc.frontends.onnx.importer import (
     NodeError,
     OpImporter,
     bad_attr,
+    dtype_attribute,
     register,
     shape_of,
 )
@@ -365,10 +365,7 @@ def target_dtype(node: Node) -> np.dtype:
             raise bad_attr("to", to, " (not an ONNX data type)") from None
     if to == TensorProto.STRING:
         raise bad_attr("to", "STRING", " (cgc has no string tensors)")
-    if to not in ONNX_DTYPES:
-        name = TensorProto.DataType.Name(to) if to in TensorProto.DataType.values() else to
-        raise bad_attr("to", name, " (cgc has no tensors of this type)")
-    return dtypes.dtype(ONNX_DTYPES[to])
+    return dtype_attribute("to", to)
 
 
 ROUND_MODES = ("up", "down", "nearest")

@@ -45,7 +45,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.errors import CgcError
+from cgc.errors import CgcError, NeedsInputValuesError
 from cgc.runtime import reference
 from cgc.runtime.bytecode import PRIMITIVES
 
@@ -197,10 +197,30 @@ class NodeError(Exception):
     """A problem with one node; the importer prefixes the file, node and op."""
 
 
+class NotConstantError(NodeError):
+    """An operand that must be known at compile time is computed at run time from the graph
+    inputs ``inputs``."""
+
+    def __init__(self, message: str, inputs: tuple[str, ...]):
+        super().__init__(message)
+        self.inputs = inputs
+
+
 def bad_attr(name: str, value: Any, why: str = "") -> NodeError:
     if isinstance(value, list | tuple):
         value = "[" + ", ".join(str(v) for v in value) + "]"
     return NodeError(f"attribute {name}={value} is not supported{why}")
+
+
+def dtype_attribute(name: str, code: int, allowed: Sequence[str] | None = None) -> np.dtype:
+    """The dtype that the element-type attribute ``name`` (an ONNX ``TensorProto`` code)
+    names, one of ``allowed`` (default: any type cgc supports)."""
+    dtype = ONNX_DTYPES.get(int(code))
+    if dtype is None or (allowed is not None and dtype not in allowed):
+        label = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+        expected = "a type cgc supports" if allowed is None else "one of " + ", ".join(allowed)
+        raise bad_attr(name, label, f" (expected {expected})")
+    return dtypes.dtype(dtype)
 
 
 def loc(name: str) -> NameLoc:
@@ -297,6 +317,8 @@ class Importer:
         self.values = values or {}
         self.opset = 0
         self.env: dict[str, Entry] = {}
+        self.input_names: list[str] = []
+        """The graph inputs fed at run time, in the order of the function's arguments."""
         self.weights: dict[str, np.ndarray] = {}
         self.used_initializers: set[str] = set()
         self.used = {name for node in self.graph.node for name in node.input if name}
@@ -323,6 +345,7 @@ class Importer:
         fn = func.FuncOp("main", (in_types, []))
         module.body.block.add_op(fn)
         block = fn.body.block
+        self.input_names = [spec.name for spec in inputs]
         for spec, arg in zip(inputs, block.args, strict=True):
             arg.location = loc(spec.name)
             self.env[spec.name] = arg
@@ -551,6 +574,9 @@ class Importer:
                     self.env[out] = results[i]
                 elif out in self.used:
                     raise NodeError(f"output '{self._label(node, i, False)}' is not supported")
+        except NotConstantError as e:
+            message = f"{self.source}: node '{name}' ({proto.op_type}): {_short(e)}"
+            raise NeedsInputValuesError(message, e.inputs) from None
         except (NodeError, VerifyException) as e:
             raise self.error(f"node '{name}' ({proto.op_type}): {_short(e)}") from None
 
@@ -589,8 +615,36 @@ class Importer:
             return entry.array
         if entry in self.known:
             return self.known[entry]
-        source = f" (graph input '{node.proto.input[index]}')" if _is_graph_input(entry) else ""
-        raise NodeError(f"input '{self._label(node, index)}'{source} must be a constant")
+        raise self.not_constant(node, index)
+
+    def not_constant(self, node: Node, index: int, why: str = "") -> NotConstantError:
+        """The error for input ``index`` of ``node`` not being known at compile time, naming
+        the graph inputs it is computed from."""
+        entry = self.entry(node, index)
+        assert isinstance(entry, SSAValue)
+        inputs = self._graph_inputs_of(entry)
+        if _is_graph_input(entry):
+            source = f" (graph input '{inputs[0]}')"
+        elif inputs:
+            source = f" (computed from graph input {', '.join(repr(n) for n in inputs)})"
+        else:
+            source = ""
+        label = self._label(node, index)
+        return NotConstantError(f"input '{label}'{source} must be a constant{why}", inputs)
+
+    def _graph_inputs_of(self, value: SSAValue) -> tuple[str, ...]:
+        """The graph inputs ``value`` is computed from, in graph order."""
+        seen: set[SSAValue] = set()
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if isinstance(v.owner, Operation):
+                stack.extend(v.owner.operands)
+        args = [v for v in seen if _is_graph_input(v)]
+        return tuple(self.input_names[a.index] for a in sorted(args, key=lambda a: a.index))
 
     def known_value(self, node: Node, index: int) -> np.ndarray | None:
         """The compile-time array of an input, if it has one."""

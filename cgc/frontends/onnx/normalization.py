@@ -17,17 +17,16 @@ import numpy as np
 from onnx import TensorProto
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import affine, along, cast, dtype_of, reshape
 from cgc.frontends.onnx.importer import (
-    ONNX_DTYPES,
     Importer,
     Node,
     NodeError,
     OpImporter,
     axis_of,
     bad_attr,
+    dtype_attribute,
     register,
     shape_of,
 )
@@ -44,13 +43,13 @@ def used(im: Importer, node: Node, index: int) -> bool:
     return index < len(outputs) and bool(outputs[index]) and outputs[index] in im.used
 
 
+STASH_DTYPES = ("float32", "float64", "float16", "bfloat16")
+"""The types a normalization may compute its statistics in."""
+
+
 def stash_dtype(node: Node, default: int = TensorProto.FLOAT) -> np.dtype:
     """The float type that ``stash_type`` names."""
-    stash = int(node.attr("stash_type", default))
-    name = ONNX_DTYPES.get(stash)
-    if name is None or not dtypes.is_float(name):
-        raise bad_attr("stash_type", stash, " (expected a float type)")
-    return dtypes.dtype(name)
+    return dtype_attribute("stash_type", node.attr("stash_type", default), STASH_DTYPES)
 
 
 class Standardized(NamedTuple):

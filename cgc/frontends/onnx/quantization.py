@@ -19,12 +19,12 @@ from cgc.dialects import wse
 from cgc.frontends.onnx.builders import add_channel_bias, broadcast, cast, clamp, dtype_of, reshape
 from cgc.frontends.onnx.conv import conv_kernel, convolution
 from cgc.frontends.onnx.importer import (
-    ONNX_DTYPES,
     Importer,
     Node,
     NodeError,
     axis_of,
     bad_attr,
+    dtype_attribute,
     register,
     shape_of,
 )
@@ -50,13 +50,6 @@ FLOAT_TARGETS = (
     "float4_e2m1fn",
 )
 """The float quantized types."""
-
-
-def onnx_dtype(code: int, what: str) -> str:
-    """The numpy dtype name of an ONNX element type code."""
-    if code not in ONNX_DTYPES:
-        raise bad_attr(what, code)
-    return ONNX_DTYPES[code]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,7 +130,7 @@ def quantized_type(im: Importer, node: Node, zero_point: SSAValue | None) -> str
     """The output type of QuantizeLinear: ``output_dtype``, else the zero point's, else
     uint8."""
     code = int(node.attr("output_dtype", 0)) if im.opset >= 21 else 0
-    declared = onnx_dtype(code, "output_dtype") if code else None
+    declared = dtype_attribute("output_dtype", code).name if code else None
     if zero_point is not None:
         own = dtype_of(zero_point).name
         if declared is not None and declared != own:
@@ -176,7 +169,7 @@ def _quantize_linear(im: Importer, node: Node) -> list:
     axis, block_size = _granularity(im, node, x, scale)
     shape = shape_of(x)
     precision = int(node.attr("precision", 0)) if im.opset >= 23 else 0
-    work = onnx_dtype(precision, "precision") if precision else dtype_of(scale).name
+    work = dtype_attribute("precision", precision).name if precision else dtype_of(scale).name
     if work == "float8_e8m0fnu" or not dtypes.is_float(work):
         work = "float32"
     scale = spread(im, cast(im, scale, work), shape, axis, block_size, "the scale")
@@ -195,7 +188,7 @@ def _dequantize_linear(im: Importer, node: Node) -> list:
     axis, block_size = _granularity(im, node, x, scale)
     shape = shape_of(x)
     code = int(node.attr("output_dtype", 0)) if im.opset >= 23 else 0
-    out = onnx_dtype(code, "output_dtype") if code else dtype_of(scale).name
+    out = dtype_attribute("output_dtype", code).name if code else dtype_of(scale).name
     if out == "float8_e8m0fnu" or not dtypes.is_float(out):
         raise NodeError(f"dequantizing to {out} is not supported")
     shifted = cast(im, x, "float32")

@@ -393,6 +393,7 @@ class GruRecurrence(Recurrence):
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
 
     def extra_bias(self, d: Direction) -> SSAValue | None:
+        """The recurrence bias but, with ``linear_before_reset``, its hidden-gate part."""
         if d.recurrence_bias is None or not self.linear_before_reset:
             return d.recurrence_bias
         # Rbh stays with the recurrence (it is scaled by the reset gate)
@@ -452,6 +453,7 @@ class LstmRecurrence(Recurrence):
         self.input_forget = bool(node.attr("input_forget", 0))
 
     def direction(self, index: int) -> Direction:
+        """A direction as for any recurrence, plus its initial cell state and peepholes."""
         d = super().direction(index)
         initial_c = self.state_input(6, "initial_c")
         peepholes = self.operand(7, (len(self.directions), 3 * self.hidden), "P")

@@ -22,6 +22,7 @@ from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, register, shape_of
+from cgc.runtime import reference
 
 AXES_AS_INPUT = {"ReduceSum": 13}
 """The opset from which a reduction takes its axes as an input (18 for the others)."""
@@ -56,22 +57,6 @@ def reduced_shape(shape: tuple[int, ...], axes: list[int], keepdims: bool) -> tu
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _lowest(dtype: np.dtype) -> float | int | bool:
-    if dtype == np.bool_:
-        return False
-    if dtypes.is_integer(dtype):
-        return np.iinfo(dtype).min
-    return -np.inf
-
-
-def _highest(dtype: np.dtype) -> float | int | bool:
-    if dtype == np.bool_:
-        return True
-    if dtypes.is_integer(dtype):
-        return np.iinfo(dtype).max
-    return np.inf
-
-
 @dataclass(frozen=True)
 class Reduction:
     """One Reduce* op: ``after(reduce(before(x)))``, computed in float64 for integer inputs
@@ -88,8 +73,8 @@ class Reduction:
 REDUCTIONS: dict[str, Reduction] = {
     "ReduceSum": Reduction(wse.ReduceSumOp, lambda dt: 0),
     "ReduceMean": Reduction(wse.ReduceMeanOp, lambda dt: np.nan),
-    "ReduceMax": Reduction(wse.ReduceMaxOp, _lowest),
-    "ReduceMin": Reduction(wse.ReduceMinOp, _highest),
+    "ReduceMax": Reduction(wse.ReduceMaxOp, reference.lowest),
+    "ReduceMin": Reduction(wse.ReduceMinOp, reference.highest),
     "ReduceProd": Reduction(wse.ReduceProdOp, lambda dt: 1),
     "ReduceL1": Reduction(wse.ReduceSumOp, lambda dt: 0, before=absolute),
     "ReduceL2": Reduction(

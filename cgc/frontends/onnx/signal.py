@@ -22,11 +22,11 @@ from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import cast, dtype_of, require_float, reshape, transpose
 from cgc.frontends.onnx.importer import (
-    ONNX_DTYPES,
     Importer,
     Node,
     NodeError,
     bad_attr,
+    dtype_attribute,
     register,
     shape_of,
 )
@@ -56,11 +56,7 @@ def static_float(im: Importer, node: Node, index: int, name: str) -> float:
 
 def output_dtype(node: Node, allowed: Sequence[str]) -> np.dtype:
     """The numpy dtype that the ``output_datatype`` attribute (default FLOAT) names."""
-    code = int(node.attr("output_datatype", 1))
-    name = ONNX_DTYPES.get(code)
-    if name not in allowed:
-        raise bad_attr("output_datatype", code, f" (allowed: {', '.join(allowed)})")
-    return dtypes.dtype(name)
+    return dtype_attribute("output_datatype", node.attr("output_datatype", 1), allowed)
 
 
 def unit_circle(turns: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,10 +179,8 @@ def _dft(im: Importer, node: Node) -> list:
     sizes = {a: n for a, n in sizes.items() if n >= 1}
     shapes = {dft_output_shape(shape, a, n, inverse, onesided) for a, n in sizes.items()}
     if len(shapes) != 1:
-        raise NodeError(
-            "input 'axis' must be a constant: the output shape depends on it "
-            f"({' or '.join(str(s) for s in sorted(shapes))})"
-        )
+        candidates = " or ".join(str(s) for s in sorted(shapes))
+        raise im.not_constant(node, 2, f": the output shape depends on it ({candidates})")
     results = {a: dft(im, x, a, n, inverse, onesided) for a, n in sizes.items()}
     return [select_axis(im, axis_value, results, rank)]
 

@@ -8,8 +8,8 @@ TensorScatter's write indices, Pad's constant value) may be run-time tensors.
 
 Results that depend only on shapes and attributes (Shape, Size, ConstantOfShape, EyeLike,
 Range) are compile-time constants; they become ops only where a consumer needs them as tensors.
-Ops whose result shape depends on run-time data (NonZero, Unique, Compress, NonMaxSuppression)
-are rejected, unless their inputs are known at compile time.
+Ops whose result shape depends on the data (NonZero, Unique, Compress, NonMaxSuppression) are
+evaluated at compile time, so their shape-deciding inputs must be known then.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from cgc import dtypes, shapes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import along, cast, dtype_of
 from cgc.frontends.onnx.importer import (
-    ONNX_DTYPES,
     Importer,
     Lazy,
     Node,
     NodeError,
     axis_of,
     bad_attr,
+    dtype_attribute,
     register,
     shape_of,
 )
@@ -189,9 +189,7 @@ def _eye_like(im: Importer, node: Node) -> list:
         raise NodeError(f"the input must be 2-D, got shape {shape}")
     code = node.attr("dtype", None)
     if code is not None:
-        if int(code) not in ONNX_DTYPES:
-            raise bad_attr("dtype", code, " (not a tensor type cgc supports)")
-        dtype = dtypes.dtype(ONNX_DTYPES[int(code)])
+        dtype = dtype_attribute("dtype", code)
     k = int(node.attr("k", 0))
     return [known(im, node, np.eye(shape[0], shape[1], k).astype(dtype))]
 
@@ -843,7 +841,7 @@ def _one_hot(im: Importer, node: Node) -> list:
 
 def cumulative_axis(im: Importer, node: Node, rank: int) -> int:
     """The axis input of CumSum and CumProd; a rank-1 input has only one axis, so it need
-    not be known."""
+    not be known (and a run-time axis out of range goes unnoticed, as there is no other)."""
     if rank == 1 and im.known_value(node, 1) is None:
         return 0
     return axis_of(int(static_scalar(im, node, 1)), rank)
@@ -866,21 +864,13 @@ def _scan(im: Importer, node: Node) -> list:
 # ---------------------------------------------------------------------------------------------
 
 
-def data_dependent(op_type: str) -> NodeError:
-    """The error for an op whose output shape depends on run-time data."""
-    return NodeError(
-        f"the output shape of {op_type} depends on the input data (cgc compiles static shapes)"
-    )
-
-
 def shape_deciding(im: Importer, node: Node, index: int) -> np.ndarray:
     """The compile-time value of an input that decides the output's shape."""
-    try:
-        return np.asarray(im.static(node, index))
-    except NodeError as e:
-        raise NodeError(
-            f"{e}: the output shape of {node.op_type} depends on it (cgc compiles static shapes)"
-        ) from None
+    array = im.known_value(node, index)
+    if array is None:
+        why = f": the output shape of {node.op_type} depends on it (cgc compiles static shapes)"
+        raise im.not_constant(node, index, why)
+    return np.asarray(array)
 
 
 @register("NonZero")
@@ -929,4 +919,60 @@ def _unique(im: Importer, node: Node) -> list:
 
 @register("NonMaxSuppression")
 def _non_max_suppression(im: Importer, node: Node) -> list:
-    raise data_dependent(node.op_type)
+    """NonMaxSuppression of compile-time boxes and scores (how many boxes survive decides the
+    output's shape): per batch and class, the boxes in decreasing score (ties: lower index
+    first) above ``score_threshold``, each kept unless its IoU with a kept one exceeds
+    ``iou_threshold``, at most ``max_output_boxes_per_class`` of them."""
+    boxes, scores = shape_deciding(im, node, 0), shape_deciding(im, node, 1)
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3:
+        raise NodeError(
+            f"expected boxes (B, N, 4) and scores (B, C, N), got {boxes.shape} and {scores.shape}"
+        )
+    if scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        raise NodeError(f"scores {scores.shape} do not match boxes {boxes.shape}")
+    center = int(node.attr("center_point_box", 0))
+    if center not in (0, 1):
+        raise bad_attr("center_point_box", center, " (expected 0 or 1)")
+    limit, iou, floor = (
+        np.ravel(shape_deciding(im, node, i))[0] if node.has_input(i) else None for i in (2, 3, 4)
+    )
+    overlapping = iou_exceeds(box_corners(boxes, center), 0.0 if iou is None else iou)
+    picked = []
+    for b, c in np.ndindex(scores.shape[:2]):
+        order = np.argsort(-scores[b, c], kind="stable")
+        if floor is not None:
+            order = order[scores[b, c, order] > floor]
+        kept: list[int] = []
+        for box in order:
+            if len(kept) >= (limit or 0):
+                break
+            if not overlapping[b, box, kept].any():
+                kept.append(int(box))
+        picked += [(b, c, box) for box in kept]
+    return [known(im, node, np.array(picked, dtype=np.int64).reshape(-1, 3))]
+
+
+def box_corners(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
+    """``(x_min, x_max, y_min, y_max)`` per box from ``[y1, x1, y2, x2]`` (any two opposite
+    corners) or, with ``center_point_box``, ``[x_center, y_center, width, height]``."""
+    if center_point_box:
+        half_w, half_h = boxes[..., 2] / 2, boxes[..., 3] / 2
+        x, y = boxes[..., 0], boxes[..., 1]
+        return np.stack([x - half_w, x + half_w, y - half_h, y + half_h], axis=-1)
+    xs, ys = np.sort(boxes[..., [1, 3]], axis=-1), np.sort(boxes[..., [0, 2]], axis=-1)
+    return np.concatenate([xs, ys], axis=-1)
+
+
+def iou_exceeds(corners: np.ndarray, threshold: float) -> np.ndarray:
+    """``[B, N, N]``: whether the intersection over union of two boxes of a batch exceeds
+    ``threshold`` (boxes that do not overlap, or have no area, never do)."""
+    a, b = corners[:, :, None, :], corners[:, None, :, :]
+    width = np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0])
+    height = np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 2], b[..., 2])
+    area = (corners[..., 1] - corners[..., 0]) * (corners[..., 3] - corners[..., 2])
+    inter = width * height
+    union = area[:, :, None] + area[:, None, :] - inter
+    valid = (width > 0) & (height > 0) & (area[:, :, None] > 0) & (area[:, None, :] > 0)
+    valid &= union > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return valid & (inter / np.where(valid, union, 1) > threshold)
