@@ -13,6 +13,7 @@ Loading and running an artifact imports neither xDSL nor the compiler; ``compile
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -90,30 +91,82 @@ def train(
     steps: int,
     model_dir: str | os.PathLike,
     optimizer: str = "sgd",
-    lr: float = 0.01,
-    momentum: float = 0.0,
-    dampening: float = 0.0,
-    weight_decay: float = 0.0,
-    nesterov: bool = False,
+    lr: float | None = None,
+    momentum: float | None = None,
+    dampening: float | None = None,
+    weight_decay: float | None = None,
+    nesterov: bool | None = None,
+    betas: tuple[float, float] | None = None,
+    eps: float | None = None,
+    amsgrad: bool | None = None,
+    lr_schedule: str = "constant",
+    warmup_steps: int = 0,
+    lr_step_size: int = 1,
+    lr_gamma: float = 0.1,
+    max_grad_norm: float | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    shuffle: bool = False,
+    seed: int = 0,
+    eval_data: Mapping[str, np.ndarray] | None = None,
+    eval_every: int | None = None,
     num_csx: int = 1,
     trainable: Sequence[str] = (),
     target: str = "wse2",
 ) -> TrainResult:
     """Trains an ONNX model whose first output is the loss, in weight-streaming mode on
     ``num_csx`` systems; writes ``metrics.jsonl`` and ``weights.safetensors`` to
-    ``model_dir`` and returns the per-step metrics and the final weights."""
+    ``model_dir`` and returns the per-step metrics and the final weights.
+
+    The optimizer settings left at None take torch.optim's defaults for ``optimizer``
+    (``sgd``, ``adam`` or ``adamw``); ``lr_schedule`` is ``constant``, ``cosine`` (to 0 at
+    ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size`` steps), after a linear
+    warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
+    ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
+    the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
+    ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
+    ``eval_every`` steps and after the last."""
     from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
     from cgc.runtime.trainer import train as run_training
 
+    beta1, beta2 = betas if betas is not None else (None, None)
     options = TrainingOptions(
-        optimizer, lr, momentum, dampening, weight_decay, nesterov, tuple(trainable)
+        optimizer,
+        lr,
+        momentum,
+        dampening,
+        weight_decay,
+        nesterov,
+        beta1,
+        beta2,
+        eps,
+        amsgrad,
+        tuple(trainable),
     )
-    artifact = compile_model(
-        model,
-        mode="weight_streaming",
-        target=target,
-        batch_size=batch_size,
-        num_csx=num_csx,
-        training=options,
+    loop = LoopOptions(
+        steps,
+        schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),
+        max_grad_norm,
+        checkpoint_every,
+        resume,
+        shuffle,
+        seed,
     )
-    return run_training(artifact, data, steps, model_dir)
+    compile_args = dict(
+        mode="weight_streaming", target=target, batch_size=batch_size, num_csx=num_csx
+    )
+    artifact = compile_model(model, training=options, **compile_args)
+    evaluation = None
+    if eval_data is not None:
+        evaluation = Evaluation(
+            compile_model(model, **compile_args), eval_data, eval_every or steps
+        )
+    return run_training(
+        artifact,
+        data,
+        loop,
+        model_dir,
+        warn=lambda m: warnings.warn(m, stacklevel=3),
+        evaluation=evaluation,
+    )

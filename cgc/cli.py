@@ -173,12 +173,37 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
 @click.option("--batch-size", type=int, required=True, help="Global batch per step.")
 @click.option("--steps", type=int, required=True, help="Training steps.")
 @click.option("--model-dir", required=True, type=click.Path(), help="Where metrics and weights go.")
-@click.option("--optimizer", type=click.Choice(["sgd"]), default="sgd", show_default=True)
-@click.option("--lr", type=float, default=0.01, show_default=True)
-@click.option("--momentum", type=float, default=0.0, show_default=True)
-@click.option("--dampening", type=float, default=0.0, show_default=True)
-@click.option("--weight-decay", type=float, default=0.0, show_default=True)
-@click.option("--nesterov", is_flag=True)
+@click.option(
+    "--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="sgd", show_default=True
+)
+@click.option("--lr", type=float, help="Learning rate  [default: torch's, 1e-3]")
+@click.option("--momentum", type=float, help="SGD momentum  [default: 0]")
+@click.option("--dampening", type=float, help="SGD dampening  [default: 0]")
+@click.option("--weight-decay", type=float, help="[default: 0; adamw: 0.01]")
+@click.option("--nesterov", is_flag=True, help="SGD with Nesterov momentum.")
+@click.option("--betas", help="Adam's B1,B2  [default: 0.9,0.999]")
+@click.option("--eps", type=float, help="Adam's epsilon  [default: 1e-8]")
+@click.option("--amsgrad", is_flag=True, help="Adam with the AMSGrad maximum.")
+@click.option(
+    "--lr-schedule",
+    type=click.Choice(["constant", "cosine", "step"]),
+    default="constant",
+    show_default=True,
+    help="After the warm-up: constant, cosine decay to 0 at --steps, or step decay.",
+)
+@click.option("--warmup-steps", type=int, default=0, show_default=True, help="Linear warm-up.")
+@click.option("--lr-step-size", type=int, default=1, show_default=True, help="Step decay period.")
+@click.option("--lr-gamma", type=float, default=0.1, show_default=True, help="Step decay factor.")
+@click.option("--max-grad-norm", type=float, help="Clip the gradients' global norm to this.")
+@click.option(
+    "--checkpoint-every", type=int, default=0, help="Checkpoint to DIR/checkpoints every N steps."
+)
+@click.option("--resume", is_flag=True, help="Continue from the newest good checkpoint.")
+@click.option("--shuffle", is_flag=True, help="Shuffle the samples of every epoch.")
+@click.option("--trace", type=click.Path(), help="Write the steps' Chrome trace (Perfetto) here.")
+@click.option("--eval-data", "eval_path", help=".npz of held-out samples; its loss is logged.")
+@click.option("--eval-every", type=int, help="Measure the held-out loss every N steps.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffling.")
 @click.option("--num-csx", type=int, default=1, show_default=True)
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
 @click.option("--target", default="wse2", show_default=True)
@@ -195,6 +220,21 @@ def train(
     dampening,
     weight_decay,
     nesterov,
+    betas,
+    eps,
+    amsgrad,
+    lr_schedule,
+    warmup_steps,
+    lr_step_size,
+    lr_gamma,
+    max_grad_norm,
+    checkpoint_every,
+    resume,
+    shuffle,
+    trace,
+    eval_path,
+    eval_every,
+    seed,
     num_csx,
     trainable,
     target,
@@ -202,7 +242,7 @@ def train(
 ) -> None:
     """Train MODEL (first output: the loss) in weight-streaming mode."""
     from cgc.compiler.driver import TrainingOptions, compile_model
-    from cgc.runtime.trainer import check_data
+    from cgc.runtime.trainer import Evaluation, LoopOptions, check_data, schedule
     from cgc.runtime.trainer import train as run_training
 
     for pattern in trainable:
@@ -210,18 +250,45 @@ def train(
             re.compile(pattern)
         except re.error as e:
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
-    data = _load_npz(data_path, "--data")
+    beta1, beta2 = _betas(betas)
     options = TrainingOptions(
-        optimizer, lr, momentum, dampening, weight_decay, nesterov, tuple(trainable)
+        optimizer,
+        lr,
+        momentum,
+        dampening,
+        weight_decay,
+        True if nesterov else None,
+        beta1,
+        beta2,
+        eps,
+        True if amsgrad else None,
+        tuple(trainable),
     )
-    artifact = compile_model(
-        model,
+    options.optimizer_options()  # bad settings fail before the data is read
+    loop = LoopOptions(
+        steps,
+        schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),
+        max_grad_norm,
+        checkpoint_every,
+        resume,
+        shuffle,
+        seed,
+    )
+    data = _load_npz(data_path, "--data")
+    if eval_every is not None and eval_path is None:
+        raise CgcError("--eval-every needs --eval-data")
+    held_out = _load_npz(eval_path, "--eval-data") if eval_path else None
+    compile_args = dict(
         mode="weight_streaming",
         target=_target_name(target, mesh),
         batch_size=batch_size,
         num_csx=num_csx,
-        training=options,
     )
+    artifact = compile_model(model, training=options, **compile_args)
+    evaluation = None
+    if held_out is not None:
+        forward = compile_model(model, **compile_args)
+        evaluation = Evaluation(forward, held_out, eval_every or steps)
     check_data(artifact, data)
     names = artifact.manifest["training"]["trainable"]
     count = sum(artifact.weights[n].size for n in names)
@@ -229,20 +296,46 @@ def train(
     click.echo(f"training {count} parameters in {len(names)} tensors, {chosen}: {', '.join(names)}")
     if sys.stdout.isatty():
         with click.progressbar(length=steps, label="training") as bar:
-            result = run_training(artifact, data, steps, model_dir, lambda _: bar.update(1))
+            result = run_training(artifact, data, loop, model_dir, lambda _: bar.update(1), _warn)
     else:
         result = run_training(
             artifact,
             data,
-            steps,
+            loop,
             model_dir,
-            lambda m: click.echo(f"step {m['step']}: loss {m['loss']:.6f}"),
+            lambda m: click.echo(_step_line(m)),
+            _warn,
+            evaluation,
         )
+    if trace:
+        from cgc.runtime.trace import trace_json
+
+        _write_atomically(trace, trace_json(result.spans).encode())
     last = result.metrics[-1]
     click.echo(
         f"final loss {last['loss']:.6f}; wrote {model_dir}/metrics.jsonl and "
         f"{model_dir}/weights.safetensors"
     )
+
+
+def _step_line(metrics: dict) -> str:
+    held_out = f", eval loss {metrics['eval_loss']:.6f}" if "eval_loss" in metrics else ""
+    return f"step {metrics['step']}: loss {metrics['loss']:.6f}{held_out}"
+
+
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def _betas(text: str | None) -> tuple[float | None, float | None]:
+    """``--betas B1,B2`` as two floats (None, None when not given)."""
+    if text is None:
+        return None, None
+    try:
+        beta1, beta2 = (float(part) for part in text.split(","))
+    except ValueError:
+        raise CgcError(f"--betas {text}: expected two numbers, B1,B2") from None
+    return beta1, beta2
 
 
 @main.command()

@@ -14,7 +14,15 @@ import pytest
 import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.runtime.artifact import FORMAT_VERSION, MAGIC, SECTIONS, Artifact, ArtifactError
+from cgc.runtime.artifact import (
+    FORMAT_VERSION,
+    MAGIC,
+    SECTIONS,
+    Artifact,
+    ArtifactError,
+    weights_from_bytes,
+    weights_to_bytes,
+)
 
 HEADER = struct.Struct("<8sII")
 ENTRY = struct.Struct("<16sQQ32s")
@@ -240,3 +248,18 @@ def test_failed_save_cleans_up(artifact, tmp_path):
         artifact.save(target)  # os.replace cannot put a file over a directory
     assert sorted(os.listdir(tmp_path)) == ["taken"]
     assert os.listdir(target) == ["keep"]
+
+
+def test_weights_keep_their_shape_through_safetensors():
+    """0-d tensors stay 0-d; extended types keep their dtype."""
+    import ml_dtypes
+
+    weights = {
+        "scalar": np.array(2.5, np.float32),
+        "bf16": np.ones((2, 1), ml_dtypes.bfloat16),
+        "int4": np.zeros((), ml_dtypes.int4),
+    }
+    back = weights_from_bytes(weights_to_bytes(weights))
+    for name, value in weights.items():
+        assert back[name].shape == value.shape and back[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(back[name].astype(np.float32), value.astype(np.float32))

@@ -383,3 +383,95 @@ def test_internal_errors_exit_1_without_traceback(workdir, monkeypatch) -> None:
     debug = invoke("--debug", "inspect", workdir / "whatever.cgc")
     assert debug.exit_code == 1
     assert "Traceback" in debug.output
+
+
+def train_args(workdir, tmp_path, *extra):
+    return (
+        "train",
+        workdir / "mlp_train.onnx",
+        "--data",
+        workdir / "data.npz",
+        "--batch-size",
+        8,
+        "--steps",
+        4,
+        "--model-dir",
+        tmp_path,
+        "--target",
+        TARGET,
+        *extra,
+    )
+
+
+def test_train_with_adam_a_schedule_and_clipping(workdir, tmp_path) -> None:
+    extra = ["--optimizer", "adamw", "--lr", 0.01, "--betas", "0.8,0.99", "--eps", 1e-6]
+    extra += ["--amsgrad", "--lr-schedule", "cosine", "--warmup-steps", 2]
+    extra += ["--max-grad-norm", 0.1]
+    result = invoke(*train_args(workdir, tmp_path, *extra))
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # warm-up 0.5, 1.0 of the base rate, then cosine over the remaining 2 steps: 1.0, 0.5
+    assert [m["lr"] for m in lines] == pytest.approx([0.005, 0.01, 0.01, 0.005])
+    assert all(m["grad_norm"] > 0.1 for m in lines), "the clipping was active"
+
+
+def test_train_logs_the_held_out_loss(workdir, tmp_path) -> None:
+    extra = ["--eval-data", workdir / "data.npz", "--eval-every", 2]
+    result = invoke(*train_args(workdir, tmp_path, *extra))
+    assert result.exit_code == 0, result.output
+    assert "step 2: loss " in result.output and ", eval loss " in result.output
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert ["eval_loss" in m for m in lines] == [False, True, False, True]
+
+
+def test_train_trace_has_a_track_per_resource(workdir, tmp_path) -> None:
+    trace_path = tmp_path / "train.json"
+    extra = ["--num-csx", 2, "--trace", trace_path]
+    result = invoke(*train_args(workdir, tmp_path, *extra))
+    assert result.exit_code == 0, result.output
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert set(tracks.values()) == {
+        "system 0",
+        "system 1",
+        "MemoryX -> SwarmX",
+        "SwarmX -> MemoryX",
+        "MemoryX",
+    }
+    spans = [e for e in events if e["ph"] == "X"]
+    updates = [e for e in spans if e["name"].startswith("optimizer update")]
+    assert len(updates) == 4, "one MemoryX update per step"
+    # the steps follow one another: step 2 starts when step 1's update ends
+    first_update = next(e for e in updates if e["name"] == "optimizer update (step 1)")
+    step2 = [e["ts"] for e in spans if e["name"].endswith("(step 2)")]
+    assert min(step2) == pytest.approx(first_update["ts"] + first_update["dur"])
+    # the next layer's weights stream in while a layer computes
+    system = next(t for t, n in tracks.items() if n == "system 0")
+    layers = [e for e in spans if e["tid"] == system and e["name"].endswith("(step 1)")]
+    streams = [e for e in spans if tracks[e["tid"]] == "MemoryX -> SwarmX"]
+    assert any(
+        layer["ts"] <= s["ts"] < layer["ts"] + layer["dur"] for layer in layers for s in streams
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--optimizer", "adam", "--momentum", 0.9],
+            "--momentum: not a setting of --optimizer adam",
+        ),
+        (["--nesterov"], "--nesterov needs --momentum > 0 and --dampening 0"),
+        (["--optimizer", "adam", "--betas", "0.9"], "--betas 0.9: expected two numbers, B1,B2"),
+        (["--optimizer", "adam", "--betas", "0.9,1.0"], "--betas 1: must be in [0, 1)"),
+        (["--lr", -1], "--lr -1: must be >= 0"),
+        (["--lr-schedule", "step", "--lr-step-size", 0], "--lr-schedule step: warm-up steps"),
+        (["--max-grad-norm", 0], "--max-grad-norm 0: must be positive"),
+        (["--amsgrad"], "--amsgrad: not a setting of --optimizer sgd"),
+        (["--eval-every", 2], "--eval-every needs --eval-data"),
+        (["--checkpoint-every", -1], "--checkpoint-every -1: must be >= 0"),
+    ],
+)
+def test_train_option_errors(workdir, tmp_path, extra, message) -> None:
+    one_line_error(invoke(*train_args(workdir, tmp_path / "run", *extra)), message)
+    assert not (tmp_path / "run").exists(), "nothing written"

@@ -521,7 +521,7 @@ INVALID = {
     ),
     "optimizer_step unknown optimizer": (
         _fn("", 'ws.optimizer_step "rmsprop" {lr = 1.000000e-01 : f64}'),
-        r"unknown optimizer 'rmsprop'; expected one of \('sgd', 'adam', 'adamw'\)",
+        r"unknown optimizer 'rmsprop' \(expected one of \('sgd', 'adam', 'adamw'\)\)",
     ),
     "optimizer_step non-float setting": (
         _fn("", 'ws.optimizer_step "sgd" {lr = 1 : i64}'),

@@ -865,7 +865,7 @@ def test_symbolic_batch_needs_batch_size():
 def test_static_batch_with_other_batch_size():
     message = _error(_relu_model([4, 3]), batch_size=8)
     assert message.startswith("model.onnx: input 'x' has a static batch dimension 4")
-    assert "must be exported with a dynamic batch dimension" in message
+    assert "export the model with a dynamic batch dimension" in message
 
 
 def test_shape_override_of_unknown_input():

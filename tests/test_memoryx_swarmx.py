@@ -1,4 +1,5 @@
-"""Unit tests of cgc.runtime.memoryx (torch.optim.SGD arithmetic) and cgc.runtime.swarmx."""
+"""Unit tests of cgc.runtime.memoryx and its optimizers (torch.optim's arithmetic, schedules and
+clipping) and of cgc.runtime.swarmx."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from cgc.runtime import optimizers
 from cgc.runtime.machine import Target
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX, tree_depth
@@ -49,15 +51,130 @@ def test_sgd_matches_torch(config):
         for name, p in params.items():
             got = mx.weights[name]
             assert got.dtype == np.float32
-            np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-6, atol=1e-7)
+            np.testing.assert_array_equal(got, p.detach().numpy())  # bit for bit
     assert mx.steps == 5
     assert mx.gradients == {}
     if config["momentum"]:
         for name, p in params.items():
             buf = opt.state[p]["momentum_buffer"].numpy()
-            np.testing.assert_allclose(mx.state[name]["momentum_buffer"], buf, rtol=1e-6, atol=1e-7)
+            np.testing.assert_array_equal(mx.state[name]["momentum_buffer"], buf)
     else:
         assert mx.state == {}
+
+
+ADAM_CONFIGS = [
+    ("adam", {}),
+    ("adam", {"weight_decay": 0.1, "amsgrad": True}),
+    ("adamw", {}),
+    ("adamw", {"weight_decay": 0.3, "amsgrad": True, "betas": (0.8, 0.99), "eps": 1e-6}),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "config"), ADAM_CONFIGS, ids=["adam", "adam-wd-ams", "adamw", "adamw-all"]
+)
+def test_adam_matches_torch(name, config):
+    """Within an ulp per step: torch's vectorized sqrt is not correctly rounded."""
+    rng = np.random.default_rng(3)
+    shapes = {"a.weight": (33, 7), "b": (5,)}
+    weights = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    mx = MemoryX(weights, T)
+    params = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in weights.items()}
+    kind = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    opt = kind(list(params.values()), lr=0.01, **config)
+    ours = {k: float(v) for k, v in config.items() if k != "betas"}
+    if "betas" in config:
+        ours["beta1"], ours["beta2"] = config["betas"]
+    for _ in range(25):
+        for key, shape in shapes.items():
+            grad = rng.standard_normal(shape).astype(np.float32)
+            mx.receive(key, grad, None)
+            params[key].grad = torch.from_numpy(grad.copy())
+        opt.step()
+        mx.apply(name, {"lr": 0.01, **ours})
+    for key, p in params.items():
+        np.testing.assert_allclose(mx.weights[key], p.detach().numpy(), rtol=2e-6, atol=1e-7)
+        for slot in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+            if slot in opt.state[p]:
+                want = opt.state[p][slot].numpy()
+                np.testing.assert_allclose(mx.state[key][slot], want, rtol=2e-6, atol=1e-12)
+        assert float(mx.state[key]["step"]) == float(opt.state[p]["step"]) == 25
+
+
+def test_optimizer_defaults_are_torchs():
+    for name, kind in (
+        ("sgd", torch.optim.SGD),
+        ("adam", torch.optim.Adam),
+        ("adamw", torch.optim.AdamW),
+    ):
+        defaults = kind([torch.zeros(1, requires_grad=True)]).defaults
+        ours = optimizers.DEFAULTS[name]
+        for key, value in ours.items():
+            theirs = (
+                defaults["betas"][int(key[-1]) - 1] if key.startswith("beta") else defaults[key]
+            )
+            assert float(theirs) == value, (name, key)
+
+
+def test_optimizer_settings_errors():
+    with pytest.raises(ValueError, match="adam has no setting momentum"):
+        optimizers.settings("adam", {"momentum": 0.9})
+    with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
+        optimizers.settings("lamb", {})
+
+
+def torch_lrs(kind, warmup, steps, step_size=3, gamma=0.5):
+    """The learning rate torch's schedulers give each step, base 1."""
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=1.0)
+    after = {
+        "constant": lambda: torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0),
+        "cosine": lambda: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps - warmup),
+        "step": lambda: torch.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=gamma),
+    }[kind]()
+    if warmup:
+        start = torch.optim.lr_scheduler.LinearLR(opt, 1 / warmup, 1.0, total_iters=warmup - 1)
+        scheduler = torch.optim.lr_scheduler.SequentialLR(opt, [start, after], [warmup])
+    else:
+        scheduler = after
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    return lrs
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 4])
+@pytest.mark.parametrize("kind", ["constant", "cosine", "step"])
+def test_schedules_match_torch(kind, warmup):
+    schedule = optimizers.Schedule(kind, warmup, 12, step_size=3, gamma=0.5)
+    ours = [schedule.factor(step) for step in range(12)]
+    np.testing.assert_allclose(ours, torch_lrs(kind, warmup, 12), rtol=1e-12, atol=1e-15)
+
+
+def test_schedule_errors():
+    with pytest.raises(ValueError, match="unknown schedule 'linear'"):
+        optimizers.Schedule("linear")
+    with pytest.raises(ValueError, match="step size >= 1"):
+        optimizers.Schedule("step", step_size=0)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clipping_matches_torch(max_norm):
+    rng = np.random.default_rng(5)
+    grads = {k: rng.standard_normal(s).astype(np.float32) for k, s in (("a", (40, 3)), ("b", (7,)))}
+    params = [torch.zeros(g.shape, requires_grad=True) for g in grads.values()]
+    for p, g in zip(params, grads.values(), strict=True):
+        p.grad = torch.from_numpy(g.copy())
+    want = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    ours = dict(grads)
+    norm = optimizers.clip_by_global_norm(ours, max_norm)
+    assert norm == pytest.approx(float(want), rel=1e-6)
+    for p, key in zip(params, grads, strict=True):
+        np.testing.assert_allclose(ours[key], p.grad.numpy(), rtol=1e-6)
+    clipped = np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in ours.values()))
+    assert clipped == pytest.approx(min(max_norm, norm), rel=1e-5)
 
 
 def test_sgd_plain_step_by_hand():
@@ -86,8 +203,8 @@ def test_memoryx_copies_its_weights():
 
 def test_unknown_optimizer():
     mx = MemoryX({"a": np.ones(3, np.float32)}, T)
-    with pytest.raises(ValueError, match="adam"):
-        mx.apply("adam", {"lr": 0.1})
+    with pytest.raises(ValueError, match="rmsprop"):
+        mx.apply("rmsprop", {"lr": 0.1})
 
 
 @pytest.mark.parametrize(("stored", "perm"), [((3, 5), (1, 0)), ((2, 3, 4), (2, 0, 1))])

@@ -478,8 +478,8 @@ def test_normalization_errors():
     graph = helper.make_graph([node], "g", [vi("x", F, (3, 2))], [vi("y", F)], inits[:1])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert (
-        "attribute stash_type=INT64 is not supported (expected one of float32, float64, float16, bfloat16)"
-        in import_error(model)
+        "attribute stash_type=INT64 is not supported "
+        "(expected one of float32, float64, float16, bfloat16)" in import_error(model)
     )
     params = [init(k, v) for k, v in channel_params(4).items()]
     node = helper.make_node("BatchNormalization", ["x", *(p.name for p in params)], ["y"])

@@ -37,13 +37,18 @@ def data():
     }
 
 
-def torch_reference(model, data, trainable=None, **sgd):
-    """Per-step losses and final weights of the same training in PyTorch."""
+def torch_reference(
+    model, data, trainable=None, optimizer="sgd", schedule=None, max_grad_norm=None, **settings
+):
+    """Per-step losses and final weights of the same training in PyTorch; ``schedule`` makes
+    an LR scheduler of the optimizer."""
     weights = {t.name: torch.tensor(numpy_helper.to_array(t)) for t in model.graph.initializer}
     names = trainable or list(weights)
     for name in names:
         weights[name].requires_grad_(True)
-    optimizer = torch.optim.SGD([weights[n] for n in names], **sgd)
+    kind = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    optimizer = kind[optimizer]([weights[n] for n in names], **settings)
+    scheduler = schedule(optimizer) if schedule else None
     losses = []
     for step in range(STEPS):
         index = np.arange(step * BATCH, (step + 1) * BATCH) % SAMPLES
@@ -54,7 +59,11 @@ def torch_reference(model, data, trainable=None, **sgd):
         loss = torch.nn.functional.cross_entropy(h, torch.tensor(data["labels"][index]))
         optimizer.zero_grad()
         loss.backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_([weights[n] for n in names], max_grad_norm)
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         losses.append(loss.item())
     return losses, {k: v.detach().numpy() for k, v in weights.items()}
 
@@ -85,6 +94,97 @@ def test_matches_pytorch(model, data, settings, num_csx, tmp_path) -> None:
     for name, value in weights.items():
         np.testing.assert_allclose(result.weights[name], value, rtol=1e-4, atol=1e-6)
     assert losses[-1] < losses[0]
+
+
+def warmup_cosine(optimizer):
+    """Two warm-up steps, then cosine decay to 0 at the last step."""
+    start = torch.optim.lr_scheduler.LinearLR(optimizer, 0.5, 1.0, total_iters=1)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=STEPS - 2)
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, [start, decay], [2])
+
+
+ADAM_RUNS = {
+    "adam": ({"optimizer": "adam", "lr": 0.01}, {}),
+    "adam-amsgrad-wd": (
+        {"optimizer": "adam", "lr": 0.01, "amsgrad": True, "weight_decay": 0.05},
+        {},
+    ),
+    "adamw-betas-eps": (
+        {"optimizer": "adamw", "lr": 0.02, "betas": (0.8, 0.95), "eps": 1e-6},
+        {},
+    ),
+    "adamw-cosine-clip": (
+        {"optimizer": "adamw", "lr": 0.02, "max_grad_norm": 0.5},
+        {"lr_schedule": "cosine", "warmup_steps": 2},
+    ),
+    "sgd-step-clip": (
+        {"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "max_grad_norm": 1.0},
+        {"lr_schedule": "step", "lr_step_size": 2, "lr_gamma": 0.5},
+    ),
+}
+TORCH_SCHEDULES = {
+    "adamw-cosine-clip": warmup_cosine,
+    "sgd-step-clip": lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
+}
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+@pytest.mark.parametrize("run", list(ADAM_RUNS))
+def test_optimizers_schedules_and_clipping_match_pytorch(model, data, run, num_csx, tmp_path):
+    settings, loop = ADAM_RUNS[run]
+    result = cgc.train(
+        model,
+        data,
+        batch_size=BATCH,
+        steps=STEPS,
+        model_dir=tmp_path,
+        num_csx=num_csx,
+        target=TARGET,
+        **settings,
+        **loop,
+    )
+    losses, weights = torch_reference(model, data, schedule=TORCH_SCHEDULES.get(run), **settings)
+    np.testing.assert_allclose([m["loss"] for m in result.metrics], losses, rtol=1e-5, atol=1e-6)
+    for name, value in weights.items():
+        np.testing.assert_allclose(result.weights[name], value, rtol=1e-4, atol=1e-6)
+    assert losses[-1] < losses[0]
+
+
+def mlp_loss(weights, x, labels):
+    h = torch.tensor(x)
+    for layer in (1, 2, 3):
+        h = h @ torch.tensor(weights[f"fc{layer}.weight"]).T + torch.tensor(
+            weights[f"fc{layer}.bias"]
+        )
+        h = torch.relu(h) if layer < 3 else h
+    return torch.nn.functional.cross_entropy(h, torch.tensor(labels)).item()
+
+
+@pytest.mark.parametrize("num_csx", [1, 2])
+def test_held_out_loss_is_measured_with_the_weights_of_the_step(model, data, num_csx, tmp_path):
+    rng = np.random.default_rng(4)
+    held_out = {
+        "x": rng.standard_normal((20, 64)).astype(np.float32),  # two whole batches of 8
+        "labels": rng.integers(0, 10, 20),
+    }
+    result = cgc.train(
+        model,
+        data,
+        batch_size=BATCH,
+        steps=5,
+        model_dir=tmp_path,
+        num_csx=num_csx,
+        target=TARGET,
+        lr=0.1,
+        eval_data=held_out,
+        eval_every=2,
+    )
+    assert ["eval_loss" in m for m in result.metrics] == [False, True, False, True, True]
+    # the loss after the last step, from the final weights, in torch
+    batches = [(held_out["x"][i : i + 8], held_out["labels"][i : i + 8]) for i in (0, 8)]
+    want = np.mean([mlp_loss(result.weights, x, t) for x, t in batches])
+    assert result.metrics[-1]["eval_loss"] == pytest.approx(want, rel=1e-5)
+    assert result.metrics[-1]["eval_loss"] != result.metrics[1]["eval_loss"]
 
 
 def test_systems_agree_to_float_rounding(model, data, tmp_path) -> None:
@@ -164,6 +264,15 @@ def test_training_errors(model, data, tmp_path) -> None:
         )
     with pytest.raises(CgcError, match=r"training data lacks \['labels'\]"):
         cgc.train(model, {"x": data["x"]}, batch_size=8, steps=1, model_dir=tmp_path, target=TARGET)
+    static = zoo.MODELS["mlp_train"]()
+    for value in static.graph.input:
+        value.type.tensor_type.shape.dim[0].dim_value = 8
+    with pytest.raises(
+        CgcError,
+        match=r"input 'x' has a static batch dimension 8, but each system runs 4 samples "
+        r"\(--batch-size over --num-csx\); export the model with a dynamic batch dimension",
+    ):
+        cgc.train(static, data, batch_size=8, steps=1, model_dir=tmp_path, num_csx=2)
     inference = zoo.MODELS["mlp"]()
     with pytest.raises(CgcError, match="first output must be a scalar float loss"):
         cgc.train(

@@ -22,6 +22,7 @@ from cgc.errors import CgcError
 from cgc.frontends import zoo
 from cgc.runtime import trace
 from cgc.runtime.artifact import Artifact
+from cgc.runtime.trainer import LoopOptions
 from cgc.runtime.trainer import train as run_training
 from cgc.runtime.vm import Cluster, SimulationError
 
@@ -418,7 +419,7 @@ def test_trainer_keeps_untrained_initializers(tmp_path):
     )
     assert art.manifest["training"]["trainable"] == ["fc3.bias", "fc3.weight"]
     init = {t.name: numpy_helper.to_array(t) for t in model("mlp_train").graph.initializer}
-    run_training(art, train_data(), 2, tmp_path)
+    run_training(art, train_data(), LoopOptions(2), tmp_path)
     saved = load_file(tmp_path / "weights.safetensors")
     assert sorted(saved) == sorted(init)
     for name in init:
@@ -436,7 +437,7 @@ def test_trainer_keeps_untrained_initializers(tmp_path):
 )
 def test_trainer_errors(tmp_path, data, steps, message):
     with pytest.raises(CgcError, match=message):
-        run_training(training_artifact(), data, steps, tmp_path)
+        run_training(training_artifact(), data, LoopOptions(steps), tmp_path)
 
 
 def test_train_step_takes_exactly_one_global_batch():
@@ -449,12 +450,12 @@ def test_trainer_ignores_extra_arrays(tmp_path):
     data = {**train_data(), "notes": np.arange(3)}
     # rejecting the extra array with a clear CgcError would be fine too
     with contextlib.suppress(CgcError):
-        run_training(training_artifact(), data, 4, tmp_path)
+        run_training(training_artifact(), data, LoopOptions(4), tmp_path)
 
 
 def test_trainer_rejects_an_inference_artifact(tmp_path):
     with pytest.raises(CgcError, match="training"):
-        run_training(compiled("mlp", "weight_streaming"), train_data(), 1, tmp_path)
+        run_training(compiled("mlp", "weight_streaming"), train_data(), LoopOptions(1), tmp_path)
 
 
 # --------------------------------------------------------------------------- traces

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
+from cgc.runtime import optimizers
 from cgc.runtime.artifact import FORMAT_VERSION, Artifact
 from cgc.runtime.bytecode import Opcode
 from cgc.runtime.machine import Target
@@ -49,21 +51,67 @@ MODES = ("pipelined", "weight_streaming", "auto")
 
 @dataclasses.dataclass(frozen=True)
 class TrainingOptions:
-    """How a training artifact's steps update the weights."""
+    """How a training artifact's steps update the weights. A hyper-parameter left at None
+    takes torch.optim's default for the optimizer; setting one the optimizer does not have
+    is an error."""
 
     optimizer: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    dampening: float = 0.0
-    weight_decay: float = 0.0
-    nesterov: bool = False
+    lr: float | None = None
+    momentum: float | None = None
+    dampening: float | None = None
+    weight_decay: float | None = None
+    nesterov: bool | None = None
+    beta1: float | None = None
+    beta2: float | None = None
+    eps: float | None = None
+    amsgrad: bool | None = None
     trainable: tuple[str, ...] = ()
     """Regular expressions matched in full against initializer names; empty: all float
     initializers that reach the loss."""
 
     def optimizer_options(self) -> dict:
         """The options of ``schedule-streams`` that set MemoryX's optimizer."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "trainable"}
+        if self.optimizer not in optimizers.OPTIMIZERS:
+            raise CgcError(
+                f"--optimizer {self.optimizer}: expected one of {', '.join(optimizers.OPTIMIZERS)}"
+            )
+        given = {
+            f.name: float(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in ("optimizer", "trainable") and getattr(self, f.name) is not None
+        }
+        stray = sorted(set(given) - set(optimizers.DEFAULTS[self.optimizer]))
+        if stray:
+            names = ", ".join("--" + name.replace("_", "-") for name in stray)
+            raise CgcError(f"{names}: not a setting of --optimizer {self.optimizer}")
+        full = optimizers.settings(self.optimizer, given)
+        _check_hyperparameters(full)
+        flags = ("nesterov", "amsgrad")
+        return {"optimizer": self.optimizer} | {
+            k: bool(v) if k in flags else v for k, v in full.items()
+        }
+
+
+def _check_hyperparameters(settings: dict[str, float]) -> None:
+    """torch.optim's own checks, as one-line errors naming the option."""
+    ranges = {
+        "lr": (0.0, None),
+        "momentum": (0.0, None),
+        "weight_decay": (0.0, None),
+        "eps": (0.0, None),
+        "beta1": (0.0, 1.0),
+        "beta2": (0.0, 1.0),
+    }
+    for name, (low, high) in ranges.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        if value < low or (high is not None and value >= high) or not math.isfinite(value):
+            bound = f"in [{low:g}, {high:g})" if high is not None else f">= {low:g}"
+            option = "--betas" if name.startswith("beta") else "--" + name.replace("_", "-")
+            raise CgcError(f"{option} {value:g}: must be {bound}")
+    if settings.get("nesterov") and (settings["momentum"] <= 0 or settings["dampening"] != 0):
+        raise CgcError("--nesterov needs --momentum > 0 and --dampening 0")
 
 
 def pass_spec(p: ModulePass) -> str:
@@ -291,7 +339,7 @@ def compile_model(
             "loss": imported.outputs[0].name,
             "loss_scale": scale,
             "batch_reduction": reduction,
-            "optimizer": training.optimizer,
+            "optimizer": training.optimizer_options(),
             "trainable": trained,
             "initializers": list(imported.initializers),
         }

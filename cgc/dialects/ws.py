@@ -39,8 +39,7 @@ from xdsl.irdl import (
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects.wse import i64_array
-
-OPTIMIZERS = ("sgd", "adam", "adamw")
+from cgc.runtime import optimizers
 
 
 def _weight_props(name: str, perm: Sequence[int] | None) -> dict[str, Attribute]:
@@ -106,13 +105,13 @@ class OptimizerStepOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        if self.optimizer.data not in OPTIMIZERS:
-            raise VerifyException(
-                f"unknown optimizer {self.optimizer.data!r}; expected one of {OPTIMIZERS}"
-            )
         for key, value in self.config.data.items():
             if not isinstance(value, FloatAttr):
                 raise VerifyException(f"optimizer setting {key!r} must be a float")
+        try:
+            optimizers.settings(self.optimizer.data, self.settings())
+        except ValueError as e:
+            raise VerifyException(str(e)) from None
 
     def settings(self) -> dict[str, float]:
         """The hyper-parameters as Python floats."""

@@ -22,6 +22,7 @@ from cgc.compiler.interpret import main_function
 from cgc.compiler.targets import module_target
 from cgc.dialects import ws, wse
 from cgc.errors import CgcError
+from cgc.runtime import optimizers
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,17 @@ class ScheduleStreamsPass(ModulePass):
     name = "schedule-streams"
 
     optimizer: str = ""
-    """Optimizer MemoryX applies at the end of a step (``sgd``); empty for inference."""
-    lr: float = 0.01
+    """Optimizer MemoryX applies at the end of a step (``sgd``, ``adam``, ``adamw``); empty
+    for inference. Its hyper-parameters follow; only the optimizer's own go into the step."""
+    lr: float = 1e-3
     momentum: float = 0.0
     dampening: float = 0.0
     weight_decay: float = 0.0
     nesterov: bool = False
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    amsgrad: bool = False
     target: str = ""
     """Target name; by default the module's ``wse.target``."""
 
@@ -56,15 +62,9 @@ class ScheduleStreamsPass(ModulePass):
                     stream.location = inner.location
                     Rewriter.replace_op(inner, stream)
         if self.optimizer and streams_gradients:
-            if self.optimizer not in ws.OPTIMIZERS:
+            if self.optimizer not in optimizers.OPTIMIZERS:
                 raise CgcError(f"unknown optimizer '{self.optimizer}'")
-            config = {
-                "lr": self.lr,
-                "momentum": self.momentum,
-                "dampening": self.dampening,
-                "weight_decay": self.weight_decay,
-                "nesterov": float(self.nesterov),
-            }
+            config = {k: float(getattr(self, k)) for k in optimizers.DEFAULTS[self.optimizer]}
             ret = block.last_op
             assert isinstance(ret, func.ReturnOp)
             Rewriter.insert_op(ws.OptimizerStepOp(self.optimizer, config), InsertPoint.before(ret))

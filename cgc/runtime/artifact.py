@@ -116,9 +116,10 @@ def weights_to_bytes(weights: dict[str, np.ndarray]) -> bytes:
     """safetensors bytes; ml_dtypes arrays (bfloat16, float8, int4, ...), which safetensors
     cannot store, go in as raw unsigned views with their dtype in the file's metadata."""
     extended = {k: v.dtype.name for k, v in weights.items() if dtypes.is_extended(v.dtype)}
+    # np.require keeps a 0-d array 0-d (np.ascontiguousarray would make it 1-d)
     tensors = {
-        k: np.ascontiguousarray(v).view(dtypes.storage(v.dtype)) if k in extended
-        else np.ascontiguousarray(v)
+        k: np.require(v, requirements="C").view(dtypes.storage(v.dtype)) if k in extended
+        else np.require(v, requirements="C")
         for k, v in sorted(weights.items())
     }  # fmt: skip
     metadata = {_DTYPES_KEY: json.dumps(extended, sort_keys=True)} if extended else None

@@ -2,9 +2,8 @@
 
 Weights and optimizer state live here, never on the wafer. For each layer MemoryX streams the
 weights out (as the view a kernel asks for), takes the gradients SwarmX has summed, and at the
-end of a step applies the optimizer with exactly torch.optim's arithmetic: float32 tensors,
-scalar hyper-parameters rounded to float32 as torch does when it multiplies a float32 tensor
-by a Python number.
+end of a step applies the optimizer (``optimizers``: SGD, Adam, AdamW with torch.optim's
+arithmetic), after an optional clipping of the gradients' global norm.
 """
 
 from __future__ import annotations
@@ -13,12 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cgc.runtime import reference
+from cgc.runtime import optimizers, reference
 from cgc.runtime.machine import Target
-
-
-def _f32(value: float) -> np.float32:
-    return np.float32(value)
 
 
 class MemoryX:
@@ -51,31 +46,28 @@ class MemoryX:
         """Time for the optimizer to update ``parameters`` values."""
         return parameters / self.target.memoryx_update_params_per_s
 
-    def apply(self, optimizer: str, config: Mapping[str, float]) -> None:
-        """Updates every weight that received a gradient this step."""
-        if optimizer != "sgd":
-            raise ValueError(f"MemoryX has no optimizer {optimizer!r}")
+    def apply(
+        self,
+        optimizer: str,
+        config: Mapping[str, float],
+        lr_factor: float = 1.0,
+        max_grad_norm: float | None = None,
+    ) -> float:
+        """Updates every weight that received a gradient this step, with the learning rate
+        scaled by ``lr_factor`` (a schedule) and the gradients first clipped to a global norm
+        of ``max_grad_norm``; returns the gradients' global norm before clipping."""
+        full = optimizers.settings(optimizer, config)
+        update = optimizers.UPDATES[optimizer]
+        full["lr"] = full["lr"] * lr_factor
+        if max_grad_norm is not None:
+            norm = optimizers.clip_by_global_norm(self.gradients, max_grad_norm)
+        else:
+            norm = optimizers.global_norm(self.gradients)
         for name in sorted(self.gradients):
-            self.weights[name] = self._sgd(name, self.gradients[name], config)
+            state = self.state.get(name, {})
+            self.weights[name] = update(self.weights[name], self.gradients[name], state, full)
+            if state:
+                self.state[name] = state
         self.gradients.clear()
         self.steps += 1
-
-    def _sgd(self, name: str, grad: np.ndarray, config: Mapping[str, float]) -> np.ndarray:
-        """torch.optim.SGD's update of one parameter."""
-        param = self.weights[name]
-        lr = config["lr"]
-        momentum = config.get("momentum", 0.0)
-        dampening = config.get("dampening", 0.0)
-        weight_decay = config.get("weight_decay", 0.0)
-        if weight_decay:
-            grad = grad + _f32(weight_decay) * param
-        if momentum:
-            state = self.state.setdefault(name, {})
-            if "momentum_buffer" in state:
-                buf = state["momentum_buffer"] * _f32(momentum) + _f32(1 - dampening) * grad
-            else:
-                buf = grad.copy()
-            state["momentum_buffer"] = buf
-            grad = grad + _f32(momentum) * buf if config.get("nesterov", 0.0) else buf
-        # numpy turns 0-d arithmetic into scalars; a weight stays an array
-        return np.asarray(param + _f32(-lr) * grad, dtype=param.dtype)
+        return norm

@@ -1,8 +1,11 @@
 """The training loop: steps of a training artifact on the simulated cluster.
 
 Step ``i`` (0-based) takes the samples ``[i * B, (i + 1) * B)`` modulo the sample count, where
-B is the global batch (the per-system batch times K). Every step appends one JSON line to
-``metrics.jsonl``; at the end ``weights.safetensors`` holds every initializer, trained or not.
+B is the global batch (the per-system batch times K), or with shuffling that stretch of the
+epochs' permutations. Every step appends one JSON line to ``metrics.jsonl``; checkpoints go to
+``checkpoints/step-N/``; at the end ``weights.safetensors`` holds every initializer, trained or
+not. A run resumed from a checkpoint ends with exactly the metrics and weights of a run that
+was never interrupted.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from cgc.errors import CgcError
+from cgc.runtime import checkpoint
 from cgc.runtime.artifact import Artifact, weights_to_bytes
 from cgc.runtime.files import write_atomically
-from cgc.runtime.vm import Cluster
+from cgc.runtime.optimizers import Schedule
+from cgc.runtime.vm import Cluster, Span
 
 
 @dataclass
@@ -27,6 +32,8 @@ class TrainResult:
 
     metrics: list[dict] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
+    spans: list[Span] = field(default_factory=list)
+    """The simulated timeline of the steps this run took, one after another."""
 
 
 def check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
@@ -44,42 +51,198 @@ def check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
     return counts.pop()
 
 
+def schedule(kind: str, warmup_steps: int, steps: int, step_size: int, gamma: float) -> Schedule:
+    """The learning-rate schedule the options name; bad values are one-line errors."""
+    try:
+        return Schedule(kind, warmup_steps, steps, step_size, gamma)
+    except ValueError as e:
+        raise CgcError(f"--lr-schedule {kind}: {e}") from None
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """What the training loop does around each step."""
+
+    steps: int
+    schedule: Schedule = field(default_factory=Schedule)
+    """The learning rate's factor per step; cosine decay ends at ``steps``."""
+    max_grad_norm: float | None = None
+    """Clip the summed gradients to this global norm before the update."""
+    checkpoint_every: int = 0
+    """Write a checkpoint after every this many steps (0: never)."""
+    resume: bool = False
+    """Continue from the newest good checkpoint in the model directory, if there is one."""
+    shuffle: bool = False
+    """Visit the samples of each epoch in an order drawn from ``seed`` and the epoch."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise CgcError(f"--steps {self.steps}: must be at least 1")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise CgcError(f"--max-grad-norm {self.max_grad_norm:g}: must be positive")
+        if self.checkpoint_every < 0:
+            raise CgcError(f"--checkpoint-every {self.checkpoint_every}: must be >= 0")
+
+
+def sample_indices(step: int, batch: int, samples: int, shuffle: bool, seed: int) -> np.ndarray:
+    """The samples of step ``step`` (0-based): positions ``[step * batch, (step + 1) * batch)``
+    of the sequence of epochs, each epoch the samples in order or, with ``shuffle``, in the
+    permutation drawn from ``(seed, epoch)`` (so any step can be found again without
+    replaying the ones before)."""
+    positions = np.arange(step * batch, (step + 1) * batch)
+    epochs, offsets = np.divmod(positions, samples)
+    if not shuffle:
+        return offsets
+    picked = np.empty_like(offsets)
+    for epoch in np.unique(epochs):  # a batch spans at most a few epochs
+        order = np.random.default_rng([seed, int(epoch)]).permutation(samples)
+        mask = epochs == epoch
+        picked[mask] = order[offsets[mask]]
+    return picked
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Held-out data whose loss is measured every ``every`` steps (and after the last), by
+    ``artifact``: the same model compiled forward only (weights streamed, no gradients)."""
+
+    artifact: Artifact
+    data: Mapping[str, np.ndarray]
+    every: int
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise CgcError(f"--eval-every {self.every}: must be at least 1")
+
+    def due(self, step: int, loop: LoopOptions) -> bool:
+        """Whether the held-out loss is measured after step ``step`` (0-based)."""
+        return (step + 1) % self.every == 0 or step + 1 == loop.steps
+
+    def loss(self, cluster: Cluster, weights: dict[str, np.ndarray], scale: float) -> float:
+        """The mean loss over the held-out data's whole global batches, with ``weights``."""
+        cluster.memoryx.weights = weights
+        batch = cluster.batch * cluster.num_csx
+        names = [spec["name"] for spec in self.artifact.manifest["inputs"]]
+        samples = check_data(self.artifact, self.data)
+        if samples < batch:
+            raise CgcError(f"--eval-data has {samples} samples, fewer than one batch of {batch}")
+        losses = [
+            cluster.loss({n: np.asarray(self.data[n])[start : start + batch] for n in names}, scale)
+            for start in range(0, samples - batch + 1, batch)
+        ]
+        return float(np.mean(losses))
+
+
 def train(
     artifact: Artifact,
     data: Mapping[str, np.ndarray],
-    steps: int,
+    loop: LoopOptions,
     model_dir: str | os.PathLike,
     on_step: Callable[[dict], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+    evaluation: Evaluation | None = None,
 ) -> TrainResult:
-    """Runs ``steps`` training steps and writes the metrics and final weights."""
+    """Runs the training steps (from the newest checkpoint with ``loop.resume``) and writes
+    the metrics, the checkpoints and the final weights; ``warn`` hears about damaged
+    checkpoints skipped."""
     training = artifact.manifest.get("training")
     if not training:
         raise CgcError("the artifact was not compiled for training")
-    if steps < 1:
-        raise CgcError(f"--steps {steps}: must be at least 1")
     samples = check_data(artifact, data)
     names = [spec["name"] for spec in artifact.manifest["inputs"]]
     cluster = Cluster(artifact)
     batch = cluster.batch * cluster.num_csx
+    base_lr = training["optimizer"]["lr"]
     directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
     result = TrainResult()
-    with open(directory / "metrics.jsonl", "w") as log:
-        for step in range(steps):
-            index = np.arange(step * batch, (step + 1) * batch) % samples
-            loss, stats = cluster.train_step({n: np.asarray(data[n])[index] for n in names})
+    first = _resume(cluster, directory, warn or (lambda _: None)) if loop.resume else 0
+    evaluator = None
+    if evaluation is not None:
+        check_data(evaluation.artifact, evaluation.data)
+        evaluator = Cluster(evaluation.artifact, num_csx=cluster.num_csx)
+    result.metrics = _metrics_before(directory / "metrics.jsonl", first)
+    write_atomically(
+        directory / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
+    )
+    clock = 0.0
+    with open(directory / "metrics.jsonl", "a") as log:
+        for step in range(first, loop.steps):
+            index = sample_indices(step, batch, samples, loop.shuffle, loop.seed)
+            factor = loop.schedule.factor(step)
+            loss, stats = cluster.train_step(
+                {n: np.asarray(data[n])[index] for n in names}, factor, loop.max_grad_norm
+            )
             line = {
                 "step": step + 1,
                 "loss": loss,
+                "lr": base_lr * factor,
+                "grad_norm": cluster.grad_norm,
                 "simulated_seconds": stats.simulated_seconds,
                 "samples_per_second": stats.samples_per_second,
             }
+            if evaluation is not None and evaluator is not None and evaluation.due(step, loop):
+                scale = training["loss_scale"]
+                line["eval_loss"] = evaluation.loss(evaluator, cluster.memoryx.weights, scale)
             log.write(json.dumps(line) + "\n")
             log.flush()
             result.metrics.append(line)
+            result.spans += _shifted(stats.spans, clock, step + 1)
+            clock += stats.simulated_seconds
+            if loop.checkpoint_every and (step + 1) % loop.checkpoint_every == 0:
+                _save_checkpoint(cluster, directory, step + 1)
             if on_step is not None:
                 on_step(line)
     kept = training["initializers"]
     result.weights = {n: cluster.memoryx.weights[n] for n in kept if n in cluster.memoryx.weights}
     write_atomically(directory / "weights.safetensors", weights_to_bytes(result.weights))
     return result
+
+
+def _shifted(spans: list[Span], offset: float, step: int) -> list[Span]:
+    return [
+        Span(s.track, f"{s.name} (step {step})", s.start + offset, s.end + offset) for s in spans
+    ]
+
+
+def _save_checkpoint(cluster: Cluster, directory: Path, step: int) -> None:
+    memoryx = cluster.memoryx
+    state = checkpoint.Checkpoint(step, memoryx.weights, memoryx.state, memoryx.steps)
+    checkpoint.save(directory / "checkpoints", state)
+
+
+def _resume(cluster: Cluster, directory: Path, warn: Callable[[str], None]) -> int:
+    """Loads the newest good checkpoint into MemoryX; returns the steps it had done."""
+    root = directory / "checkpoints"
+    found = checkpoint.latest(root, warn)
+    if found is None:
+        if checkpoint.saved_steps(root):
+            raise CgcError(f"--resume: no checkpoint in {root} is intact")
+        return 0
+    memoryx = cluster.memoryx
+    unknown = sorted(set(found.weights) - set(memoryx.weights))
+    if unknown:
+        raise CgcError(
+            f"--resume: checkpoint step-{found.step} holds weights the model lacks: {unknown[:3]}"
+        )
+    memoryx.weights.update(found.weights)
+    memoryx.state = found.optimizer_state
+    memoryx.steps = found.updates
+    return found.step
+
+
+def _metrics_before(path: Path, step: int) -> list[dict]:
+    """The metrics lines of the steps up to ``step`` that an earlier run wrote."""
+    if step == 0 or not path.exists():
+        return []
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:  # a line cut short by a kill
+            break
+        if line.get("step", step + 1) > step:
+            break
+        lines.append(line)
+    return lines

@@ -339,7 +339,7 @@ def _describe(value: Value | None) -> Operand:
     return Operand(lay.shape, lay.dtype, WAFER, lay)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Span:
     """One interval on a timeline track, in seconds."""
 
@@ -410,6 +410,8 @@ class Cluster:
         self.numerics = numerics
         self.memoryx = MemoryX(artifact.weights, self.target)
         self.swarmx = SwarmX(self.num_csx, self.target)
+        self.grad_norm: float | None = None
+        """The global norm of the last training step's summed gradients, before clipping."""
         self.wafers = [Wafer(self.target) for _ in range(self.num_csx)]
         # a model without a batch axis runs its fixed shapes as one sample per system
         self.batch = manifest["per_system_batch"] or 1
@@ -476,6 +478,14 @@ class Cluster:
         outputs = self._gather_outputs(runs) if self.numerics else {}
         return outputs, self._stats(per_system, len(chunks) * self.batch, training=False)
 
+    def loss(self, batch: Mapping[str, np.ndarray], loss_scale: float) -> float:
+        """The loss (first output) of the global batch in ``batch``, forward only: each
+        system's share scaled by ``loss_scale`` as in a training step."""
+        runs = [
+            self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(self._chunks(batch))
+        ]
+        return sum(float(run.outputs[0]) for run in runs) * loss_scale
+
     def _gather_outputs(self, runs: Sequence[Executor]) -> dict[str, np.ndarray]:
         outputs = {}
         for index, spec in enumerate(self.manifest["outputs"]):
@@ -490,8 +500,15 @@ class Cluster:
                 )
         return outputs
 
-    def train_step(self, batch: Mapping[str, np.ndarray]) -> tuple[float, RunStats]:
-        """One training step on the global batch in ``batch``; returns the loss."""
+    def train_step(
+        self,
+        batch: Mapping[str, np.ndarray],
+        lr_factor: float = 1.0,
+        max_grad_norm: float | None = None,
+    ) -> tuple[float, RunStats]:
+        """One training step on the global batch in ``batch``, the learning rate scaled by
+        ``lr_factor`` and the gradients clipped to a global norm of ``max_grad_norm``; returns
+        the loss (``grad_norm`` keeps the gradients' norm before clipping)."""
         chunks = self._chunks(batch)
         if len(chunks) != self.num_csx:
             raise CgcError(
@@ -502,7 +519,9 @@ class Cluster:
         if self.numerics:
             self._reduce_gradients(runs)
             if runs[0].optimizer is not None:
-                self.memoryx.apply(*runs[0].optimizer)
+                self.grad_norm = self.memoryx.apply(
+                    *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
+                )
         stats = self._stats([[r] for r in runs], len(chunks) * self.batch, training=True)
         # Each system's loss covers its slice; the seed of its backward pass was loss_scale
         # (1/K for a mean over the batch, 1 for a sum), and so is its share of the loss.
@@ -517,7 +536,9 @@ class Cluster:
     def _stats(self, per_system: Sequence[Sequence[Executor]], samples: int, training: bool):
         timelines = [self._timeline(k, runs, training) for k, runs in enumerate(per_system)]
         seconds = max(end for end, _ in timelines)
-        spans = [s for _, system_spans in timelines for s in system_spans]
+        # MemoryX and SwarmX serve every system at once: their spans, the same in each
+        # system's timeline, appear once
+        spans = list(dict.fromkeys(s for _, system_spans in timelines for s in system_spans))
         records = [r for runs in per_system for run in runs for r in run.records]
         fmacs = sum(r.fmacs for r in records)
         peak_rate = self.target.pes * self.target.fmacs_32bit * self.target.clock_hz

@@ -3,6 +3,7 @@
 // RUN: cgc opt %t/0.mlir -p schedule-streams | filecheck %s --check-prefix=NOOPT
 // RUN: cgc opt %t/1.mlir -p 'schedule-streams{optimizer="sgd"}' | filecheck %s --check-prefix=INFER
 // RUN: not cgc opt %t/0.mlir -p 'schedule-streams{optimizer="lamb"}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: cgc opt %t/0.mlir -p 'schedule-streams{optimizer="adamw" weight_decay=0.01 amsgrad=true}' | filecheck %s --check-prefix=ADAMW
 
 // Weight streaming: every layer runs on the whole mesh, every wse.weight (frozen ones too)
 // becomes a ws.stream_weight with the same view, and a step that streams gradients ends
@@ -61,6 +62,9 @@ builtin.module attributes {wse.target = "mesh4x8"} {
 // NOOPT:       func.return
 
 // BADOPT:      error: unknown optimizer 'lamb'
+
+// Only the optimizer's own hyper-parameters go into the step.
+// ADAMW:       ws.optimizer_step "adamw" {amsgrad = 1.000000e+00 : f64, beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64}
 
 // -----
 

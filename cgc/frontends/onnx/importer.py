@@ -525,9 +525,9 @@ class Importer:
                 continue
             if spec.shape[0] != self.batch_size:
                 raise self.error(
-                    f"input '{spec.name}' has a static batch dimension {spec.shape[0]}, not "
-                    f"{self.batch_size}; the model must be exported with a dynamic batch "
-                    "dimension to use --batch-size"
+                    f"input '{spec.name}' has a static batch dimension {spec.shape[0]}, but "
+                    f"each system runs {self.batch_size} samples (--batch-size over "
+                    "--num-csx); export the model with a dynamic batch dimension"
                 )
 
     def _output_value(self, name: str) -> SSAValue:

@@ -144,7 +144,7 @@ func.func @main() {
   func.return
 }
 
-// OPTIMIZER: error: {{.*}}/12.mlir: invalid IR: ws.optimizer_step: unknown optimizer 'rmsprop'; expected one of ('sgd', 'adam', 'adamw')
+// OPTIMIZER: error: {{.*}}/12.mlir: invalid IR: ws.optimizer_step: unknown optimizer 'rmsprop' (expected one of ('sgd', 'adam', 'adamw'))
 // OPTIMIZER-NOT: Traceback
 
 // -----

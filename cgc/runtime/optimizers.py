@@ -1,0 +1,187 @@
+"""The optimizers MemoryX runs, learning-rate schedules and gradient clipping.
+
+Each update follows torch.optim's single-tensor code path (what it uses for CPU tensors)
+operation by operation: float32 tensors; a Python-number factor rounded to float32 where
+torch multiplies a float32 tensor by it; fused multiply-adds where torch's vectorized kernels
+use them (``add`` with ``alpha``, ``lerp``, ``addcmul``); bias corrections and step sizes in
+Python floats, as torch computes them. Defaults are torch's. SGD matches torch bit for bit;
+Adam and AdamW within an ulp per step, because torch's vectorized CPU ``sqrt`` is not
+correctly rounded (it differs from IEEE ``sqrt`` in about one element in six).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+DEFAULTS: dict[str, dict[str, float]] = {
+    "sgd": {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": 0.0},
+    "adam": {
+        "lr": 1e-3,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "amsgrad": 0.0,
+    },
+    "adamw": {
+        "lr": 1e-3,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        "eps": 1e-8,
+        "weight_decay": 1e-2,
+        "amsgrad": 0.0,
+    },
+}
+"""Every hyper-parameter of each optimizer, with torch.optim's default (flags as 0.0/1.0)."""
+
+State = dict[str, np.ndarray]
+Update = Callable[[np.ndarray, np.ndarray, State, Mapping[str, float]], np.ndarray]
+
+
+def settings(optimizer: str, given: Mapping[str, float]) -> dict[str, float]:
+    """The full hyper-parameters of ``optimizer``: ``given`` over the defaults. A setting the
+    optimizer does not have is an error (a ValueError naming it)."""
+    if optimizer not in DEFAULTS:
+        raise ValueError(f"unknown optimizer {optimizer!r} (expected one of {OPTIMIZERS})")
+    unknown = sorted(set(given) - set(DEFAULTS[optimizer]))
+    if unknown:
+        raise ValueError(f"{optimizer} has no setting {', '.join(unknown)}")
+    return {**DEFAULTS[optimizer], **given}
+
+
+def _f32(value: float) -> np.float32:
+    return np.float32(value)
+
+
+def _fma(a: np.ndarray | float, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` rounded once to float32, as the fused multiply-add of torch's vectorized
+    CPU kernels (the float64 product of two float32 values is exact)."""
+    exact = np.float64(a) * b.astype(np.float64) + c.astype(np.float64)
+    return exact.astype(np.float32)
+
+
+def _array(value: np.ndarray, like: np.ndarray) -> np.ndarray:
+    # numpy turns 0-d arithmetic into scalars; a weight stays an array of its type
+    return np.asarray(value, dtype=like.dtype)
+
+
+def sgd(param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str, float]):
+    """torch.optim.SGD's update of one parameter (momentum, dampening, nesterov, weight
+    decay)."""
+    momentum, weight_decay = config["momentum"], config["weight_decay"]
+    if weight_decay:
+        grad = _fma(_f32(weight_decay), param, grad)
+    if momentum:
+        if "momentum_buffer" in state:
+            decayed = state["momentum_buffer"] * _f32(momentum)
+            buf = _fma(_f32(1 - config["dampening"]), grad, decayed)
+        else:
+            buf = grad.copy()
+        state["momentum_buffer"] = _array(buf, param)
+        grad = _fma(_f32(momentum), buf, grad) if config["nesterov"] else buf
+    return _array(_fma(_f32(-config["lr"]), grad, param), param)
+
+
+def adam(
+    param: np.ndarray,
+    grad: np.ndarray,
+    state: State,
+    config: Mapping[str, float],
+    decoupled: bool = False,
+) -> np.ndarray:
+    """torch.optim.Adam's update of one parameter; ``decoupled`` weight decay is AdamW's."""
+    lr, beta1, beta2 = config["lr"], config["beta1"], config["beta2"]
+    weight_decay = config["weight_decay"]
+    if not state:
+        state["step"] = np.zeros((), np.float32)
+        state["exp_avg"] = np.zeros_like(param)
+        state["exp_avg_sq"] = np.zeros_like(param)
+        if config["amsgrad"]:
+            state["max_exp_avg_sq"] = np.zeros_like(param)
+    state["step"] = state["step"] + np.float32(1)
+    if weight_decay and decoupled:
+        param = _array(param * _f32(1 - lr * weight_decay), param)
+    elif weight_decay:
+        grad = _fma(_f32(weight_decay), param, grad)
+    exp_avg = state["exp_avg"]
+    exp_avg = _array(_fma(_f32(1 - beta1), grad - exp_avg, exp_avg), param)  # torch's lerp_
+    exp_avg_sq = _fma(_f32(1 - beta2) * grad, grad, state["exp_avg_sq"] * _f32(beta2))
+    state["exp_avg"], state["exp_avg_sq"] = exp_avg, exp_avg_sq
+    step = float(state["step"])
+    step_size = lr / (1 - beta1**step)
+    correction = (1 - beta2**step) ** 0.5
+    second = exp_avg_sq
+    if config["amsgrad"]:
+        second = state["max_exp_avg_sq"] = np.maximum(state["max_exp_avg_sq"], exp_avg_sq)
+    denom = np.sqrt(second) / _f32(correction) + _f32(config["eps"])
+    return _array(param + _f32(-step_size) * exp_avg / denom, param)
+
+
+def adamw(param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str, float]):
+    """torch.optim.AdamW's update of one parameter."""
+    return adam(param, grad, state, config, decoupled=True)
+
+
+UPDATES: dict[str, Update] = {"sgd": sgd, "adam": adam, "adamw": adamw}
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning-rate schedules and clipping
+# ---------------------------------------------------------------------------------------------
+
+SCHEDULES = ("constant", "cosine", "step")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The learning rate of each step: a linear warm-up over the first ``warmup_steps``
+    (from ``lr / warmup_steps`` up to ``lr``, as torch's ``LinearLR``), then ``kind``:
+    ``constant``; ``cosine`` decay to 0 at ``total_steps`` (``CosineAnnealingLR``); or
+    ``step``, times ``gamma`` every ``step_size`` steps (``StepLR``)."""
+
+    kind: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 1
+    step_size: int = 1
+    gamma: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.kind!r} (expected one of {SCHEDULES})")
+        if self.warmup_steps < 0 or self.step_size < 1:
+            raise ValueError("warm-up steps must be >= 0 and the step size >= 1")
+
+    def factor(self, step: int) -> float:
+        """The factor on the base learning rate at ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        since = step - self.warmup_steps
+        if self.kind == "cosine":
+            span = max(1, self.total_steps - self.warmup_steps)
+            return (1 + math.cos(math.pi * min(since, span) / span)) / 2
+        if self.kind == "step":
+            return self.gamma ** (since // self.step_size)
+        return 1.0
+
+
+def global_norm(gradients: Mapping[str, np.ndarray]) -> float:
+    """The 2-norm of all ``gradients`` together, as ``torch.nn.utils.clip_grad_norm_``
+    computes it: the norm of the per-tensor norms, in float32."""
+    norms = np.array([np.linalg.norm(gradients[n].ravel()) for n in sorted(gradients)])
+    return float(np.float32(np.linalg.norm(norms.astype(np.float32))))
+
+
+def clip_by_global_norm(gradients: dict[str, np.ndarray], max_norm: float) -> float:
+    """Scales ``gradients`` in place so that their global norm is at most ``max_norm``, as
+    ``torch.nn.utils.clip_grad_norm_`` does; returns the norm before clipping."""
+    total = np.float32(global_norm(gradients))
+    coefficient = min(np.float32(max_norm) / (total + np.float32(1e-6)), np.float32(1.0))
+    for name in sorted(gradients):
+        gradients[name] = _array(gradients[name] * np.float32(coefficient), gradients[name])
+    return float(total)

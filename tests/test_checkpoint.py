@@ -1,0 +1,166 @@
+"""Training checkpoints and resuming: a resumed run ends exactly as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cgc
+from cgc.errors import CgcError
+from cgc.frontends import zoo
+from cgc.runtime import checkpoint
+from cgc.runtime.trainer import sample_indices
+
+TARGET = "mesh16x16"
+SAMPLES, BATCH = 20, 8
+
+
+@pytest.fixture(scope="module")
+def model():
+    return zoo.MODELS["mlp_train"]()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(2)
+    return {
+        "x": rng.standard_normal((SAMPLES, 64)).astype(np.float32),
+        "labels": rng.integers(0, 10, SAMPLES),
+    }
+
+
+def train(model, data, directory, steps, **options):
+    settings = {"optimizer": "adam", "lr": 0.01, "shuffle": True, "seed": 7}
+    return cgc.train(
+        model,
+        data,
+        batch_size=BATCH,
+        steps=steps,
+        model_dir=directory,
+        target=TARGET,
+        **(settings | options),
+    )
+
+
+def losses(directory):
+    lines = (directory / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def same_run(a, b):
+    """Two model directories hold the same metrics and bit-identical final weights."""
+    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
+    assert (a / "weights.safetensors").read_bytes() == (b / "weights.safetensors").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(model, data, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("whole")
+    train(model, data, directory, 6, checkpoint_every=2)
+    return directory
+
+
+def test_checkpoints_are_written_every_n_steps(uninterrupted):
+    root = uninterrupted / "checkpoints"
+    assert checkpoint.saved_steps(root) == [6, 4, 2]
+    assert sorted(p.name for p in root.iterdir()) == ["step-2", "step-4", "step-6"], "no leftovers"
+    saved = checkpoint.load(root / "step-4")
+    assert saved.step == 4 and saved.updates == 4
+    state = saved.optimizer_state["fc1.weight"]
+    assert sorted(state) == ["exp_avg", "exp_avg_sq", "step"] and float(state["step"]) == 4
+
+
+def test_resume_ends_as_an_uninterrupted_run(model, data, uninterrupted, tmp_path):
+    train(model, data, tmp_path, 3, checkpoint_every=2)  # stops after step 3; last checkpoint: 2
+    result = train(model, data, tmp_path, 6, checkpoint_every=2, resume=True)
+    same_run(tmp_path, uninterrupted)
+    assert [m["step"] for m in result.metrics] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_damaged_checkpoint_is_skipped_for_the_one_before(model, data, uninterrupted, tmp_path):
+    train(model, data, tmp_path, 4, checkpoint_every=2)
+    damaged = tmp_path / "checkpoints" / "step-4" / "optimizer.safetensors"
+    damaged.write_bytes(damaged.read_bytes()[:-8] + b"garbage!")
+    with pytest.warns(UserWarning) as heard:
+        train(model, data, tmp_path, 6, checkpoint_every=2, resume=True)
+    assert [str(w.message) for w in heard] == [
+        "checkpoint step-4 is damaged (optimizer.safetensors does not match its checksum); "
+        "trying an earlier one"
+    ]
+    same_run(tmp_path, uninterrupted)
+
+
+def test_resume_without_an_intact_checkpoint(model, data, tmp_path):
+    train(model, data, tmp_path, 2, checkpoint_every=2)
+    (tmp_path / "checkpoints" / "step-2" / "state.json").write_text("{")
+    with (
+        pytest.warns(UserWarning, match="checkpoint step-2 is damaged"),
+        pytest.raises(CgcError, match=r"--resume: no checkpoint in .* is intact"),
+    ):
+        train(model, data, tmp_path, 4, resume=True)
+
+
+def test_resume_with_no_checkpoint_starts_afresh(model, data, uninterrupted, tmp_path):
+    train(model, data, tmp_path, 6, checkpoint_every=2, resume=True)
+    same_run(tmp_path, uninterrupted)
+
+
+def test_shuffled_order_covers_every_sample_each_epoch():
+    steps = [sample_indices(s, 4, 10, True, 3) for s in range(5)]
+    flat = np.concatenate(steps)
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:20]) == list(range(10))
+    assert not np.array_equal(flat[:10], flat[10:20]), "each epoch has its own order"
+    np.testing.assert_array_equal(steps[3], sample_indices(3, 4, 10, True, 3))
+    np.testing.assert_array_equal(sample_indices(2, 4, 10, False, 3), [8, 9, 0, 1])
+
+
+def test_checkpoint_round_trip_and_damage(tmp_path):
+    weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    state = {"w": {"momentum_buffer": np.ones((2, 3), np.float32)}}
+    where = checkpoint.save(tmp_path, checkpoint.Checkpoint(3, weights, state, 3))
+    loaded = checkpoint.load(where)
+    np.testing.assert_array_equal(loaded.weights["w"], weights["w"])
+    np.testing.assert_array_equal(loaded.optimizer_state["w"]["momentum_buffer"], 1)
+    (where / "weights.safetensors").unlink()
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="FileNotFoundError"):
+        checkpoint.load(where)
+
+
+def cli_train(directory, data_path, model_path, *extra):
+    command = [str(Path(sys.executable).parent / "cgc"), "train", str(model_path)]
+    command += ["--data", str(data_path)]
+    command += ["--batch-size", str(BATCH), "--steps", "40", "--model-dir", str(directory)]
+    command += ["--target", TARGET, "--optimizer", "adam", "--lr", "0.01", "--shuffle"]
+    command += ["--checkpoint-every", "1", *extra]
+    return command
+
+
+def test_a_run_killed_mid_way_resumes_to_the_same_end(model, data, tmp_path):
+    """SIGKILL at an arbitrary moment after the third checkpoint, then --resume."""
+    model_path, data_path = tmp_path / "m.onnx", tmp_path / "d.npz"
+    zoo.save(model, model_path)
+    np.savez(data_path, **data)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run(cli_train(whole, data_path, model_path), check=True, capture_output=True)
+    process = subprocess.Popen(cli_train(killed, data_path, model_path), stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (killed / "checkpoints" / "step-3").exists():
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert len(losses(killed)) < 40, "killed before the end"
+    resumed = subprocess.run(
+        cli_train(killed, data_path, model_path, "--resume"), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    same_run(killed, whole)
