@@ -163,6 +163,21 @@ UNARY = {
     "sigmoid": (wse.SigmoidOp, None),
     "tanh": (wse.TanhOp, None),
     "erf": (wse.ErfOp, None),
+    "sin": (wse.SinOp, None),
+    "cos": (wse.CosOp, None),
+    "tan": (wse.TanOp, (-1.2, 1.2)),
+    "asin": (wse.AsinOp, (-0.9, 0.9)),
+    "acos": (wse.AcosOp, (-0.9, 0.9)),
+    "atan": (wse.AtanOp, None),
+    "sinh": (wse.SinhOp, None),
+    "cosh": (wse.CoshOp, None),
+    "asinh": (wse.AsinhOp, None),
+    "acosh": (wse.AcoshOp, (1.2, 3.0)),
+    "atanh": (wse.AtanhOp, (-0.9, 0.9)),
+    "sign": (wse.SignOp, "signed"),
+    "floor": (wse.FloorOp, (0.1, 0.9)),  # away from the jumps
+    "ceil": (wse.CeilOp, (0.1, 0.9)),
+    "round": (wse.RoundOp, (0.1, 0.4)),
 }
 
 
@@ -223,6 +238,19 @@ SHAPE_OPS = {
     "concat": ((2, 3), lambda w: wse.ConcatOp([w, wse.NegOp(w).result, w], 1).result),
     "slice": ((4, 5), lambda w: wse.SliceOp(w, [1, 0], [3, 4], [1, 1]).result),
     "pad": ((2, 3), lambda w: wse.PadOp(w, [1, 0], [0, 2], 0.5).result),
+    "strided slice": ((7, 9), lambda w: wse.SliceOp(w, [1, 0], [7, 8], [3, 2]).result),
+    "strided slice to the end": ((6, 5), lambda w: wse.SliceOp(w, [0, 2], [6, 5], [2, 4]).result),
+    "pad reflect": ((3, 4), lambda w: wse.PadOp(w, [2, 1], [1, 3], 0.0, "reflect").result),
+    "pad edge": ((3, 4), lambda w: wse.PadOp(w, [2, 0], [3, 1], 0.0, "edge").result),
+    "pad wrap": ((3, 4), lambda w: wse.PadOp(w, [3, 1], [2, 4], 0.0, "wrap").result),
+    "reverse": ((3, 4), lambda w: wse.ReverseOp(w, [0, 1]).result),
+    "tile": ((2, 3), lambda w: wse.TileOp(w, [2, 1]).result),
+    "cumsum": ((3, 4), lambda w: wse.CumSumOp(w, 1, False, False).result),
+    "cumsum exclusive reverse": ((3, 4), lambda w: wse.CumSumOp(w, 0, True, True).result),
+    "reduce_prod": ((3, 4, 2), lambda w: wse.ReduceProdOp(w, [0, 2], False).result),
+    "topk": ((3, 5), lambda w: wse.TopKOp(w, 1, 2, True).results[0]),
+    "col2im": ((2, 50, 18), lambda w: wse.Col2ImOp(
+        w, (2, 4, 5, 5), [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2).result),
     "chain": ((2, 3, 2), lambda w: wse.SliceOp(
         wse.TransposeOp(wse.ReshapeOp(w, (3, 4)).result, [1, 0]).result,
         [1, 0], [4, 2], [1, 1]).result),
@@ -233,6 +261,58 @@ SHAPE_OPS = {
 def test_shape_ops(name):
     shape, make = SHAPE_OPS[name]
     check_gradients(lambda: make(weight("w", shape)), {"w": rnd(*shape, seed=9)})
+
+
+def test_reduce_prod_with_a_zero():
+    """The product of the others, exact where an element is zero (torch's rule)."""
+    w = np.array([[2.0, 0.0, 3.0], [1.5, -2.0, 4.0]])
+
+    def main():
+        return [wse.ReduceSumOp(wse.ReduceProdOp(weight("w", (2, 3)), [1], False).result, [0],
+                                False).result]  # fmt: skip
+
+    _, grads = run(apply(build([], main), FormLayersPass(), AutodiffPass()), [], {"w": w})
+    np.testing.assert_array_equal(grads["w"], [[0, 6, 0], [-8, 6, -3]])
+
+
+def test_stop_gradient():
+    def main():
+        w = weight("w", (3,))
+        h = wse.MulOp(w, wse.StopGradientOp(w).result).result
+        return [wse.ReduceSumOp(h, [0], False).result]
+
+    w = np.array([1.0, -2.0, 3.0])
+    _, grads = run(apply(build([], main), FormLayersPass(), AutodiffPass()), [], {"w": w})
+    np.testing.assert_array_equal(grads["w"], w)  # d(w * c)/dw with c = w held constant
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_gradients(reduction):
+    """Both the data (where not overwritten) and the updates."""
+    rows = np.array([[0, 2, 1], [2, 2, 0]], dtype=np.int64) if reduction == "add" else None
+    rows = rows if rows is not None else np.array([[0, 2, 1], [1, 0, 2]], dtype=np.int64)
+    params = {"d": rnd(3, 3, seed=1), "u": rnd(2, 3, seed=2)}
+    check_gradients(
+        lambda i: wse.ScatterElementsOp(weight("d", (3, 3)), i, weight("u", (2, 3)), 0,
+                                        reduction).result,
+        params, [T(2, 3, el=i64)], [rows],
+    )  # fmt: skip
+    points = np.array([[1], [3]], dtype=np.int64)
+    params = {"d": rnd(4, 2, seed=3), "u": rnd(2, 2, seed=4)}
+    check_gradients(
+        lambda i: wse.ScatterNDOp(weight("d", (4, 2)), i, weight("u", (2, 2)), reduction).result,
+        params, [T(2, 1, el=i64)], [points],
+    )  # fmt: skip
+
+
+def test_gather_nd_gradient():
+    points = np.array([[0, 1], [2, 0], [0, 1]], dtype=np.int64)  # a repeated point sums
+    check_gradients(
+        lambda i: wse.GatherNDOp(weight("t", (3, 2, 4)), i, 0).result,
+        {"t": rnd(3, 2, 4, seed=7)},
+        [T(3, 2, el=i64)],
+        [points],
+    )
 
 
 def test_concat_of_two_weights():
@@ -285,6 +365,103 @@ def test_conv_filter_gradient():
         params,
         [T(2, 2, 5, 5)],
         [x],
+    )
+
+
+def test_conv_input_and_filter_gradients():
+    """Both operands of a grouped, strided, padded, dilated convolution: the input's gradient
+    is col2im of the patches' gradient."""
+    params = {"x": rnd(2, 4, 6, 5, seed=1), "k": rnd(6, 2, 3, 2, seed=2)}
+    check_gradients(
+        lambda: (
+            wse.ConvOp(
+                weight("x", (2, 4, 6, 5)),
+                weight("k", (6, 2, 3, 2)),
+                [2, 1],
+                [1, 0, 2, 1],
+                [1, 2],
+                2,
+            ).result
+        ),
+        params,
+    )
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_im2col_gradient(channels_last):
+    shape = (1, 5, 4, 3) if channels_last else (1, 3, 5, 4)
+    check_gradients(
+        lambda: (
+            wse.Im2ColOp(
+                weight("x", shape), [2, 3], [2, 1], [1, 1, 0, 1], [1, 1], 3, channels_last
+            ).result
+        ),
+        {"x": rnd(*shape, seed=3)},
+    )
+
+
+POOLS = {
+    "max": lambda x, last: wse.MaxPoolOp(x, [3, 2], [2, 1], [1, 0, 1, 1], [1, 1], last),
+    "max-dilated": lambda x, last: wse.MaxPoolOp(x, [2, 2], [1, 2], [0, 0, 1, 1], [2, 1], last),
+    "avg": lambda x, last: wse.AvgPoolOp(x, [3, 2], [2, 1], [1, 0, 1, 1], [1, 1], False, last),
+    "avg-pad-counted": lambda x, last: wse.AvgPoolOp(
+        x, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], True, last
+    ),
+}
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_pool_gradients(name, channels_last):
+    shape = (2, 5, 4, 3) if channels_last else (2, 3, 5, 4)
+    check_gradients(
+        lambda: POOLS[name](weight("x", shape), channels_last).result, {"x": rnd(*shape, seed=4)}
+    )
+
+
+def test_max_pool_gradient_goes_to_the_first_maximum():
+    """Equal values in a window: torch routes the gradient to the first one."""
+    x = np.array([[[[1.0, 3.0, 3.0], [3.0, 0.0, 2.0]]]])
+
+    def main():
+        return [wse.ReduceSumOp(
+            wse.MaxPoolOp(weight("x", (1, 1, 2, 3)), [2, 2], [1, 1], [0] * 4, [1, 1]).result,
+            [0, 1, 2, 3], False,
+        ).result]  # fmt: skip
+
+    module = apply(build([], main), FormLayersPass(), AutodiffPass())
+    _, grads = run(module, [], {"x": x})
+    want = torch.tensor(x, requires_grad=True)
+    F.max_pool2d(want, 2, 1).sum().backward()
+    np.testing.assert_array_equal(grads["x"], want.grad.numpy())
+    np.testing.assert_array_equal(grads["x"], [[[[0, 2, 0], [0, 0, 0]]]])
+
+
+@pytest.mark.parametrize(
+    ("table", "axis", "indices"),
+    [
+        ((5, 3), 0, [[0, 4, -1], [4, 4, 2]]),  # an embedding: repeated and negative tokens
+        ((2, 6, 3), 1, [5, 0, 5]),
+        ((4, 3), 1, 2),  # a scalar index drops the axis
+    ],
+)
+def test_gather_gradient(table, axis, indices):
+    index_array = np.array(indices, dtype=np.int64)
+    check_gradients(
+        lambda i: wse.GatherOp(weight("t", table), i, axis).result,
+        {"t": rnd(*table, seed=5)},
+        [T(*index_array.shape, el=i64)],
+        [index_array],
+    )
+
+
+def test_gather_elements_gradient():
+    indices = np.array([[0, 2, 2, -1], [1, 1, 0, 0]], dtype=np.int64)
+    check_gradients(
+        lambda i: wse.GatherElementsOp(weight("t", (2, 3)), i, 1).result,
+        {"t": rnd(2, 3, seed=6)},
+        [T(2, 4, el=i64)],
+        [indices],
     )
 
 
@@ -436,37 +613,36 @@ def test_frozen_weights_get_no_gradient():
 
 def test_op_without_a_rule_on_the_gradient_path():
     def main(x):
-        h = wse.MulOp(x, weight("w", (1, 1, 4, 4))).result
-        pool = wse.MaxPoolOp(h, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1])
-        pool.location = loc("pool1")
-        return [wse.ReduceSumOp(pool.result, [0, 1, 2, 3], False).result]
+        h = wse.MulOp(x, weight("w", (1, 4))).result
+        scan = wse.CumProdOp(h, 1, False, False)
+        scan.location = loc("running")
+        return [wse.ReduceSumOp(scan.result, [0, 1], False).result]
 
-    module = apply(build([T(1, 1, 4, 4)], main), FormLayersPass())
-    with pytest.raises(CgcError, match=r"autodiff: wse.max_pool \(node pool1\) has no gradient"):
+    module = apply(build([T(1, 4)], main), FormLayersPass())
+    with pytest.raises(CgcError, match=r"autodiff: wse.cumprod \(node running\) has no gradient"):
         AutodiffPass().apply(context(), module)
 
 
 def test_op_without_a_rule_off_the_gradient_path_is_fine():
     def main(x):
-        pool = wse.MaxPoolOp(x, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1]).result
-        h = wse.MulOp(pool, weight("w", (1, 1, 2, 2))).result
-        return [wse.ReduceSumOp(h, [0, 1, 2, 3], False).result]
+        scan = wse.CumProdOp(x, 1, False, False).result
+        h = wse.MulOp(scan, weight("w", (1, 4))).result
+        return [wse.ReduceSumOp(h, [0, 1], False).result]
 
-    module = apply(build([T(1, 1, 4, 4)], main), FormLayersPass(), AutodiffPass())
-    x = rnd(1, 1, 4, 4, seed=1)
-    _, grads = run(module, [x], {"w": rnd(1, 1, 2, 2, seed=2)})
-    want = x.reshape(2, 2, 2, 2).max(axis=(1, 3)).reshape(1, 1, 2, 2)
-    np.testing.assert_array_equal(grads["w"], want)
+    module = apply(build([T(1, 4)], main), FormLayersPass(), AutodiffPass())
+    x = rnd(1, 4, seed=1)
+    _, grads = run(module, [x], {"w": rnd(1, 4, seed=2)})
+    np.testing.assert_array_equal(grads["w"], np.cumprod(x, axis=1))
 
 
-def test_strided_slice_has_no_gradient():
+def test_reflect_padding_wider_than_the_axis_has_no_gradient():
     def main():
-        s = wse.SliceOp(weight("w", (6,)), [0], [6], [2])
-        s.location = loc("every_other")
-        return [wse.ReduceSumOp(s.result, [0], False).result]
+        p = wse.PadOp(weight("w", (3,)), [3], [0], 0.0, "reflect")
+        p.location = loc("mirror")
+        return [wse.ReduceSumOp(p.result, [0], False).result]
 
     module = apply(build([], main), FormLayersPass())
-    with pytest.raises(CgcError, match=r"wse.slice \(node every_other\).*strided slices"):
+    with pytest.raises(CgcError, match=r"wse.pad \(node mirror\).*reflect padding of 3, 0"):
         AutodiffPass().apply(context(), module)
 
 

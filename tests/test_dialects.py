@@ -194,6 +194,10 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
         [T(2, 5, 5, 4)],
         lambda x: [wse.Im2ColOp(x, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, True).result],
     ),
+    "wse.col2im": (
+        [T(2, 50, 18)],
+        lambda p: [wse.Col2ImOp(p, (2, 4, 5, 5), [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2).result],
+    ),
     "wse.reshape": ([T(2, 3, 4)], lambda x: [wse.ReshapeOp(x, (6, 4)).result]),
     "wse.broadcast_to": ([T(3, 1)], lambda x: [wse.BroadcastToOp(x, (2, 3, 5)).result]),
     "wse.transpose": ([T(2, 3, 4)], lambda x: [wse.TransposeOp(x, [2, 0, 1]).result]),
@@ -312,6 +316,7 @@ def test_inferred_result_types():
         "wse.avg_pool": [T(1, 2, 5, 3)],
         "wse.im2col": [T(2, 50, 18)],
         "wse.im2col/channels-last": [T(2, 50, 18)],
+        "wse.col2im": [T(2, 4, 5, 5)],
         "wse.max_pool/channels-last": [T(1, 3, 3, 2)],
         "wse.avg_pool/channels-last": [T(1, 5, 3, 2)],
         "wse.select": [T(2, 3)],
@@ -416,6 +421,16 @@ def _fn(args: str, body: str) -> str:
 
 
 INVALID = {
+    "col2im of patches from another image": (
+        _fn(
+            "%p: tensor<2x50x18xf32>",
+            "%r = wse.col2im %p {kernel = array<i64: 3, 3>, strides = array<i64: 1, 1>, "
+            "pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 2 : i64} "
+            ": tensor<2x50x18xf32> -> tensor<2x4x6x6xf32>",
+        ),
+        r"patches \(2, 50, 18\) do not come from an image \(2, 4, 6, 6\) "
+        r"\(those would be \(2, 72, 18\)\)",
+    ),
     "matmul shape mismatch": (
         _fn(
             "%a: tensor<4x3xf32>, %b: tensor<4x3xf32>",

@@ -102,7 +102,7 @@ def test_every_kernel_is_covered():
     covered = COVERED | {
         *UNARY, *BINARY, "select", "cast", "reduce_sum", "reduce_mean", "reduce_max",
         "reduce_min", "matmul", "reshape", "transpose", "broadcast_to", "concat", "slice", "pad",
-        "im2col", "one_hot", "max_pool", "avg_pool",
+        "im2col", "col2im", "one_hot", "max_pool", "avg_pool",
     }  # fmt: skip
     assert set(kernels.KERNELS) == covered
 
@@ -550,6 +550,46 @@ def test_im2col(shape, kernel, strides, pads, dilations, group):
     attrs["channels_last"] = True
     got, _ = execute("im2col", [channels_last], attrs, want.shape, "float32")
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("shape", "kernel", "strides", "pads", "dilations", "group"),
+    [
+        ((2, 3, 6, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+        ((2, 4, 7, 6), (3, 2), (2, 1), (1, 0, 2, 1), (1, 2), 2),
+        ((1, 4, 5, 5), (2, 2), (1, 2), (0, 0, 0, 0), (2, 1), 4),
+    ],
+)
+def test_col2im_is_the_adjoint_of_im2col(shape, kernel, strides, pads, dilations, group):
+    """col2im(g) is the gradient of sum(im2col(x) * g) with respect to x, from torch."""
+    rng = np.random.default_rng(14)
+    x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    top, left, bottom, right = pads
+    padded = F.pad(x, (left, right, top, bottom))
+    per = shape[1] // group
+    cols = [
+        F.unfold(padded[:, g * per : (g + 1) * per], kernel, dilations, 0, strides)
+        .transpose(1, 2).reshape(-1, per * int(np.prod(kernel)))
+        for g in range(group)
+    ]  # fmt: skip
+    patches = torch.stack(cols)
+    g = rng.standard_normal(tuple(patches.shape)).astype(np.float32)
+    (patches * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    want = x.grad.numpy()
+    attrs = {
+        "kernel": list(kernel),
+        "strides": list(strides),
+        "pads": list(pads),
+        "dilations": list(dilations),
+        "group": group,
+    }
+    got, plan = execute("col2im", [g], attrs, shape, "float32")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert plan.cost.traffic.wavelet_hops > 0 and plan.cost.flops == g.size
+    attrs["channels_last"] = True
+    last = (shape[0], *shape[2:], shape[1])
+    got, _ = execute("col2im", [g], attrs, last, "float32")
+    np.testing.assert_allclose(got, np.moveaxis(want, 1, -1), rtol=1e-6, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- pooling

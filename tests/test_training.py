@@ -37,8 +37,35 @@ def data():
     }
 
 
+def mlp_forward(weights, x):
+    h = x
+    for layer in (1, 2, 3):
+        h = h @ weights[f"fc{layer}.weight"].T + weights[f"fc{layer}.bias"]
+        h = torch.relu(h) if layer < 3 else h
+    return h
+
+
+def cnn_forward(w, x):
+    """zoo.cnn in torch: batch norm in inference form (running statistics)."""
+    F = torch.nn.functional
+    h = F.conv2d(x, w["conv1.weight"], w["conv1.bias"], padding=1)
+    h = F.batch_norm(
+        h, w["bn1.running_mean"], w["bn1.running_var"], w["bn1.weight"], w["bn1.bias"], eps=1e-5
+    )
+    h = F.max_pool2d(torch.relu(h), 2, 2)
+    h = F.avg_pool2d(torch.relu(F.conv2d(h, w["conv2.weight"], w["conv2.bias"], padding=1)), 2)
+    return h.mean(dim=(2, 3)) @ w["fc.weight"].T + w["fc.bias"]
+
+
 def torch_reference(
-    model, data, trainable=None, optimizer="sgd", schedule=None, max_grad_norm=None, **settings
+    model,
+    data,
+    trainable=None,
+    optimizer="sgd",
+    schedule=None,
+    max_grad_norm=None,
+    forward=mlp_forward,
+    **settings,
 ):
     """Per-step losses and final weights of the same training in PyTorch; ``schedule`` makes
     an LR scheduler of the optimizer."""
@@ -52,11 +79,8 @@ def torch_reference(
     losses = []
     for step in range(STEPS):
         index = np.arange(step * BATCH, (step + 1) * BATCH) % SAMPLES
-        h = torch.tensor(data["x"][index])
-        for layer in (1, 2, 3):
-            h = h @ weights[f"fc{layer}.weight"].T + weights[f"fc{layer}.bias"]
-            h = torch.relu(h) if layer < 3 else h
-        loss = torch.nn.functional.cross_entropy(h, torch.tensor(data["labels"][index]))
+        logits = forward(weights, torch.tensor(data["x"][index]))
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(data["labels"][index]))
         optimizer.zero_grad()
         loss.backward()
         if max_grad_norm is not None:
@@ -151,13 +175,8 @@ def test_optimizers_schedules_and_clipping_match_pytorch(model, data, run, num_c
 
 
 def mlp_loss(weights, x, labels):
-    h = torch.tensor(x)
-    for layer in (1, 2, 3):
-        h = h @ torch.tensor(weights[f"fc{layer}.weight"]).T + torch.tensor(
-            weights[f"fc{layer}.bias"]
-        )
-        h = torch.relu(h) if layer < 3 else h
-    return torch.nn.functional.cross_entropy(h, torch.tensor(labels)).item()
+    logits = mlp_forward({k: torch.tensor(v) for k, v in weights.items()}, torch.tensor(x))
+    return torch.nn.functional.cross_entropy(logits, torch.tensor(labels)).item()
 
 
 @pytest.mark.parametrize("num_csx", [1, 2])
@@ -185,6 +204,51 @@ def test_held_out_loss_is_measured_with_the_weights_of_the_step(model, data, num
     want = np.mean([mlp_loss(result.weights, x, t) for x, t in batches])
     assert result.metrics[-1]["eval_loss"] == pytest.approx(want, rel=1e-5)
     assert result.metrics[-1]["eval_loss"] != result.metrics[1]["eval_loss"]
+
+
+CNN_TRAINABLE = [r"conv\d\..*", r"bn1\.(weight|bias)", r"fc\..*"]
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.default_rng(12)
+    return {
+        "x": rng.standard_normal((SAMPLES, 3, 16, 16)).astype(np.float32),
+        "labels": rng.integers(0, 10, SAMPLES),
+    }
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9},
+        {"optimizer": "adam", "lr": 0.005, "weight_decay": 0.01},
+    ],
+    ids=["sgd", "adam"],
+)
+def test_cnn_matches_pytorch(images, settings, num_csx, tmp_path) -> None:
+    """Convolutions (input and filter gradients), batch norm, max and average pooling."""
+    model = zoo.MODELS["cnn_train"]()
+    result = cgc.train(
+        model,
+        images,
+        batch_size=BATCH,
+        steps=STEPS,
+        model_dir=tmp_path,
+        num_csx=num_csx,
+        target=TARGET,
+        trainable=CNN_TRAINABLE,
+        **settings,
+    )
+    trained = [n for n in (t.name for t in model.graph.initializer) if "running" not in n]
+    losses, weights = torch_reference(
+        model, images, trainable=trained, forward=cnn_forward, **settings
+    )
+    np.testing.assert_allclose([m["loss"] for m in result.metrics], losses, rtol=1e-5, atol=1e-6)
+    for name, value in weights.items():
+        np.testing.assert_allclose(result.weights[name], value, rtol=1e-4, atol=1e-6)
+    assert losses[-1] < losses[0]
 
 
 def test_systems_agree_to_float_rounding(model, data, tmp_path) -> None:
@@ -371,3 +435,95 @@ def test_loss_that_does_not_split_over_systems(tmp_path) -> None:
         target="mesh4x4",
     )
     assert len(result.metrics) == 1
+
+
+@pytest.fixture(scope="module")
+def language_model(tmp_path_factory):
+    """A small GPT-style language model with its loss, exported by torch (TorchScript, weights
+    keeping their parameter names), and the module it came from."""
+    import contextlib
+    import io
+    import warnings
+
+    import onnx
+    from test_torch_exports import GPT, SEQ, VOCAB
+
+    class LM(GPT):
+        def forward(self, ids, targets):
+            logits = super().forward(ids)
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+    torch.manual_seed(0)
+    module = LM()
+    with torch.no_grad():  # the exporter would merge equal initializers (the norms' ones)
+        for name, param in module.named_parameters():
+            if ".ln" in name or name.startswith("ln"):
+                param.add_(torch.randn(param.shape) * 0.1)
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, VOCAB, (SAMPLES, SEQ)).astype(np.int64)
+    data = {"ids": ids, "targets": np.roll(ids, -1, axis=1)}
+    path = tmp_path_factory.mktemp("lm") / "lm.onnx"
+    example = tuple(torch.from_numpy(a[:BATCH]) for a in data.values())
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            example,
+            str(path),
+            input_names=list(data),
+            output_names=["loss"],
+            dynamic_axes={name: {0: "batch"} for name in data},
+            dynamo=False,
+            opset_version=17,
+            do_constant_folding=False,
+        )
+    return onnx.load(str(path)), module, data
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_gpt_language_model_matches_pytorch(language_model, num_csx, tmp_path) -> None:
+    """Embeddings (gather), layer norms, causal attention, GELU, the LM head, cross-entropy
+    over every token; AdamW with warm-up, cosine decay and clipping."""
+    model, module, data = language_model
+    settings = {"optimizer": "adamw", "lr": 3e-3, "weight_decay": 0.05}
+    result = cgc.train(
+        model,
+        data,
+        batch_size=BATCH,
+        steps=STEPS,
+        model_dir=tmp_path,
+        num_csx=num_csx,
+        target=TARGET,
+        lr_schedule="cosine",
+        warmup_steps=2,
+        max_grad_norm=1.0,
+        **settings,
+    )
+    reference = type(module)()
+    reference.load_state_dict(module.state_dict())
+    params = dict(reference.named_parameters())
+    optimizer = torch.optim.AdamW(params.values(), lr=3e-3, weight_decay=0.05)
+    scheduler = warmup_cosine(optimizer)
+    losses = []
+    for step in range(STEPS):
+        index = np.arange(step * BATCH, (step + 1) * BATCH) % SAMPLES
+        loss = reference(*(torch.from_numpy(a[index]) for a in data.values()))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+    np.testing.assert_allclose([m["loss"] for m in result.metrics], losses, rtol=1e-5, atol=1e-6)
+    assert sorted(result.weights) == sorted(params)
+    width = module.ln.weight.shape[0]
+    for name, value in params.items():
+        got, want = result.weights[name], value.detach().numpy()
+        if name.endswith("qkv.bias"):
+            # The key bias shifts every score of a query alike, which softmax ignores: its
+            # true gradient is 0, and Adam turns both sides' float noise into full steps.
+            keys = slice(width, 2 * width)
+            assert np.abs(got[keys] - want[keys]).max() <= 2 * 3e-3 * STEPS
+            got, want = np.delete(got, np.r_[keys]), np.delete(want, np.r_[keys])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=name)
+    assert losses[-1] < losses[0]

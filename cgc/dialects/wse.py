@@ -472,7 +472,8 @@ MATH_OPS: tuple[type[UnaryOp], ...] = (
     SignOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
     CoshOp, AsinhOp, AcoshOp, AtanhOp, NotOp, BitwiseNotOp,
 )  # fmt: skip
-"""Elementwise ops of one operand that autodiff does not differentiate (yet)."""
+"""Elementwise ops of one operand beyond ``UNARY_OPS``: trigonometric, hyperbolic, rounding and
+logical functions."""
 
 
 class PredicateOp(IRDLOperation, abc.ABC):
@@ -1093,6 +1094,69 @@ class Im2ColOp(IRDLOperation):
                 self.group.value.data,
             ),
         )
+
+
+@irdl_op_definition
+class Col2ImOp(IRDLOperation):
+    """The adjoint of ``wse.im2col``: patches ``[group, N * prod(out), C/group *
+    prod(kernel)]`` summed back into an image of the result's shape (N, C, *spatial), or
+    (N, *spatial, C) with ``channels_last``. Each patch element adds to the image element it
+    was read from; elements read from the padding are dropped. The gradient of a
+    convolution's input is this applied to the gradient of its patches.
+    """
+
+    name = "wse.col2im"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase[i64])
+    strides = prop_def(DenseArrayBase[i64])
+    pads = prop_def(DenseArrayBase[i64])
+    dilations = prop_def(DenseArrayBase[i64])
+    group = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, i64))
+    channels_last = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(
+        self,
+        input: SSAValue,
+        image: Sequence[int],
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        group: int,
+        channels_last: bool = False,
+    ):
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type(input), tuple(image))],
+            properties={
+                "kernel": i64_array(kernel),
+                "strides": i64_array(strides),
+                "pads": i64_array(pads),
+                "dilations": i64_array(dilations),
+                "group": IntegerAttr(group, i64),
+                "channels_last": BoolAttr.from_bool(channels_last),
+            },
+        )
+
+    def verify_(self) -> None:
+        patches = Im2ColOp.infer(
+            channels_first(tensor_shape(self.result), bool(self.channels_last.value.data)),
+            self.kernel.get_values(),
+            self.strides.get_values(),
+            self.pads.get_values(),
+            self.dilations.get_values(),
+            self.group.value.data,
+        )
+        if tensor_shape(self.input) != patches:
+            raise VerifyException(
+                f"patches {tensor_shape(self.input)} do not come from an image "
+                f"{tensor_shape(self.result)} (those would be {patches})"
+            )
+        _check_element(self.result, element_type(self.input), "the result")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1974,6 +2038,7 @@ WSE = Dialect(
         AvgPoolOp,
         ArgMaxPoolOp,
         Im2ColOp,
+        Col2ImOp,
         ReshapeOp,
         BroadcastToOp,
         TransposeOp,

@@ -98,22 +98,28 @@ def mlp(
     inputs = [_float("x", [BATCH, in_features])]
     outputs = [_float("logits", [BATCH, classes])]
     if with_loss:
-        g.nodes.append(
-            helper.make_node(
-                "SoftmaxCrossEntropyLoss",
-                ["logits", "labels"],
-                ["loss"],
-                name="loss",
-                reduction="mean",
-            )
-        )
-        inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [BATCH]))
-        outputs.insert(0, _float("loss", []))
+        _add_loss(g, inputs, outputs)
     return g.model("mlp_train" if with_loss else "mlp", inputs, outputs)
 
 
-def cnn(channels: int = 3, size: int = 16, classes: int = 10, seed: int = 0) -> onnx.ModelProto:
-    """A small convolutional classifier on ``x`` [N, channels, size, size] -> ``logits``."""
+def _add_loss(g: _Graph, inputs: list, outputs: list) -> None:
+    """Makes the model also take ``labels`` [N] (int64) and put the mean cross-entropy of
+    ``logits`` first among its outputs, as ``loss``."""
+    g.nodes.append(
+        helper.make_node(
+            "SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"], name="loss", reduction="mean"
+        )
+    )
+    inputs.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [BATCH]))
+    outputs.insert(0, _float("loss", []))
+
+
+def cnn(
+    channels: int = 3, size: int = 16, classes: int = 10, seed: int = 0, with_loss: bool = False
+) -> onnx.ModelProto:
+    """A small convolutional classifier on ``x`` [N, channels, size, size] -> ``logits``
+    (conv, batch norm with running statistics, max pool, conv, average pool, global average
+    pool, Gemm); ``with_loss`` adds ``labels`` and ``loss`` as for ``mlp``."""
     g = _Graph(seed)
     fan1 = channels * 9
     w1 = g.weight("conv1.weight", (8, channels, 3, 3), fan1, 8 * 9, relu=True)
@@ -139,11 +145,11 @@ def cnn(channels: int = 3, size: int = 16, classes: int = 10, seed: int = 0) -> 
     w = g.weight("fc.weight", (classes, 16), 16, classes, relu=False)
     b = g.bias("fc.bias", classes, 16)
     g.nodes.append(helper.make_node("Gemm", [x, w, b], ["logits"], name="fc", transB=1))
-    return g.model(
-        "cnn",
-        [_float("x", [BATCH, channels, size, size])],
-        [_float("logits", [BATCH, classes])],
-    )
+    inputs = [_float("x", [BATCH, channels, size, size])]
+    outputs = [_float("logits", [BATCH, classes])]
+    if with_loss:
+        _add_loss(g, inputs, outputs)
+    return g.model("cnn_train" if with_loss else "cnn", inputs, outputs)
 
 
 def _conv_bn(
@@ -266,6 +272,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "mlp": mlp,
     "mlp_train": partial(mlp, with_loss=True),
     "cnn": cnn,
+    "cnn_train": partial(cnn, with_loss=True),
     "resnet": resnet,
     "transformer": transformer_block,
 }

@@ -177,21 +177,85 @@ def _shape_op(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
         return [unbroadcast(emit, g, shape)]
     if isinstance(op, wse.CastOp):
         return [emit(wse.CastOp(g, wse.element_type(x)))]
-    if isinstance(op, wse.PadOp):
-        low = op.low.get_values()
-        return [
-            emit(
-                wse.SliceOp(
-                    g, low, [lo + d for lo, d in zip(low, shape, strict=True)], [1] * len(shape)
-                )
-            )
-        ]
-    assert isinstance(op, wse.SliceOp)
-    if any(s != 1 for s in op.strides.get_values()):
-        raise _not_differentiable(op, "strided slices")
-    starts, limits = op.starts.get_values(), op.limits.get_values()
-    high = [d - hi for d, hi in zip(shape, limits, strict=True)]
-    return [emit(wse.PadOp(g, starts, high))]
+    raise AssertionError(op.name)
+
+
+def _along(emit: Emitter, v: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
+    """``v[start:stop]`` along ``axis``."""
+    shape = wse.tensor_shape(v)
+    starts = [start if i == axis else 0 for i in range(len(shape))]
+    limits = [stop if i == axis else d for i, d in enumerate(shape)]
+    return emit(wse.SliceOp(v, starts, limits, [1] * len(shape)))
+
+
+def _zeros_around(emit: Emitter, v: SSAValue, axis: int, before: int, after: int) -> SSAValue:
+    """``v`` with zeros before and after it along ``axis``."""
+    if not before and not after:
+        return v
+    rank = len(wse.tensor_shape(v))
+    low = [before if i == axis else 0 for i in range(rank)]
+    high = [after if i == axis else 0 for i in range(rank)]
+    return emit(wse.PadOp(v, low, high))
+
+
+def _pad(op: wse.PadOp, emit: Emitter, g: SSAValue) -> Grads:
+    """Axis by axis in reverse (numpy pads them in order): the middle part, plus what each
+    padded element read, put back where it read it."""
+    mode, shape = op.mode.data, wse.tensor_shape(op.input)
+    for axis in reversed(range(len(shape))):
+        low, high = op.low.get_values()[axis], op.high.get_values()[axis]
+        g = _unpad_axis(op, emit, g, axis, (shape[axis], low, high, mode))
+    return [g]
+
+
+def _unpad_axis(op: wse.PadOp, emit: Emitter, g: SSAValue, axis: int, geometry) -> SSAValue:
+    n, low, high, mode = geometry
+    if (
+        min(low, high) < 0
+        or (mode == "reflect" and max(low, high) > n - 1)
+        or (mode == "wrap" and max(low, high) > n)
+    ):
+        raise _not_differentiable(op, f"{mode} padding of {low}, {high} around {n} elements")
+    total = _along(emit, g, axis, low, low + n)
+    if mode == "constant":
+        return total
+    sides = [(_along(emit, g, axis, 0, low), low, True)] if low else []
+    if high:
+        sides.append((_along(emit, g, axis, low + n, low + n + high), high, False))
+    for part, width, before in sides:
+        if mode == "edge":  # every padded element read the edge element
+            piece, at = emit(wse.ReduceSumOp(part, [axis], True)), 0 if before else n - 1
+        elif mode == "reflect":  # mirrored about the edge element, which is not repeated
+            piece, at = emit(wse.ReverseOp(part, [axis])), 1 if before else n - 1 - width
+        else:  # wrap: the elements from the other end, in order
+            piece, at = part, n - width if before else 0
+        size = wse.tensor_shape(piece)[axis]
+        total = emit(wse.AddOp(total, _zeros_around(emit, piece, axis, at, n - at - size)))
+    return total
+
+
+def _slice(op: wse.SliceOp, emit: Emitter, g: SSAValue) -> Grads:
+    """Each element back at the place it was taken from, zeros elsewhere, axis by axis."""
+    shape = wse.tensor_shape(op.input)
+    starts = op.starts.get_values()
+    for axis, step in enumerate(op.strides.get_values()):
+        if step < 1:
+            raise _not_differentiable(op, "slices with negative strides")
+        g = _unslice_axis(emit, g, axis, shape[axis], starts[axis], step)
+    return [g]
+
+
+def _unslice_axis(emit: Emitter, g: SSAValue, axis: int, n: int, start: int, step: int):
+    """``g`` (the elements ``start, start + step, ...`` along ``axis``) spread over ``n``."""
+    shape = list(wse.tensor_shape(g))
+    taken = shape[axis]
+    if step > 1 and taken:  # element i goes to i * step: a unit axis padded to the step
+        spread = emit(wse.ReshapeOp(g, [*shape[: axis + 1], 1, *shape[axis + 1 :]]))
+        spread = _zeros_around(emit, spread, axis + 1, 0, step - 1)
+        g = emit(wse.ReshapeOp(spread, [*shape[:axis], taken * step, *shape[axis + 1 :]]))
+        taken = min(taken * step, n - start)
+        g = _along(emit, g, axis, 0, taken)
+    return _zeros_around(emit, g, axis, start, n - start - taken)
 
 
 def _concat(op: wse.ConcatOp, emit: Emitter, g: SSAValue) -> Grads:
@@ -217,6 +281,231 @@ def _select(op: wse.SelectOp, emit: Emitter, g: SSAValue) -> Grads:
     ]
 
 
+def _window_args(op: wse.PoolOp | wse.Im2ColOp | wse.Col2ImOp) -> tuple[list[int], ...]:
+    return (
+        list(op.kernel.get_values()),
+        list(op.strides.get_values()),
+        list(op.pads.get_values()),
+        list(op.dilations.get_values()),
+    )
+
+
+def _im2col(op: wse.Im2ColOp, emit: Emitter, g: SSAValue) -> Grads:
+    image = wse.tensor_shape(op.input)
+    group, last = op.group.value.data, op.is_channels_last
+    return [emit(wse.Col2ImOp(g, image, *_window_args(op), group, last))]
+
+
+def _channels_front(emit: Emitter, v: SSAValue, channels_last: bool) -> SSAValue:
+    """``v`` as (C, N, *spatial), from (N, C, *spatial) or (N, *spatial, C)."""
+    rank = len(wse.tensor_shape(v))
+    perm = [rank - 1, 0, *range(1, rank - 1)] if channels_last else [1, 0, *range(2, rank)]
+    return emit(wse.TransposeOp(v, perm))
+
+
+def _avg_pool(op: wse.AvgPoolOp, emit: Emitter, g: SSAValue) -> Grads:
+    """Each output's gradient, over its window's count, spread over the window's taps."""
+    x, elt = op.input, wse.element_type(g)
+    args, last = _window_args(op), op.is_channels_last
+    taps = prod(args[0])
+    if op.count_include_pad.value.data:
+        share = emit(wse.MulOp(g, emit.constant(1 / taps, elt)))
+    else:  # the real taps of each window: taps x the mean of ones, padding counted as zero
+        ones = emit(wse.BroadcastToOp(emit.constant(1, elt), wse.tensor_shape(x)))
+        filled = emit(wse.AvgPoolOp(ones, *args, True, last))
+        count = emit(wse.MulOp(filled, emit.constant(taps, elt)))
+        share = emit(wse.DivOp(g, count))
+    front = _channels_front(emit, share, last)
+    c, rows = wse.tensor_shape(front)[0], prod(wse.tensor_shape(front)[1:])
+    column = emit(wse.ReshapeOp(front, (c, rows, 1)))
+    patches = emit(wse.BroadcastToOp(column, (c, rows, taps)))
+    return [emit(wse.Col2ImOp(patches, wse.tensor_shape(x), *args, c, last))]
+
+
+def _max_pool(op: wse.MaxPoolOp, emit: Emitter, g: SSAValue) -> Grads:
+    """Each output's gradient goes to its window's first maximum (torch's rule)."""
+    x, last = op.input, op.is_channels_last
+    rank = len(wse.tensor_shape(x))
+    to_front = [0, rank - 1, *range(1, rank - 1)]
+    x_nchw = emit(wse.TransposeOp(x, to_front)) if last else x
+    g_nchw = emit(wse.TransposeOp(g, to_front)) if last else g
+    where = emit(wse.ArgMaxPoolOp(x_nchw, *_window_args(op), 0))
+    picked = prod(wse.tensor_shape(where))
+    shape = wse.tensor_shape(x_nchw)
+    flat = _scatter_add(
+        emit,
+        (prod(shape),),
+        emit(wse.ReshapeOp(where, (picked, 1))),
+        emit(wse.ReshapeOp(g_nchw, (picked,))),
+    )
+    grad = emit(wse.ReshapeOp(flat, shape))
+    back = [int(i) for i in np.argsort(to_front)]
+    return [emit(wse.TransposeOp(grad, back)) if last else grad]
+
+
+def _scatter_add(emit: Emitter, shape, indices: SSAValue, updates: SSAValue) -> SSAValue:
+    """Zeros of ``shape`` with ``updates`` added at ``indices`` (ScatterND)."""
+    zeros = emit(wse.BroadcastToOp(emit.constant(0, wse.element_type(updates)), shape))
+    return emit(wse.ScatterNDOp(zeros, indices, updates, "add"))
+
+
+def _wrapped(emit: Emitter, indices: SSAValue, size: int) -> SSAValue:
+    """Negative indices counted from the end."""
+    elt = wse.element_type(indices)
+    negative = emit(wse.GreaterOp(emit.constant(0, elt), indices))
+    return emit(wse.SelectOp(negative, emit(wse.AddOp(indices, emit.constant(size, elt))), indices))
+
+
+def _gather(op: wse.GatherOp, emit: Emitter, g: SSAValue) -> Grads:
+    """Each gathered slice's gradient added back to the slice it came from (embeddings:
+    repeated tokens sum)."""
+    data, axis = wse.tensor_shape(op.data), op.axis.value.data
+    index_shape = wse.tensor_shape(op.indices)
+    q = len(index_shape)
+    rest = (*data[:axis], *data[axis + 1 :])
+    grank = len(wse.tensor_shape(g))
+    perm = [*range(axis, axis + q), *range(axis), *range(axis + q, grank)]
+    updates = emit(wse.ReshapeOp(emit(wse.TransposeOp(g, perm)), (prod(index_shape), *rest)))
+    flat = emit(wse.ReshapeOp(_wrapped(emit, op.indices, data[axis]), (prod(index_shape), 1)))
+    front = _scatter_add(emit, (data[axis], *rest), flat, updates)
+    back = [*range(1, axis + 1), 0, *range(axis + 1, len(data))]
+    return [emit(wse.TransposeOp(front, back)), None]
+
+
+def _gather_elements(op: wse.GatherElementsOp, emit: Emitter, g: SSAValue) -> Grads:
+    data, axis = wse.tensor_shape(op.data), op.axis.value.data
+    zeros = emit(wse.BroadcastToOp(emit.constant(0, wse.element_type(g)), data))
+    indices = _wrapped(emit, op.indices, data[axis])
+    return [emit(wse.ScatterElementsOp(zeros, indices, g, axis, "add")), None]
+
+
+def _math(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+    """The trigonometric and hyperbolic functions and their inverses; the rounding functions
+    and sign are flat almost everywhere (gradient 0, as in torch)."""
+    x, y = op.operands[0], op.results[0]
+    elt = wse.element_type(x)
+
+    def const(value: float) -> SSAValue:
+        return emit.constant(value, elt)
+
+    def square(v: SSAValue) -> SSAValue:
+        return emit(wse.MulOp(v, v))
+
+    def over(denominator: SSAValue) -> SSAValue:
+        return emit(wse.DivOp(g, denominator))
+
+    def root(v: SSAValue) -> SSAValue:
+        return emit(wse.SqrtOp(v))
+
+    rules: dict[type[Operation], Callable[[], SSAValue]] = {
+        wse.SinOp: lambda: emit(wse.MulOp(g, emit(wse.CosOp(x)))),
+        wse.CosOp: lambda: emit(wse.NegOp(emit(wse.MulOp(g, emit(wse.SinOp(x)))))),
+        wse.TanOp: lambda: emit(wse.MulOp(g, emit(wse.AddOp(const(1), square(y))))),
+        wse.AsinOp: lambda: over(root(emit(wse.SubOp(const(1), square(x))))),
+        wse.AcosOp: lambda: emit(wse.NegOp(over(root(emit(wse.SubOp(const(1), square(x))))))),
+        wse.AtanOp: lambda: over(emit(wse.AddOp(const(1), square(x)))),
+        wse.SinhOp: lambda: emit(wse.MulOp(g, emit(wse.CoshOp(x)))),
+        wse.CoshOp: lambda: emit(wse.MulOp(g, emit(wse.SinhOp(x)))),
+        wse.AsinhOp: lambda: over(root(emit(wse.AddOp(square(x), const(1))))),
+        wse.AcoshOp: lambda: over(root(emit(wse.SubOp(square(x), const(1))))),
+        wse.AtanhOp: lambda: over(emit(wse.SubOp(const(1), square(x)))),
+    }
+    if type(op) in rules:
+        return [rules[type(op)]()]
+    return [emit(wse.BroadcastToOp(const(0), wse.tensor_shape(x)))]  # sign, floor, ceil, round
+
+
+def _stop(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+    return [None]
+
+
+def _reverse(op: wse.ReverseOp, emit: Emitter, g: SSAValue) -> Grads:
+    return [emit(wse.ReverseOp(g, list(op.axes.get_values())))]
+
+
+def _tile(op: wse.TileOp, emit: Emitter, g: SSAValue) -> Grads:
+    """The sum of the gradients of every copy."""
+    shape, repeats = wse.tensor_shape(op.input), list(op.repeats.get_values())
+    split = [d for r, n in zip(repeats, shape, strict=True) for d in (r, n)]
+    copies = emit(wse.ReshapeOp(g, split))
+    summed = emit(wse.ReduceSumOp(copies, list(range(0, 2 * len(shape), 2)), False))
+    return [summed]
+
+
+def _cumsum(op: wse.CumSumOp, emit: Emitter, g: SSAValue) -> Grads:
+    """Each element adds to the running sums after it (before it, run in reverse)."""
+    axis, exclusive = op.axis.value.data, bool(op.exclusive.value.data)
+    return [emit(wse.CumSumOp(g, axis, exclusive, not op.reverse.value.data))]
+
+
+def _reduce_prod(op: wse.ReduceProdOp, emit: Emitter, g: SSAValue) -> Grads:
+    """The product of the other elements, as the exclusive running products from both ends
+    (exact where elements are zero, unlike ``y / x``)."""
+    x, axes = op.input, sorted(op.axis_list)
+    shape = wse.tensor_shape(x)
+    rest = [i for i in range(len(shape)) if i not in axes]
+    moved = emit(wse.TransposeOp(x, rest + axes))
+    kept, count = [shape[i] for i in rest], prod(shape[i] for i in axes)
+    flat = emit(wse.ReshapeOp(moved, (*kept, count)))
+    last = len(kept)
+    before = emit(wse.CumProdOp(flat, last, True, False))
+    after = emit(wse.CumProdOp(flat, last, True, True))
+    others = emit(wse.MulOp(before, after))
+    others = emit(wse.ReshapeOp(others, [*kept, *(shape[i] for i in axes)]))
+    others = emit(wse.TransposeOp(others, [int(i) for i in np.argsort(rest + axes)]))
+    return [emit(wse.MulOp(others, _kept(emit, op, g)))]
+
+
+def _gather_nd(op: wse.GatherNDOp, emit: Emitter, g: SSAValue) -> Grads:
+    if op.batch_dims.value.data:
+        raise _not_differentiable(op, "gather_nd with batch_dims")
+    data = wse.tensor_shape(op.data)
+    return [_scatter_add(emit, data, op.indices, g), None]
+
+
+def _scatter(op: wse.ScatterElementsOp | wse.ScatterNDOp, emit: Emitter, g: SSAValue) -> Grads:
+    """``data`` keeps the gradient where it was not overwritten (all of it for ``add``); the
+    updates get the gradient at the places they went to."""
+    reduction = op.reduction.data
+    if reduction not in ("none", "add"):
+        raise _not_differentiable(op, f"scatter with reduction {reduction}")
+    if isinstance(op, wse.ScatterElementsOp):
+        axis = op.axis.value.data
+        picked = emit(wse.GatherElementsOp(g, op.indices, axis))
+    else:
+        picked = emit(wse.GatherNDOp(g, op.indices, 0))
+    kept = g
+    if reduction == "none":
+        zeros = emit(
+            wse.BroadcastToOp(emit.constant(0, wse.element_type(g)), wse.tensor_shape(op.updates))
+        )
+        if isinstance(op, wse.ScatterElementsOp):
+            kept = emit(wse.ScatterElementsOp(g, op.indices, zeros, op.axis.value.data, "none"))
+        else:
+            kept = emit(wse.ScatterNDOp(g, op.indices, zeros, "none"))
+    return [kept, None, picked]
+
+
+def _topk(op: wse.TopKOp, emit: Emitter, g: SSAValue) -> Grads:
+    """The values' gradients go back to the elements they were taken from."""
+    shape, axis = wse.tensor_shape(op.input), op.axis.value.data
+    zeros = emit(wse.BroadcastToOp(emit.constant(0, wse.element_type(g)), shape))
+    return [emit(wse.ScatterElementsOp(zeros, op.results[1], g, axis, "add"))]
+
+
+def _col2im(op: wse.Col2ImOp, emit: Emitter, g: SSAValue) -> Grads:
+    return [
+        emit(
+            wse.Im2ColOp(
+                g,
+                *_window_args(op),
+                op.group.value.data,
+                bool(op.channels_last.value.data),
+            )
+        )
+    ]
+
+
 def _not_differentiable(op: Operation, what: str) -> CgcError:
     where = wse.location_name(op)
     return CgcError(
@@ -231,9 +520,27 @@ RULES: dict[type[Operation], Callable[..., Grads]] = {
     **{cls: _reduce for cls in _DIFFERENTIABLE_REDUCTIONS},
     wse.MatmulOp: _matmul,
     **{cls: _shape_op for cls in (wse.ReshapeOp, wse.TransposeOp, wse.BroadcastToOp,
-                                   wse.CastOp, wse.PadOp, wse.SliceOp)},
+                                   wse.CastOp)},
+    wse.PadOp: _pad,
+    wse.SliceOp: _slice,
     wse.ConcatOp: _concat,
     wse.SelectOp: _select,
+    wse.Im2ColOp: _im2col,
+    wse.AvgPoolOp: _avg_pool,
+    wse.MaxPoolOp: _max_pool,
+    wse.GatherOp: _gather,
+    wse.GatherElementsOp: _gather_elements,
+    **{cls: _math for cls in wse.MATH_OPS if cls not in (wse.NotOp, wse.BitwiseNotOp)},
+    wse.StopGradientOp: _stop,
+    wse.ReverseOp: _reverse,
+    wse.TileOp: _tile,
+    wse.CumSumOp: _cumsum,
+    wse.ReduceProdOp: _reduce_prod,
+    wse.GatherNDOp: _gather_nd,
+    wse.ScatterElementsOp: _scatter,
+    wse.ScatterNDOp: _scatter,
+    wse.TopKOp: _topk,
+    wse.Col2ImOp: _col2im,
 }  # fmt: skip
 """Vector-Jacobian products: ``rule(op, emit, grad_of_result) -> grad per operand``."""
 

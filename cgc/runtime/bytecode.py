@@ -63,7 +63,7 @@ PRIMITIVES: tuple[str, ...] = (
     "fmod", "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor", "shift_left",
     "shift_right", "reduce_prod", "argmax_pool", "gather", "gather_elements", "gather_nd",
     "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile", "bitcast",
-    "cumprod",
+    "cumprod", "col2im",
 )  # fmt: skip
 """Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
 KERNEL_BASE = 64

@@ -540,6 +540,44 @@ class Pool(Kernel):
         return [DistTensor.scatter(result, out)]
 
 
+class Col2Im(Kernel):
+    """The adjoint of im2col: every image element receives the patch elements read from it
+    (up to one per kernel position) and adds them up."""
+
+    def plan(self, target, rect, operands, attrs, results, count_gathers=True):
+        (operand,), ((shape, dtype),) = operands, results
+        src = operand.layout or Layout.on(operand.shape, operand.dtype, rect)
+        out = Layout.on(shape, dtype, rect)
+        taps = patch_taps(tuple(shape), attrs)
+        moved = gather_traffic(out, [(src, taps)]) if count_gathers else NO_TRAFFIC
+        total = arrival(operand, src) + moved
+        compute = vector_cycles(out.tile_elements, taps.shape[-1], dtype, target)
+        cost = Cost(
+            cycles=_cycles(total, compute),
+            flops=prod(operand.shape),
+            traffic=total,
+            scratch_bytes=out.tile_bytes,
+        )
+        return Plan((src,), (out,), cost)
+
+    def run(self, plan, values, attrs):
+        return _logical_run(self.name, plan, values, attrs)
+
+
+def patch_taps(image: tuple[int, ...], attrs: dict) -> np.ndarray:
+    """``[*image, taps]``: the flat indices of the patch elements read from each image
+    element (-1 where an element has fewer taps than the most-read one)."""
+    sources = reference.im2col_sources(image, attrs).ravel()
+    inside = np.flatnonzero(sources >= 0)
+    order = inside[np.argsort(sources[inside], kind="stable")]
+    counts = np.bincount(sources[inside], minlength=prod(image))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    taps = np.full((prod(image), max(1, int(counts.max(initial=0)))), -1, dtype=np.int64)
+    rank = np.arange(order.size) - np.repeat(starts, counts)
+    taps[np.repeat(np.arange(prod(image)), counts), rank] = order
+    return taps.reshape(*image, -1)
+
+
 def _logical_run(name: str, plan: Plan, values, attrs: dict) -> list[DistTensor]:
     """Computes on the logical arrays and lays the results out as planned."""
     arrays = [v.gather() if isinstance(v, DistTensor) else v for v in values]
@@ -654,6 +692,7 @@ KERNELS: dict[str, Kernel] = {
     "max_pool": Pool("max_pool"),
     "avg_pool": Pool("avg_pool"),
     "argmax_pool": Pool("argmax_pool"),
+    "col2im": Col2Im("col2im"),
     **{
         name: Indexed(name)
         for name in ("gather", "gather_elements", "gather_nd", "scatter_elements", "scatter_nd")

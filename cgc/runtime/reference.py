@@ -270,6 +270,24 @@ def im2col(
     return np.ascontiguousarray(w).reshape(group, n * prod(out), (c // group) * prod(kernel))
 
 
+def im2col_sources(image: Sequence[int], attrs: dict) -> np.ndarray:
+    """For each element of ``im2col``'s result on an image of shape ``image`` (in the op's own
+    axis order), the flat index of the image element it reads, or -1 for padding."""
+    ids = np.arange(prod(image)).reshape(image)
+    return movement("im2col", {**attrs, "fill": -1}, [ids], ())
+
+
+def col2im(patches: np.ndarray, image: Sequence[int], attrs: dict) -> np.ndarray:
+    """The adjoint of ``im2col``: every patch element added to the image element it was read
+    from (in float64, then rounded once to the patches' type)."""
+    sources = im2col_sources(image, attrs).ravel()
+    size = prod(image)
+    inside = sources >= 0
+    weights = patches.ravel()[inside].astype(np.float64)
+    summed = np.bincount(sources[inside], weights=weights, minlength=size)
+    return summed.astype(patches.dtype).reshape(image)
+
+
 def channels_first(x: np.ndarray, channels_last: bool) -> np.ndarray:
     """A view of ``x`` as (N, C, *spatial) when it is (N, *spatial, C)."""
     return np.moveaxis(x, -1, 1) if channels_last else x
@@ -523,6 +541,7 @@ _SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
         ]
         for kind in ("max_pool", "avg_pool")
     },
+    "col2im": lambda a, xs, r: [col2im(xs[0], r[0][0], a)],
     "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *_pool_args(a), a.get("storage_order", 0))],
     "one_hot": lambda a, xs, r: [one_hot(xs[0], r[0][0][-1], dtypes.dtype(r[0][1]))],
     "gather": lambda a, xs, r: [
