@@ -111,6 +111,7 @@ def train(
     eval_data: Mapping[str, np.ndarray] | None = None,
     eval_every: int | None = None,
     num_csx: int = 1,
+    swarmx_fanout: int | None = None,
     trainable: Sequence[str] = (),
     target: str = "wse2",
 ) -> TrainResult:
@@ -125,8 +126,10 @@ def train(
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
     the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
     ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
-    ``eval_every`` steps and after the last."""
+    ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
+    node (4 by default)."""
     from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.compiler.targets import get_target, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
     from cgc.runtime.trainer import train as run_training
 
@@ -154,7 +157,10 @@ def train(
         seed,
     )
     compile_args = dict(
-        mode="weight_streaming", target=target, batch_size=batch_size, num_csx=num_csx
+        mode="weight_streaming",
+        target=with_swarmx_fanout(get_target(target), swarmx_fanout),
+        batch_size=batch_size,
+        num_csx=num_csx,
     )
     artifact = compile_model(model, training=options, **compile_args)
     evaluation = None

@@ -205,6 +205,7 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
 @click.option("--eval-every", type=int, help="Measure the held-out loss every N steps.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffling.")
 @click.option("--num-csx", type=int, default=1, show_default=True)
+@click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
 @click.option("--target", default="wse2", show_default=True)
 @click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS.")
@@ -236,12 +237,14 @@ def train(
     eval_every,
     seed,
     num_csx,
+    swarmx_fanout,
     trainable,
     target,
     mesh,
 ) -> None:
     """Train MODEL (first output: the loss) in weight-streaming mode."""
     from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.compiler.targets import get_target, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, check_data, schedule
     from cgc.runtime.trainer import train as run_training
 
@@ -280,7 +283,7 @@ def train(
     held_out = _load_npz(eval_path, "--eval-data") if eval_path else None
     compile_args = dict(
         mode="weight_streaming",
-        target=_target_name(target, mesh),
+        target=with_swarmx_fanout(get_target(_target_name(target, mesh)), swarmx_fanout),
         batch_size=batch_size,
         num_csx=num_csx,
     )

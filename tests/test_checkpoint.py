@@ -74,6 +74,7 @@ def test_checkpoints_are_written_every_n_steps(uninterrupted):
     assert sorted(p.name for p in root.iterdir()) == ["step-2", "step-4", "step-6"], "no leftovers"
     saved = checkpoint.load(root / "step-4")
     assert saved.step == 4 and saved.updates == 4
+    assert saved.data == {"global_batch": 8, "shuffle": True, "seed": 7, "next_sample": 32}
     state = saved.optimizer_state["fc1.weight"]
     assert sorted(state) == ["exp_avg", "exp_avg_sq", "step"] and float(state["step"]) == 4
 
@@ -108,6 +109,19 @@ def test_resume_without_an_intact_checkpoint(model, data, tmp_path):
         train(model, data, tmp_path, 4, resume=True)
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"seed": 8}, "was written with --seed 7, this run has 8"),
+        ({"shuffle": False}, "was written with --shuffle True, this run has False"),
+    ],
+)
+def test_resume_needs_the_same_order_of_samples(model, data, tmp_path, options, message):
+    train(model, data, tmp_path, 2, checkpoint_every=2)
+    with pytest.raises(CgcError, match=f"--resume: checkpoint step-2 {message}"):
+        train(model, data, tmp_path, 4, resume=True, **options)
+
+
 def test_resume_with_no_checkpoint_starts_afresh(model, data, uninterrupted, tmp_path):
     train(model, data, tmp_path, 6, checkpoint_every=2, resume=True)
     same_run(tmp_path, uninterrupted)
@@ -125,10 +139,12 @@ def test_shuffled_order_covers_every_sample_each_epoch():
 def test_checkpoint_round_trip_and_damage(tmp_path):
     weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
     state = {"w": {"momentum_buffer": np.ones((2, 3), np.float32)}}
-    where = checkpoint.save(tmp_path, checkpoint.Checkpoint(3, weights, state, 3))
+    order = {"global_batch": 4, "shuffle": False, "seed": 0, "next_sample": 12}
+    where = checkpoint.save(tmp_path, checkpoint.Checkpoint(3, weights, state, 3, order))
     loaded = checkpoint.load(where)
     np.testing.assert_array_equal(loaded.weights["w"], weights["w"])
     np.testing.assert_array_equal(loaded.optimizer_state["w"]["momentum_buffer"], 1)
+    assert loaded.data == order
     (where / "weights.safetensors").unlink()
     with pytest.raises(checkpoint.CorruptCheckpoint, match="FileNotFoundError"):
         checkpoint.load(where)

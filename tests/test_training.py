@@ -527,3 +527,27 @@ def test_gpt_language_model_matches_pytorch(language_model, num_csx, tmp_path) -
             got, want = np.delete(got, np.r_[keys]), np.delete(want, np.r_[keys])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=name)
     assert losses[-1] < losses[0]
+
+
+def test_swarmx_fanout_changes_the_tree_not_the_numbers(model, data, tmp_path) -> None:
+    runs = {
+        fanout: cgc.train(
+            model,
+            data,
+            batch_size=BATCH,
+            steps=2,
+            model_dir=tmp_path / str(fanout),
+            num_csx=8,
+            swarmx_fanout=fanout,
+            target=TARGET,
+            lr=0.1,
+        )
+        for fanout in (2, 8)
+    }
+    for name, value in runs[8].weights.items():
+        np.testing.assert_allclose(runs[2].weights[name], value, rtol=1e-5, atol=1e-7)
+    # three levels of 2 against one of 8: the gradients take longer to come back
+    seconds = {f: r.metrics[0]["simulated_seconds"] for f, r in runs.items()}
+    assert seconds[2] > seconds[8]
+    with pytest.raises(CgcError, match="--swarmx-fanout 1: a tree node needs at least 2"):
+        cgc.train(model, data, batch_size=8, steps=1, model_dir=tmp_path, swarmx_fanout=1)

@@ -101,3 +101,12 @@ def module_target(module: ModuleOp, override: str = "") -> Target:
             f"the module has no '{TARGET_ATTR}' attribute; pass the pass option target=NAME"
         )
     return get_target(attr.data)
+
+
+def with_swarmx_fanout(target: Target, fanout: int | None) -> Target:
+    """``target`` with SwarmX nodes of ``fanout`` children (unchanged for None)."""
+    if fanout is None:
+        return target
+    if fanout < 2:
+        raise CgcError(f"--swarmx-fanout {fanout}: a tree node needs at least 2 children")
+    return replace(target, swarmx_fanout=fanout)

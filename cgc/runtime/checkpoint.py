@@ -3,7 +3,8 @@
 A checkpoint of step N is the directory ``DIR/checkpoints/step-N/`` holding
 ``weights.safetensors`` (every weight MemoryX holds), ``optimizer.safetensors`` (each
 parameter's state tensors, keyed ``<parameter>/<slot>``) and ``state.json`` (the step, the
-number of optimizer updates, and the SHA-256 of both tensor files). It is written into a
+number of optimizer updates, the data position and order, and the SHA-256 of both tensor
+files). It is written into a
 temporary directory beside it and renamed into place, so a run killed at any moment leaves
 whole checkpoints only; the checksums catch one damaged later.
 """
@@ -40,6 +41,9 @@ class Checkpoint:
     optimizer_state: dict[str, dict[str, np.ndarray]]
     updates: int
     """Optimizer updates MemoryX has applied."""
+    data: dict
+    """Where the data stands: the global batch, the shuffling (``shuffle``, ``seed``) and the
+    next sample position; a run resumes only with the same order of samples."""
 
 
 def _digest(data: bytes) -> str:
@@ -71,6 +75,7 @@ def save(root: Path, checkpoint: Checkpoint) -> Path:
         "format": FORMAT,
         "step": checkpoint.step,
         "updates": checkpoint.updates,
+        "data": checkpoint.data,
         "sha256": {name: _digest(data) for name, data in files.items()},
     }
     files["state.json"] = (json.dumps(state, indent=1, sort_keys=True) + "\n").encode()
@@ -106,6 +111,7 @@ def load(directory: Path) -> Checkpoint:
             weights=weights_from_bytes(blobs["weights.safetensors"]),
             optimizer_state=_state_from_flat(weights_from_bytes(blobs["optimizer.safetensors"])),
             updates=int(state["updates"]),
+            data=dict(state["data"]),
         )
     except CorruptCheckpoint:
         raise

@@ -157,7 +157,7 @@ def train(
     directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
     result = TrainResult()
-    first = _resume(cluster, directory, warn or (lambda _: None)) if loop.resume else 0
+    first = _resume(cluster, directory, loop, warn or (lambda _: None)) if loop.resume else 0
     evaluator = None
     if evaluation is not None:
         check_data(evaluation.artifact, evaluation.data)
@@ -191,7 +191,7 @@ def train(
             result.spans += _shifted(stats.spans, clock, step + 1)
             clock += stats.simulated_seconds
             if loop.checkpoint_every and (step + 1) % loop.checkpoint_every == 0:
-                _save_checkpoint(cluster, directory, step + 1)
+                _save_checkpoint(cluster, directory, step + 1, loop)
             if on_step is not None:
                 on_step(line)
     kept = training["initializers"]
@@ -206,13 +206,33 @@ def _shifted(spans: list[Span], offset: float, step: int) -> list[Span]:
     ]
 
 
-def _save_checkpoint(cluster: Cluster, directory: Path, step: int) -> None:
+def _data_order(loop: LoopOptions, batch: int, step: int) -> dict:
+    return {"global_batch": batch, "shuffle": loop.shuffle, "seed": loop.seed,
+            "next_sample": step * batch}  # fmt: skip
+
+
+def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOptions) -> None:
     memoryx = cluster.memoryx
-    state = checkpoint.Checkpoint(step, memoryx.weights, memoryx.state, memoryx.steps)
+    data = _data_order(loop, cluster.batch * cluster.num_csx, step)
+    state = checkpoint.Checkpoint(step, memoryx.weights, memoryx.state, memoryx.steps, data)
     checkpoint.save(directory / "checkpoints", state)
 
 
-def _resume(cluster: Cluster, directory: Path, warn: Callable[[str], None]) -> int:
+def _check_order(found: checkpoint.Checkpoint, loop: LoopOptions, batch: int) -> None:
+    """A resumed run must visit the samples in the order the checkpointed one did."""
+    want = _data_order(loop, batch, found.step)
+    options = {"global_batch": "--batch-size x --num-csx", "shuffle": "--shuffle", "seed": "--seed"}
+    for key, option in options.items():
+        if found.data.get(key) != want[key] and (key != "seed" or loop.shuffle):
+            raise CgcError(
+                f"--resume: checkpoint step-{found.step} was written with {option} "
+                f"{found.data.get(key)}, this run has {want[key]}"
+            )
+
+
+def _resume(
+    cluster: Cluster, directory: Path, loop: LoopOptions, warn: Callable[[str], None]
+) -> int:
     """Loads the newest good checkpoint into MemoryX; returns the steps it had done."""
     root = directory / "checkpoints"
     found = checkpoint.latest(root, warn)
@@ -220,6 +240,7 @@ def _resume(cluster: Cluster, directory: Path, warn: Callable[[str], None]) -> i
         if checkpoint.saved_steps(root):
             raise CgcError(f"--resume: no checkpoint in {root} is intact")
         return 0
+    _check_order(found, loop, cluster.batch * cluster.num_csx)
     memoryx = cluster.memoryx
     unknown = sorted(set(found.weights) - set(memoryx.weights))
     if unknown:
