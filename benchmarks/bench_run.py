@@ -1,8 +1,9 @@
 """Times cgc's simulator against onnxruntime and PyTorch on the example models.
 
 Inference: ``cgc run`` (compiled once, in each execution mode) against an onnxruntime session
-on the same inputs. Training: one ``cgc train`` step of the MLP against one PyTorch step
-(autograd + torch.optim.SGD). Each measurement runs in a fresh subprocess, so its peak
+on the same inputs. Training: one ``cgc train`` step of the MLP (SGD with momentum) and of the
+CNN (Adam) against one PyTorch step (autograd + torch.optim) of the same model
+(``cgc.frontends.zoo_torch``). Each measurement runs in a fresh subprocess, so its peak
 resident memory is its own; times are the median of several repetitions after a warm-up.
 
     python benchmarks/bench_run.py [--batch 64] [--repeat 5] [--target wse2]
@@ -64,54 +65,60 @@ def measure_onnxruntime(model_name: str, batch: int, repeat: int) -> dict:
     return {"seconds": _median_seconds(lambda: session.run(None, inputs), repeat)}
 
 
-def _training_data(batch: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        "x": rng.standard_normal((batch, 64)).astype(np.float32),
-        "labels": rng.integers(0, 10, batch),
-    }
+TRAINING = {"mlp": ("sgd", {"lr": 0.05, "momentum": 0.9}), "cnn": ("adam", {"lr": 1e-3})}
+"""The model of each training benchmark and its optimizer."""
 
 
-def measure_cgc_training(batch: int, repeat: int, target: str) -> dict:
-    from cgc.compiler.driver import TrainingOptions, compile_model
+def _training_data(name: str, batch: int) -> dict[str, np.ndarray]:
     from cgc.frontends import zoo
+
+    return zoo.sample_inputs(zoo.MODELS[f"{name}_train"](), batch, seed=0)
+
+
+def measure_cgc_training(name: str, batch: int, repeat: int, target: str) -> dict:
+    from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.frontends import zoo, zoo_torch
     from cgc.runtime.vm import Cluster
 
-    options = TrainingOptions(lr=0.05, momentum=0.9)
+    optimizer, settings = TRAINING[name]
+    trainable = tuple(zoo_torch.TRAINABLE[f"{name}_train"])
+    options = TrainingOptions(optimizer, trainable=trainable, **settings)
     artifact = compile_model(
-        zoo.MODELS["mlp_train"](),
+        zoo.MODELS[f"{name}_train"](),
         mode="weight_streaming",
         target=target,
         batch_size=batch,
         training=options,
     )
     cluster = Cluster(artifact)
-    data = _training_data(batch)
+    data = _training_data(name, batch)
     return {"seconds": _median_seconds(lambda: cluster.train_step(data), repeat)}
 
 
-def measure_torch_training(batch: int, repeat: int) -> dict:
+def measure_torch_training(name: str, batch: int, repeat: int) -> dict:
+    import re
+
     import torch
     from onnx import numpy_helper
 
-    from cgc.frontends import zoo
+    from cgc.frontends import zoo, zoo_torch
 
     torch.set_num_threads(1)
-    model = zoo.MODELS["mlp_train"]()
-    weights = {
-        t.name: torch.tensor(numpy_helper.to_array(t), requires_grad=True)
-        for t in model.graph.initializer
-    }
-    optimizer = torch.optim.SGD(weights.values(), lr=0.05, momentum=0.9)
-    data = _training_data(batch)
+    model = zoo.MODELS[f"{name}_train"]()
+    weights = {t.name: torch.tensor(numpy_helper.to_array(t)) for t in model.graph.initializer}
+    patterns = zoo_torch.TRAINABLE[f"{name}_train"]
+    params = [w for n, w in weights.items() if any(re.fullmatch(p, n) for p in patterns)]
+    for param in params:
+        param.requires_grad_(True)
+    optimizer_name, settings = TRAINING[name]
+    kind = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[optimizer_name]
+    optimizer = kind(params, **settings)
+    forward = zoo_torch.FORWARD[f"{name}_train"]
+    data = _training_data(name, batch)
     x, labels = torch.tensor(data["x"]), torch.tensor(data["labels"])
 
     def step() -> None:
-        h = x
-        for layer in (1, 2, 3):
-            h = h @ weights[f"fc{layer}.weight"].T + weights[f"fc{layer}.bias"]
-            h = torch.relu(h) if layer < 3 else h
-        loss = torch.nn.functional.cross_entropy(h, labels)
+        loss = torch.nn.functional.cross_entropy(forward(weights, x), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -126,9 +133,9 @@ def _child(args: argparse.Namespace) -> None:
     elif kind == "ort":
         result = measure_onnxruntime(name, args.batch, args.repeat)
     elif kind == "cgc-train":
-        result = measure_cgc_training(args.batch, args.repeat, args.target)
+        result = measure_cgc_training(name, args.batch, args.repeat, args.target)
     else:
-        result = measure_torch_training(args.batch, args.repeat)
+        result = measure_torch_training(name, args.batch, args.repeat)
     result["peak_rss_mib"] = _peak_rss_mib()
     print(json.dumps(result))
 
@@ -172,13 +179,14 @@ def main() -> None:
         ref = _spawn(args, "ort", name, "-")
         for mode in ("pipelined", "weight_streaming"):
             rows.append((f"{name} {mode} vs onnxruntime", _spawn(args, "cgc", name, mode), ref))
-    rows.append(
-        (
-            "mlp training step vs pytorch",
-            _spawn(args, "cgc-train", "mlp", "-"),
-            _spawn(args, "torch-train", "mlp", "-"),
+    for name, (optimizer, _) in TRAINING.items():
+        rows.append(
+            (
+                f"{name} training step ({optimizer}) vs pytorch",
+                _spawn(args, "cgc-train", name, "-"),
+                _spawn(args, "torch-train", name, "-"),
+            )
         )
-    )
     for label, ours, ref in rows:
         print(
             f"{label:44s} {ours['seconds'] * 1e3:9.3f} {ref['seconds'] * 1e3:9.3f} "

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 
 import cgc
 from cgc.errors import CgcError
-from cgc.frontends import zoo
+from cgc.frontends import zoo, zoo_torch
 
 TARGET = "mesh16x16"
 SAMPLES, BATCH, STEPS = 40, 8, 6
@@ -37,26 +37,6 @@ def data():
     }
 
 
-def mlp_forward(weights, x):
-    h = x
-    for layer in (1, 2, 3):
-        h = h @ weights[f"fc{layer}.weight"].T + weights[f"fc{layer}.bias"]
-        h = torch.relu(h) if layer < 3 else h
-    return h
-
-
-def cnn_forward(w, x):
-    """zoo.cnn in torch: batch norm in inference form (running statistics)."""
-    F = torch.nn.functional
-    h = F.conv2d(x, w["conv1.weight"], w["conv1.bias"], padding=1)
-    h = F.batch_norm(
-        h, w["bn1.running_mean"], w["bn1.running_var"], w["bn1.weight"], w["bn1.bias"], eps=1e-5
-    )
-    h = F.max_pool2d(torch.relu(h), 2, 2)
-    h = F.avg_pool2d(torch.relu(F.conv2d(h, w["conv2.weight"], w["conv2.bias"], padding=1)), 2)
-    return h.mean(dim=(2, 3)) @ w["fc.weight"].T + w["fc.bias"]
-
-
 def torch_reference(
     model,
     data,
@@ -64,7 +44,7 @@ def torch_reference(
     optimizer="sgd",
     schedule=None,
     max_grad_norm=None,
-    forward=mlp_forward,
+    forward=zoo_torch.mlp,
     **settings,
 ):
     """Per-step losses and final weights of the same training in PyTorch; ``schedule`` makes
@@ -175,7 +155,7 @@ def test_optimizers_schedules_and_clipping_match_pytorch(model, data, run, num_c
 
 
 def mlp_loss(weights, x, labels):
-    logits = mlp_forward({k: torch.tensor(v) for k, v in weights.items()}, torch.tensor(x))
+    logits = zoo_torch.mlp({k: torch.tensor(v) for k, v in weights.items()}, torch.tensor(x))
     return torch.nn.functional.cross_entropy(logits, torch.tensor(labels)).item()
 
 
@@ -206,7 +186,7 @@ def test_held_out_loss_is_measured_with_the_weights_of_the_step(model, data, num
     assert result.metrics[-1]["eval_loss"] != result.metrics[1]["eval_loss"]
 
 
-CNN_TRAINABLE = [r"conv\d\..*", r"bn1\.(weight|bias)", r"fc\..*"]
+CNN_TRAINABLE = zoo_torch.TRAINABLE["cnn_train"]
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +223,7 @@ def test_cnn_matches_pytorch(images, settings, num_csx, tmp_path) -> None:
     )
     trained = [n for n in (t.name for t in model.graph.initializer) if "running" not in n]
     losses, weights = torch_reference(
-        model, images, trainable=trained, forward=cnn_forward, **settings
+        model, images, trainable=trained, forward=zoo_torch.cnn, **settings
     )
     np.testing.assert_allclose([m["loss"] for m in result.metrics], losses, rtol=1e-5, atol=1e-6)
     for name, value in weights.items():
