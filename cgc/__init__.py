@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,11 +23,20 @@ from cgc.errors import CgcError
 from cgc.runtime.artifact import Artifact
 
 if TYPE_CHECKING:
-    from cgc.runtime.trainer import TrainResult
+    from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
     from cgc.runtime.vm import RunStats
 
 __version__ = "0.1.0"
-__all__ = ["Artifact", "CgcError", "compile", "load", "run", "run_with_stats", "train"]
+__all__ = [
+    "Artifact",
+    "CgcError",
+    "compile",
+    "load",
+    "prepare_training",
+    "run",
+    "run_with_stats",
+    "train",
+]
 
 
 def compile(
@@ -84,12 +93,10 @@ def run(
     return run_with_stats(artifact, inputs, num_csx)[0]
 
 
-def train(
+def prepare_training(
     model,
-    data: Mapping[str, np.ndarray],
     batch_size: int,
     steps: int,
-    model_dir: str | os.PathLike,
     optimizer: str = "sgd",
     lr: float | None = None,
     momentum: float | None = None,
@@ -114,10 +121,10 @@ def train(
     swarmx_fanout: int | None = None,
     trainable: Sequence[str] = (),
     target: str = "wse2",
-) -> TrainResult:
-    """Trains an ONNX model whose first output is the loss, in weight-streaming mode on
-    ``num_csx`` systems; writes ``metrics.jsonl`` and ``weights.safetensors`` to
-    ``model_dir`` and returns the per-step metrics and the final weights.
+) -> tuple[Artifact, LoopOptions, Evaluation | None]:
+    """Compiles a training run of an ONNX model whose first output is the loss, in
+    weight-streaming mode on ``num_csx`` systems, without running it: the training artifact,
+    the loop's options and the held-out evaluation (with ``eval_data``).
 
     The optimizer settings left at None take torch.optim's defaults for ``optimizer``
     (``sgd``, ``adam`` or ``adamw``); ``lr_schedule`` is ``constant``, ``cosine`` (to 0 at
@@ -131,7 +138,6 @@ def train(
     from cgc.compiler.driver import TrainingOptions, compile_model
     from cgc.compiler.targets import get_target, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
-    from cgc.runtime.trainer import train as run_training
 
     beta1, beta2 = betas if betas is not None else (None, None)
     options = TrainingOptions(
@@ -147,6 +153,7 @@ def train(
         amsgrad,
         tuple(trainable),
     )
+    options.optimizer_options()  # bad settings fail before anything is compiled
     loop = LoopOptions(
         steps,
         schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),
@@ -156,6 +163,8 @@ def train(
         shuffle,
         seed,
     )
+    if eval_every is not None and eval_data is None:
+        raise CgcError("--eval-every needs --eval-data")
     compile_args = dict(
         mode="weight_streaming",
         target=with_swarmx_fanout(get_target(target), swarmx_fanout),
@@ -165,14 +174,33 @@ def train(
     artifact = compile_model(model, training=options, **compile_args)
     evaluation = None
     if eval_data is not None:
-        evaluation = Evaluation(
-            compile_model(model, **compile_args), eval_data, eval_every or steps
-        )
+        forward = compile_model(model, **compile_args)
+        evaluation = Evaluation(forward, eval_data, eval_every or steps)
+    return artifact, loop, evaluation
+
+
+def train(
+    model,
+    data: Mapping[str, np.ndarray],
+    batch_size: int,
+    steps: int,
+    model_dir: str | os.PathLike,
+    on_step: Callable[[dict], None] | None = None,
+    **options,
+) -> TrainResult:
+    """Trains an ONNX model whose first output is the loss (``options`` as for
+    ``prepare_training``); writes ``metrics.jsonl``, checkpoints and ``weights.safetensors``
+    to ``model_dir`` and returns the per-step metrics and the final weights. ``on_step`` hears
+    each step's metrics; skipped damaged checkpoints are Python warnings."""
+    from cgc.runtime.trainer import train as run_training
+
+    artifact, loop, evaluation = prepare_training(model, batch_size, steps, **options)
     return run_training(
         artifact,
         data,
         loop,
         model_dir,
+        on_step,
         warn=lambda m: warnings.warn(m, stacklevel=3),
         evaluation=evaluation,
     )

@@ -8,10 +8,12 @@ culprit); 1 an internal error (a traceback only with ``--debug``). ``run``, ``in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -243,9 +245,8 @@ def train(
     mesh,
 ) -> None:
     """Train MODEL (first output: the loss) in weight-streaming mode."""
-    from cgc.compiler.driver import TrainingOptions, compile_model
-    from cgc.compiler.targets import get_target, with_swarmx_fanout
-    from cgc.runtime.trainer import Evaluation, LoopOptions, check_data, schedule
+    import cgc
+    from cgc.runtime.trainer import check_data
     from cgc.runtime.trainer import train as run_training
 
     for pattern in trainable:
@@ -253,63 +254,45 @@ def train(
             re.compile(pattern)
         except re.error as e:
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
-    beta1, beta2 = _betas(betas)
-    options = TrainingOptions(
-        optimizer,
-        lr,
-        momentum,
-        dampening,
-        weight_decay,
-        True if nesterov else None,
-        beta1,
-        beta2,
-        eps,
-        True if amsgrad else None,
-        tuple(trainable),
-    )
-    options.optimizer_options()  # bad settings fail before the data is read
-    loop = LoopOptions(
-        steps,
-        schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),
-        max_grad_norm,
-        checkpoint_every,
-        resume,
-        shuffle,
-        seed,
-    )
     data = _load_npz(data_path, "--data")
-    if eval_every is not None and eval_path is None:
-        raise CgcError("--eval-every needs --eval-data")
     held_out = _load_npz(eval_path, "--eval-data") if eval_path else None
-    compile_args = dict(
-        mode="weight_streaming",
-        target=with_swarmx_fanout(get_target(_target_name(target, mesh)), swarmx_fanout),
-        batch_size=batch_size,
+    artifact, loop, evaluation = cgc.prepare_training(
+        model,
+        batch_size,
+        steps,
+        optimizer=optimizer,
+        lr=lr,
+        momentum=momentum,
+        dampening=dampening,
+        weight_decay=weight_decay,
+        nesterov=True if nesterov else None,
+        betas=_betas(betas),
+        eps=eps,
+        amsgrad=True if amsgrad else None,
+        lr_schedule=lr_schedule,
+        warmup_steps=warmup_steps,
+        lr_step_size=lr_step_size,
+        lr_gamma=lr_gamma,
+        max_grad_norm=max_grad_norm,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        shuffle=shuffle,
+        seed=seed,
+        eval_data=held_out,
+        eval_every=eval_every,
         num_csx=num_csx,
+        swarmx_fanout=swarmx_fanout,
+        trainable=trainable,
+        target=_target_name(target, mesh),
     )
-    artifact = compile_model(model, training=options, **compile_args)
-    evaluation = None
-    if held_out is not None:
-        forward = compile_model(model, **compile_args)
-        evaluation = Evaluation(forward, held_out, eval_every or steps)
     check_data(artifact, data)
     names = artifact.manifest["training"]["trainable"]
     count = sum(artifact.weights[n].size for n in names)
     chosen = "chosen by --trainable" if trainable else "all float initializers (default)"
     click.echo(f"training {count} parameters in {len(names)} tensors, {chosen}: {', '.join(names)}")
-    if sys.stdout.isatty():
-        with click.progressbar(length=steps, label="training") as bar:
-            result = run_training(artifact, data, loop, model_dir, lambda _: bar.update(1), _warn)
-    else:
-        result = run_training(
-            artifact,
-            data,
-            loop,
-            model_dir,
-            lambda m: click.echo(_step_line(m)),
-            _warn,
-            evaluation,
-        )
+    with contextlib.ExitStack() as stack:
+        on_step = _progress(stack, steps)
+        result = run_training(artifact, data, loop, model_dir, on_step, _warn, evaluation)
     if trace:
         from cgc.runtime.trace import trace_json
 
@@ -321,6 +304,14 @@ def train(
     )
 
 
+def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:
+    """A progress bar on a terminal, a line per step otherwise."""
+    if sys.stdout.isatty():
+        bar = stack.enter_context(click.progressbar(length=steps, label="training"))
+        return lambda _: bar.update(1)
+    return lambda metrics: click.echo(_step_line(metrics))
+
+
 def _step_line(metrics: dict) -> str:
     held_out = f", eval loss {metrics['eval_loss']:.6f}" if "eval_loss" in metrics else ""
     return f"step {metrics['step']}: loss {metrics['loss']:.6f}{held_out}"
@@ -330,10 +321,10 @@ def _warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
 
 
-def _betas(text: str | None) -> tuple[float | None, float | None]:
-    """``--betas B1,B2`` as two floats (None, None when not given)."""
+def _betas(text: str | None) -> tuple[float, float] | None:
+    """``--betas B1,B2`` as two floats (None when not given)."""
     if text is None:
-        return None, None
+        return None
     try:
         beta1, beta2 = (float(part) for part in text.split(","))
     except ValueError:

@@ -4,6 +4,8 @@ naming the culprit, nothing left half-written)."""
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import numpy as np
 import onnx
@@ -475,3 +477,23 @@ def test_train_trace_has_a_track_per_resource(workdir, tmp_path) -> None:
 def test_train_option_errors(workdir, tmp_path, extra, message) -> None:
     one_line_error(invoke(*train_args(workdir, tmp_path / "run", *extra)), message)
     assert not (tmp_path / "run").exists(), "nothing written"
+
+
+def test_train_on_a_terminal_shows_a_progress_bar(workdir, tmp_path, monkeypatch) -> None:
+    import cgc.cli
+
+    class Terminal:
+        def __getattr__(self, name):
+            return getattr(sys.stdout, name)
+
+        def isatty(self):
+            return True
+
+    fake_sys = types.SimpleNamespace(stdout=Terminal())
+    monkeypatch.setattr(cgc.cli, "sys", fake_sys)
+    extra = ["--eval-data", workdir / "data.npz", "--eval-every", 2]
+    result = invoke(*train_args(workdir, tmp_path, *extra))
+    assert result.exit_code == 0, result.output
+    assert "training" in result.output and "step 1: loss" not in result.output
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and "eval_loss" in lines[-1]

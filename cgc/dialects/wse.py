@@ -1016,18 +1016,10 @@ class ArgMaxPoolOp(PoolOp):
         )  # fmt: skip
 
 
-@irdl_op_definition
-class Im2ColOp(IRDLOperation):
-    """The patches of a grouped convolution, one row per output position.
+class PatchOp(IRDLOperation, abc.ABC):
+    """Base of im2col and its adjoint col2im: the windows of a grouped convolution over an
+    image (N, C, *spatial), or (N, *spatial, C) with ``channels_last``."""
 
-    ``input`` (N, C, *spatial) becomes ``[group, N * prod(out), C/group * prod(kernel)]``:
-    row ``(n, *o)`` of group ``g`` holds the window under output position ``o`` of sample
-    ``n`` over that group's channels (channel-major, then kernel taps in row-major order);
-    padding reads as zero. A convolution is this followed by a matmul with the filter.
-    With ``channels_last`` the input is (N, *spatial, C); the result is the same.
-    """
-
-    name = "wse.im2col"
     input = operand_def(TensorType)
     result = result_def(TensorType)
     kernel = prop_def(DenseArrayBase[i64])
@@ -1039,6 +1031,55 @@ class Im2ColOp(IRDLOperation):
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    @staticmethod
+    def window_properties(
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        pads: Sequence[int],
+        dilations: Sequence[int],
+        group: int,
+        channels_last: bool,
+    ) -> dict[str, Attribute]:
+        """The properties that describe the windows."""
+        return {
+            "kernel": i64_array(kernel),
+            "strides": i64_array(strides),
+            "pads": i64_array(pads),
+            "dilations": i64_array(dilations),
+            "group": IntegerAttr(group, i64),
+            "channels_last": BoolAttr.from_bool(channels_last),
+        }
+
+    @property
+    def is_channels_last(self) -> bool:
+        """Whether the image is (N, *spatial, C)."""
+        return bool(self.channels_last.value.data)
+
+    def patches_of(self, image: Sequence[int]) -> tuple[int, ...]:
+        """The patches' shape for an image of shape ``image`` (in the op's axis order)."""
+        return Im2ColOp.infer(
+            channels_first(tuple(image), self.is_channels_last),
+            self.kernel.get_values(),
+            self.strides.get_values(),
+            self.pads.get_values(),
+            self.dilations.get_values(),
+            self.group.value.data,
+        )
+
+
+@irdl_op_definition
+class Im2ColOp(PatchOp):
+    """The patches of a grouped convolution, one row per output position.
+
+    ``input`` (N, C, *spatial) becomes ``[group, N * prod(out), C/group * prod(kernel)]``:
+    row ``(n, *o)`` of group ``g`` holds the window under output position ``o`` of sample
+    ``n`` over that group's channels (channel-major, then kernel taps in row-major order);
+    padding reads as zero. A convolution is this followed by a matmul with the filter.
+    With ``channels_last`` the input is (N, *spatial, C); the result is the same.
+    """
+
+    name = "wse.im2col"
 
     def __init__(
         self,
@@ -1059,20 +1100,10 @@ class Im2ColOp(IRDLOperation):
                     self.infer(nchw, kernel, strides, pads, dilations, group),
                 )
             ],
-            properties={
-                "kernel": i64_array(kernel),
-                "strides": i64_array(strides),
-                "pads": i64_array(pads),
-                "dilations": i64_array(dilations),
-                "group": IntegerAttr(group, i64),
-                "channels_last": BoolAttr.from_bool(channels_last),
-            },
+            properties=self.window_properties(
+                kernel, strides, pads, dilations, group, channels_last
+            ),
         )
-
-    @property
-    def is_channels_last(self) -> bool:
-        """Whether the input is (N, *spatial, C)."""
-        return bool(self.channels_last.value.data)
 
     @staticmethod
     def infer(x, kernel, strides, pads, dilations, group) -> tuple[int, ...]:
@@ -1083,21 +1114,11 @@ class Im2ColOp(IRDLOperation):
         return (group, x[0] * prod(out[2:]), x[1] // group * prod(kernel))
 
     def verify_(self) -> None:
-        _check_result_shape(
-            self,
-            self.infer(
-                channels_first(tensor_shape(self.input), self.is_channels_last),
-                self.kernel.get_values(),
-                self.strides.get_values(),
-                self.pads.get_values(),
-                self.dilations.get_values(),
-                self.group.value.data,
-            ),
-        )
+        _check_result_shape(self, self.patches_of(tensor_shape(self.input)))
 
 
 @irdl_op_definition
-class Col2ImOp(IRDLOperation):
+class Col2ImOp(PatchOp):
     """The adjoint of ``wse.im2col``: patches ``[group, N * prod(out), C/group *
     prod(kernel)]`` summed back into an image of the result's shape (N, C, *spatial), or
     (N, *spatial, C) with ``channels_last``. Each patch element adds to the image element it
@@ -1106,17 +1127,6 @@ class Col2ImOp(IRDLOperation):
     """
 
     name = "wse.col2im"
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    kernel = prop_def(DenseArrayBase[i64])
-    strides = prop_def(DenseArrayBase[i64])
-    pads = prop_def(DenseArrayBase[i64])
-    dilations = prop_def(DenseArrayBase[i64])
-    group = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, i64))
-    channels_last = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(
         self,
@@ -1132,25 +1142,13 @@ class Col2ImOp(IRDLOperation):
         super().__init__(
             operands=[input],
             result_types=[TensorType(element_type(input), tuple(image))],
-            properties={
-                "kernel": i64_array(kernel),
-                "strides": i64_array(strides),
-                "pads": i64_array(pads),
-                "dilations": i64_array(dilations),
-                "group": IntegerAttr(group, i64),
-                "channels_last": BoolAttr.from_bool(channels_last),
-            },
+            properties=self.window_properties(
+                kernel, strides, pads, dilations, group, channels_last
+            ),
         )
 
     def verify_(self) -> None:
-        patches = Im2ColOp.infer(
-            channels_first(tensor_shape(self.result), bool(self.channels_last.value.data)),
-            self.kernel.get_values(),
-            self.strides.get_values(),
-            self.pads.get_values(),
-            self.dilations.get_values(),
-            self.group.value.data,
-        )
+        patches = self.patches_of(tensor_shape(self.result))
         if tensor_shape(self.input) != patches:
             raise VerifyException(
                 f"patches {tensor_shape(self.input)} do not come from an image "

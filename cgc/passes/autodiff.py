@@ -281,7 +281,7 @@ def _select(op: wse.SelectOp, emit: Emitter, g: SSAValue) -> Grads:
     ]
 
 
-def _window_args(op: wse.PoolOp | wse.Im2ColOp | wse.Col2ImOp) -> tuple[list[int], ...]:
+def _window_args(op: wse.PoolOp | wse.PatchOp) -> tuple[list[int], ...]:
     return (
         list(op.kernel.get_values()),
         list(op.strides.get_values()),
