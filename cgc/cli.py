@@ -337,12 +337,19 @@ def _betas(text: str | None) -> tuple[float, float] | None:
 @click.option("--disasm", is_flag=True, help="Also print the disassembled bytecode.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead.")
 @click.option("--ir", is_flag=True, help="Also print the final IR.")
-def inspect(artifact, disasm, as_json, ir) -> None:
+@click.option(
+    "--placement",
+    help="Draw the pipelined placement: a PNG file, or - for a map in the terminal.",
+)
+def inspect(artifact, disasm, as_json, ir, placement) -> None:
     """Show what ARTIFACT holds: manifest, placement or stream schedule, bytecode."""
     from cgc.runtime.artifact import Artifact
     from cgc.runtime.report import inspect_json, summary_text
 
     art = Artifact.load(artifact)
+    if placement is not None:
+        _draw_placement(art, artifact, placement)
+        return
     if as_json:
         click.echo(json.dumps(inspect_json(art), indent=1))
         return
@@ -351,6 +358,21 @@ def inspect(artifact, disasm, as_json, ir) -> None:
         click.echo("final IR:\n" + art.ir, nl=False)
     if disasm:
         click.echo("bytecode:\n" + art.program.disassemble(), nl=False)
+
+
+def _draw_placement(art, path: str, where: str) -> None:
+    from cgc.runtime import picture
+
+    if art.manifest["mode"] != "pipelined":
+        raise CgcError(
+            f"--placement: {path} is a {art.manifest['mode']} artifact, whose layers each run "
+            "on the whole wafer in turn; compile with --mode pipelined to place them"
+        )
+    if where == "-":
+        click.echo(picture.ascii_map(art), nl=False)
+        return
+    picture.save_png(art, where)
+    click.echo(f"wrote {where}")
 
 
 def _pipeline_error(error: BaseException) -> str:

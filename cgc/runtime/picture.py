@@ -1,0 +1,148 @@
+"""Pictures of a pipelined placement: ``cgc inspect ARTIFACT --placement FILE.png | -``.
+
+The mesh with every layer's rectangle, labelled and shaded by the stage's utilization (its
+FLOPs per sample over what its PEs could do while the slowest stage takes one sample), and an
+arrow from each layer to each layer that reads its results. ``ascii_map`` draws the same in
+text for a terminal; ``save_png`` with matplotlib (imported only then).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import string
+from dataclasses import dataclass
+
+from cgc.runtime.artifact import Artifact
+from cgc.runtime.files import write_atomically
+from cgc.runtime.machine import Target
+
+LABELS = string.ascii_uppercase + string.ascii_lowercase + string.digits
+"""One character per layer in the text map (layers beyond these share ``*``)."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One layer of a pipelined placement."""
+
+    name: str
+    region: tuple[int, int, int, int]
+    """``(x, y, w, h)``: the column and row of the top-left PE, columns and rows."""
+    utilization: float
+    """FLOPs per sample over the peak of the stage's PEs during one slowest-stage period."""
+
+
+def stages(artifact: Artifact) -> list[Stage]:
+    """The layers of a pipelined artifact with their regions and utilizations."""
+    m = artifact.manifest
+    if m["mode"] != "pipelined":
+        raise ValueError("only a pipelined artifact places its layers on their own regions")
+    target = Target.from_json(m["target"])
+    batch = m["per_system_batch"] or 1
+    period = max((layer["cycles"] for layer in m["layers"]), default=0.0) / batch
+    peak = target.peak_flops_per_pe_per_cycle()
+    result = []
+    for layer in m["layers"]:
+        x, y, w, h = layer["rect"]
+        capacity = w * h * peak * period
+        used = layer["flops"] / batch
+        result.append(Stage(layer["name"], (x, y, w, h), used / capacity if capacity else 0.0))
+    return result
+
+
+def edges(artifact: Artifact) -> list[tuple[int, int]]:
+    """``(producer, consumer)`` layer indices: a consumer reads a register the producer
+    defined."""
+    program = artifact.program
+    owner: dict[int, int] = {}
+    found: set[tuple[int, int]] = set()
+    for index, span in enumerate(program.layer_spans):
+        for position in span:
+            ins = program.instructions[position]
+            for register in ins.operands:
+                source = owner.get(register)
+                if source is not None and source != index:
+                    found.add((source, index))
+            for register in ins.results:
+                owner[register] = index
+    return sorted(found)
+
+
+def ascii_map(artifact: Artifact, columns: int = 72, rows: int = 24) -> str:
+    """The mesh scaled to at most ``columns`` x ``rows`` characters, each cell showing the
+    label of the layer that covers most of it ('.' for idle PEs), then a legend."""
+    target = Target.from_json(artifact.manifest["target"])
+    placed = stages(artifact)
+    cols, lines = min(columns, target.cols), min(rows, target.rows)
+    grid = [["." for _ in range(cols)] for _ in range(lines)]
+    for index, stage in enumerate(placed):
+        x, y, w, h = stage.region
+        left, right = _cells(x, w, target.cols, cols)
+        top, bottom = _cells(y, h, target.rows, lines)
+        for row in range(top, bottom):
+            grid[row][left:right] = [_label(index)] * (right - left)
+    scale = f"{target.cols / cols:.3g} x {target.rows / lines:.3g} PEs per character"
+    text = [f"{target.name}: {target.rows} x {target.cols} PEs ({scale})"]
+    text += ["".join(row) for row in grid]
+    text.append("layers:")
+    for index, stage in enumerate(placed):
+        x, y, w, h = stage.region
+        where = f"({x}, {y}) {w}x{h}"
+        text.append(f"  {_label(index)} {stage.name}: {where}, utilization {stage.utilization:.1%}")
+    routes = ", ".join(f"{placed[a].name} -> {placed[b].name}" for a, b in edges(artifact))
+    text.append(f"routes: {routes or 'none'}")
+    return "\n".join(text) + "\n"
+
+
+def _label(index: int) -> str:
+    return LABELS[index] if index < len(LABELS) else "*"
+
+
+def _cells(start: int, size: int, extent: int, cells: int) -> tuple[int, int]:
+    """The character cells ``[first, last)`` that PEs ``[start, start + size)`` of ``extent``
+    fall in when drawn on ``cells`` characters (at least one)."""
+    first = start * cells // extent
+    last = max(first + 1, (start + size) * cells // extent)
+    return first, min(last, cells)
+
+
+def save_png(artifact: Artifact, path: str | os.PathLike) -> None:
+    """Draws the placement into a PNG file at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    target = Target.from_json(artifact.manifest["target"])
+    placed = stages(artifact)
+    figure, axes = plt.subplots(figsize=(8, 8 * target.rows / max(target.cols, 1) + 1))
+    axes.add_patch(Rectangle((0, 0), target.cols, target.rows, facecolor="#f4f4f4"))
+    colors = matplotlib.colormaps["viridis"]
+    for stage in placed:
+        x, y, w, h = stage.region
+        axes.add_patch(
+            Rectangle((x, y), w, h, facecolor=colors(min(stage.utilization, 1.0)), edgecolor="k")
+        )
+        axes.text(x + w / 2, y + h / 2, f"{stage.name} {stage.utilization:.0%}",
+                  rotation=90 if h > w else 0, ha="center", va="center", fontsize=7,
+                  color="w")  # fmt: skip
+    for a, b in edges(artifact):
+        (xa, ya, wa, ha), (xb, yb, wb, hb) = placed[a].region, placed[b].region
+        axes.add_patch(
+            FancyArrowPatch((xa + wa / 2, ya + ha / 2), (xb + wb / 2, yb + hb / 2),
+                            arrowstyle="->", mutation_scale=10, color="#d62728",
+                            connectionstyle="arc3,rad=0.35")
+        )  # fmt: skip
+    axes.set_xlim(0, target.cols)
+    axes.set_ylim(target.rows, 0)  # row 0 at the top, as on the wafer
+    axes.set_aspect("equal")
+    axes.set_xlabel("column")
+    axes.set_ylabel("row")
+    axes.set_title(f"{artifact.manifest['source']} on {target.name} (shade: utilization)")
+    figure.colorbar(plt.cm.ScalarMappable(cmap=colors), ax=axes, label="utilization")
+    image = io.BytesIO()
+    # no software version in the file: the same artifact gives the same bytes
+    figure.savefig(image, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
+    plt.close(figure)
+    write_atomically(path, image.getvalue())

@@ -1,0 +1,88 @@
+"""Pictures of a pipelined placement: the terminal map, the PNG and their errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import cgc
+from cgc.cli import main
+from cgc.frontends import zoo
+from cgc.runtime import picture
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory):
+    """The small residual network placed on a 24 x 32 mesh, saved."""
+    artifact = cgc.compile(
+        zoo.MODELS["resnet"](), mode="pipelined", target="mesh24x32", batch_size=4
+    )
+    path = tmp_path_factory.mktemp("picture") / "resnet.cgc"
+    artifact.save(path)
+    return artifact, path
+
+
+def test_stages_and_edges(placed):
+    artifact, _ = placed
+    stages = picture.stages(artifact)
+    assert [s.name for s in stages] == [layer["name"] for layer in artifact.manifest["layers"]]
+    assert all(0 < s.utilization <= 1 for s in stages)
+    names = [s.name for s in stages]
+    edges = {(names[a], names[b]) for a, b in picture.edges(artifact)}
+    assert ("stem", "stem_pool") in edges and ("se", "fc") in edges
+    assert ("stem_pool", "res_b") in edges, "the residual connection skips a layer"
+    assert all(a < b for a, b in picture.edges(artifact)), "a pipeline only flows forward"
+
+
+def test_terminal_map(placed):
+    artifact, path = placed
+    result = CliRunner().invoke(main, ["inspect", str(path), "--placement", "-"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "mesh24x32: 24 x 32 PEs (1 x 1 PEs per character)"
+    grid = lines[1:25]
+    assert all(len(row) == 32 for row in grid)
+    for index, layer in enumerate(artifact.manifest["layers"]):
+        x, y, w, h = layer["rect"]
+        label = picture.LABELS[index]
+        cells = np.array([list(row) for row in grid])
+        assert (cells[y : y + h, x : x + w] == label).all(), layer["name"]
+        assert f"  {label} {layer['name']}: ({x}, {y}) {w}x{h}, utilization " in result.output
+    assert lines[-1].startswith("routes: stem -> stem_pool, ")
+
+
+def test_terminal_map_scales_a_big_mesh():
+    artifact = cgc.compile(zoo.MODELS["mlp"](), mode="pipelined", target="wse2", batch_size=2)
+    text = picture.ascii_map(artifact, columns=60, rows=20)
+    lines = text.splitlines()
+    assert lines[0].startswith("wse2: ") and "PEs per character" in lines[0]
+    assert all(len(row) == 60 for row in lines[1:21])
+    used = set("".join(lines[1:21])) - {"."}
+    assert used == set(picture.LABELS[: len(artifact.manifest["layers"])]), "every layer shows"
+
+
+def test_png_is_written_atomically_and_deterministically(placed, tmp_path):
+    _, path = placed
+    runner = CliRunner()
+    for name in ("a.png", "b.png"):
+        result = runner.invoke(main, ["inspect", str(path), "--placement", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+    png = (tmp_path / "a.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert png == (tmp_path / "b.png").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png"], "no temporary files"
+
+
+def test_placement_of_a_weight_streaming_artifact_is_an_error(tmp_path):
+    artifact = cgc.compile(
+        zoo.MODELS["mlp"](), mode="weight_streaming", target="mesh8x8", batch_size=2
+    )
+    path = tmp_path / "mlp.cgc"
+    artifact.save(path)
+    result = CliRunner().invoke(main, ["inspect", str(path), "--placement", "-"])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: --placement: {path} is a weight_streaming artifact, whose layers each run on "
+        "the whole wafer in turn; compile with --mode pipelined to place them\n"
+    )
