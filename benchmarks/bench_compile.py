@@ -2,10 +2,11 @@
 
 cgc: import, every pass, lowering and writing the artifact file (what ``cgc compile`` does),
 in each execution mode on wse2. onnxruntime: ``InferenceSession`` creation with its default
-graph optimizations, one thread. The models: stacks of transformer blocks sized to about
-1,000 and 10,000 ONNX nodes, and the nine 'light' zoo models that ship with onnx. Every
-measurement is the first compile (or session) of a fresh process, so that no cache of an
-earlier one helps; times are the best over a few processes.
+graph optimizations, one thread. The models: stacks of GPT-style decoder blocks
+(``zoo.decoder``, width 32, 8 tokens) of about 1,000 and 10,000 ONNX nodes, and the nine
+'light' zoo models that ship with onnx. Every measurement is the first compile (or session)
+of a fresh process, so that no cache of an earlier one helps; times are the best over a few
+processes.
 
     python benchmarks/bench_compile.py [--repeat 3] [--only NAME]
 
@@ -22,74 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-WIDTH, HEADS, SEQ = 32, 4, 8
-
-
-def transformer_stack(blocks: int, seed: int = 0) -> onnx.ModelProto:
-    """``blocks`` pre-norm transformer blocks (27 nodes each) on x [N, SEQ, WIDTH]."""
-    rng = np.random.default_rng(seed)
-    nodes: list[onnx.NodeProto] = []
-    inits: list[TensorProto] = []
-
-    def tensor(name: str, array: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def node(op: str, inputs: list[str], name: str, **attrs) -> str:
-        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
-        return name
-
-    def weight(name: str, rows: int, cols: int) -> str:
-        return tensor(name, (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype("f4"))
-
-    heads_shape = tensor("heads_shape", np.array([0, SEQ, HEADS, WIDTH // HEADS], np.int64))
-    merged_shape = tensor("merged_shape", np.array([0, SEQ, WIDTH], np.int64))
-    scale = tensor("scale", np.array(np.sqrt(WIDTH // HEADS), np.float32))
-    half, one = tensor("half", np.float32(0.5)), tensor("one", np.float32(1.0))
-    root2 = tensor("root2", np.float32(np.sqrt(2.0)))
-    x = "x"
-    for b in range(blocks):
-        p = f"b{b}."
-        gamma = tensor(p + "ln.g", np.ones(WIDTH, np.float32))
-        h = node("LayerNormalization", [x, gamma], p + "ln", axis=-1)
-        qkv = []
-        for part in "qkv":
-            projected = node("MatMul", [h, weight(p + part + ".w", WIDTH, WIDTH)], p + part)
-            split = node("Reshape", [projected, heads_shape], p + part + ".heads")
-            qkv.append(node("Transpose", [split], p + part + ".t", perm=[0, 2, 1, 3]))
-        keys = node("Transpose", [qkv[1]], p + "kt", perm=[0, 1, 3, 2])
-        scores = node("Div", [node("MatMul", [qkv[0], keys], p + "qk"), scale], p + "scaled")
-        attn = node("MatMul", [node("Softmax", [scores], p + "softmax", axis=-1), qkv[2]], p + "av")
-        merged = node("Transpose", [attn], p + "merge.t", perm=[0, 2, 1, 3])
-        merged = node("Reshape", [merged, merged_shape], p + "merge")
-        x = node("Add", [x, node("MatMul", [merged, weight(p + "o.w", WIDTH, WIDTH)], p + "o")],
-                 p + "res1")  # fmt: skip
-        up = node("MatMul", [x, weight(p + "up.w", WIDTH, 2 * WIDTH)], p + "up")
-        erf = node("Erf", [node("Div", [up, root2], p + "gelu.div")], p + "gelu.erf")
-        gelu = node("Mul", [node("Mul", [up, half], p + "gelu.half"),
-                            node("Add", [erf, one], p + "gelu.add")], p + "gelu")  # fmt: skip
-        down = node("MatMul", [gelu, weight(p + "down.w", 2 * WIDTH, WIDTH)], p + "down")
-        x = node("Add", [x, down], p + "res2")
-    graph = helper.make_graph(
-        nodes,
-        "stack",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", SEQ, WIDTH])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", SEQ, WIDTH])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def models() -> dict[str, onnx.ModelProto]:
-    found = {
-        "transformer-1k": transformer_stack(40),
-        "transformer-10k": transformer_stack(400),
-    }
+    from cgc.frontends import zoo
+
+    found = {"decoder-1k": zoo.decoder(blocks=36), "decoder-10k": zoo.decoder(blocks=360)}
     for path in sorted(LIGHT.glob("light_*.onnx")):
         found[path.stem.removeprefix("light_")] = onnx.load(str(path))
     return found

@@ -244,6 +244,55 @@ def transformer_block(
     )
 
 
+def decoder(
+    blocks: int = 2, seq: int = 8, width: int = 32, heads: int = 4, seed: int = 0
+) -> onnx.ModelProto:
+    """A GPT-2-style stack of ``blocks`` pre-norm decoder blocks on embeddings ``x`` [N, seq,
+    width]: causal multi-head attention and a GELU MLP of four times the width, each added
+    back to its input (28 nodes per block)."""
+    if width % heads:
+        raise ValueError(f"width {width} does not split into {heads} heads")
+    g = _Graph(seed)
+    heads_shape = g.tensor("heads_shape", np.array([0, seq, heads, width // heads], np.int64))
+    merged_shape = g.tensor("merged_shape", np.array([0, seq, width], np.int64))
+    scale = g.tensor("scale", np.array(np.sqrt(width // heads), np.float32))
+    future = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
+    mask = g.tensor("causal_mask", future)
+    half, one = g.tensor("half", np.float32(0.5)), g.tensor("one", np.float32(1.0))
+    root2 = g.tensor("root2", np.float32(np.sqrt(2.0)))
+    x = "x"
+    for b in range(blocks):
+        p = f"b{b}."
+        gamma = g.tensor(p + "ln.weight", np.ones(width, np.float32))
+        h = g.node("LayerNormalization", [x, gamma], p + "ln", axis=-1)
+        qkv = []
+        for part in "qkv":
+            w = g.weight(p + part + ".weight", (width, width), width, width, relu=False)
+            split = g.node("Reshape", [g.node("MatMul", [h, w], p + part), heads_shape],
+                           p + part + ".heads")  # fmt: skip
+            qkv.append(g.node("Transpose", [split], p + part + ".t", perm=[0, 2, 1, 3]))
+        keys = g.node("Transpose", [qkv[1]], p + "kt", perm=[0, 1, 3, 2])
+        scores = g.node("Div", [g.node("MatMul", [qkv[0], keys], p + "qk"), scale], p + "scaled")
+        scores = g.node("Add", [scores, mask], p + "masked")
+        probs = g.node("Softmax", [scores], p + "softmax", axis=-1)
+        merged = g.node("Transpose", [g.node("MatMul", [probs, qkv[2]], p + "av")], p + "merge.t",
+                        perm=[0, 2, 1, 3])  # fmt: skip
+        merged = g.node("Reshape", [merged, merged_shape], p + "merge")
+        w = g.weight(p + "o.weight", (width, width), width, width, relu=False)
+        x = g.node("Add", [x, g.node("MatMul", [merged, w], p + "o")], p + "res1")
+        w = g.weight(p + "up.weight", (width, 4 * width), width, 4 * width, relu=False)
+        up = g.node("MatMul", [x, w], p + "up")
+        erf = g.node("Erf", [g.node("Div", [up, root2], p + "gelu.div")], p + "gelu.erf")
+        gelu = g.node("Mul", [g.node("Mul", [up, half], p + "gelu.half"),
+                              g.node("Add", [erf, one], p + "gelu.add")], p + "gelu")  # fmt: skip
+        w = g.weight(p + "down.weight", (4 * width, width), 4 * width, width, relu=False)
+        x = g.node("Add", [x, g.node("MatMul", [gelu, w], p + "down")], p + "res2")
+    graph_out = g.node("Identity", [x], "y")
+    return g.model(
+        "decoder", [_float("x", [BATCH, seq, width])], [_float(graph_out, [BATCH, seq, width])]
+    )
+
+
 def _layer_norm(g: _Graph, x: str, name: str, dim: int, output: str | None = None) -> str:
     scale = g.tensor(f"{name}.weight", g.rng.uniform(0.8, 1.2, dim).astype(np.float32))
     bias = g.tensor(f"{name}.bias", g.rng.uniform(-0.1, 0.1, dim).astype(np.float32))
@@ -275,6 +324,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "cnn_train": partial(cnn, with_loss=True),
     "resnet": resnet,
     "transformer": transformer_block,
+    "decoder": decoder,
 }
 """The built-in models by name; each builder takes keyword overrides of its defaults."""
 

@@ -1,0 +1,91 @@
+"""Placement quality in pipelined mode: simulated throughput against the compute bound.
+
+For ResNet-50 (the 'light' model that ships with onnx) and a GPT-2-style decoder of 6 blocks
+of width 512 on 128 tokens (``zoo.decoder``), compiled for wse2 in pipelined mode: the
+pipeline's samples per second (the slowest stage sets it), the bound (every PE's peak FLOP/s
+over the model's FLOPs per sample), their ratio, the slowest stage, and the compile time. Each
+model compiles in a fresh process.
+
+    python benchmarks/bench_pipeline.py [--only NAME] [--batch 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+
+
+def models() -> dict:
+    """Builders of the benchmark models (built in the child process)."""
+    from cgc.frontends import zoo
+
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    return {
+        "resnet50": lambda: onnx.load(str(light / "light_resnet50.onnx")),
+        "gpt2-6x512x128": lambda: zoo.decoder(blocks=6, seq=128, width=512, heads=8),
+    }
+
+
+def measure(name: str, batch: int) -> dict:
+    import cgc
+    from cgc.runtime.picture import stages
+    from cgc.runtime.report import pipeline_figures
+
+    model = models()[name]()
+    symbolic = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    start = time.perf_counter()
+    artifact = cgc.compile(
+        model, mode="pipelined", target="wse2", batch_size=batch if symbolic else None
+    )
+    seconds = time.perf_counter() - start
+    figures = pipeline_figures(artifact)
+    layers = artifact.manifest["layers"]
+    slowest = max(layers, key=lambda layer: layer["cycles"])
+    placed = stages(artifact)
+    return {
+        "layers": len(layers),
+        "compile_seconds": seconds,
+        **figures,
+        "slowest": slowest["name"],
+        "mean_utilization": sum(s.utilization for s in placed) / len(placed),
+        "pes_used": sum(s.region[2] * s.region[3] for s in placed),
+        "pes": artifact.manifest["target"]["rows"] * artifact.manifest["target"]["cols"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="one model")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.batch)))
+        return
+    print("wse2, pipelined; throughput per system")
+    print(
+        f"{'model':16s} {'layers':>6s} {'samples/s':>10s} {'bound':>10s} {'ratio':>7s} "
+        f"{'mean util':>9s} {'compile s':>9s}  slowest stage"
+    )
+    for name in models():
+        if args.only and name != args.only:
+            continue
+        command = [sys.executable, __file__, "--one", name, "--batch", str(args.batch)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        ratio = r["samples_per_second"] / r["bound_samples_per_second"]
+        print(
+            f"{name:16s} {r['layers']:6d} {r['samples_per_second']:10.4g} "
+            f"{r['bound_samples_per_second']:10.4g} {ratio:7.4f} {r['mean_utilization']:9.2%} "
+            f"{r['compile_seconds']:9.1f}  {r['slowest']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
