@@ -1123,3 +1123,17 @@ def test_invalid_ir_from_a_pass_names_the_pipeline_or_the_pass(monkeypatch):
             print_ir_after_all=lambda text: None,
         )
     assert "after channels-last: invalid IR: " in str(info.value)
+
+
+def test_place_layers_names_every_layer_that_does_not_fit():
+    imported = import_model(zoo.mlp(in_features=512, hidden=(512, 512), classes=10), batch_size=2)
+    module = with_target(imported.module, "mesh2x2")
+    apply(module, *FRONT, FormLayersPass())
+    with pytest.raises(DoesNotFitError) as info:
+        PlaceLayersPass().apply(context(), module)
+    message = str(info.value)
+    assert message == (
+        "model does not fit on mesh2x2 in pipelined mode: 2 layers need more SRAM per PE than "
+        "48.0 KiB even on all 2x1 PEs of their band: 'fc1' 1.0 MiB, 'fc2' 1.0 MiB; use --mode "
+        "weight_streaming"
+    )

@@ -135,13 +135,26 @@ class Placer:
     def _shortfall(self, members, narrowest, full, height) -> DoesNotFitError:
         t = self.target
         per_pe = t.sram_bytes_per_pe
-        stuck = [i for i in members if narrowest[i] is None]
-        if stuck:
-            worst = max(stuck, key=lambda i: (full[i].sram_bytes_per_pe, -i))
+        stuck = sorted(
+            (i for i in members if narrowest[i] is None),
+            key=lambda i: (-full[i].sram_bytes_per_pe, i),
+        )
+        if len(stuck) == 1:
+            (worst,) = stuck
             detail = (
                 f"layer '{self.program.layers[worst].name}' needs "
                 f"{human_bytes(full[worst].sram_bytes_per_pe)} per PE even on all "
                 f"{t.cols}x{height} PEs of its band, {human_bytes(per_pe)} available"
+            )
+        elif stuck:
+            named = ", ".join(
+                f"'{self.program.layers[i].name}' {human_bytes(full[i].sram_bytes_per_pe)}"
+                for i in stuck[:4]
+            )
+            more = f" and {len(stuck) - 4} more" if len(stuck) > 4 else ""
+            detail = (
+                f"{len(stuck)} layers need more SRAM per PE than {human_bytes(per_pe)} even on "
+                f"all {t.cols}x{height} PEs of their band: {named}{more}"
             )
         else:
             columns = sum(narrowest.values())
