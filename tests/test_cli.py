@@ -249,7 +249,8 @@ def test_compile_errors(workdir, tmp_path) -> None:
             "pipelined",
         ),
         "does not fit on mesh2x2 in pipelined mode",
-        "layer 'fc1' needs 262.0 KiB per PE even on all 2x1 PEs of its band, 48.0 KiB available",
+        "2 layers need more SRAM per PE than 48.0 KiB even on all 2x1 PEs of their band: "
+        "'fc1' 262.0 KiB, 'fc2' 262.0 KiB",
         "use --mode weight_streaming",
     )
     assert invoke("compile", wide, "-o", out, "--mode", "sideways").exit_code == 2
