@@ -47,6 +47,7 @@ test: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_run.py
 	$(BIN)/python benchmarks/bench_compile.py
+	$(BIN)/python benchmarks/bench_pipeline.py
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check cgc tests examples benchmarks

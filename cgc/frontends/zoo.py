@@ -253,13 +253,12 @@ def decoder(
     if width % heads:
         raise ValueError(f"width {width} does not split into {heads} heads")
     g = _Graph(seed)
-    heads_shape = g.tensor("heads_shape", np.array([0, seq, heads, width // heads], np.int64))
-    merged_shape = g.tensor("merged_shape", np.array([0, seq, width], np.int64))
-    scale = g.tensor("scale", np.array(np.sqrt(width // heads), np.float32))
-    future = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
-    mask = g.tensor("causal_mask", future)
-    half, one = g.tensor("half", np.float32(0.5)), g.tensor("one", np.float32(1.0))
-    root2 = g.tensor("root2", np.float32(np.sqrt(2.0)))
+    heads_shape = g.constant("heads_shape", np.array([0, seq, heads, width // heads], np.int64))
+    merged_shape = g.constant("merged_shape", np.array([0, seq, width], np.int64))
+    scale = g.constant("scale", np.array(np.sqrt(width // heads), np.float32))
+    mask = g.constant("causal_mask", np.triu(np.full((seq, seq), -1e9, np.float32), 1))
+    half, one = g.constant("half", np.float32(0.5)), g.constant("one", np.float32(1.0))
+    root2 = g.constant("root2", np.float32(np.sqrt(2.0)))
     x = "x"
     for b in range(blocks):
         p = f"b{b}."
