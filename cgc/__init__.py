@@ -175,7 +175,7 @@ def prepare_training(
     evaluation = None
     if eval_data is not None:
         forward = compile_model(model, **compile_args)
-        evaluation = Evaluation(forward, eval_data, eval_every or steps)
+        evaluation = Evaluation(forward, eval_data, steps if eval_every is None else eval_every)
     return artifact, loop, evaluation
 
 

@@ -83,13 +83,18 @@ def _load_npz(path: str, option: str) -> dict[str, np.ndarray]:
         raise CgcError(f"{option} {path}: not a readable .npz file ({e})") from None
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-    from cgc.runtime.files import write_atomically
-
+def _writable(path: str) -> Path:
+    """``path``, if its directory exists (checked before any work that would be lost)."""
     target = Path(path)
     if target.parent and not target.parent.exists():
         raise CgcError(f"{path}: directory {target.parent} does not exist")
-    write_atomically(target, data)
+    return target
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    from cgc.runtime.files import write_atomically
+
+    write_atomically(_writable(path), data)
 
 
 @main.command()
@@ -254,6 +259,8 @@ def train(
             re.compile(pattern)
         except re.error as e:
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
+    if trace:
+        _writable(trace)
     data = _load_npz(data_path, "--data")
     held_out = _load_npz(eval_path, "--eval-data") if eval_path else None
     artifact, loop, evaluation = cgc.prepare_training(
@@ -297,11 +304,8 @@ def train(
         from cgc.runtime.trace import trace_json
 
         _write_atomically(trace, trace_json(result.spans).encode())
-    last = result.metrics[-1]
-    click.echo(
-        f"final loss {last['loss']:.6f}; wrote {model_dir}/metrics.jsonl and "
-        f"{model_dir}/weights.safetensors"
-    )
+    final = f"final loss {result.metrics[-1]['loss']:.6f}; " if result.metrics else ""
+    click.echo(f"{final}wrote {model_dir}/metrics.jsonl and {model_dir}/weights.safetensors")
 
 
 def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:
@@ -371,7 +375,7 @@ def _draw_placement(art, path: str, where: str) -> None:
     if where == "-":
         click.echo(picture.ascii_map(art), nl=False)
         return
-    picture.save_png(art, where)
+    picture.save_png(art, _writable(where))
     click.echo(f"wrote {where}")
 
 

@@ -16,7 +16,7 @@ import pytest
 import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.runtime import checkpoint
+from cgc.runtime import checkpoint, files
 from cgc.runtime.trainer import sample_indices
 
 TARGET = "mesh16x16"
@@ -140,11 +140,13 @@ def test_checkpoint_round_trip_and_damage(tmp_path):
     weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
     state = {"w": {"momentum_buffer": np.ones((2, 3), np.float32)}}
     order = {"global_batch": 4, "shuffle": False, "seed": 0, "next_sample": 12}
-    where = checkpoint.save(tmp_path, checkpoint.Checkpoint(3, weights, state, 3, order))
+    settings = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.9}
+    where = checkpoint.save(tmp_path, checkpoint.Checkpoint(3, weights, state, 3, order, settings))
     loaded = checkpoint.load(where)
     np.testing.assert_array_equal(loaded.weights["w"], weights["w"])
     np.testing.assert_array_equal(loaded.optimizer_state["w"]["momentum_buffer"], 1)
-    assert loaded.data == order
+    assert loaded.data == order and loaded.optimizer == settings
+    assert (where.stat().st_mode & 0o777) == files.permissions(directory=True)
     (where / "weights.safetensors").unlink()
     with pytest.raises(checkpoint.CorruptCheckpoint, match="FileNotFoundError"):
         checkpoint.load(where)
@@ -180,3 +182,35 @@ def test_a_run_killed_mid_way_resumes_to_the_same_end(model, data, tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     same_run(killed, whole)
+
+
+def test_a_new_run_clears_the_checkpoints_of_an_earlier_one(model, data, tmp_path):
+    """Else a later --resume would continue the earlier run."""
+    train(model, data, tmp_path / "old", 6, checkpoint_every=2)
+    (tmp_path / "old").rename(tmp_path / "run")
+    train(model, data, tmp_path / "run", 3, checkpoint_every=2, lr=0.05)
+    assert checkpoint.saved_steps(tmp_path / "run" / "checkpoints") == [2]
+    train(model, data, tmp_path / "run", 4, checkpoint_every=2, lr=0.05, resume=True)
+    train(model, data, tmp_path / "whole", 4, checkpoint_every=2, lr=0.05)
+    same_run(tmp_path / "run", tmp_path / "whole")
+
+
+def test_resume_refuses_other_settings_or_fewer_steps(model, data, tmp_path):
+    train(model, data, tmp_path, 4, checkpoint_every=4)
+    with pytest.raises(CgcError, match=r"--resume: checkpoint step-4 is beyond --steps 2"):
+        train(model, data, tmp_path, 2, resume=True)
+    with pytest.raises(CgcError, match=r"written with other optimizer settings \(amsgrad\)"):
+        train(model, data, tmp_path, 6, resume=True, amsgrad=True)
+    with pytest.raises(CgcError, match=r"other optimizer settings \(.*momentum.*optimizer"):
+        train(model, data, tmp_path, 6, resume=True, optimizer="sgd", momentum=0.9)
+
+
+def test_loop_option_errors(model, data, tmp_path):
+    with pytest.raises(CgcError, match=r"--seed -1: must be >= 0"):
+        train(model, data, tmp_path, 2, seed=-1)
+    with pytest.raises(CgcError, match=r"--eval-every 0: must be at least 1"):
+        train(model, data, tmp_path, 2, eval_data=data, eval_every=0)
+    small = {name: array[:4] for name, array in data.items()}
+    with pytest.raises(CgcError, match=r"--eval-data has 4 samples, fewer than one batch of 8"):
+        train(model, data, tmp_path / "small", 2, eval_data=small)
+    assert not (tmp_path / "small" / "metrics.jsonl").exists(), "refused before any step"

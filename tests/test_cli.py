@@ -498,3 +498,20 @@ def test_train_on_a_terminal_shows_a_progress_bar(workdir, tmp_path, monkeypatch
     assert "training" in result.output and "step 1: loss" not in result.output
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 4 and "eval_loss" in lines[-1]
+
+
+def test_train_trace_into_a_missing_directory_fails_before_training(workdir, tmp_path) -> None:
+    trace_path = tmp_path / "nowhere" / "t.json"
+    result = invoke(*train_args(workdir, tmp_path / "run", "--trace", trace_path))
+    one_line_error(result, f"{trace_path}: directory {trace_path.parent} does not exist")
+    assert not (tmp_path / "run").exists(), "nothing trained or written"
+
+
+def test_outputs_get_the_usual_permissions(workdir, tmp_path) -> None:
+    from cgc.runtime.files import permissions
+
+    result = invoke(*train_args(workdir, tmp_path, "--checkpoint-every", 2))
+    assert result.exit_code == 0, result.output
+    for name in ("metrics.jsonl", "weights.safetensors"):
+        assert ((tmp_path / name).stat().st_mode & 0o777) == permissions(directory=False)
+    assert ((tmp_path / "checkpoints" / "step-2").stat().st_mode & 0o777) == permissions(True)

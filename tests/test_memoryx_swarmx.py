@@ -67,11 +67,14 @@ ADAM_CONFIGS = [
     ("adam", {"weight_decay": 0.1, "amsgrad": True}),
     ("adamw", {}),
     ("adamw", {"weight_decay": 0.3, "amsgrad": True, "betas": (0.8, 0.99), "eps": 1e-6}),
+    ("adam", {"betas": (0.5, 0.999)}),  # torch's lerp works from the other end
 ]
 
 
 @pytest.mark.parametrize(
-    ("name", "config"), ADAM_CONFIGS, ids=["adam", "adam-wd-ams", "adamw", "adamw-all"]
+    ("name", "config"),
+    ADAM_CONFIGS,
+    ids=["adam", "adam-wd-ams", "adamw", "adamw-all", "adam-beta1-half"],
 )
 def test_adam_matches_torch(name, config):
     """Within an ulp per step: torch's vectorized sqrt is not correctly rounded."""

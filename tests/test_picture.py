@@ -86,3 +86,11 @@ def test_placement_of_a_weight_streaming_artifact_is_an_error(tmp_path):
         f"error: --placement: {path} is a weight_streaming artifact, whose layers each run on "
         "the whole wafer in turn; compile with --mode pipelined to place them\n"
     )
+
+
+def test_png_into_a_missing_directory_is_an_error(placed, tmp_path):
+    _, path = placed
+    target = tmp_path / "nowhere" / "p.png"
+    result = CliRunner().invoke(main, ["inspect", str(path), "--placement", str(target)])
+    assert result.exit_code == 2
+    assert result.output == f"error: {target}: directory {target.parent} does not exist\n"

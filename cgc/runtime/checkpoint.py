@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from cgc.runtime.artifact import weights_from_bytes, weights_to_bytes
+from cgc.runtime.files import permissions
 
 FORMAT = "cgc-checkpoint-1"
 STEP_DIR = re.compile(r"step-(\d+)")
@@ -44,6 +45,8 @@ class Checkpoint:
     data: dict
     """Where the data stands: the global batch, the shuffling (``shuffle``, ``seed``) and the
     next sample position; a run resumes only with the same order of samples."""
+    optimizer: dict
+    """The optimizer and its settings, which a resumed run must share."""
 
 
 def _digest(data: bytes) -> str:
@@ -76,10 +79,12 @@ def save(root: Path, checkpoint: Checkpoint) -> Path:
         "step": checkpoint.step,
         "updates": checkpoint.updates,
         "data": checkpoint.data,
+        "optimizer": checkpoint.optimizer,
         "sha256": {name: _digest(data) for name, data in files.items()},
     }
     files["state.json"] = (json.dumps(state, indent=1, sort_keys=True) + "\n").encode()
     staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
+    os.chmod(staging, permissions(directory=True))  # mkdtemp's are owner-only
     try:
         for name, data in files.items():
             with open(staging / name, "wb") as f:
@@ -112,6 +117,7 @@ def load(directory: Path) -> Checkpoint:
             optimizer_state=_state_from_flat(weights_from_bytes(blobs["optimizer.safetensors"])),
             updates=int(state["updates"]),
             data=dict(state["data"]),
+            optimizer=dict(state["optimizer"]),
         )
     except CorruptCheckpoint:
         raise

@@ -15,7 +15,15 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, permissions(directory=False))  # mkstemp's are owner-only
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def permissions(directory: bool) -> int:
+    """The mode a new file (or directory) gets under the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask

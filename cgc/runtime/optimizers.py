@@ -66,6 +66,13 @@ def _fma(a: np.ndarray | float, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return exact.astype(np.float32)
 
 
+def _lerp(start: np.ndarray, end: np.ndarray, weight: float) -> np.ndarray:
+    """torch's ``lerp``: from the nearer end, so that a weight of 1 gives ``end`` exactly."""
+    if abs(weight) < 0.5:
+        return _fma(_f32(weight), end - start, start)
+    return _fma(-(np.float32(1) - _f32(weight)), end - start, end)
+
+
 def _array(value: np.ndarray, like: np.ndarray) -> np.ndarray:
     # numpy turns 0-d arithmetic into scalars; a weight stays an array of its type
     return np.asarray(value, dtype=like.dtype)
@@ -109,8 +116,7 @@ def adam(
         param = _array(param * _f32(1 - lr * weight_decay), param)
     elif weight_decay:
         grad = _fma(_f32(weight_decay), param, grad)
-    exp_avg = state["exp_avg"]
-    exp_avg = _array(_fma(_f32(1 - beta1), grad - exp_avg, exp_avg), param)  # torch's lerp_
+    exp_avg = _lerp(state["exp_avg"], grad, 1 - beta1)
     exp_avg_sq = _fma(_f32(1 - beta2) * grad, grad, state["exp_avg_sq"] * _f32(beta2))
     state["exp_avg"], state["exp_avg_sq"] = exp_avg, exp_avg_sq
     step = float(state["step"])
@@ -181,7 +187,9 @@ def clip_by_global_norm(gradients: dict[str, np.ndarray], max_norm: float) -> fl
     """Scales ``gradients`` in place so that their global norm is at most ``max_norm``, as
     ``torch.nn.utils.clip_grad_norm_`` does; returns the norm before clipping."""
     total = np.float32(global_norm(gradients))
-    coefficient = min(np.float32(max_norm) / (total + np.float32(1e-6)), np.float32(1.0))
+    # torch divides a number by a tensor as the tensor's reciprocal times the number
+    reciprocal = np.float32(1) / (total + np.float32(1e-6))
+    coefficient = min(reciprocal * np.float32(max_norm), np.float32(1.0))
     for name in sorted(gradients):
         gradients[name] = _array(gradients[name] * np.float32(coefficient), gradients[name])
     return float(total)

@@ -466,7 +466,7 @@ def scan(kind: str, x: np.ndarray, axis: int, exclusive: bool, reverse: bool) ->
         x = np.flip(x, axis)
     running = np.cumsum if kind == "cumsum" else np.cumprod
     total = running(x, axis=axis, dtype=x.dtype)
-    if exclusive:
+    if exclusive and x.shape[axis]:
         identity = np.full_like(np.take(total, [0], axis=axis), 0 if kind == "cumsum" else 1)
         total = np.concatenate([identity, np.delete(total, -1, axis=axis)], axis=axis)
     return np.flip(total, axis) if reverse else total

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,8 @@ class LoopOptions:
             raise CgcError(f"--max-grad-norm {self.max_grad_norm:g}: must be positive")
         if self.checkpoint_every < 0:
             raise CgcError(f"--checkpoint-every {self.checkpoint_every}: must be >= 0")
+        if self.seed < 0:
+            raise CgcError(f"--seed {self.seed}: must be >= 0")
 
 
 def sample_indices(step: int, batch: int, samples: int, shuffle: bool, seed: int) -> np.ndarray:
@@ -119,14 +122,20 @@ class Evaluation:
         """Whether the held-out loss is measured after step ``step`` (0-based)."""
         return (step + 1) % self.every == 0 or step + 1 == loop.steps
 
+    def check(self, batch: int) -> int:
+        """Checks the held-out data against the model and a global batch of ``batch``;
+        returns its sample count."""
+        samples = check_data(self.artifact, self.data)
+        if samples < batch:
+            raise CgcError(f"--eval-data has {samples} samples, fewer than one batch of {batch}")
+        return samples
+
     def loss(self, cluster: Cluster, weights: dict[str, np.ndarray], scale: float) -> float:
         """The mean loss over the held-out data's whole global batches, with ``weights``."""
         cluster.memoryx.weights = weights
         batch = cluster.batch * cluster.num_csx
         names = [spec["name"] for spec in self.artifact.manifest["inputs"]]
-        samples = check_data(self.artifact, self.data)
-        if samples < batch:
-            raise CgcError(f"--eval-data has {samples} samples, fewer than one batch of {batch}")
+        samples = self.check(batch)
         losses = [
             cluster.loss({n: np.asarray(self.data[n])[start : start + batch] for n in names}, scale)
             for start in range(0, samples - batch + 1, batch)
@@ -157,11 +166,15 @@ def train(
     directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
     result = TrainResult()
-    first = _resume(cluster, directory, loop, warn or (lambda _: None)) if loop.resume else 0
     evaluator = None
     if evaluation is not None:
-        check_data(evaluation.artifact, evaluation.data)
+        evaluation.check(batch)
         evaluator = Cluster(evaluation.artifact, num_csx=cluster.num_csx)
+    if loop.resume:
+        first = _resume(cluster, directory, loop, training["optimizer"], warn or (lambda _: None))
+    else:  # a new run: checkpoints of an earlier one must not be resumed into it later
+        first = 0
+        shutil.rmtree(directory / "checkpoints", ignore_errors=True)
     result.metrics = _metrics_before(directory / "metrics.jsonl", first)
     write_atomically(
         directory / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
@@ -214,7 +227,10 @@ def _data_order(loop: LoopOptions, batch: int, step: int) -> dict:
 def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOptions) -> None:
     memoryx = cluster.memoryx
     data = _data_order(loop, cluster.batch * cluster.num_csx, step)
-    state = checkpoint.Checkpoint(step, memoryx.weights, memoryx.state, memoryx.steps, data)
+    optimizer = cluster.artifact.manifest["training"]["optimizer"]
+    state = checkpoint.Checkpoint(
+        step, memoryx.weights, memoryx.state, memoryx.steps, data, optimizer
+    )
     checkpoint.save(directory / "checkpoints", state)
 
 
@@ -231,7 +247,11 @@ def _check_order(found: checkpoint.Checkpoint, loop: LoopOptions, batch: int) ->
 
 
 def _resume(
-    cluster: Cluster, directory: Path, loop: LoopOptions, warn: Callable[[str], None]
+    cluster: Cluster,
+    directory: Path,
+    loop: LoopOptions,
+    optimizer: dict,
+    warn: Callable[[str], None],
 ) -> int:
     """Loads the newest good checkpoint into MemoryX; returns the steps it had done."""
     root = directory / "checkpoints"
@@ -240,6 +260,15 @@ def _resume(
         if checkpoint.saved_steps(root):
             raise CgcError(f"--resume: no checkpoint in {root} is intact")
         return 0
+    if found.step > loop.steps:
+        raise CgcError(f"--resume: checkpoint step-{found.step} is beyond --steps {loop.steps}")
+    if found.optimizer != optimizer:
+        changed = sorted(k for k in {*found.optimizer, *optimizer}
+                         if found.optimizer.get(k) != optimizer.get(k))  # fmt: skip
+        raise CgcError(
+            f"--resume: checkpoint step-{found.step} was written with other optimizer "
+            f"settings ({', '.join(changed)}); resume with the same ones"
+        )
     _check_order(found, loop, cluster.batch * cluster.num_csx)
     memoryx = cluster.memoryx
     unknown = sorted(set(found.weights) - set(memoryx.weights))
