@@ -127,7 +127,7 @@ def prepare_training(
     the loop's options and the held-out evaluation (with ``eval_data``).
 
     The optimizer settings left at None take torch.optim's defaults for ``optimizer``
-    (``sgd``, ``adam`` or ``adamw``); ``lr_schedule`` is ``constant``, ``cosine`` (to 0 at
+    (``sgd``, ``adam`` or ``adamw``); ``lr_schedule`` is ``constant``, ``cosine`` (towards 0 at
     ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size`` steps), after a linear
     warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from

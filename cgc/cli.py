@@ -196,7 +196,7 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
     type=click.Choice(["constant", "cosine", "step"]),
     default="constant",
     show_default=True,
-    help="After the warm-up: constant, cosine decay to 0 at --steps, or step decay.",
+    help="After the warm-up: constant, cosine decay towards 0 at --steps, or step decay.",
 )
 @click.option("--warmup-steps", type=int, default=0, show_default=True, help="Linear warm-up.")
 @click.option("--lr-step-size", type=int, default=1, show_default=True, help="Step decay period.")

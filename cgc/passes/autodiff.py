@@ -175,9 +175,8 @@ def _shape_op(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
         return [emit(wse.TransposeOp(g, [int(i) for i in np.argsort(op.perm.get_values())]))]
     if isinstance(op, wse.BroadcastToOp):
         return [unbroadcast(emit, g, shape)]
-    if isinstance(op, wse.CastOp):
-        return [emit(wse.CastOp(g, wse.element_type(x)))]
-    raise AssertionError(op.name)
+    assert isinstance(op, wse.CastOp)
+    return [emit(wse.CastOp(g, wse.element_type(x)))]
 
 
 def _along(emit: Emitter, v: SSAValue, axis: int, start: int, stop: int) -> SSAValue:

@@ -4,7 +4,8 @@ Each update follows torch.optim's single-tensor code path (what it uses for CPU 
 operation by operation: float32 tensors; a Python-number factor rounded to float32 where
 torch multiplies a float32 tensor by it; fused multiply-adds where torch's vectorized kernels
 use them (``add`` with ``alpha``, ``lerp``, ``addcmul``); bias corrections and step sizes in
-Python floats, as torch computes them. Defaults are torch's. SGD matches torch bit for bit;
+Python floats, as torch computes them. Defaults are torch's. SGD matches torch bit for bit
+(gradient clipping may differ in the last bit: torch sums the norms in another order);
 Adam and AdamW within an ulp per step, because torch's vectorized CPU ``sqrt`` is not
 correctly rounded (it differs from IEEE ``sqrt`` in about one element in six).
 """
@@ -147,8 +148,10 @@ SCHEDULES = ("constant", "cosine", "step")
 @dataclass(frozen=True)
 class Schedule:
     """The learning rate of each step: a linear warm-up over the first ``warmup_steps``
-    (from ``lr / warmup_steps`` up to ``lr``, as torch's ``LinearLR``), then ``kind``:
-    ``constant``; ``cosine`` decay to 0 at ``total_steps`` (``CosineAnnealingLR``); or
+    (from ``lr / warmup_steps`` up to ``lr``, as torch's ``LinearLR`` with ``start_factor``
+    ``1 / warmup_steps`` and ``total_iters`` ``warmup_steps - 1``), then ``kind``:
+    ``constant``; ``cosine`` decay that would reach 0 at ``total_steps``
+    (``CosineAnnealingLR`` over the steps after the warm-up); or
     ``step``, times ``gamma`` every ``step_size`` steps (``StepLR``)."""
 
     kind: str = "constant"
