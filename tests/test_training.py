@@ -417,15 +417,60 @@ def test_loss_that_does_not_split_over_systems(tmp_path) -> None:
     assert len(result.metrics) == 1
 
 
-@pytest.fixture(scope="module")
-def language_model(tmp_path_factory):
-    """A small GPT-style language model with its loss, exported by torch (TorchScript, weights
-    keeping their parameter names), and the module it came from."""
+def export_with_loss(module, data: dict, path):
+    """``module(*inputs) -> loss`` exported by torch's TorchScript exporter with a dynamic
+    batch and the parameters under their own names (no constant folding)."""
     import contextlib
     import io
     import warnings
 
     import onnx
+
+    example = tuple(torch.from_numpy(a[:BATCH]) for a in data.values())
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            example,
+            str(path),
+            input_names=list(data),
+            output_names=["loss"],
+            dynamic_axes={name: {0: "batch"} for name in data},
+            dynamo=False,
+            opset_version=17,
+            do_constant_folding=False,
+        )
+    return onnx.load(str(path))
+
+
+def torch_training(module, data, optimizer, steps=STEPS, schedule=None, max_grad_norm=None):
+    """Per-step losses of ``module`` (a copy) trained by ``optimizer(params)`` on the same
+    batches as cgc, and its final parameters."""
+    reference = type(module)()
+    reference.load_state_dict(module.state_dict())
+    reference.eval()  # as exported: batch norm on its running statistics, no dropout
+    params = dict(reference.named_parameters())
+    opt = optimizer(params.values())
+    scheduler = schedule(opt) if schedule else None
+    losses = []
+    for step in range(steps):
+        index = np.arange(step * BATCH, (step + 1) * BATCH) % SAMPLES
+        loss = reference(*(torch.from_numpy(a[index]) for a in data.values()))
+        opt.zero_grad()
+        loss.backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params.values(), max_grad_norm)
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().numpy() for n, p in params.items()}
+
+
+@pytest.fixture(scope="module")
+def language_model(tmp_path_factory):
+    """A small GPT-style language model with its loss, exported by torch, and the module it
+    came from."""
     from test_torch_exports import GPT, SEQ, VOCAB
 
     class LM(GPT):
@@ -442,22 +487,50 @@ def language_model(tmp_path_factory):
     rng = np.random.default_rng(5)
     ids = rng.integers(0, VOCAB, (SAMPLES, SEQ)).astype(np.int64)
     data = {"ids": ids, "targets": np.roll(ids, -1, axis=1)}
-    path = tmp_path_factory.mktemp("lm") / "lm.onnx"
-    example = tuple(torch.from_numpy(a[:BATCH]) for a in data.values())
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            example,
-            str(path),
-            input_names=list(data),
-            output_names=["loss"],
-            dynamic_axes={name: {0: "batch"} for name in data},
-            dynamo=False,
-            opset_version=17,
-            do_constant_folding=False,
-        )
-    return onnx.load(str(path)), module, data
+    model = export_with_loss(module, data, tmp_path_factory.mktemp("lm") / "lm.onnx")
+    return model, module, data
+
+
+class TorchCNN(torch.nn.Module):
+    """A small CNN written in torch: conv, batch norm, ReLU, max pooling, a strided conv,
+    average pooling, a linear head and the cross-entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 12, 3, stride=2, padding=1, groups=4)
+        self.head = torch.nn.Linear(12, 10)
+
+    def forward(self, x, labels):
+        F = torch.nn.functional
+        h = F.max_pool2d(torch.relu(self.bn(self.conv1(x))), 2)
+        h = F.adaptive_avg_pool2d(torch.relu(self.conv2(h)), 1).flatten(1)
+        return F.cross_entropy(self.head(h), labels)
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_torch_built_cnn_matches_pytorch(images, num_csx, tmp_path) -> None:
+    torch.manual_seed(1)
+    module = TorchCNN().eval()
+    with torch.no_grad():  # running statistics that are not the defaults
+        module.bn.running_mean.uniform_(-0.1, 0.1)
+        module.bn.running_var.uniform_(0.5, 1.5)
+    model = export_with_loss(module, images, tmp_path / "cnn.onnx")
+    result = cgc.train(
+        model,
+        images,
+        batch_size=BATCH,
+        steps=STEPS,
+        model_dir=tmp_path / "run",
+        num_csx=num_csx,
+        target=TARGET,
+        trainable=[r"conv\d\..*", r"bn\.(weight|bias)", r"head\..*"],
+        optimizer="adam",
+        lr=0.01,
+    )
+    losses, weights = torch_training(module, images, lambda p: torch.optim.Adam(p, lr=0.01))
+    same_training(result, losses, weights)
 
 
 @pytest.mark.parametrize("num_csx", [1, 4])
@@ -479,26 +552,18 @@ def test_gpt_language_model_matches_pytorch(language_model, num_csx, tmp_path) -
         max_grad_norm=1.0,
         **settings,
     )
-    reference = type(module)()
-    reference.load_state_dict(module.state_dict())
-    params = dict(reference.named_parameters())
-    optimizer = torch.optim.AdamW(params.values(), lr=3e-3, weight_decay=0.05)
-    scheduler = warmup_cosine(optimizer)
-    losses = []
-    for step in range(STEPS):
-        index = np.arange(step * BATCH, (step + 1) * BATCH) % SAMPLES
-        loss = reference(*(torch.from_numpy(a[index]) for a in data.values()))
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss.item())
+    losses, params = torch_training(
+        module,
+        data,
+        lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.05),
+        schedule=warmup_cosine,
+        max_grad_norm=1.0,
+    )
     np.testing.assert_allclose([m["loss"] for m in result.metrics], losses, rtol=1e-5, atol=1e-6)
     assert sorted(result.weights) == sorted(params)
     width = module.ln.weight.shape[0]
-    for name, value in params.items():
-        got, want = result.weights[name], value.detach().numpy()
+    for name, want in params.items():
+        got = result.weights[name]
         if name.endswith("qkv.bias"):
             # The key bias shifts every score of a query alike, which softmax ignores: its
             # true gradient is 0, and Adam turns both sides' float noise into full steps.
