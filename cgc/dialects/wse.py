@@ -1395,21 +1395,26 @@ def _check_indices(value: SSAValue) -> None:
     _check(isinstance(element_type(value), IntegerType), "indices must be integers")
 
 
-@irdl_op_definition
-class GatherOp(IRDLOperation):
-    """``take(data, indices, axis)``: the axis of ``data`` replaced by the indices' shape;
-    negative indices count from the end."""
+class GatherBase(IRDLOperation, abc.ABC):
+    """Base of the gathers: elements of ``data`` picked by the integers in ``indices``."""
 
-    name = "wse.gather"
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
     result = result_def(TensorType)
-    axis = prop_def(IntegerAttr[IntegerType])
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$data `,` $indices attr-dict `:` `(` type($data) `,` type($indices) `)` `->` type($result)"
     )
+
+
+@irdl_op_definition
+class GatherOp(GatherBase):
+    """``take(data, indices, axis)``: the axis of ``data`` replaced by the indices' shape;
+    negative indices count from the end."""
+
+    name = "wse.gather"
+    axis = prop_def(IntegerAttr[IntegerType])
 
     def __init__(self, data: SSAValue, indices: SSAValue, axis: int):
         shape = _shape_rule(shapes.gather, tensor_shape(data), tensor_shape(indices), axis)
@@ -1434,19 +1439,11 @@ class GatherOp(IRDLOperation):
 
 
 @irdl_op_definition
-class GatherElementsOp(IRDLOperation):
+class GatherElementsOp(GatherBase):
     """``take_along_axis(data, indices, axis)``: one element of ``data`` per index."""
 
     name = "wse.gather_elements"
-    data = operand_def(TensorType)
-    indices = operand_def(TensorType)
-    result = result_def(TensorType)
     axis = prop_def(IntegerAttr[IntegerType])
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$data `,` $indices attr-dict `:` `(` type($data) `,` type($indices) `)` `->` type($result)"
-    )
 
     def __init__(self, data: SSAValue, indices: SSAValue, axis: int):
         super().__init__(
@@ -1465,20 +1462,12 @@ class GatherElementsOp(IRDLOperation):
 
 
 @irdl_op_definition
-class GatherNDOp(IRDLOperation):
+class GatherNDOp(GatherBase):
     """ONNX GatherND: each index tuple (the last axis of ``indices``) picks a slice of
     ``data`` after its first ``batch_dims`` axes."""
 
     name = "wse.gather_nd"
-    data = operand_def(TensorType)
-    indices = operand_def(TensorType)
-    result = result_def(TensorType)
     batch_dims = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, i64))
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$data `,` $indices attr-dict `:` `(` type($data) `,` type($indices) `)` `->` type($result)"
-    )
 
     def __init__(self, data: SSAValue, indices: SSAValue, batch_dims: int):
         shape = _shape_rule(shapes.gather_nd, tensor_shape(data), tensor_shape(indices), batch_dims)

@@ -11,6 +11,7 @@ indices fold into constants, and lengths that all equal the sequence length need
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -175,7 +176,7 @@ class Direction:
     """``P``: ``[3 * hidden]`` (LSTM)."""
 
 
-class Recurrence:
+class Recurrence(abc.ABC):
     """One recurrent node: its inputs in layout 0, per-direction weights, the sequence masks,
     and the unrolling shared by the three ops."""
 
@@ -315,9 +316,9 @@ class Recurrence:
         """``new`` where the step is valid, else ``old``."""
         return new if mask is None else self.im.emit(wse.SelectOp(mask, new, old))
 
+    @abc.abstractmethod
     def cell(self, d: Direction, projected: SSAValue, h: SSAValue, c: SSAValue | None) -> tuple:
         """One step: the new ``(h, c)`` from the projected inputs of the step and the state."""
-        raise NotImplementedError
 
     def run(self, d: Direction) -> tuple[SSAValue, SSAValue, SSAValue | None]:
         """Unrolls ``cell`` over the sequence: ``(Y [seq, batch, hidden], Y_h, Y_c)`` with
