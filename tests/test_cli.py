@@ -117,6 +117,7 @@ def test_dump_ir_and_print_ir_after_all(workdir, tmp_path) -> None:
         "04-fold-constants.mlir",
         "05-form-layers.mlir",
         "06-place-layers.mlir",
+        "07-route-tensors.mlir",
     ]
     for path in dumps.iterdir():
         parse_module(path.read_text(), str(path))
@@ -125,6 +126,10 @@ def test_dump_ir_and_print_ir_after_all(workdir, tmp_path) -> None:
     opt = invoke("opt", dumps / "05-form-layers.mlir", "-p", "place-layers")
     assert opt.exit_code == 0, opt.output
     assert opt.output == (dumps / "06-place-layers.mlir").read_text()
+    routed = invoke("opt", dumps / "06-place-layers.mlir", "-p", "route-tensors")
+    assert routed.exit_code == 0, routed.output
+    assert routed.output == (dumps / "07-route-tensors.mlir").read_text()
+    assert 'routes = [#wse.route<"fc1", color 0, lanes ' in routed.output
 
 
 def test_run_writes_outputs_stats_and_trace(artifact, workdir, tmp_path) -> None:
@@ -150,7 +155,10 @@ def test_run_writes_outputs_stats_and_trace(artifact, workdir, tmp_path) -> None
     assert stats["mode"] == "pipelined" and stats["batch_size"] == 4
     trace = json.loads((tmp_path / "trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert {e["name"] for e in spans} == {"fc1", "fc2", "fc3"}
+    assert {e["name"] for e in spans} == {f"sample {i}" for i in range(4)}
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert tracks == {"system 0: fc1", "system 0: fc2", "system 0: fc3"}
+    assert [s["name"] for s in stats["pipeline"]["stages"]] == ["fc1", "fc2", "fc3"]
 
 
 def test_inspect(artifact) -> None:
@@ -164,8 +172,22 @@ def test_inspect(artifact) -> None:
     assert data["target"]["rows"] == 16 and data["target"]["sram_bytes_per_pe"] == 48 * 1024
     assert [layer["name"] for layer in data["layers"]] == ["fc1", "fc2", "fc3"]
     assert all(len(layer["region"]) == 4 for layer in data["layers"])
+    for layer in data["layers"]:
+        assert set(layer) >= {"sram_bytes_per_pe", "flops_per_sample", "cycles_per_sample"}
+    assert [[r["source"] for r in layer["routes"]] for layer in data["layers"]] == [
+        [],
+        ["fc1"],
+        ["fc2"],
+    ]
+    route = data["layers"][1]["routes"][0]
+    assert route["lanes"] >= 1 and route["hops"] >= 1 and route["color"] == 0
+    assert route["wavelets"] == 4 * 32  # the batch of 4 of fc1's 32 floats
+    assert route["path"][0] != route["path"][-1] and all(len(p) == 2 for p in route["path"])
     pipeline = data["pipeline"]
     assert 0 < pipeline["samples_per_second"] <= pipeline["bound_samples_per_second"]
+    assert pipeline["latency_seconds"] > 1 / pipeline["samples_per_second"]
+    assert "routes: 2 tensors between layers on 1 of 24 colors" in text.output
+    assert "% of the compute bound" in text.output
 
 
 def test_train_prints_default_choice(workdir, tmp_path) -> None:
@@ -249,8 +271,8 @@ def test_compile_errors(workdir, tmp_path) -> None:
             "pipelined",
         ),
         "does not fit on mesh2x2 in pipelined mode",
-        "2 layers need more SRAM per PE than 48.0 KiB even on all 2x1 PEs of their band: "
-        "'fc1' 262.0 KiB, 'fc2' 262.0 KiB",
+        "2 layers need more SRAM per PE than 48.0 KiB even on all 2x2 PEs: "
+        "'fc1' 130.0 KiB, 'fc2' 130.0 KiB",
         "use --mode weight_streaming",
     )
     assert invoke("compile", wide, "-o", out, "--mode", "sideways").exit_code == 2

@@ -3,6 +3,7 @@ composite ops, with PyTorch), and the structure each pass promises."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -44,7 +45,7 @@ from cgc.passes.channels_last import ChannelsLastPass, channels_to_front
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import INLINE_LIMIT, FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
-from cgc.passes.place_layers import PlaceLayersPass
+from cgc.passes.place_layers import PlaceLayersPass, Placer
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 
 COMPOSITES = {
@@ -790,9 +791,7 @@ def test_place_layers(name, target):
         assert x >= 0 and x + w <= tgt.cols and y >= 0 and y + h <= tgt.rows
         for other in rects[i + 1 :]:
             assert not overlap(rects[i], other), (rects[i], other)
-    # program order: left to right within a band, bands top to bottom
-    order = sorted(range(len(rects)), key=lambda i: (rects[i][1], rects[i][0]))
-    assert order == list(range(len(rects)))
+    assert_strips(rects, tgt.rows)
     # the SRAM of every layer fits on its rectangle, by the simulator's own accounting
     costs = program_costs(lower(module, (0, 0, tgt.cols, tgt.rows)), tgt)
     assert [c.rect for c in costs] == rects
@@ -809,15 +808,46 @@ def test_place_layers(name, target):
     )
 
 
-def test_place_layers_uses_the_whole_band_and_is_deterministic():
+def assert_strips(rects, rows: int) -> None:
+    """Program order runs down the first strip of columns, up the next, and so on: a layer
+    sits right below (or, in an upward strip, above) the one before it, or starts the next
+    strip to the right."""
+    strips = sorted({x for x, _, _, _ in rects})
+    for (px, py, _, ph), (x, y, _, h) in itertools.pairwise(rects):
+        if x == px:
+            down = strips.index(x) % 2 == 0
+            assert (y == py + ph) if down else (y + h == py), (rects, rows)
+        else:
+            assert strips.index(x) == strips.index(px) + 1, rects
+    for x in strips:
+        members = [r for r in rects if r[0] == x]
+        assert sum(h for _, _, _, h in members) <= rows
+
+
+def test_place_layers_stacks_short_layers_and_is_deterministic():
     first, _ = placed("mlp", "mesh8x8")
     second, _ = placed("mlp", "mesh8x8")
     assert print_module(first) == print_module(second)
     rects = [layer.rect.as_tuple() for layer in layers(first)]
-    assert sum(w for _, _, w, _ in rects) == 8
-    assert all(y == 0 and h == 8 for _, y, _, h in rects)
-    # the heaviest layer (fc1: 64x32 weights) gets the widest strip
-    assert rects[0][2] == max(w for _, _, w, _ in rects)
+    # batch 2: every tensor has 2 matrix rows, so the layers are 2 rows high and stack in one
+    # strip of the whole width
+    assert rects == [(0, 0, 8, 2), (0, 2, 8, 2), (0, 4, 8, 2)]
+
+
+def test_place_layers_balances_the_stages():
+    # the transformer's layers on a mesh with room to spare: the slowest stage is much faster
+    # than with every layer on its narrowest rectangle, and no layer is slower than the
+    # slowest stage by more than the bisection's tolerance
+    module, _ = placed("transformer", "mesh16x16")
+    tgt = get_target("mesh16x16")
+    program = lower(module, (0, 0, tgt.cols, tgt.rows))
+    costs = program_costs(program, tgt)
+    placer = Placer(program, tgt)
+    placer.heights = [r[3] for r in (c.rect for c in costs)]
+    narrowest = [placer.cycles(i, placer._narrowest(i)) for i in range(len(costs))]
+    slowest = max(c.cycles for c in costs)
+    assert slowest < 0.6 * max(narrowest)
+    assert sum(c.rect[2] * c.rect[3] for c in costs) > 0.5 * tgt.pes
 
 
 def test_place_layers_target_option_overrides_the_module():
@@ -843,7 +873,7 @@ def test_place_layers_too_big():
         PlaceLayersPass().apply(context(), module)
     message = str(info.value)
     assert "\n" not in message
-    match = re.search(r"layer 'fc1' needs ([\d.]+) KiB per PE even on all 2x2 PEs of its band, "
+    match = re.search(r"layer 'fc1' needs ([\d.]+) KiB per PE even on all 2x2 PEs, "
                       r"48.0 KiB available", message)  # fmt: skip
     assert match, message
     assert float(match[1]) > 48
@@ -857,17 +887,22 @@ def test_place_layers_shortfall_names_more_bytes_than_available():
     with pytest.raises(DoesNotFitError) as info:
         PlaceLayersPass().apply(context(), module)
     message = str(info.value)
-    match = re.search(r"need at least (\d+) columns of 2 PEs \(([\d.]+) KiB of SRAM\), the mesh "
-                      r"has 4 \(([\d.]+) KiB\)", message)  # fmt: skip
+    match = re.search(r"its 3 layers, each on its narrowest rectangle, do not pack onto the 2x4 "
+                      r"mesh: as strips of all 2 rows they need (\d+) columns \(([\d.]+) KiB of "
+                      r"SRAM\), the mesh has 4 \(384.0 KiB\)", message)  # fmt: skip
     assert match, message
-    assert int(match[1]) > 4 and float(match[2]) > float(match[3]), message
+    assert int(match[1]) > 4 and float(match[2]) > 384, message
 
 
 def test_place_layers_too_many_layers():
     imported = imported_zoo("transformer")
     module = with_target(imported.module, "mesh2x3")
     apply(module, *FRONT, FormLayersPass())
-    with pytest.raises(DoesNotFitError, match=r"8 layers need at least 8 PEs, the mesh has 6"):
+    message = (
+        r"its 8 layers, each on its narrowest rectangle, do not pack onto the 2x3 mesh: as "
+        r"strips of all 2 rows they need 8 columns"
+    )
+    with pytest.raises(DoesNotFitError, match=message):
         PlaceLayersPass().apply(context(), module)
 
 
@@ -977,7 +1012,7 @@ FRONT_STEPS = [
     "import", "decompose", "fold-constants", "channels-last", "fold-constants", "form-layers",
 ]  # fmt: skip
 PIPELINES = {
-    "pipelined": [*FRONT_STEPS, "place-layers"],
+    "pipelined": [*FRONT_STEPS, "place-layers", "route-tensors"],
     "weight_streaming": [*FRONT_STEPS, "schedule-streams"],
     "training": [*FRONT_STEPS, "autodiff", "fold-constants", "schedule-streams"],
 }
@@ -1078,7 +1113,7 @@ def test_all_passes_are_registered_by_module_name():
     passes = all_passes()
     assert sorted(passes) == [
         "autodiff", "channels-last", "decompose", "fold-constants", "form-layers",
-        "place-layers", "schedule-streams",
+        "place-layers", "route-tensors", "schedule-streams",
     ]  # fmt: skip
     for name, cls in passes.items():
         assert cls.name == name
@@ -1134,6 +1169,6 @@ def test_place_layers_names_every_layer_that_does_not_fit():
     message = str(info.value)
     assert message == (
         "model does not fit on mesh2x2 in pipelined mode: 2 layers need more SRAM per PE than "
-        "48.0 KiB even on all 2x1 PEs of their band: 'fc1' 1.0 MiB, 'fc2' 1.0 MiB; use --mode "
+        "48.0 KiB even on all 2x2 PEs: 'fc1' 514.0 KiB, 'fc2' 514.0 KiB; use --mode "
         "weight_streaming"
     )

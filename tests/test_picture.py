@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -56,9 +58,14 @@ def test_terminal_map_scales_a_big_mesh():
     artifact = cgc.compile(zoo.MODELS["mlp"](), mode="pipelined", target="wse2", batch_size=2)
     text = picture.ascii_map(artifact, columns=60, rows=20)
     lines = text.splitlines()
-    assert lines[0].startswith("wse2: ") and "PEs per character" in lines[0]
-    assert all(len(row) == 60 for row in lines[1:21])
-    used = set("".join(lines[1:21])) - {"."}
+    # the three layers are 2 rows high, stacked in one strip: the map shows rows 0-5
+    assert re.fullmatch(
+        r"wse2: 994 x 750 PEs; rows 0-5, columns 0-(\d+) in use \(([\d.]+) x 1 PEs per character\)",
+        lines[0],
+    )
+    assert [row[0] for row in lines[1:7]] == list("AABBCC")
+    assert all(len(row) == 60 for row in lines[1:7])
+    used = set("".join(lines[1:7])) - {"."}
     assert used == set(picture.LABELS[: len(artifact.manifest["layers"])]), "every layer shows"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import json
 import math
 from functools import cache
@@ -142,20 +143,38 @@ def test_weight_streaming_streams_every_weight_once():
 
 @pytest.mark.parametrize(("samples", "systems"), [(4, 1), (12, 1), (12, 3), (16, 2)])
 def test_pipelined_time_is_fill_plus_slowest_stage(samples, systems):
-    # per sample, a stage takes its cycles plus its host I/O over the batch; a system's samples
-    # need the fill (every stage once) plus one slowest stage per further sample
+    # per sample, a stage takes its cycles plus its host I/O over the batch (or its busiest
+    # input link's wavelets, if more); a system's samples need the fill (every stage once and
+    # every route's hops) plus one slowest stage per further sample
     art = compiled("mlp", "pipelined")
     _, stats = Cluster(art, systems).infer(inputs_for(art, samples))
     target = art.manifest["target"]
+    clock = target["clock_hz"]
     host = {"fc1": 4 * 64 * 4, "fc2": 0, "fc3": 4 * 10 * 4}  # input in, logits out
     assert [layer["name"] for layer in stats.layers] == list(host)
+    routes = [info.routes for info in art.program.layers]
+    assert [[r.source for r in into] for into in routes] == [[], [0], [1]]  # a chain
     stage = [
-        (layer["cycles"] / target["clock_hz"] + host[layer["name"]] / target["io_bytes_per_s"]) / 4
-        for layer in stats.layers
+        max(
+            layer["cycles"] / clock + host[layer["name"]] / target["io_bytes_per_s"],
+            max((r.busiest for r in into), default=0) / clock,
+        )
+        / 4
+        for layer, into in zip(stats.layers, routes, strict=True)
     ]
+    hops = sum(r.hops for into in routes for r in into) / clock
     per_system = 4 * math.ceil(samples // 4 / systems)  # the busiest system's samples
-    want = sum(stage) + (per_system - 1) * max(stage)
+    want = sum(stage) + hops + (per_system - 1) * max(stage)
     assert stats.simulated_seconds == pytest.approx(want, rel=1e-12)
+    figures = stats.to_json()["pipeline"]
+    assert figures["fill_seconds"] == pytest.approx(sum(stage) + hops, rel=1e-12)
+    assert figures["period_seconds"] == pytest.approx(max(stage), rel=1e-12)
+    assert figures["samples"] == per_system
+    assert [s["name"] for s in figures["stages"]] == list(host)
+    assert [(r["source"], r["consumer"]) for r in figures["routes"]] == [
+        ("fc1", "fc2"),
+        ("fc2", "fc3"),
+    ]
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -488,11 +507,15 @@ def test_trace_of_a_run(mode):
     art = compiled("mlp", mode)
     _, stats = Cluster(art, 2).infer(inputs_for(art, 8))
     tracks = set(check_trace(stats.spans).values())
-    assert {"system 0", "system 1"} <= tracks
     assert all(0 <= s.start <= s.end <= stats.simulated_seconds for s in stats.spans)
     assert max(s.end for s in stats.spans) > 0.5 * stats.simulated_seconds
     if mode == "weight_streaming":
-        assert "MemoryX -> SwarmX" in tracks
+        assert {"system 0", "system 1", "MemoryX -> SwarmX"} <= tracks
+    else:  # a track per stage of each system, a span per sample on it
+        assert tracks == {f"system {k}: {n}" for k in (0, 1) for n in ("fc1", "fc2", "fc3")}
+        fc2 = [s for s in stats.spans if s.track == "system 1: fc2"]
+        assert [s.name for s in fc2] == [f"sample {i}" for i in range(4)]
+        assert all(a.end <= b.start * (1 + 1e-12) for a, b in itertools.pairwise(fc2))
 
 
 def test_trace_of_a_training_step():

@@ -24,6 +24,7 @@ from cgc.runtime.bytecode import (
     LayerInfo,
     Opcode,
     Program,
+    Route,
     kernel_opcode,
 )
 
@@ -110,7 +111,8 @@ class Lowering:
             }
         )
         self.emit(Opcode.LAYER, attrs={"layer": len(self.layers)}, op=layer)
-        self.layers.append(LayerInfo(layer.layer_name.data, rect, tuple(weights)))
+        routes = tuple(self._route(r) for r in layer.routes.data) if layer.routes else ()
+        self.layers.append(LayerInfo(layer.layer_name.data, rect, tuple(weights), routes))
         for value, arg in zip(layer.inputs, body.args, strict=True):
             self._load_input(value)
             self.of[arg] = self.of[value]
@@ -120,6 +122,13 @@ class Lowering:
                     self.of[result] = self.of[value]
             else:
                 self.lower_op(op)
+
+    def _route(self, route: wse.RouteAttr) -> Route:
+        """A route with its source layer as the index of the latest layer of that name."""
+        name = route.source.data
+        source = max(i for i, info in enumerate(self.layers) if info.name == name)
+        values = (getattr(route, f).data for f in wse.RouteAttr.FIELDS)
+        return Route(source, *values, tuple(v.data for v in route.path.data))
 
     def lower_op(self, op: Operation) -> None:
         """One instruction for one op of a layer body."""

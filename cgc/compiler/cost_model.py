@@ -13,9 +13,9 @@ from math import prod
 
 from cgc import dtypes
 from cgc.runtime.bytecode import Opcode, Program, canonical_json
-from cgc.runtime.layout import Layout, Rect
+from cgc.runtime.layout import Rect
 from cgc.runtime.machine import Target
-from cgc.runtime.vm import Executor, LayerRecord, Wafer
+from cgc.runtime.vm import Executor, Wafer
 
 
 @dataclass(frozen=True)
@@ -33,28 +33,24 @@ class LayerCost:
     weight_bytes: int
     stream_in_bytes: float
     stream_out_bytes: float
+    host_bytes: float
+    """Bytes to and from the host (graph inputs and outputs)."""
 
 
 def simulate_layer(
     program: Program, target: Target, index: int, rect: Rect, traffic: bool = True
 ) -> LayerCost:
-    """Times layer ``index`` alone on ``rect``; its inputs arrive in their default layout.
-    Without ``traffic`` the memory is exact but the cycles leave out the data movement that
-    is costly to work out (see ``kernels.Kernel.plan``)."""
+    """Times layer ``index`` alone on ``rect``; its inputs from other layers arrive in their
+    default layout there, as in a pipelined run (``Executor.enter_layer``). Without
+    ``traffic`` the memory is exact but the cycles leave out the data movement that is costly
+    to work out (see ``kernels.Kernel.plan``)."""
     span = program.layer_spans[index]
     wafer = Wafer(target, strict=False, region=rect)
-    executor = Executor(program, target, wafer, None, numerics=False, traffic=traffic)
-    executor.rect = rect
-    executor.records.append(LayerRecord(program.layers[index].name))
-    defined: set[int] = set()
+    executor = Executor(program, target, wafer, None, numerics=False, traffic=traffic, deliver=True)
+    executor.enter_layer(index, rect)
     weight_bytes = 0
     for position in span[1:]:
         ins = program.instructions[position]
-        for register in ins.operands:
-            if register not in defined and executor.registers[register] is None:
-                shape, dtype = program.registers[register]
-                executor.preload(register, Layout.on(shape, dtype, rect))
-        defined.update(ins.results)
         if ins.opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
             shape, dtype = program.registers[ins.results[0]]
             weight_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
@@ -70,6 +66,7 @@ def simulate_layer(
         weight_bytes=weight_bytes,
         stream_in_bytes=record.stream_in_bytes,
         stream_out_bytes=record.stream_out_bytes,
+        host_bytes=record.host_in_bytes + record.host_out_bytes,
     )
 
 

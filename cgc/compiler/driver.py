@@ -2,13 +2,13 @@
 
 Pipelines (every pass dumps its result with ``--dump-ir``):
 
-* pipelined: ``decompose, fold-constants, form-layers, place-layers``;
+* pipelined: ``decompose, fold-constants, form-layers, place-layers, route-tensors``;
 * weight streaming: ``decompose, fold-constants, form-layers, schedule-streams``;
 * training (weight streaming): ``decompose, fold-constants, form-layers, autodiff,
   fold-constants, schedule-streams{optimizer=...}``.
 
-``auto`` runs the placement and keeps it if the model fits on the wafer; otherwise it compiles
-for weight streaming and records why.
+``auto`` runs the placement and routing and keeps them if the model fits on the wafer;
+otherwise it compiles for weight streaming and records why.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass
+from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.runtime import optimizers
 from cgc.runtime.artifact import FORMAT_VERSION, Artifact
@@ -205,13 +206,17 @@ class Compilation:
     def try_place(self) -> str | None:
         """Places the layers if the model fits; returns why not otherwise."""
         trial = self.module.clone()
+        done: list[tuple[ModulePass, ModuleOp]] = []
         try:
-            PlaceLayersPass().apply(self.ctx, trial)
+            for step in (PlaceLayersPass(), RouteTensorsPass()):
+                step.apply(self.ctx, trial)
+                done.append((step, trial.clone() if self.dumps.active else trial))
         except DoesNotFitError as e:
             return str(e)
         self.module = trial
-        self.applied.append(pass_spec(PlaceLayersPass()))
-        self.dumps(PlaceLayersPass.name, self.module)
+        for step, after in done:
+            self.applied.append(pass_spec(step))
+            self.dumps(step.name, after)
         return None
 
 
@@ -326,6 +331,7 @@ def compile_model(
                 "sram_bytes_per_pe": cost.sram_bytes_per_pe,
                 "stream_in_bytes": cost.stream_in_bytes,
                 "stream_out_bytes": cost.stream_out_bytes,
+                "host_bytes": cost.host_bytes,
             }
             for cost, info in zip(costs, program.layers, strict=True)
         ],
@@ -353,7 +359,7 @@ def compile_model(
 def _choose_mode(c: Compilation, mode: str, training: TrainingOptions | None):
     tgt = c.target
     if mode == "pipelined":
-        c.run(PlaceLayersPass())
+        c.run(PlaceLayersPass(), RouteTensorsPass())
         return "pipelined", "requested with --mode pipelined"
     if mode == "auto" and training is None:
         why_not = c.try_place()

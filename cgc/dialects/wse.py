@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     BoolAttr,
     BytesAttr,
     DenseArrayBase,
@@ -187,6 +188,63 @@ def _check_result_shape(op: IRDLOperation, expected: Sequence[int]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Attributes
 # ---------------------------------------------------------------------------------------------
+
+
+@irdl_attr_definition
+class RouteAttr(ParametrizedAttribute):
+    """``#wse.route<"SOURCE", color C, lanes L, wavelets N, busiest B, hops H, path [...]>``:
+    how a tensor that layer SOURCE computes reaches the layer that carries this attribute.
+
+    The tensor crosses the mesh on ``L`` parallel lanes, each a dimension-ordered path of
+    links, all on color ``C``; ``N`` wavelets per run of the per-system batch in all. ``B``
+    is the load of the busiest link any lane uses, counting every route that shares it (a
+    link moves one wavelet per cycle, so the consumer cannot take a batch in fewer than ``B``
+    cycles); ``H`` the hops of the longest lane. ``path`` lists the PEs where the first lane
+    starts, turns and ends as ``x, y`` pairs.
+    """
+
+    name = "wse.route"
+    source: StringAttr = param_def()
+    color: IntAttr = param_def(converter=IntAttr.get)
+    lanes: IntAttr = param_def(converter=IntAttr.get)
+    wavelets: IntAttr = param_def(converter=IntAttr.get)
+    busiest: IntAttr = param_def(converter=IntAttr.get)
+    hops: IntAttr = param_def(converter=IntAttr.get)
+    path: ArrayAttr[IntAttr] = param_def()
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("color", "lanes", "wavelets", "busiest", "hops")
+
+    def verify(self) -> None:
+        if self.lanes.data < 1:
+            raise VerifyException(f"a route needs at least one lane, got {self.lanes.data}")
+        if len(self.path.data) % 2 or len(self.path.data) < 4:
+            raise VerifyException("a route's path lists at least two x, y pairs")
+
+    def points(self) -> list[tuple[int, int]]:
+        """The path as ``(x, y)`` pairs."""
+        flat = [v.data for v in self.path.data]
+        return list(zip(flat[::2], flat[1::2], strict=True))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            source = parser.parse_str_literal()
+            values = []
+            for field_name in cls.FIELDS:
+                parser.parse_punctuation(",")
+                parser.parse_keyword(field_name)
+                values.append(IntAttr(parser.parse_integer(allow_negative=False)))
+            parser.parse_punctuation(",")
+            parser.parse_keyword("path")
+            path = parser.parse_comma_separated_list(
+                parser.Delimiter.SQUARE, lambda: parser.parse_integer(allow_negative=False)
+            )
+        return (StringAttr(source), *values, ArrayAttr(IntAttr(v) for v in path))
+
+    def print_parameters(self, printer: Printer) -> None:
+        fields = ", ".join(f"{f} {getattr(self, f).data}" for f in self.FIELDS)
+        path = ", ".join(str(v.data) for v in self.path.data)
+        printer.print_string(f'<"{self.source.data}", {fields}, path [{path}]>')
 
 
 @irdl_attr_definition
@@ -1903,7 +1961,7 @@ class LayerOp(IRDLOperation):
 
     The body is isolated from above: every value it uses enters through a block argument, and
     its weights and constants are created inside it. ``rect`` is set by placement in pipelined
-    mode.
+    mode, ``routes`` (how its inputs from other layers reach it) by routing.
 
     Example::
 
@@ -1918,6 +1976,7 @@ class LayerOp(IRDLOperation):
     name = "wse.layer"
     layer_name = prop_def(StringAttr, prop_name="name")
     rect = opt_prop_def(RectAttr)
+    routes = opt_prop_def(ArrayAttr[RouteAttr])
     inputs = var_operand_def(TensorType)
     outputs = var_result_def(TensorType)
     body = region_def("single_block")
@@ -2051,7 +2110,7 @@ WSE = Dialect(
         LayerOp,
         YieldOp,
     ],
-    [RectAttr],
+    [RectAttr, RouteAttr],
 )
 
 

@@ -13,6 +13,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     from cgc.passes.fold_constants import FoldConstantsPass
     from cgc.passes.form_layers import FormLayersPass
     from cgc.passes.place_layers import PlaceLayersPass
+    from cgc.passes.route_tensors import RouteTensorsPass
     from cgc.passes.schedule_streams import ScheduleStreamsPass
 
     passes = (
@@ -22,6 +23,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
         FormLayersPass,
         AutodiffPass,
         PlaceLayersPass,
+        RouteTensorsPass,
         ScheduleStreamsPass,
     )
     return {p.name: p for p in passes}

@@ -1,20 +1,28 @@
 """Places every layer on its own rectangle of PEs: the pipelined execution mode.
 
-All weights stay on the wafer and every layer runs at once on its own rectangle. The mesh is
-cut into horizontal bands (one band unless there are more layers than columns); the layers,
-in pipeline order, get vertical strips of their band side by side, so each layer's producer
-sits next to it. A strip is at least as wide as the layer needs to hold its weights and
-buffers in every PE's SRAM, and the columns left over go to the layers in proportion to their
-share of the work (flops). Costs and SRAM come from the simulator's timing-only run of each
-layer on the candidate strip (``cgc.compiler.cost_model``).
+All weights stay on the wafer and every layer runs at once on its own rectangle, so the
+slowest layer (stage) sets the pipeline's throughput. A layer's tensors spread their matrix
+rows over the rectangle's rows, so a rectangle is no taller than the most rows any of its
+tensors has (unless it needs more PEs to hold its weights): a layer of 56-row activations gets
+56 rows, not the mesh's 994. The rectangles, in pipeline order, stack into vertical strips of
+the mesh, top to bottom in one strip and bottom to top in the next, so that a layer's producer
+sits against it.
 
-A model that does not fit raises ``DoesNotFitError`` naming the shortfall.
+The widths balance the stages: the placement bisects on the stage time, giving every layer
+the fewest columns on which it takes no longer (and on which its SRAM holds its share) and
+keeping the smallest time whose rectangles still pack onto the mesh; the columns left over
+then widen the strips. Every time and every byte comes from the simulator's timing-only run of
+the layer on the candidate rectangle (``cgc.compiler.cost_model``), so the compiler's estimate
+is the time a run takes.
+
+A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from math import ceil, floor, prod
+from math import ceil, prod, sqrt
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -28,21 +36,86 @@ from cgc.compiler.targets import module_target
 from cgc.dialects import wse
 from cgc.errors import DoesNotFitError
 from cgc.runtime.bytecode import Opcode, Program
-from cgc.runtime.layout import Rect
+from cgc.runtime.layout import Rect, matrix_dims
 from cgc.runtime.machine import Target
 from cgc.runtime.report import human_bytes
 
+BALANCE_TOLERANCE = 0.01
+"""The bisection on the stage time stops within this fraction of the best time."""
+
+
+def useful_rows(program: Program, index: int) -> int:
+    """The most matrix rows any tensor that layer ``index`` computes or reads has: more mesh
+    rows than that hold nothing (weights aside)."""
+    rows = 1
+    resident: set[int] = set()
+    for position in program.layer_spans[index]:
+        ins = program.instructions[position]
+        if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
+            resident.update(ins.results)
+        if ins.opcode == Opcode.FREE:
+            continue
+        for register in (*ins.operands, *ins.results):
+            if register not in resident:
+                rows = max(rows, matrix_dims(program.registers[register][0])[1])
+    return rows
+
+
+def pack(
+    sizes: Sequence[tuple[int, int]], rows: int, cols: int, aligned: bool = True
+) -> list[Rect] | None:
+    """Rectangles of ``(width, height)`` in order, stacked into vertical strips: down the
+    first strip, up the next, each strip as wide as its widest member, every member widened to
+    its strip; None if they do not fit in ``rows`` x ``cols``.
+
+    ``aligned``: a strip starts level with the last rectangle of the strip before (where the
+    first one fits), so that the two sit side by side and the tensor between them crosses on
+    every row they share; otherwise at the mesh's edge.
+    """
+    rects: list[Rect] = []
+    strip: list[int] = []
+    x, width, down, cursor = 0, 0, True, 0
+    for index, (w, h) in enumerate(sizes):
+        if h > rows:
+            return None
+        if strip and not (cursor + h <= rows if down else cursor - h >= 0):
+            x += width
+            _widen_strip(rects, strip, width)
+            strip, width, down = [], 0, not down
+            _, last_y, _, last_h = rects[-1]
+            if down:
+                cursor = last_y if aligned and last_y + h <= rows else 0
+            else:
+                cursor = last_y + last_h if aligned and last_y + last_h >= h else rows
+        y = cursor if down else cursor - h
+        cursor = y + h if down else y
+        rects.append((x, y, w, h))
+        strip.append(index)
+        width = max(width, w)
+    _widen_strip(rects, strip, width)
+    return rects if x + width <= cols else None
+
+
+def _widen_strip(rects: list[Rect], members: list[int], width: int) -> None:
+    for i in members:
+        x, y, _, h = rects[i]
+        rects[i] = (x, y, width, h)
+
 
 class Placer:
-    """Chooses the strips of one program's layers."""
+    """Chooses the rectangles of one program's layers."""
 
     def __init__(self, program: Program, target: Target):
         self.program = program
         self.target = target
         self.count = len(program.layers)
-        self.cost = LayerCosts(program, target, traffic=False)
-        """Layer ``index`` alone on ``rect``: ``cost(index, rect)``; placement needs the
-        memory and the flops, not the exact data movement."""
+        self.memory = LayerCosts(program, target, traffic=False)
+        """Layer ``index`` alone on ``rect``: ``memory(index, rect)``, exact in its SRAM (and
+        quick: the general gathers' data movement is left out of its cycles)."""
+        self.timing = LayerCosts(program, target)
+        """The same with every data movement counted: the stage times."""
+        self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
+        """Per layer, the widths timed so far (at its height) and their cycles."""
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
@@ -50,52 +123,78 @@ class Placer:
 
     def place(self) -> list[Rect]:
         """The rectangle of every layer, in layer order."""
+        if not self.count:
+            return []
+        self.heights = [self._height(i) for i in range(self.count)]
+        least = [self._narrowest(i) for i in range(self.count)]
+        if any(w is None for w in least):
+            raise self._shortfall([i for i, w in enumerate(least) if w is None])
+        narrowest = self._packable([w for w in least if w is not None])
+        widths = self._balance(narrowest)
+        rects = self._pack(widths)
+        assert rects is not None
+        return self._widen(rects)
+
+    def _rect(self, index: int, width: int, x: int = 0, y: int = 0) -> Rect:
+        return (x, y, width, self.heights[index])
+
+    def _packable(self, narrowest: list[int]) -> list[int]:
+        """Makes the narrowest rectangles pack. First the widest layers grow taller (doubling,
+        up to the mesh's rows): a short wide layer makes its whole strip wide. If that is not
+        enough, every layer gets an equal share of the rows, in ever more bands, so that more
+        layers stack in a strip."""
+        rows = self.target.rows
+        while self._pack(narrowest) is None:
+            short = [i for i in range(self.count) if self.heights[i] < rows and narrowest[i] > 1]
+            if not short:
+                return self._banded()
+            widest = max(short, key=lambda i: (narrowest[i], -i))
+            narrowest[widest] = self._set_height(widest, min(2 * self.heights[widest], rows))
+        return narrowest
+
+    def _banded(self) -> list[int]:
+        rows = self.target.rows
+        for bands in range(2, rows + 1):
+            widths = [self._set_height(i, rows // bands) for i in range(self.count)]
+            if any(w is None for w in widths):
+                break
+            if self._pack(widths) is not None:
+                return widths
+        raise self._too_many()
+
+    def _set_height(self, index: int, height: int) -> int | None:
+        """Gives layer ``index`` ``height`` rows; returns its narrowest width there."""
+        self.heights[index] = height
+        self.widths_timed[index] = {}
+        return self._narrowest(index)
+
+    def _height(self, index: int) -> int:
+        """The layer's rows: its useful rows, doubled while its SRAM does not fit on that many
+        rows of the whole mesh's width."""
         t = self.target
-        bands = ceil(self.count / t.cols) if self.count else 1
-        if bands > t.rows:
-            raise DoesNotFitError(
-                f"model does not fit on {t.name} in pipelined mode: {self.count} layers need "
-                f"at least {self.count} PEs, the mesh has {t.pes}; use --mode weight_streaming"
-            )
-        per_band = ceil(self.count / bands) if self.count else 0
-        height = t.rows // bands
-        rects: list[Rect] = []
-        for band in range(bands):
-            members = list(range(band * per_band, min(self.count, (band + 1) * per_band)))
-            rects += self._place_band(members, band * height, height)
-        return rects
+        height = min(useful_rows(self.program, index), t.rows)
+        while height < t.rows and not self.fits(self.memory(index, (0, 0, t.cols, height))):
+            height = min(2 * height, t.rows)
+        return height
 
-    def _place_band(self, members: list[int], top: int, height: int) -> list[Rect]:
-        width = self.target.cols
-        full = {i: self.cost(i, (0, top, width, height)) for i in members}
-        narrowest = {i: self._narrowest(i, top, height, full[i]) for i in members}
-        if any(w is None for w in narrowest.values()) or sum(narrowest.values()) > width:
-            raise self._shortfall(members, narrowest, full, height)
-        widths = self._share(members, narrowest, full, width)
-        rects, x = [], 0
-        for i in members:
-            rects.append((x, top, widths[i], height))
-            x += widths[i]
-        return rects
-
-    def _narrowest(self, index: int, top: int, height: int, full: LayerCost) -> int | None:
-        """The fewest columns (of the band's height) on which the layer fits, if any.
+    def _narrowest(self, index: int) -> int | None:
+        """The fewest columns (of the layer's height) on which it fits, if any.
 
         The search gallops up from the columns its weights and largest tensor alone need,
         then bisects: most layers fit close to that bound, and narrow candidates are the
         cheap ones to time.
         """
-        if not self.fits(full):
+        cols, height = self.target.cols, self.heights[index]
+        if not self.fits(self.memory(index, self._rect(index, cols))):
             return None
-        hi = self.target.cols
         least = ceil(self._least_bytes(index) / (height * self.target.sram_bytes_per_pe))
-        lo = probe = min(max(least, 1), hi)
-        while probe < hi and not self.fits(self.cost(index, (0, top, probe, height))):
-            lo, probe = probe + 1, min(hi, 2 * probe)
+        lo = probe = min(max(least, 1), cols)
+        while probe < cols and not self.fits(self.memory(index, self._rect(index, probe))):
+            lo, probe = probe + 1, min(cols, 2 * probe)
         hi = probe
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.fits(self.cost(index, (0, top, mid, height))):
+            if self.fits(self.memory(index, self._rect(index, mid))):
                 hi = mid
             else:
                 lo = mid + 1
@@ -117,54 +216,150 @@ class Placer:
                     largest = max(largest, size)
         return weights + largest
 
-    @staticmethod
-    def _share(members, narrowest, full, width) -> dict[int, int]:
-        """Columns per layer: at least its narrowest, the rest in proportion to its flops."""
-        work = {i: max(full[i].flops, 1.0) for i in members}
-        total = sum(work.values())
-        widths = {i: max(narrowest[i], floor(width * work[i] / total)) for i in members}
-        while sum(widths.values()) > width:
-            shrinkable = [i for i in members if widths[i] > narrowest[i]]
-            largest = max(shrinkable, key=lambda i: (widths[i] - narrowest[i], -i))
-            widths[largest] -= 1
-        spare = width - sum(widths.values())
-        for i in sorted(members, key=lambda i: (-work[i], i))[:spare]:
-            widths[i] += 1
+    def cycles(self, index: int, width: int) -> float:
+        """Layer ``index``'s stage time on ``width`` columns of its height."""
+        timed = self.widths_timed[index]
+        if width not in timed:
+            timed[width] = self.timing(index, self._rect(index, width)).cycles
+        return timed[width]
+
+    def _pack(self, widths: Sequence[int]) -> list[Rect] | None:
+        """The strips, aligned where they fit so."""
+        sizes = [(w, self.heights[i]) for i, w in enumerate(widths)]
+        rows, cols = self.target.rows, self.target.cols
+        return pack(sizes, rows, cols) or pack(sizes, rows, cols, aligned=False)
+
+    def _balance(self, narrowest: list[int]) -> list[int]:
+        """The widths that make the slowest stage as fast as the mesh allows: bisection on
+        the stage time between a lower bound (every layer on the whole width, timed without
+        the general gathers) and every layer on its narrowest rectangle."""
+        cols = self.target.cols
+        fast = max(self.memory(i, self._rect(i, cols)).cycles for i in range(self.count))
+        slow = max(self.cycles(i, w) for i, w in enumerate(narrowest))
+        best = narrowest
+        while slow > fast * (1 + BALANCE_TOLERANCE):
+            middle = sqrt(fast * slow) if fast > 0 else slow / 2
+            trial = self._widths_within(middle, narrowest)
+            if trial is None or self._pack(trial) is None:
+                fast = middle
+            else:
+                slow, best = middle, trial
+        return best
+
+    def _widths_within(self, limit: float, narrowest: list[int]) -> list[int] | None:
+        widths = []
+        for index, least in enumerate(narrowest):
+            width = self._narrowest_within(index, least, limit)
+            if width is None:
+                return None
+            widths.append(width)
         return widths
 
-    def _shortfall(self, members, narrowest, full, height) -> DoesNotFitError:
+    def _narrowest_within(self, index: int, least: int, limit: float) -> int | None:
+        """The fewest columns (at least ``least``) on which layer ``index`` takes at most
+        ``limit`` cycles, if any. More columns take no longer, as the search assumes.
+
+        The search starts from the tightest bracket the widths timed so far give and guesses
+        inside it as if the time were ``a + b / width`` through the bracket's ends (falling
+        back to halving), so it takes a few timings where bisection would take ten.
+        """
+        timed = self.widths_timed[index]
+        hi = min((w for w, c in timed.items() if c <= limit and w >= least), default=None)
+        if hi is None:
+            hi = self.target.cols
+            if not self._within(index, hi, limit):
+                return None
+        lo = max((w + 1 for w, c in timed.items() if c > limit and least <= w < hi), default=least)
+        while lo < hi:
+            guess = self._guess(index, lo - 1, hi, limit)
+            half = (lo + hi) // 2
+            mid = half if guess is None else min(max(guess, lo), hi - 1)
+            if self._within(index, mid, limit):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _within(self, index: int, width: int, limit: float) -> bool:
+        """Whether the layer takes at most ``limit`` cycles on ``width`` columns; the quick
+        timing without the general gathers is a lower bound that often settles it."""
+        quick = self.memory(index, self._rect(index, width)).cycles
+        return quick <= limit and self.cycles(index, width) <= limit
+
+    def _guess(self, index: int, slow: int, fast: int, limit: float) -> int | None:
+        """The width at which ``a + b / width`` through the timings at ``slow`` and ``fast``
+        columns reaches ``limit``, if both are timed and the curve does."""
+        timed = self.widths_timed[index]
+        if slow not in timed or fast not in timed or slow < 1:
+            return None
+        c_slow, c_fast = timed[slow], timed[fast]
+        b = (c_slow - c_fast) / (1 / slow - 1 / fast)
+        a = c_fast - b / fast
+        if b <= 0 or limit <= a:
+            return None
+        return ceil(b / (limit - a))
+
+    def _widen(self, rects: list[Rect]) -> list[Rect]:
+        """Shares the columns no strip uses among the strips, in proportion to their widths,
+        the rounding remainder to the strips of the slowest layers; a layer takes its strip's
+        full width wherever that is no slower."""
+        strips = sorted({(x, w) for x, _, w, _ in rects})
+        used = sum(w for _, w in strips)
+        spare = self.target.cols - used
+        grown = {x: w + spare * w // used for x, w in strips}
+        left = self.target.cols - sum(grown.values())
+        slowest = {}
+        for i, (x, _, w, _) in enumerate(rects):
+            slowest[x] = max(slowest.get(x, 0.0), self.cycles(i, w))
+        for x in sorted(grown, key=lambda x: (-slowest[x], x))[:left]:
+            grown[x] += 1
+        starts, position = {}, 0
+        for x, _ in strips:
+            starts[x] = position
+            position += grown[x]
+        result = []
+        for i, (x, y, w, h) in enumerate(rects):
+            width = grown[x] if self.cycles(i, grown[x]) <= self.cycles(i, w) else w
+            result.append((starts[x], y, width, h))
+        return result
+
+    def _shortfall(self, stuck: list[int]) -> DoesNotFitError:
         t = self.target
-        per_pe = t.sram_bytes_per_pe
-        stuck = sorted(
-            (i for i in members if narrowest[i] is None),
-            key=lambda i: (-full[i].sram_bytes_per_pe, i),
-        )
+        full = {i: self.memory(i, (0, 0, t.cols, t.rows)) for i in stuck}
+        stuck = sorted(stuck, key=lambda i: (-full[i].sram_bytes_per_pe, i))
+        per_pe = human_bytes(t.sram_bytes_per_pe)
         if len(stuck) == 1:
             (worst,) = stuck
             detail = (
                 f"layer '{self.program.layers[worst].name}' needs "
                 f"{human_bytes(full[worst].sram_bytes_per_pe)} per PE even on all "
-                f"{t.cols}x{height} PEs of its band, {human_bytes(per_pe)} available"
+                f"{t.cols}x{t.rows} PEs, {per_pe} available"
             )
-        elif stuck:
+        else:
             named = ", ".join(
                 f"'{self.program.layers[i].name}' {human_bytes(full[i].sram_bytes_per_pe)}"
                 for i in stuck[:4]
             )
             more = f" and {len(stuck) - 4} more" if len(stuck) > 4 else ""
             detail = (
-                f"{len(stuck)} layers need more SRAM per PE than {human_bytes(per_pe)} even on "
-                f"all {t.cols}x{height} PEs of their band: {named}{more}"
+                f"{len(stuck)} layers need more SRAM per PE than {per_pe} even on all "
+                f"{t.cols}x{t.rows} PEs: {named}{more}"
             )
-        else:
-            columns = sum(narrowest.values())
-            detail = (
-                f"its layers need at least {columns} columns of {height} PEs "
-                f"({human_bytes(columns * height * per_pe)} of SRAM), the mesh has {t.cols} "
-                f"({human_bytes(t.cols * height * per_pe)})"
-            )
+        return self._error(detail)
+
+    def _too_many(self) -> DoesNotFitError:
+        t = self.target
+        columns = sum(self._set_height(i, t.rows) or t.cols for i in range(self.count))
+        return self._error(
+            f"its {self.count} layers, each on its narrowest rectangle, do not pack onto the "
+            f"{t.rows}x{t.cols} mesh: as strips of all {t.rows} rows they need {columns} "
+            f"columns ({human_bytes(columns * t.rows * t.sram_bytes_per_pe)} of SRAM), the mesh "
+            f"has {t.cols} ({human_bytes(t.sram_bytes)})"
+        )
+
+    def _error(self, detail: str) -> DoesNotFitError:
         return DoesNotFitError(
-            f"model does not fit on {t.name} in pipelined mode: {detail}; "
+            f"model does not fit on {self.target.name} in pipelined mode: {detail}; "
             "use --mode weight_streaming"
         )
 

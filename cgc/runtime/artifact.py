@@ -32,7 +32,7 @@ from cgc.runtime.bytecode import Program
 from cgc.runtime.files import write_atomically
 
 MAGIC = b"CGCARTF\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SECTIONS = ("manifest", "bytecode", "ir", "weights")
 _HEADER = struct.Struct("<8sII")
 _ENTRY = struct.Struct("<16sQQ32s")

@@ -23,7 +23,7 @@ from enum import IntEnum
 from functools import cached_property
 
 MAGIC = b"CGBC"
-VERSION = 1
+VERSION = 2
 NONE = 0xFFFFFFFF
 _HEADER = struct.Struct("<4sHHII")
 _INSTRUCTION = struct.Struct("<HHHHII")
@@ -108,12 +108,42 @@ class Instruction:
 
 
 @dataclass(frozen=True)
+class Route:
+    """How one tensor reaches a layer from the layer ``source`` that computes it (pipelined
+    mode; see ``wse.RouteAttr``)."""
+
+    source: int
+    color: int
+    lanes: int
+    wavelets: int
+    """Wavelets per run of the per-system batch."""
+    busiest: int
+    """Wavelets per run on the busiest link the route uses, every route on it counted."""
+    hops: int
+    path: tuple[int, ...]
+    """``x, y`` of the PEs where the first lane starts, turns and ends."""
+
+    def to_json(self) -> list:
+        """A JSON list that ``from_json`` reads back."""
+        fields = (self.source, self.color, self.lanes, self.wavelets, self.busiest, self.hops)
+        return [*fields, list(self.path)]
+
+    @classmethod
+    def from_json(cls, data: list) -> Route:
+        """Inverse of ``to_json``."""
+        *fields, path = data
+        return cls(*(int(v) for v in fields), tuple(int(v) for v in path))
+
+
+@dataclass(frozen=True)
 class LayerInfo:
-    """A layer: its name, rectangle ``(x, y, w, h)`` and the weights it uses."""
+    """A layer: its name, rectangle ``(x, y, w, h)``, the weights it uses and the routes of
+    its inputs from other layers."""
 
     name: str
     rect: tuple[int, int, int, int]
     weights: tuple[str, ...] = ()
+    routes: tuple[Route, ...] = ()
 
 
 @dataclass
@@ -131,6 +161,27 @@ class Program:
         starts = [i for i, ins in enumerate(self.instructions) if ins.opcode == Opcode.LAYER]
         ends = [*starts[1:], len(self.instructions)]
         return [range(a, b) for a, b in zip(starts, ends, strict=True)]
+
+    @cached_property
+    def layer_inputs(self) -> list[dict[int, int]]:
+        """Per layer, the registers it reads that an earlier layer defined, each mapped to
+        that layer: the tensors that flow between layers (in pipelined mode, along routes)."""
+        owner: dict[int, int] = {}
+        inputs: list[dict[int, int]] = []
+        for index, span in enumerate(self.layer_spans):
+            reads: dict[int, int] = {}
+            for position in span:
+                ins = self.instructions[position]
+                if ins.opcode == Opcode.FREE:
+                    continue
+                for register in ins.operands:
+                    source = owner.get(register, index)
+                    if source != index:
+                        reads.setdefault(register, source)
+                for register in ins.results:
+                    owner[register] = index
+            inputs.append(dict(sorted(reads.items())))
+        return inputs
 
     def encode(self) -> bytes:
         """The binary form; equal programs give equal bytes."""
@@ -151,7 +202,12 @@ class Program:
         table = {
             "attrs": [json.loads(k) for k in attrs],
             "layers": [
-                {"name": x.name, "rect": list(x.rect), "weights": list(x.weights)}
+                {
+                    "name": x.name,
+                    "rect": list(x.rect),
+                    "weights": list(x.weights),
+                    "routes": [r.to_json() for r in x.routes],
+                }
                 for x in self.layers
             ],
             "locations": list(locations),
@@ -201,7 +257,13 @@ class Program:
         if pos != len(data):
             raise ValueError("bytecode has trailing bytes")
         layers = [
-            LayerInfo(x["name"], tuple(x["rect"]), tuple(x["weights"])) for x in table["layers"]
+            LayerInfo(
+                x["name"],
+                tuple(x["rect"]),
+                tuple(x["weights"]),
+                tuple(Route.from_json(r) for r in x["routes"]),
+            )
+            for x in table["layers"]
         ]
         return cls(instructions, registers, layers)
 

@@ -286,14 +286,23 @@ class Routes:
         self.injected += deltas(sr, sc, n)
         self.ejected += deltas(dr, dc, n)
 
+    def link_loads(self) -> np.ndarray:
+        """Elements on every link: ``[direction, row, col]`` over the box (one more row and
+        column), in ``DIRECTIONS`` order; ``[d, r, c]`` is the link leaving PE ``(r, c)`` of
+        the box east or south, or arriving there from the east or south going west or
+        north."""
+        return np.stack(
+            [
+                np.cumsum(diff.reshape(self.rows, self.cols), axis=1 if along_row else 0)
+                for diff, (along_row, _) in zip(self.diffs, self.DIRECTIONS, strict=True)
+            ]
+        )
+
     def traffic(self, words: float) -> Traffic:
         """The traffic of everything added, ``words`` wavelets per element."""
         if not self.max_hops:
             return NO_TRAFFIC
-        load = 0.0
-        for diff, (along_row, _) in zip(self.diffs, self.DIRECTIONS, strict=True):
-            per_link = np.cumsum(diff.reshape(self.rows, self.cols), axis=1 if along_row else 0)
-            load = max(load, float(per_link.max(initial=0)))
+        load = float(self.link_loads().max(initial=0))
         return Traffic(
             wavelet_hops=self.hops * words,
             max_link=load * words,

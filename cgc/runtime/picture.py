@@ -13,9 +13,13 @@ import os
 import string
 from dataclasses import dataclass
 
+import numpy as np
+
 from cgc.runtime.artifact import Artifact
 from cgc.runtime.files import write_atomically
 from cgc.runtime.machine import Target
+from cgc.runtime.pipeline import simulate
+from cgc.runtime.report import pipeline_stages
 
 LABELS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 """One character per layer in the text map (layers beyond these share ``*``)."""
@@ -39,7 +43,8 @@ def stages(artifact: Artifact) -> list[Stage]:
         raise ValueError("only a pipelined artifact places its layers on their own regions")
     target = Target.from_json(m["target"])
     batch = m["per_system_batch"] or 1
-    period = max((layer["cycles"] for layer in m["layers"]), default=0.0) / batch
+    timeline = simulate(pipeline_stages(artifact), target, 1, batch)
+    period = timeline.period_seconds * target.clock_hz
     peak = target.peak_flops_per_pe_per_cycle()
     result = []
     for layer in m["layers"]:
@@ -69,21 +74,29 @@ def edges(artifact: Artifact) -> list[tuple[int, int]]:
 
 
 def ascii_map(artifact: Artifact, columns: int = 72, rows: int = 24) -> str:
-    """The mesh scaled to at most ``columns`` x ``rows`` characters, each cell showing the
-    label of the layer that covers most of it ('.' for idle PEs), then a legend."""
+    """The part of the mesh in use (from the top-left corner to the farthest placed PE)
+    scaled to at most ``columns`` x ``rows`` characters, each cell showing the label of the
+    layer that covers most of it ('.' for idle PEs), then a legend."""
     target = Target.from_json(artifact.manifest["target"])
     placed = stages(artifact)
-    cols, lines = min(columns, target.cols), min(rows, target.rows)
-    grid = [["." for _ in range(cols)] for _ in range(lines)]
-    for index, stage in enumerate(placed):
-        x, y, w, h = stage.region
-        left, right = _cells(x, w, target.cols, cols)
-        top, bottom = _cells(y, h, target.rows, lines)
-        for row in range(top, bottom):
-            grid[row][left:right] = [_label(index)] * (right - left)
-    scale = f"{target.cols / cols:.3g} x {target.rows / lines:.3g} PEs per character"
-    text = [f"{target.name}: {target.rows} x {target.cols} PEs ({scale})"]
-    text += ["".join(row) for row in grid]
+    width = max((x + w for x, _, w, _ in (s.region for s in placed)), default=target.cols)
+    height = max((y + h for _, y, _, h in (s.region for s in placed)), default=target.rows)
+    cols, lines = min(columns, width), min(rows, height)
+    regions = np.array([s.region for s in placed]).reshape(-1, 4)
+    across = _coverage(regions[:, 0], regions[:, 2], width, cols)
+    down = _coverage(regions[:, 1], regions[:, 3], height, lines)
+    covered = down[:, :, None] * across[:, None, :]  # [layer, line, column]
+    owner = covered.argmax(axis=0) if len(placed) else np.zeros((lines, cols), dtype=int)
+    idle = covered.max(axis=0, initial=0.0) == 0
+    grid = [
+        "".join("." if idle[r, c] else _label(int(owner[r, c])) for c in range(cols))
+        for r in range(lines)
+    ]
+    scale = f"{width / cols:.3g} x {height / lines:.3g} PEs per character"
+    shown = ""
+    if (width, height) != (target.cols, target.rows):
+        shown = f"; rows 0-{height - 1}, columns 0-{width - 1} in use"
+    text = [f"{target.name}: {target.rows} x {target.cols} PEs{shown} ({scale})", *grid]
     text.append("layers:")
     for index, stage in enumerate(placed):
         x, y, w, h = stage.region
@@ -98,12 +111,13 @@ def _label(index: int) -> str:
     return LABELS[index] if index < len(LABELS) else "*"
 
 
-def _cells(start: int, size: int, extent: int, cells: int) -> tuple[int, int]:
-    """The character cells ``[first, last)`` that PEs ``[start, start + size)`` of ``extent``
-    fall in when drawn on ``cells`` characters (at least one)."""
-    first = start * cells // extent
-    last = max(first + 1, (start + size) * cells // extent)
-    return first, min(last, cells)
+def _coverage(start: np.ndarray, size: np.ndarray, extent: int, cells: int) -> np.ndarray:
+    """``[layer, cell]``: how many PEs of each span ``[start, start + size)`` fall in each of
+    ``cells`` equal character cells over ``extent`` PEs."""
+    edges = np.arange(cells + 1) * extent / cells
+    low = np.maximum(start[:, None], edges[None, :-1])
+    high = np.minimum((start + size)[:, None], edges[None, 1:])
+    return np.clip(high - low, 0.0, None)
 
 
 def save_png(artifact: Artifact, path: str | os.PathLike) -> None:

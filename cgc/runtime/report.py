@@ -6,7 +6,9 @@ per-system batch, stored in the manifest.
 
 from __future__ import annotations
 
+from cgc.runtime import pipeline
 from cgc.runtime.artifact import Artifact
+from cgc.runtime.bytecode import Route
 from cgc.runtime.machine import Target
 from cgc.runtime.swarmx import SwarmX
 
@@ -27,16 +29,26 @@ def _target(artifact: Artifact) -> Target:
     return Target.from_json(artifact.manifest["target"])
 
 
+def pipeline_stages(artifact: Artifact) -> list[pipeline.Stage]:
+    """A pipelined artifact's layers as stages, with the compiler's costs."""
+    return [
+        pipeline.Stage(layer["name"], layer["cycles"], layer["host_bytes"], info.routes)
+        for layer, info in zip(artifact.manifest["layers"], artifact.program.layers, strict=True)
+    ]
+
+
 def pipeline_figures(artifact: Artifact) -> dict:
-    """Throughput of a pipelined artifact: the slowest stage against the compute bound."""
+    """Throughput of a pipelined artifact (its slowest stage or link) against the compute
+    bound, and the latency of one run through it."""
     target, batch = _target(artifact), _batch(artifact)
-    layers = artifact.manifest["layers"]
-    slowest = max((layer["cycles"] for layer in layers), default=0.0) / batch
-    flops = sum(layer["flops"] for layer in layers) / batch
+    timeline = pipeline.simulate(pipeline_stages(artifact), target, 1, batch)
+    flops = sum(layer["flops"] for layer in artifact.manifest["layers"]) / batch
     peak = target.pes * target.peak_flops_per_pe_per_cycle() * target.clock_hz
+    period = timeline.period_seconds
     return {
-        "samples_per_second": target.clock_hz / slowest if slowest else 0.0,
+        "samples_per_second": 1 / period if period else 0.0,
         "bound_samples_per_second": peak / flops if flops else 0.0,
+        "latency_seconds": timeline.fill_seconds,
     }
 
 
@@ -69,8 +81,10 @@ def inspect_json(artifact: Artifact) -> dict:
                 "sram_bytes_per_pe": layer["sram_bytes_per_pe"],
                 "flops_per_sample": layer["flops"] / batch,
                 "cycles_per_sample": layer["cycles"] / batch,
+                "link_cycles_per_sample": stage.link_cycles / batch,
+                "routes": [_route_json(route, artifact) for route in stage.routes],
             }
-            for layer in m["layers"]
+            for layer, stage in zip(m["layers"], pipeline_stages(artifact), strict=True)
         ]
         out["pipeline"] = pipeline_figures(artifact)
     else:
@@ -88,6 +102,18 @@ def inspect_json(artifact: Artifact) -> dict:
     if m.get("training"):
         out["training"] = m["training"]
     return out
+
+
+def _route_json(route: Route, artifact: Artifact) -> dict:
+    return {
+        "source": artifact.program.layers[route.source].name,
+        "color": route.color,
+        "lanes": route.lanes,
+        "hops": route.hops,
+        "wavelets": route.wavelets,
+        "busiest_link_wavelets": route.busiest,
+        "path": [list(route.path[i : i + 2]) for i in range(0, len(route.path), 2)],
+    }
 
 
 def _tensor_line(spec: dict) -> str:
@@ -115,15 +141,25 @@ def summary_text(artifact: Artifact) -> str:
         lines.append("placement (x, y, columns x rows):")
         for layer in info["layers"]:
             x, y, w, h = layer["region"]
+            link = layer["link_cycles_per_sample"]
             lines.append(
                 f"  {layer['name']:<{width}}  ({x}, {y}) {w}x{h}  "
                 f"{human_bytes(layer['sram_bytes_per_pe'])}/PE  "
                 f"{layer['cycles_per_sample']:.0f} cycles/sample"
+                + (f", busiest input link {link:.0f}" if link else "")
             )
         p = info["pipeline"]
+        ratio = p["samples_per_second"] / p["bound_samples_per_second"]
+        colors = {r["color"] for layer in info["layers"] for r in layer["routes"]}
+        routes = sum(len(layer["routes"]) for layer in info["layers"])
         lines.append(
-            f"pipeline: {p['samples_per_second']:.4g} samples/s per system "
-            f"(compute bound {p['bound_samples_per_second']:.4g})"
+            f"routes: {routes} tensors between layers on {len(colors)} of "
+            f"{_target(artifact).colors} colors"
+        )
+        lines.append(
+            f"pipeline: {p['samples_per_second']:.4g} samples/s per system, "
+            f"{ratio:.1%} of the compute bound {p['bound_samples_per_second']:.4g}; "
+            f"latency {p['latency_seconds'] * 1e6:.2f} us"
         )
     else:
         lines.append("stream schedule (one layer at a time, on the whole wafer):")

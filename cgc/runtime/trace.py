@@ -1,7 +1,8 @@
 """Chrome trace (Perfetto) timelines of simulated runs.
 
-One process, one track per resource (each system, MemoryX -> SwarmX, SwarmX -> MemoryX,
-MemoryX), one complete event ("ph": "X") per span, times in microseconds.
+One process, one track per resource (each system, or in pipelined mode each stage of each
+system, MemoryX -> SwarmX, SwarmX -> MemoryX, MemoryX), one complete event ("ph": "X") per
+span, times in microseconds.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ MemoryX and out to SwarmX, and the host I/O.
 The ``Cluster`` splits the samples into chunks of the per-system batch, gives chunk ``c`` to
 system ``c mod K``, and turns the layer records into time:
 
-* pipelined: every layer is a pipeline stage on its own rectangle; a system's samples flow
-  through, each stage taking ``cycles / batch`` per sample; the slowest stage sets the
-  throughput and the sum of the stages the fill latency;
+* pipelined: every layer is a pipeline stage on its own rectangle; a layer's inputs from other
+  layers arrive on its rectangle over their routes, and a system's runs flow through the
+  stages as ``cgc.runtime.pipeline`` times them (the slowest stage or link sets the rate);
 * weight streaming: layers run one after another on the wafer; the weights of a layer stream
   while the previous layer computes (one layer of look-ahead), a layer ends no earlier than
   its weights have arrived, gradients leave on the egress link as their layer finishes, and a
@@ -28,7 +28,7 @@ import numpy as np
 
 from cgc import dtypes
 from cgc.errors import CgcError
-from cgc.runtime import kernels
+from cgc.runtime import kernels, pipeline
 from cgc.runtime.artifact import Artifact
 from cgc.runtime.bytecode import Instruction, Opcode, Program
 from cgc.runtime.kernels import RESIDENT, STREAM, WAFER, Operand
@@ -148,6 +148,7 @@ class Executor:
         memoryx: MemoryX | None,
         numerics: bool = True,
         traffic: bool = True,
+        deliver: bool = False,
     ):
         self.program = program
         self.target = target
@@ -156,6 +157,11 @@ class Executor:
         self.numerics = numerics
         self.traffic = traffic
         """Whether kernel plans count all data movement (see ``kernels.Kernel.plan``)."""
+        self.deliver = deliver
+        """Pipelined mode: a layer's inputs from other layers arrive on its rectangle, in
+        their default layout there, over routes whose cost the pipeline's timing counts."""
+        self.arrived: dict[int, DistTensor | Placed] = {}
+        """The current layer's copies of its inputs (when delivering)."""
         self.registers: list[Value | None] = [None] * len(program.registers)
         self.records: list[LayerRecord] = []
         self.outputs: dict[int, np.ndarray | None] = {}
@@ -189,9 +195,31 @@ class Executor:
             node = f" (node {ins.location})" if ins.location else ""
             raise SimulationError(f"layer '{self.record.name}', {ins.name}{node}: {e}") from None
 
-    def preload(self, register: int, layout: Layout) -> None:
-        """Puts a tensor with no numbers in ``register`` (for timing one layer alone)."""
-        self._store(register, Placed(layout))
+    def enter_layer(self, index: int, rect: Rect) -> None:
+        """Starts layer ``index`` on ``rect``. When delivering, each input from another layer
+        arrives in its default layout on ``rect`` (a tensor with no numbers if the register
+        is empty: a layer timed alone)."""
+        for copy in self.arrived.values():
+            self.wafer.release(copy.layout)
+        self.arrived = {}
+        self.rect = rect
+        self.records.append(LayerRecord(self.program.layers[index].name))
+        if not self.deliver:
+            return
+        for register in self.program.layer_inputs[index]:
+            value = self.registers[register]
+            if not isinstance(value, DistTensor | Placed | None):
+                continue
+            shape, dtype = self._spec(register)
+            want = Layout.on(shape, dtype, rect)
+            self.arrived[register] = (
+                Placed(want) if not isinstance(value, DistTensor) else self._relaid(value, want)
+            )
+            self.wafer.allocate(want)
+
+    def _value(self, register: int) -> Value | None:
+        """What ``register`` holds on the current layer's rectangle."""
+        return self.arrived.get(register, self.registers[register])
 
     def _spec(self, register: int) -> tuple[tuple[int, ...], str]:
         return self.program.registers[register]
@@ -206,9 +234,8 @@ class Executor:
         self.record.wavelet_hops += traffic.wavelet_hops
 
     def _layer(self, ins: Instruction) -> None:
-        info = self.program.layers[ins.attrs["layer"]]
-        self.rect = info.rect
-        self.records.append(LayerRecord(info.name))
+        index = ins.attrs["layer"]
+        self.enter_layer(index, self.program.layers[index].rect)
 
     def _input(self, ins: Instruction) -> None:
         shape, dtype = self._spec(ins.results[0])
@@ -222,7 +249,7 @@ class Executor:
         return DistTensor.scatter(array, layout) if self.numerics else Placed(layout)
 
     def _output(self, ins: Instruction) -> None:
-        value = self.registers[ins.operands[0]]
+        value = self._value(ins.operands[0])
         if not isinstance(value, DistTensor | Placed):  # a weight or constant output as it is
             shape, dtype = self._spec(ins.operands[0])
             value = self._prepare(value, Layout.on(shape, dtype, self.rect))
@@ -255,7 +282,7 @@ class Executor:
         self.registers[ins.results[0]] = Streamed(shape, dtype, value)
 
     def _stream_gradient(self, ins: Instruction) -> None:
-        value = self.registers[ins.operands[0]]
+        value = self._value(ins.operands[0])
         if not isinstance(value, DistTensor | Placed):  # a weight or constant output as it is
             shape, dtype = self._spec(ins.operands[0])
             value = self._prepare(value, Layout.on(shape, dtype, self.rect))
@@ -269,9 +296,9 @@ class Executor:
 
     def _free(self, ins: Instruction) -> None:
         for register in ins.operands:
-            value = self.registers[register]
-            if isinstance(value, DistTensor | Placed):
-                self.wafer.release(value.layout)
+            for value in (self.arrived.pop(register, None), self.registers[register]):
+                if isinstance(value, DistTensor | Placed):
+                    self.wafer.release(value.layout)
             self.registers[register] = None
 
     _HANDLERS = {
@@ -287,7 +314,7 @@ class Executor:
     }
 
     def _kernel(self, ins: Instruction) -> None:
-        values = [self.registers[r] for r in ins.operands]
+        values = [self._value(r) for r in ins.operands]
         operands = [_describe(v) for v in values]
         results = [self._spec(r) for r in ins.results]
         plan = kernels.plan(
@@ -324,6 +351,10 @@ class Executor:
         assert isinstance(value, DistTensor | Placed) and want is not None
         if value.layout == want:
             return value
+        return self._relaid(value, want)
+
+    @staticmethod
+    def _relaid(value: DistTensor | Placed, want: Layout) -> DistTensor | Placed:
         if isinstance(value, Placed):
             return Placed(want)
         return DistTensor.scatter(value.gather(), want)
@@ -365,6 +396,8 @@ class RunStats:
     layers: list[dict] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     wavelet_hops: float = 0.0
+    pipeline: dict | None = None
+    """Pipelined mode: the pipeline's rate, fill and drain, stages and routes."""
 
     @property
     def simulated_cycles(self) -> int:
@@ -391,6 +424,7 @@ class RunStats:
             "peak_pe_sram_bytes": self.peak_pe_sram_bytes,
             "wavelet_hops": self.wavelet_hops,
             "layers": self.layers,
+            **({"pipeline": self.pipeline} if self.pipeline is not None else {}),
         }
 
 
@@ -465,7 +499,12 @@ class Cluster:
 
     def _execute(self, system: int, chunk: Sequence[np.ndarray | None]) -> Executor:
         executor = Executor(
-            self.program, self.target, self.wafers[system], self.memoryx, self.numerics
+            self.program,
+            self.target,
+            self.wafers[system],
+            self.memoryx,
+            self.numerics,
+            deliver=self.mode == "pipelined",
         )
         executor.run(chunk)
         return executor
@@ -540,6 +579,9 @@ class Cluster:
         # system's timeline, appear once
         spans = list(dict.fromkeys(s for _, system_spans in timelines for s in system_spans))
         records = [r for runs in per_system for run in runs for r in run.records]
+        figures = None
+        if self.mode == "pipelined" and per_system[0]:
+            figures = self._pipeline_figures(per_system[0])
         fmacs = sum(r.fmacs for r in records)
         peak_rate = self.target.pes * self.target.fmacs_32bit * self.target.clock_hz
         utilization = fmacs / (peak_rate * seconds * self.num_csx) if seconds else 0.0
@@ -556,7 +598,22 @@ class Cluster:
             layers=self._layer_summary(per_system),
             spans=spans,
             wavelet_hops=sum(r.wavelet_hops for r in records),
+            pipeline=figures,
         )
+
+    def _pipeline_figures(self, runs: Sequence[Executor]) -> dict:
+        """System 0's pipeline: rate, fill and drain, every stage and route."""
+        timeline = self._pipeline(runs)
+        period = timeline.period_seconds
+        return {
+            "samples": len(runs) * self.batch,
+            "period_seconds": period,
+            "steady_samples_per_second": 1 / period if period else 0.0,
+            "fill_seconds": timeline.fill_seconds,
+            "drain_seconds": timeline.drain_seconds,
+            "stages": pipeline.stage_figures(timeline, self.target, self.batch),
+            "routes": pipeline.route_figures(timeline, self.target, self.batch),
+        }
 
     def _layer_summary(self, per_system: Sequence[Sequence[Executor]]) -> list[dict]:
         first = next((runs[0] for runs in per_system if runs), None)
@@ -576,7 +633,15 @@ class Cluster:
     def _timeline(self, system: int, runs: Sequence[Executor], training: bool):
         track = f"system {system}"
         if self.mode == "pipelined":
-            return _pipeline_timeline(self.target, track, runs, self.batch)
+            timeline = self._pipeline(runs)
+            spans = [
+                Span(f"{track}: {stage.name}", f"sample {sample}", float(begin), float(end))
+                for stage, starts, ends in zip(
+                    timeline.stages, timeline.start, timeline.finish, strict=True
+                )
+                for sample, (begin, end) in enumerate(zip(starts, ends, strict=True))
+            ]
+            return timeline.seconds, spans
         clock = 0.0
         spans: list[Span] = []
         for run in runs:
@@ -587,6 +652,21 @@ class Cluster:
             spans.append(Span("MemoryX", "optimizer update", clock, clock + update))
             clock += update
         return clock, spans
+
+    def _pipeline(self, runs: Sequence[Executor]) -> pipeline.Timeline:
+        """One system's samples through the placed stages."""
+        if not runs:
+            return pipeline.simulate([], self.target, 0, self.batch)
+        stages = [
+            pipeline.Stage(
+                record.name,
+                record.cycles,
+                record.host_in_bytes + record.host_out_bytes,
+                layer.routes,
+            )
+            for record, layer in zip(runs[0].records, self.program.layers, strict=True)
+        ]
+        return pipeline.simulate(stages, self.target, len(runs) * self.batch, self.batch)
 
     def _streaming_chunk(self, run: Executor, start: float, track: str, spans: list[Span]):
         """Places one chunk's layers on the weight-streaming timeline; returns its end.
@@ -617,24 +697,6 @@ class Cluster:
                     Span("SwarmX -> MemoryX", f"{record.name} gradients", send, egress_end)
                 )
         return max(layer_end, egress_end)
-
-
-def _pipeline_timeline(target: Target, track: str, runs: Sequence[Executor], batch: int):
-    """A system's samples flowing through the placed pipeline: the fill (every stage once)
-    plus one slowest stage per further sample."""
-    if not runs:
-        return 0.0, []
-    samples = len(runs) * batch
-    stages = []
-    for record in runs[0].records:
-        host = (record.host_in_bytes + record.host_out_bytes) / target.io_bytes_per_s
-        stages.append((record.name, (target.seconds(record.cycles) + host) / batch))
-    slowest = max(t for _, t in stages)
-    spans, clock = [], 0.0
-    for name, per_sample in stages:
-        spans.append(Span(track, name, clock, clock + per_sample + (samples - 1) * slowest))
-        clock += per_sample
-    return clock + (samples - 1) * slowest, spans
 
 
 def run(artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None):

@@ -3,10 +3,11 @@
 // RUN: cgc opt %s -p 'place-layers{target="mesh8x3"}' | filecheck %s --check-prefix=NARROW
 // RUN: not cgc opt %s -p 'place-layers{target="mesh1x2"}' 2>&1 | filecheck %s --check-prefix=TOOBIG
 
-// Layers in program order get vertical strips of the mesh from left to right; the columns
-// beyond what each layer needs go in proportion to the work (fc1 16384 MACs, fc2 8192,
-// head 512 on 8 columns: 5, 2, 1). The target comes from the module's wse.target unless
-// the pass option names another.
+// Layers in program order stack in vertical strips of the mesh: down the first strip, up the
+// next. A layer is as high as its tensors have matrix rows (8 here, so the mesh's 4), and its
+// width balances the stages: the slowest stage as fast as the columns allow (fc1 has 16384
+// MACs, fc2 8192, head 512 on 8 columns: 5, 2, 1). The target comes from the module's
+// wse.target unless the pass option names another.
 
 builtin.module attributes {wse.target = "mesh4x8"} {
   func.func @main(%x: tensor<8x32xf32> loc("x")) -> tensor<8x4xf32> {
@@ -39,13 +40,14 @@ builtin.module attributes {wse.target = "mesh4x8"} {
 // CHECK:         %[[Y:.*]] = wse.layer "head"(%[[G]]) {rect = #wse.rect<7, 0, 1x4>} : (tensor<8x16xf32>) -> tensor<8x4xf32> {
 // CHECK:         func.return %[[Y]]
 
-// Three layers on two columns: two bands of one row each.
+// Three layers on a 2x2 mesh: none fits on a column of 2 rows beside the others, so they
+// take one row each, down the first strip and up the second.
 // BANDS:       wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 1x1>}
-// BANDS:       wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<1, 0, 1x1>}
-// BANDS:       wse.layer "head"(%{{.*}}) {rect = #wse.rect<0, 1, 2x1>}
+// BANDS:       wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<0, 1, 1x1>}
+// BANDS:       wse.layer "head"(%{{.*}}) {rect = #wse.rect<1, 1, 1x1>}
 
 // NARROW:      wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 1x8>}
 // NARROW:      wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<1, 0, 1x8>}
 // NARROW:      wse.layer "head"(%{{.*}}) {rect = #wse.rect<2, 0, 1x8>}
 
-// TOOBIG:      error: model does not fit on mesh1x2 in pipelined mode: 3 layers need at least 3 PEs, the mesh has 2; use --mode weight_streaming
+// TOOBIG:      error: model does not fit on mesh1x2 in pipelined mode: its 3 layers, each on its narrowest rectangle, do not pack onto the 1x2 mesh: as strips of all 1 rows they need 3 columns (144.0 KiB of SRAM), the mesh has 2 (96.0 KiB); use --mode weight_streaming

@@ -1,0 +1,209 @@
+"""Routes every tensor that flows between placed layers: a path on the mesh and a color.
+
+A tensor crosses from its producer's rectangle to its consumer's on parallel lanes, each routed
+dimension-ordered (along the row, then down the column) and carrying an equal share of the
+tensor's wavelets. Where the two rectangles share rows (or columns) the lanes run straight
+across, one per shared row (or column); diagonal neighbours get lanes that share no link (see
+``lane_ends``).
+
+The link loads of all routes add up: a link moves one wavelet per cycle, so a route's busiest
+link bounds how fast its consumer can take a batch (the pipeline's timing counts it). Colors
+are given greedily in program order: a route takes the lowest color that no route already
+crossing one of its links has, so no link carries two routes of one color, and no more routes
+than the target has colors. The layer graph (which layer feeds which) is a networkx graph.
+
+The pass sets ``routes`` on every layer that reads tensors of other layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+import networkx as nx
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
+from xdsl.passes import ModulePass
+
+from cgc.compiler.bytecode import lower
+from cgc.compiler.interpret import main_function
+from cgc.compiler.targets import module_target
+from cgc.dialects import wse
+from cgc.errors import CgcError, DoesNotFitError
+from cgc.runtime.bytecode import Program
+from cgc.runtime.layout import Layout, Rect, Routes
+from cgc.runtime.machine import Target
+
+
+def layer_graph(program: Program) -> nx.MultiDiGraph:
+    """Layers as nodes (their indices, in program order), an edge from producer to consumer
+    per tensor, keyed by its register and carrying its ``wavelets`` per run."""
+    graph = nx.MultiDiGraph()
+    graph.add_nodes_from(range(len(program.layers)))
+    for consumer, inputs in enumerate(program.layer_inputs):
+        for register, producer in inputs.items():
+            shape, dtype = program.registers[register]
+            layout = Layout.on(shape, dtype, (0, 0, 1, 1))
+            wavelets = ceil(layout.size * layout.words_per_element)
+            graph.add_edge(producer, consumer, key=register, wavelets=wavelets)
+    return graph
+
+
+def lane_ends(source: Rect, target: Rect) -> tuple[np.ndarray, ...]:
+    """``(src_row, src_col, dst_row, dst_col)`` of every lane from rectangle ``source`` to
+    rectangle ``target`` (disjoint).
+
+    Rectangles that share rows (or columns) get a straight lane across each shared row (or
+    column). Diagonal neighbours get as many lanes as the source has rows and the target has
+    columns: they leave the source's facing column on distinct rows and arrive on the target's
+    nearest row in distinct columns, so that no two lanes share a link (along a row, lanes are
+    on their own rows; down a column, on their own columns).
+    """
+    sx, sy, sw, sh = source
+    tx, ty, tw, th = target
+    if sx + sw <= tx or tx + tw <= sx:  # side by side
+        src_col, dst_col = (sx + sw - 1, tx) if tx >= sx + sw else (sx, tx + tw - 1)
+        shared = np.arange(max(sy, ty), min(sy + sh, ty + th))
+        if len(shared):
+            return shared, np.full_like(shared, src_col), shared, np.full_like(shared, dst_col)
+        lanes = np.arange(min(sh, tw))
+        src_rows = sy + lanes * sh // len(lanes)
+        dst_cols = tx + lanes * tw // len(lanes)
+        dst_row = ty if ty >= sy + sh else ty + th - 1
+        return src_rows, np.full_like(lanes, src_col), np.full_like(lanes, dst_row), dst_cols
+    # one above the other: their columns overlap, as the rectangles are disjoint
+    src_row, dst_row = (sy + sh - 1, ty) if ty >= sy + sh else (sy, ty + th - 1)
+    shared = np.arange(max(sx, tx), min(sx + sw, tx + tw))
+    return np.full_like(shared, src_row), shared, np.full_like(shared, dst_row), shared
+
+
+@dataclass
+class PlannedRoute:
+    """One tensor's route while routing."""
+
+    source: int
+    consumer: int
+    lanes: int
+    wavelets: int
+    hops: int
+    path: list[int]
+    box: tuple[int, int]
+    """Row and column of the top-left of the route's box on the link maps."""
+    loads: np.ndarray
+    """Wavelets per link of the box, ``[direction, row, col]`` (see ``Routes.link_loads``)."""
+    color: int = -1
+    busiest: int = 0
+
+
+class Router:
+    """Routes the tensors of one placed program."""
+
+    def __init__(self, program: Program, target: Target):
+        self.program = program
+        self.target = target
+        shape = (len(Routes.DIRECTIONS), target.rows + 1, target.cols + 1)
+        self.loads = np.zeros(shape)
+        self.colors = np.zeros(shape, dtype=np.int64)
+        """Per link, a bit per color in use."""
+
+    def route(self) -> list[list[PlannedRoute]]:
+        """The routes into every layer, in the order of its inputs."""
+        graph = layer_graph(self.program)
+        routes: list[list[PlannedRoute]] = [[] for _ in self.program.layers]
+        for consumer in graph.nodes:
+            edges = graph.in_edges(consumer, keys=True, data="wavelets")
+            for producer, _, _, wavelets in sorted(edges, key=lambda edge: edge[2]):
+                routes[consumer].append(self._plan(producer, consumer, wavelets))
+        for planned in routes:
+            for route in planned:
+                self._color(route)
+        for planned in routes:
+            for route in planned:
+                route.busiest = ceil(float(self._view(self.loads, route)[route.loads > 0].max()))
+        return routes
+
+    def _plan(self, producer: int, consumer: int, wavelets: int) -> PlannedRoute:
+        layers = self.program.layers
+        src_r, src_c, dst_r, dst_c = lane_ends(layers[producer].rect, layers[consumer].rect)
+        row0, col0 = int(min(src_r.min(), dst_r.min())), int(min(src_c.min(), dst_c.min()))
+        rows = int(max(src_r.max(), dst_r.max())) - row0 + 1
+        cols = int(max(src_c.max(), dst_c.max())) - col0 + 1
+        lanes = Routes(row0, col0, rows, cols)
+        lanes.add(src_r, src_c, dst_r, dst_c, wavelets / len(src_r))
+        points = [
+            (int(src_c[0]), int(src_r[0])),
+            (int(dst_c[0]), int(src_r[0])),
+            (int(dst_c[0]), int(dst_r[0])),
+        ]
+        path = [v for i, p in enumerate(points) if i == 0 or p != points[i - 1] for v in p]
+        route = PlannedRoute(
+            producer, consumer, len(src_r), wavelets, lanes.max_hops, path, (row0, col0),
+            lanes.link_loads(),
+        )  # fmt: skip
+        self._view(self.loads, route)[...] += route.loads
+        return route
+
+    @staticmethod
+    def _view(maps: np.ndarray, route: PlannedRoute) -> np.ndarray:
+        """The part of a ``[direction, row, col]`` link map under the route's box."""
+        row0, col0 = route.box
+        _, rows, cols = route.loads.shape
+        return maps[:, row0 : row0 + rows, col0 : col0 + cols]
+
+    def _color(self, route: PlannedRoute) -> None:
+        """The lowest color free on all the route's links."""
+        used_links = route.loads > 0
+        taken = self._view(self.colors, route)
+        in_use = int(np.bitwise_or.reduce(taken[used_links], initial=0))
+        free = [c for c in range(self.target.colors) if not in_use >> c & 1]
+        if not free:
+            names = self.program.layers
+            raise DoesNotFitError(
+                f"model does not fit on {self.target.name} in pipelined mode: the tensor from "
+                f"layer '{names[route.source].name}' to layer '{names[route.consumer].name}' "
+                f"crosses links that already carry routes on all {self.target.colors} colors; "
+                "use --mode weight_streaming"
+            )
+        route.color = free[0]
+        taken[used_links] |= 1 << route.color
+
+
+def route_attr(route: PlannedRoute, program: Program) -> wse.RouteAttr:
+    """The IR attribute of a planned route."""
+    return wse.RouteAttr(
+        StringAttr(program.layers[route.source].name),
+        *(IntAttr(v) for v in (route.color, route.lanes, route.wavelets, route.busiest)),
+        IntAttr(route.hops),
+        ArrayAttr(IntAttr(v) for v in route.path),
+    )
+
+
+@dataclass(frozen=True)
+class RouteTensorsPass(ModulePass):
+    """Gives every tensor between placed layers a route and a color (pipelined mode)."""
+
+    name = "route-tensors"
+
+    target: str = ""
+    """Target name; by default the module's ``wse.target``."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = module_target(op, self.target)
+        layers = [o for o in main_function(op).body.block.ops if isinstance(o, wse.LayerOp)]
+        for layer in layers:
+            name = layer.layer_name.data
+            if layer.rect is None:
+                raise CgcError(f"layer '{name}' has no rectangle; run place-layers first")
+            x, y, w, h = layer.rect.as_tuple()
+            if x + w > target.cols or y + h > target.rows:
+                raise CgcError(
+                    f"layer '{name}' lies outside the {target.rows}x{target.cols} mesh of "
+                    f"{target.name}"
+                )
+        program = lower(op, (0, 0, target.cols, target.rows))
+        for layer, planned in zip(layers, Router(program, target).route(), strict=True):
+            if planned:
+                layer.routes = ArrayAttr(route_attr(r, program) for r in planned)
+            elif layer.routes is not None:
+                del layer.properties["routes"]

@@ -1,0 +1,142 @@
+"""The pipelined mode's timing: samples flowing one after another through placed stages.
+
+Every layer is a stage on its own rectangle. A stage takes one sample at a time; its service
+time per sample is its kernels' cycles plus its host I/O for a run of the per-system batch,
+over the batch, or the busiest link of the routes that feed it if that is longer (a link moves
+one wavelet per cycle; the routing counted every route sharing it). A sample can start on a
+stage once every producer has finished it and its tensors have crossed their routes' hops, and
+once the stage has finished the sample before:
+
+    finish[i, s] = max(ready[i, s], finish[i, s - 1]) + service[i]
+                 = (s + 1) * service[i] + max over k <= s of (ready[i, k] - k * service[i])
+
+so the whole timeline is one cumulative maximum per stage over the samples. The fill is the
+first sample's latency through the pipeline, the drain the time from the last sample's start to
+the end; in between the slowest stage sets the rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cgc.runtime.bytecode import Route
+from cgc.runtime.machine import Target
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One layer as a pipeline stage; its costs are per run of the per-system batch."""
+
+    name: str
+    cycles: float
+    """The layer's kernels (compute and the data movement inside its rectangle)."""
+    host_bytes: float
+    """Bytes to and from the host (graph inputs and outputs)."""
+    routes: tuple[Route, ...]
+    """How its inputs from other stages reach it."""
+
+    @property
+    def link_cycles(self) -> float:
+        """The busiest link of the routes that feed it."""
+        return float(max((r.busiest for r in self.routes), default=0))
+
+    def service_seconds(self, target: Target, batch: int) -> float:
+        """How long the stage holds one sample of a batch of ``batch``."""
+        busy = target.seconds(self.cycles) + self.host_bytes / target.io_bytes_per_s
+        return max(busy, target.seconds(self.link_cycles)) / batch
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """When every stage starts and finishes every sample."""
+
+    stages: list[Stage]
+    start: np.ndarray
+    """``[stage, sample]`` seconds."""
+    finish: np.ndarray
+    service: np.ndarray
+    """Seconds per sample, per stage."""
+
+    @property
+    def seconds(self) -> float:
+        """From the first sample entering to the last leaving."""
+        return float(self.finish.max(initial=0.0))
+
+    @property
+    def fill_seconds(self) -> float:
+        """The first sample's latency: until every stage has finished it."""
+        return float(self.finish[:, 0].max(initial=0.0)) if self.finish.size else 0.0
+
+    @property
+    def drain_seconds(self) -> float:
+        """From the last sample's start on the first stage to the end."""
+        if not self.finish.size:
+            return 0.0
+        return self.seconds - float(self.start[:, -1].min())
+
+    @property
+    def period_seconds(self) -> float:
+        """The slowest stage's service time: the steady state's time per sample."""
+        return float(self.service.max(initial=0.0))
+
+
+def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) -> Timeline:
+    """The timeline of ``samples`` samples through ``stages`` (in program order: producers
+    first) whose costs are for runs of ``batch`` samples."""
+    service = np.array([s.service_seconds(target, batch) for s in stages])
+    count = np.arange(samples)
+    start = np.zeros((len(stages), samples))
+    finish = np.zeros((len(stages), samples))
+    for index, stage in enumerate(stages):
+        ready = np.zeros(samples)
+        for route in stage.routes:
+            ready = np.maximum(ready, finish[route.source] + target.seconds(route.hops))
+        slack = np.maximum.accumulate(ready - count * service[index])
+        finish[index] = (count + 1) * service[index] + slack
+        start[index] = finish[index] - service[index]
+    return Timeline(list(stages), start, finish, service)
+
+
+def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
+    """Per stage and sample: its service time and what bounds it, and how busy the stage
+    was over the whole run."""
+    total = timeline.seconds
+    samples = timeline.finish.shape[1]
+    out = []
+    for stage, service in zip(timeline.stages, timeline.service, strict=True):
+        out.append(
+            {
+                "name": stage.name,
+                "service_seconds": float(service),
+                "compute_seconds": target.seconds(stage.cycles) / batch,
+                "link_seconds": target.seconds(stage.link_cycles) / batch,
+                "busy_fraction": float(samples * service / total) if total else 0.0,
+            }
+        )
+    return out
+
+
+def route_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
+    """Per route: its tensor's wavelets per sample and its busiest link's share of the whole
+    run's cycles."""
+    cycles = timeline.seconds * target.clock_hz
+    runs = timeline.finish.shape[1] / batch
+    out = []
+    for stage in timeline.stages:
+        for route in stage.routes:
+            out.append(
+                {
+                    "source": timeline.stages[route.source].name,
+                    "consumer": stage.name,
+                    "color": route.color,
+                    "lanes": route.lanes,
+                    "hops": route.hops,
+                    "wavelets_per_sample": route.wavelets / batch,
+                    "busiest_link_wavelets_per_sample": route.busiest / batch,
+                    "busiest_link_load": runs * route.busiest / cycles if cycles else 0.0,
+                }
+            )
+    return out

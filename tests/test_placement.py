@@ -1,0 +1,211 @@
+"""Pipelined placement and routing on random layer graphs: the invariants, the numbers.
+
+Each case builds a random DAG of dense layers (MatMul + Relu on any earlier tensor, sums and
+concatenations of earlier tensors), compiles it in pipelined mode for a small mesh and checks,
+independently of the compiler's own bookkeeping: every rectangle inside the mesh and disjoint
+from the others, every PE's SRAM within the target's, every tensor between layers routed from
+its producer, no two routes of one color on a link and no more colors than the target has, each
+route's busiest link as loaded as a walk over all lanes counts; then that the outputs equal
+onnxruntime's and that the run's pipeline agrees with the compiler's estimate.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import onnx
+import pytest
+from conftest import run_onnxruntime
+from onnx import TensorProto, helper, numpy_helper
+
+import cgc
+from cgc.compiler.targets import get_target
+from cgc.passes.route_tensors import lane_ends
+from cgc.runtime.bytecode import Route
+from cgc.runtime.layout import Layout
+from cgc.runtime.pipeline import Stage, simulate
+from cgc.runtime.report import inspect_json
+from cgc.runtime.vm import Cluster
+
+MESHES = [(8, 8), (6, 10), (12, 5), (16, 16), (4, 24)]
+
+
+def random_graph(seed: int) -> onnx.ModelProto:
+    """A random DAG of 4-13 steps (mostly dense layers) over one input of a dynamic batch;
+    every tensor no step reads is an output, so that no step is dead."""
+    rng = np.random.default_rng(seed)
+    width = int(rng.integers(4, 24))
+    tensors = [("x", width)]
+    nodes, weights = [], []
+    for step in range(int(rng.integers(4, 14))):
+        kind = rng.choice(["dense", "dense", "dense", "sum", "concat"])
+        name = f"t{step}"
+        first = tensors[int(rng.integers(len(tensors)))]
+        same = [t for t in tensors if t[1] == first[1] and t != first]
+        if kind == "sum" and same:
+            other = same[int(rng.integers(len(same)))]
+            nodes.append(helper.make_node("Add", [first[0], other[0]], [name], name=f"add{step}"))
+            tensors.append((name, first[1]))
+        elif kind == "concat" and len(tensors) > 1:
+            other = tensors[int(rng.integers(len(tensors)))]
+            nodes.append(
+                helper.make_node("Concat", [first[0], other[0]], [name], axis=1, name=f"cat{step}")
+            )
+            tensors.append((name, first[1] + other[1]))
+        else:
+            out = int(rng.integers(4, 40))
+            weight = (rng.standard_normal((first[1], out)) / np.sqrt(first[1])).astype(np.float32)
+            weights.append(numpy_helper.from_array(weight, f"w{step}"))
+            nodes.append(helper.make_node("MatMul", [first[0], f"w{step}"], [f"m{step}"],
+                                          name=f"dense{step}"))  # fmt: skip
+            nodes.append(helper.make_node("Relu", [f"m{step}"], [name], name=f"relu{step}"))
+            tensors.append((name, out))
+    read = {name for node in nodes for name in node.input}
+    ends = [t for t in tensors[1:] if t[0] not in read]
+    graph = helper.make_graph(
+        nodes,
+        f"random{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", w]) for n, w in ends],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def link_walk(source, target, wavelets: float) -> dict[tuple, float]:
+    """Wavelets per directed link of a route's lanes, walked hop by hop along the row and
+    then down the column."""
+    loads: dict[tuple, float] = defaultdict(float)
+    src_r, src_c, dst_r, dst_c = lane_ends(source, target)
+    share = wavelets / len(src_r)
+    for r, c, dr, dc in zip(src_r, src_c, dst_r, dst_c, strict=True):
+        r, c, dr, dc = int(r), int(c), int(dr), int(dc)
+        while c != dc:
+            step = 1 if dc > c else -1
+            loads[(r, c, r, c + step)] += share
+            c += step
+        while r != dr:
+            step = 1 if dr > r else -1
+            loads[(r, c, r + step, c)] += share
+            r += step
+    return loads
+
+
+def overlap(a, b) -> bool:
+    ax, ay, aw, ah = a
+    bx, by, bw, bh = b
+    return ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_layer_graphs_place_route_and_compute(seed):
+    rows, cols = MESHES[seed % len(MESHES)]
+    model = random_graph(seed)
+    artifact = cgc.compile(model, mode="pipelined", target=f"mesh{rows}x{cols}", batch_size=4)
+    program, manifest = artifact.program, artifact.manifest
+    target = manifest["target"]
+    rects = [tuple(info.rect) for info in program.layers]
+    assert len(rects) >= 2
+    for i, (x, y, w, h) in enumerate(rects):
+        assert x >= 0 and y >= 0 and w >= 1 and h >= 1
+        assert x + w <= cols and y + h <= rows
+        for other in rects[i + 1 :]:
+            assert not overlap(rects[i], other), (rects[i], other)
+    for layer in manifest["layers"]:
+        assert 0 < layer["sram_bytes_per_pe"] <= target["sram_bytes_per_pe"], layer
+    # every tensor between layers has its route, from the layer that computes it
+    for info, inputs in zip(program.layers, program.layer_inputs, strict=True):
+        assert [r.source for r in info.routes] == list(inputs.values()), info.name
+        for route, register in zip(info.routes, inputs, strict=True):
+            layout = Layout.on(*program.registers[register], (0, 0, 1, 1))
+            assert route.wavelets == int(np.ceil(layout.size * layout.words_per_element))
+            assert 0 <= route.color < target["colors"]
+    # links: no two routes of one color, and each route's busiest link as loaded as counted
+    walks = {
+        (consumer, k): link_walk(rects[r.source], rects[consumer], r.wavelets)
+        for consumer, info in enumerate(program.layers)
+        for k, r in enumerate(info.routes)
+    }
+    load: dict[tuple, float] = defaultdict(float)
+    colors: dict[tuple, list[int]] = defaultdict(list)
+    for (consumer, k), walk in walks.items():
+        for link, wavelets in walk.items():
+            load[link] += wavelets
+            colors[link].append(program.layers[consumer].routes[k].color)
+    for link, on_link in colors.items():
+        assert len(on_link) == len(set(on_link)) <= target["colors"], link
+    for (consumer, k), walk in walks.items():
+        route = program.layers[consumer].routes[k]
+        assert route.busiest == int(np.ceil(max(load[link] for link in walk) - 1e-9))
+        src_r, src_c, dst_r, dst_c = lane_ends(rects[route.source], rects[consumer])
+        assert route.hops == int((abs(dst_r - src_r) + abs(dst_c - src_c)).max())
+    # numbers: onnxruntime's, for two runs of the compiled batch of 4
+    width = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    x = np.random.default_rng(seed).standard_normal((8, width)).astype(np.float32)
+    outputs, stats = Cluster(artifact).infer({"x": x})
+    for output, want in zip(model.graph.output, run_onnxruntime(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(outputs[output.name], want, rtol=1e-4, atol=1e-5)
+    # the run's pipeline is the compiler's: same stage times, rate and latency
+    figures = inspect_json(artifact)["pipeline"]
+    pipeline = stats.pipeline
+    assert pipeline["steady_samples_per_second"] == pytest.approx(figures["samples_per_second"])
+    assert pipeline["fill_seconds"] == pytest.approx(figures["latency_seconds"])
+    assert [s["name"] for s in pipeline["stages"]] == [layer.name for layer in program.layers]
+
+
+def test_random_graph_artifacts_are_deterministic():
+    model = random_graph(3)
+    first = cgc.compile(model, mode="pipelined", target="mesh8x8", batch_size=4).to_bytes()
+    second = cgc.compile(model, mode="pipelined", target="mesh8x8", batch_size=4).to_bytes()
+    assert first == second
+
+
+def test_routes_between_stacked_rectangles_are_straight():
+    # consecutive layers stacked in a strip share a boundary: the tensor crosses it on one lane
+    # per shared column, one hop each
+    artifact = cgc.compile(random_graph(0), mode="pipelined", target="mesh16x16", batch_size=4)
+    layers = artifact.program.layers
+    stacked = 0
+    for info in layers:
+        for route in info.routes:
+            (ax, ay, aw, ah), (bx, by, bw, bh) = layers[route.source].rect, info.rect
+            shared = min(ax + aw, bx + bw) - max(ax, bx)
+            if shared > 0 and (ay + ah == by or by + bh == ay):
+                assert (route.lanes, route.hops) == (shared, 1), (route, info.name)
+                stacked += 1
+    assert stacked >= 2
+
+
+def test_pipeline_timeline_equals_a_sample_by_sample_simulation():
+    # random stages and routes: the vectorized timeline equals the plain recurrence, sample by
+    # sample; a stage whose busiest input link carries more wavelets than its kernels take
+    # cycles runs at the link's pace
+    rng = np.random.default_rng(7)
+    target = get_target("mesh8x8")
+    stages = []
+    for index in range(6):
+        sources = sorted(set(rng.integers(0, index, size=2))) if index else []
+        routes = tuple(
+            Route(int(s), 0, 1, 100, int(rng.integers(0, 4000)), int(rng.integers(1, 9)), ())
+            for s in sources
+        )
+        stages.append(Stage(f"s{index}", float(rng.integers(100, 3000)), 0.0, routes))
+    batch, samples = 2, 9
+    timeline = simulate(stages, target, samples, batch)
+    service = [s.service_seconds(target, batch) for s in stages]
+    finish = np.zeros((len(stages), samples))
+    for i, stage in enumerate(stages):
+        link = max((r.busiest for r in stage.routes), default=0)
+        assert service[i] == max(stage.cycles, link) / target.clock_hz / batch
+        for sample in range(samples):
+            ready = max(
+                (finish[r.source, sample] + r.hops / target.clock_hz for r in stage.routes),
+                default=0.0,
+            )
+            previous = finish[i, sample - 1] if sample else 0.0
+            finish[i, sample] = max(ready, previous) + service[i]
+    np.testing.assert_allclose(timeline.finish, finish, rtol=1e-12)
+    assert timeline.period_seconds == max(service)
+    assert timeline.fill_seconds == pytest.approx(finish[:, 0].max())
+    assert timeline.seconds == pytest.approx(finish.max())
