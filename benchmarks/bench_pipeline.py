@@ -3,8 +3,10 @@
 For ResNet-50 (the 'light' model that ships with onnx) and a GPT-2-style decoder of 6 blocks
 of width 512 on 128 tokens (``zoo.decoder``), compiled for wse2 in pipelined mode: the
 pipeline's samples per second (the slowest stage sets it), the bound (every PE's peak FLOP/s
-over the model's FLOPs per sample), their ratio, the slowest stage, and the compile time. Each
-model compiles in a fresh process.
+over the model's FLOPs per sample), their ratio, one sample's latency, the stages' mean
+utilization, the share of PEs placed, the routing colors used, the slowest stage (and whether
+its kernels or its busiest input link bound it), and the compile time. Each model compiles in
+a fresh process.
 
     python benchmarks/bench_pipeline.py [--only NAME] [--batch 1]
 """
@@ -35,7 +37,7 @@ def models() -> dict:
 def measure(name: str, batch: int) -> dict:
     import cgc
     from cgc.runtime.picture import stages
-    from cgc.runtime.report import pipeline_figures
+    from cgc.runtime.report import pipeline_figures, pipeline_stages
 
     model = models()[name]()
     symbolic = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
@@ -46,13 +48,17 @@ def measure(name: str, batch: int) -> dict:
     seconds = time.perf_counter() - start
     figures = pipeline_figures(artifact)
     layers = artifact.manifest["layers"]
-    slowest = max(layers, key=lambda layer: layer["cycles"])
+    timed = pipeline_stages(artifact)
+    slowest = max(timed, key=lambda stage: max(stage.cycles, stage.link_cycles))
+    bound_by = "link" if slowest.link_cycles > slowest.cycles else "kernels"
+    routes = [r for info in artifact.program.layers for r in info.routes]
     placed = stages(artifact)
     return {
         "layers": len(layers),
         "compile_seconds": seconds,
         **figures,
-        "slowest": slowest["name"],
+        "slowest": f"{slowest.name} ({bound_by})",
+        "colors": len({r.color for r in routes}),
         "mean_utilization": sum(s.utilization for s in placed) / len(placed),
         "pes_used": sum(s.region[2] * s.region[3] for s in placed),
         "pes": artifact.manifest["target"]["rows"] * artifact.manifest["target"]["cols"],
@@ -71,7 +77,8 @@ def main() -> None:
     print("wse2, pipelined; throughput per system")
     print(
         f"{'model':16s} {'layers':>6s} {'samples/s':>10s} {'bound':>10s} {'ratio':>7s} "
-        f"{'mean util':>9s} {'compile s':>9s}  slowest stage"
+        f"{'latency us':>10s} {'mean util':>9s} {'PEs used':>8s} {'colors':>6s} {'compile s':>9s}"
+        "  slowest stage"
     )
     for name in models():
         if args.only and name != args.only:
@@ -82,7 +89,9 @@ def main() -> None:
         ratio = r["samples_per_second"] / r["bound_samples_per_second"]
         print(
             f"{name:16s} {r['layers']:6d} {r['samples_per_second']:10.4g} "
-            f"{r['bound_samples_per_second']:10.4g} {ratio:7.4f} {r['mean_utilization']:9.2%} "
+            f"{r['bound_samples_per_second']:10.4g} {ratio:7.4f} "
+            f"{r['latency_seconds'] * 1e6:10.1f} "
+            f"{r['mean_utilization']:9.2%} {r['pes_used'] / r['pes']:8.1%} {r['colors']:6d} "
             f"{r['compile_seconds']:9.1f}  {r['slowest']}"
         )
 

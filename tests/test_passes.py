@@ -836,8 +836,7 @@ def test_place_layers_stacks_short_layers_and_is_deterministic():
 
 def test_place_layers_balances_the_stages():
     # the transformer's layers on a mesh with room to spare: the slowest stage is much faster
-    # than with every layer on its narrowest rectangle, and no layer is slower than the
-    # slowest stage by more than the bisection's tolerance
+    # than with every layer on its narrowest rectangle, and the layers take most of the mesh
     module, _ = placed("transformer", "mesh16x16")
     tgt = get_target("mesh16x16")
     program = lower(module, (0, 0, tgt.cols, tgt.rows))
@@ -1169,6 +1168,6 @@ def test_place_layers_names_every_layer_that_does_not_fit():
     message = str(info.value)
     assert message == (
         "model does not fit on mesh2x2 in pipelined mode: 2 layers need more SRAM per PE than "
-        "48.0 KiB even on all 2x2 PEs: 'fc1' 514.0 KiB, 'fc2' 514.0 KiB; use --mode "
+        "48.0 KiB even on all 2x2 PEs: 'fc1' 515.0 KiB, 'fc2' 515.0 KiB; use --mode "
         "weight_streaming"
     )

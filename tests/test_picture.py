@@ -51,7 +51,9 @@ def test_terminal_map(placed):
         cells = np.array([list(row) for row in grid])
         assert (cells[y : y + h, x : x + w] == label).all(), layer["name"]
         assert f"  {label} {layer['name']}: ({x}, {y}) {w}x{h}, utilization " in result.output
-    assert lines[-1].startswith("routes: stem -> stem_pool, ")
+    assert re.match(r"routes: stem -> stem_pool \(color 0, \d+ lanes\), ", lines[-1])
+    tensors = sum(len(reads) for reads in artifact.program.layer_inputs)
+    assert lines[-1].count(" -> ") == tensors > len(picture.edges(artifact))  # se reads 2
 
 
 def test_terminal_map_scales_a_big_mesh():

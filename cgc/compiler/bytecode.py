@@ -77,6 +77,11 @@ class Lowering:
     def lower(self, fn: func.FuncOp) -> Program:
         """Lowers ``fn``, whose body must consist of layers."""
         self.pending_inputs = {arg: i for i, arg in enumerate(fn.body.block.args)}
+        returned = fn.body.block.last_op
+        self.pending_outputs: dict[SSAValue, list[int]] = {}
+        if isinstance(returned, func.ReturnOp):
+            for index, value in enumerate(returned.arguments):
+                self.pending_outputs.setdefault(value, []).append(index)
         for op in fn.body.block.ops:
             if isinstance(op, wse.LayerOp):
                 self.lower_layer(op)
@@ -87,12 +92,17 @@ class Lowering:
                     op=op,
                 )
             elif isinstance(op, func.ReturnOp):
-                for index, value in enumerate(op.arguments):
+                for value in list(self.pending_outputs):
                     self._load_input(value)
-                    self.emit(Opcode.OUTPUT, operands=[value], attrs={"index": index})
+                    self._output(value)
             else:
                 raise CgcError(f"cannot lower {op.name} outside a layer; run form-layers first")
         return Program(self._with_frees(), self.registers, self.layers)
+
+    def _output(self, value: SSAValue) -> None:
+        """OUTPUT instructions for every graph output that ``value`` is, if not yet given."""
+        for index in self.pending_outputs.pop(value, ()):
+            self.emit(Opcode.OUTPUT, operands=[value], attrs={"index": index})
 
     def _load_input(self, value: SSAValue) -> None:
         if value in self.pending_inputs:
@@ -122,11 +132,20 @@ class Lowering:
                     self.of[result] = self.of[value]
             else:
                 self.lower_op(op)
+        # a graph output leaves from the layer that computes it
+        for result in layer.results:
+            self._output(result)
 
     def _route(self, route: wse.RouteAttr) -> Route:
         """A route with its source layer as the index of the latest layer of that name."""
         name = route.source.data
-        source = max(i for i, info in enumerate(self.layers) if info.name == name)
+        earlier = [i for i, info in enumerate(self.layers) if info.name == name]
+        if not earlier:
+            raise CgcError(
+                f"layer '{self.layers[-1].name}' has a route from '{name}', which is not an "
+                "earlier layer"
+            )
+        source = earlier[-1]
         values = (getattr(route, f).data for f in wse.RouteAttr.FIELDS)
         return Route(source, *values, tuple(v.data for v in route.path.data))
 

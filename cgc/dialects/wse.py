@@ -244,7 +244,9 @@ class RouteAttr(ParametrizedAttribute):
     def print_parameters(self, printer: Printer) -> None:
         fields = ", ".join(f"{f} {getattr(self, f).data}" for f in self.FIELDS)
         path = ", ".join(str(v.data) for v in self.path.data)
-        printer.print_string(f'<"{self.source.data}", {fields}, path [{path}]>')
+        printer.print_string("<")
+        printer.print_string_literal(self.source.data)
+        printer.print_string(f", {fields}, path [{path}]>")
 
 
 @irdl_attr_definition

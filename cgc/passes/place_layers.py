@@ -5,15 +5,17 @@ slowest layer (stage) sets the pipeline's throughput. A layer's tensors spread t
 rows over the rectangle's rows, so a rectangle is no taller than the most rows any of its
 tensors has (unless it needs more PEs to hold its weights): a layer of 56-row activations gets
 56 rows, not the mesh's 994. The rectangles, in pipeline order, stack into vertical strips of
-the mesh, top to bottom in one strip and bottom to top in the next, so that a layer's producer
-sits against it.
+the mesh, top to bottom in one strip and bottom to top in the next, each strip starting level
+with the end of the one before, so that a layer's producer sits against it. Where strips do
+not fit (a few wide, short layers make their strips wide and empty), each rectangle goes to
+the highest free place nearest the one before (a skyline packing).
 
 The widths balance the stages: the placement bisects on the stage time, giving every layer
 the fewest columns on which it takes no longer (and on which its SRAM holds its share) and
-keeping the smallest time whose rectangles still pack onto the mesh; the columns left over
-then widen the strips. Every time and every byte comes from the simulator's timing-only run of
-the layer on the candidate rectangle (``cgc.compiler.cost_model``), so the compiler's estimate
-is the time a run takes.
+keeping the smallest time whose rectangles still pack onto the mesh with every tensor between
+layers crossing on enough lanes to keep up; the columns left over then widen the strips. Every
+time and every byte comes from the simulator's timing-only run of the layer on the candidate
+rectangle (``cgc.compiler.cost_model``), so the compiler's estimate is the time a run takes.
 
 A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
 """
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import ceil, prod, sqrt
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -35,6 +38,7 @@ from cgc.compiler.interpret import main_function
 from cgc.compiler.targets import module_target
 from cgc.dialects import wse
 from cgc.errors import DoesNotFitError
+from cgc.passes.route_tensors import lane_ends, layer_graph
 from cgc.runtime.bytecode import Opcode, Program
 from cgc.runtime.layout import Rect, matrix_dims
 from cgc.runtime.machine import Target
@@ -96,6 +100,33 @@ def pack(
     return rects if x + width <= cols else None
 
 
+def pack_skyline(sizes: Sequence[tuple[int, int]], rows: int, cols: int) -> list[Rect] | None:
+    """Rectangles of ``(width, height)`` in order, each at the highest place the ones before
+    leave free (the skyline: per column, the first row below everything placed there), the
+    nearest to the rectangle before it among equally high places; None if one does not fit.
+    Denser than strips when a few wide layers would make their strips wide and empty."""
+    skyline = np.zeros(cols, dtype=np.int64)
+    rects: list[Rect] = []
+    for w, h in sizes:
+        if w > cols or h > rows:
+            return None
+        tops = np.lib.stride_tricks.sliding_window_view(skyline, w).max(axis=1)
+        room = np.flatnonzero(tops + h <= rows)
+        if not len(room):
+            return None
+        highest = room[tops[room] == tops[room].min()]
+        if rects:
+            px, _, pw, _ = rects[-1]
+            centre = (2 * highest + w) - (2 * px + pw)
+            x = int(highest[np.argmin(np.abs(centre))])
+        else:
+            x = int(highest[0])
+        y = int(tops[x])
+        rects.append((x, y, w, h))
+        skyline[x : x + w] = y + h
+    return rects
+
+
 def _widen_strip(rects: list[Rect], members: list[int], width: int) -> None:
     for i in members:
         x, y, _, h = rects[i]
@@ -114,6 +145,8 @@ class Placer:
         quick: the general gathers' data movement is left out of its cycles)."""
         self.timing = LayerCosts(program, target)
         """The same with every data movement counted: the stage times."""
+        self.edges = [(a, b, w) for a, b, w in layer_graph(program).edges(data="wavelets")]
+        """``(producer, consumer, wavelets)`` of every tensor between layers."""
         self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
         """Per layer, the widths timed so far (at its height) and their cycles."""
 
@@ -130,8 +163,8 @@ class Placer:
         if any(w is None for w in least):
             raise self._shortfall([i for i, w in enumerate(least) if w is None])
         narrowest = self._packable([w for w in least if w is not None])
-        widths = self._balance(narrowest)
-        rects = self._pack(widths)
+        widths, limit = self._balance(narrowest)
+        rects = self._pack(widths, limit) or self._pack(widths)
         assert rects is not None
         return self._widen(rects)
 
@@ -223,15 +256,34 @@ class Placer:
             timed[width] = self.timing(index, self._rect(index, width)).cycles
         return timed[width]
 
-    def _pack(self, widths: Sequence[int]) -> list[Rect] | None:
-        """The strips, aligned where they fit so."""
+    def _pack(self, widths: Sequence[int], limit: float = float("inf")) -> list[Rect] | None:
+        """The strips, aligned where they fit so; else the skyline; in each case only if no
+        tensor between layers needs more than ``limit`` cycles on its lanes."""
         sizes = [(w, self.heights[i]) for i, w in enumerate(widths)]
         rows, cols = self.target.rows, self.target.cols
-        return pack(sizes, rows, cols) or pack(sizes, rows, cols, aligned=False)
+        for packing in (
+            lambda: pack(sizes, rows, cols),
+            lambda: pack(sizes, rows, cols, aligned=False),
+            lambda: pack_skyline(sizes, rows, cols),
+        ):
+            rects = packing()
+            if rects is not None and self._lanes_keep_up(rects, limit):
+                return rects
+        return None
 
-    def _balance(self, narrowest: list[int]) -> list[int]:
-        """The widths that make the slowest stage as fast as the mesh allows: bisection on
-        the stage time between a lower bound (every layer on the whole width, timed without
+    def _lanes_keep_up(self, rects: list[Rect], limit: float) -> bool:
+        """Whether every tensor between layers crosses on enough lanes to take at most
+        ``limit`` cycles (each lane a link moving one wavelet a cycle; the routing pass then
+        counts the routes that share links)."""
+        for producer, consumer, wavelets in self.edges:
+            lanes = len(lane_ends(rects[producer], rects[consumer])[0])
+            if wavelets / lanes > limit:
+                return False
+        return True
+
+    def _balance(self, narrowest: list[int]) -> tuple[list[int], float]:
+        """The widths that make the slowest stage as fast as the mesh allows, and that stage
+        time: bisection between a lower bound (every layer on the whole width, timed without
         the general gathers) and every layer on its narrowest rectangle."""
         cols = self.target.cols
         fast = max(self.memory(i, self._rect(i, cols)).cycles for i in range(self.count))
@@ -240,11 +292,11 @@ class Placer:
         while slow > fast * (1 + BALANCE_TOLERANCE):
             middle = sqrt(fast * slow) if fast > 0 else slow / 2
             trial = self._widths_within(middle, narrowest)
-            if trial is None or self._pack(trial) is None:
+            if trial is None or self._pack(trial, middle) is None:
                 fast = middle
             else:
                 slow, best = middle, trial
-        return best
+        return best, slow
 
     def _widths_within(self, limit: float, narrowest: list[int]) -> list[int] | None:
         widths = []
@@ -302,8 +354,11 @@ class Placer:
     def _widen(self, rects: list[Rect]) -> list[Rect]:
         """Shares the columns no strip uses among the strips, in proportion to their widths,
         the rounding remainder to the strips of the slowest layers; a layer takes its strip's
-        full width wherever that is no slower."""
+        full width wherever that is no slower. A skyline packing stays as it is."""
         strips = sorted({(x, w) for x, _, w, _ in rects})
+        ends = [x + w for x, w in strips]
+        if [x for x, _ in strips] != [0, *ends[:-1]]:
+            return rects
         used = sum(w for _, w in strips)
         spare = self.target.cols - used
         grown = {x: w + spare * w // used for x, w in strips}

@@ -17,6 +17,7 @@ The pass sets ``routes`` on every layer that reads tensors of other layers.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from math import ceil
 
@@ -48,6 +49,13 @@ def layer_graph(program: Program) -> nx.MultiDiGraph:
             wavelets = ceil(layout.size * layout.words_per_element)
             graph.add_edge(producer, consumer, key=register, wavelets=wavelets)
     return graph
+
+
+def overlap(a: Rect, b: Rect) -> bool:
+    """Whether two rectangles share a PE."""
+    ax, ay, aw, ah = a
+    bx, by, bw, bh = b
+    return ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah
 
 
 def lane_ends(source: Rect, target: Rect) -> tuple[np.ndarray, ...]:
@@ -120,7 +128,8 @@ class Router:
                 self._color(route)
         for planned in routes:
             for route in planned:
-                route.busiest = ceil(float(self._view(self.loads, route)[route.loads > 0].max()))
+                used = self._view(self.loads, route)[route.loads > 0]
+                route.busiest = ceil(float(used.max(initial=0.0)))
         return routes
 
     def _plan(self, producer: int, consumer: int, wavelets: int) -> PlannedRoute:
@@ -201,6 +210,10 @@ class RouteTensorsPass(ModulePass):
                     f"layer '{name}' lies outside the {target.rows}x{target.cols} mesh of "
                     f"{target.name}"
                 )
+        rects = [(layer.layer_name.data, layer.rect.as_tuple()) for layer in layers]
+        for (name, a), (other, b) in itertools.combinations(rects, 2):
+            if overlap(a, b):
+                raise CgcError(f"layers '{name}' and '{other}' overlap on the mesh")
         program = lower(op, (0, 0, target.cols, target.rows))
         for layer, planned in zip(layers, Router(program, target).route(), strict=True):
             if planned:

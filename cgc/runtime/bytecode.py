@@ -159,7 +159,7 @@ class Program:
     def layer_spans(self) -> list[range]:
         """The instruction indices of every layer, from its LAYER to the next one."""
         starts = [i for i, ins in enumerate(self.instructions) if ins.opcode == Opcode.LAYER]
-        ends = [*starts[1:], len(self.instructions)]
+        ends = [*starts[1:], len(self.instructions)] if starts else []
         return [range(a, b) for a, b in zip(starts, ends, strict=True)]
 
     @cached_property

@@ -1,9 +1,9 @@
 """Pictures of a pipelined placement: ``cgc inspect ARTIFACT --placement FILE.png | -``.
 
 The mesh with every layer's rectangle, labelled and shaded by the stage's utilization (its
-FLOPs per sample over what its PEs could do while the slowest stage takes one sample), and an
-arrow from each layer to each layer that reads its results. ``ascii_map`` draws the same in
-text for a terminal; ``save_png`` with matplotlib (imported only then).
+FLOPs per sample over what its PEs could do while the slowest stage takes one sample), and
+every route between layers (its first lane's path, in a hue per color). ``ascii_map`` draws
+the same in text for a terminal; ``save_png`` with matplotlib (imported only then).
 """
 
 from __future__ import annotations
@@ -56,21 +56,10 @@ def stages(artifact: Artifact) -> list[Stage]:
 
 
 def edges(artifact: Artifact) -> list[tuple[int, int]]:
-    """``(producer, consumer)`` layer indices: a consumer reads a register the producer
-    defined."""
-    program = artifact.program
-    owner: dict[int, int] = {}
-    found: set[tuple[int, int]] = set()
-    for index, span in enumerate(program.layer_spans):
-        for position in span:
-            ins = program.instructions[position]
-            for register in ins.operands:
-                source = owner.get(register)
-                if source is not None and source != index:
-                    found.add((source, index))
-            for register in ins.results:
-                owner[register] = index
-    return sorted(found)
+    """``(producer, consumer)`` layer indices: a consumer reads a tensor the producer
+    computed."""
+    inputs = artifact.program.layer_inputs
+    return sorted({(source, i) for i, reads in enumerate(inputs) for source in reads.values()})
 
 
 def ascii_map(artifact: Artifact, columns: int = 72, rows: int = 24) -> str:
@@ -102,7 +91,11 @@ def ascii_map(artifact: Artifact, columns: int = 72, rows: int = 24) -> str:
         x, y, w, h = stage.region
         where = f"({x}, {y}) {w}x{h}"
         text.append(f"  {_label(index)} {stage.name}: {where}, utilization {stage.utilization:.1%}")
-    routes = ", ".join(f"{placed[a].name} -> {placed[b].name}" for a, b in edges(artifact))
+    routes = ", ".join(
+        f"{placed[r.source].name} -> {placed[i].name} (color {r.color}, {r.lanes} lanes)"
+        for i, info in enumerate(artifact.program.layers)
+        for r in info.routes
+    )
     text.append(f"routes: {routes or 'none'}")
     return "\n".join(text) + "\n"
 
@@ -141,13 +134,17 @@ def save_png(artifact: Artifact, path: str | os.PathLike) -> None:
         axes.text(x + w / 2, y + h / 2, f"{stage.name} {stage.utilization:.0%}",
                   rotation=90 if h > w else 0, ha="center", va="center", fontsize=7,
                   color="w")  # fmt: skip
-    for a, b in edges(artifact):
-        (xa, ya, wa, ha), (xb, yb, wb, hb) = placed[a].region, placed[b].region
-        axes.add_patch(
-            FancyArrowPatch((xa + wa / 2, ya + ha / 2), (xb + wb / 2, yb + hb / 2),
-                            arrowstyle="->", mutation_scale=10, color="#d62728",
-                            connectionstyle="arc3,rad=0.35")
-        )  # fmt: skip
+    palette = matplotlib.colormaps["tab20"]
+    for info in artifact.program.layers:
+        for route in info.routes:
+            # the first lane's path, through the middle of its PEs, colored by its color
+            xs = [v + 0.5 for v in route.path[0::2]]
+            ys = [v + 0.5 for v in route.path[1::2]]
+            axes.plot(xs, ys, color=palette(route.color % 20), linewidth=1.2)
+            axes.add_patch(
+                FancyArrowPatch((xs[-2], ys[-2]), (xs[-1], ys[-1]), arrowstyle="->",
+                                mutation_scale=10, color=palette(route.color % 20))
+            )  # fmt: skip
     axes.set_xlim(0, target.cols)
     axes.set_ylim(target.rows, 0)  # row 0 at the top, as on the wafer
     axes.set_aspect("equal")

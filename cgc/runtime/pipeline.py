@@ -72,7 +72,8 @@ class Timeline:
 
     @property
     def drain_seconds(self) -> float:
-        """From the last sample's start on the first stage to the end."""
+        """From the last sample's first start (on the stage that takes it first) to the
+        end."""
         if not self.finish.size:
             return 0.0
         return self.seconds - float(self.start[:, -1].min())

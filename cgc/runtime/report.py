@@ -39,7 +39,7 @@ def pipeline_stages(artifact: Artifact) -> list[pipeline.Stage]:
 
 def pipeline_figures(artifact: Artifact) -> dict:
     """Throughput of a pipelined artifact (its slowest stage or link) against the compute
-    bound, and the latency of one run through it."""
+    bound, and the latency of one sample through it."""
     target, batch = _target(artifact), _batch(artifact)
     timeline = pipeline.simulate(pipeline_stages(artifact), target, 1, batch)
     flops = sum(layer["flops"] for layer in artifact.manifest["layers"]) / batch
@@ -149,7 +149,12 @@ def summary_text(artifact: Artifact) -> str:
                 + (f", busiest input link {link:.0f}" if link else "")
             )
         p = info["pipeline"]
-        ratio = p["samples_per_second"] / p["bound_samples_per_second"]
+        bound = p["bound_samples_per_second"]
+        share = (
+            f"{p['samples_per_second'] / bound:.1%} of the compute bound {bound:.4g}"
+            if bound
+            else "no compute bound (no flops)"
+        )
         colors = {r["color"] for layer in info["layers"] for r in layer["routes"]}
         routes = sum(len(layer["routes"]) for layer in info["layers"])
         lines.append(
@@ -158,7 +163,7 @@ def summary_text(artifact: Artifact) -> str:
         )
         lines.append(
             f"pipeline: {p['samples_per_second']:.4g} samples/s per system, "
-            f"{ratio:.1%} of the compute bound {p['bound_samples_per_second']:.4g}; "
+            f"{share}; "
             f"latency {p['latency_seconds'] * 1e6:.2f} us"
         )
     else:

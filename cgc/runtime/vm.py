@@ -655,7 +655,7 @@ class Cluster:
 
     def _pipeline(self, runs: Sequence[Executor]) -> pipeline.Timeline:
         """One system's samples through the placed stages."""
-        if not runs:
+        if not runs or not self.program.layers:
             return pipeline.simulate([], self.target, 0, self.batch)
         stages = [
             pipeline.Stage(

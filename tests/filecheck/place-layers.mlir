@@ -40,9 +40,10 @@ builtin.module attributes {wse.target = "mesh4x8"} {
 // CHECK:         %[[Y:.*]] = wse.layer "head"(%[[G]]) {rect = #wse.rect<7, 0, 1x4>} : (tensor<8x16xf32>) -> tensor<8x4xf32> {
 // CHECK:         func.return %[[Y]]
 
-// Three layers on a 2x2 mesh: none fits on a column of 2 rows beside the others, so they
-// take one row each, down the first strip and up the second.
-// BANDS:       wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 1x1>}
+// Three layers on a 2x2 mesh: they take one row each, and fc1, the slowest, is fastest on
+// both columns of the first row; strips cannot hold that, so the rectangles go where the
+// ones before leave room (the skyline), fc2 and head side by side below it.
+// BANDS:       wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 2x1>}
 // BANDS:       wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<0, 1, 1x1>}
 // BANDS:       wse.layer "head"(%{{.*}}) {rect = #wse.rect<1, 1, 1x1>}
 
