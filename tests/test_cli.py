@@ -179,6 +179,13 @@ def test_inspect(artifact) -> None:
         ["fc1"],
         ["fc2"],
     ]
+    # fc1 and fc2 each compute 32 floats a sample that the next layer reads
+    moved = [
+        (layer["activation_in_bytes_per_sample"], layer["activation_out_bytes_per_sample"])
+        for layer in data["layers"]
+    ]
+    assert moved == [(0, 128), (128, 128), (128, 0)]
+    assert [layer["weight_bytes"] > 0 for layer in data["layers"]] == [True] * 3
     route = data["layers"][1]["routes"][0]
     assert route["lanes"] >= 1 and route["hops"] >= 1 and route["color"] == 0
     assert route["wavelets"] == 4 * 32  # the batch of 4 of fc1's 32 floats

@@ -160,16 +160,12 @@ def test_masked_without_padding_is_unchanged():
 # --------------------------------------------------------------------------- route
 
 
-def naive_route(flows, words) -> Traffic:
-    """Walks every flow link by link: along the source row, then down the destination column."""
+def walk_links(flows) -> Counter:
+    """Elements per directed link ``(row, col, next_row, next_col)`` of ``(src_r, src_c,
+    dst_r, dst_c, n)`` flows walked link by link: along the source row, then down the
+    destination column."""
     links: Counter = Counter()
-    inject: Counter = Counter()
-    eject: Counter = Counter()
-    total = 0
-    longest = 0
     for sr, sc, dr, dc, n in flows:
-        if (sr, sc) == (dr, dc):
-            continue
         r, c = sr, sc
         while c != dc:
             step = 1 if dc > c else -1
@@ -179,6 +175,19 @@ def naive_route(flows, words) -> Traffic:
             step = 1 if dr > r else -1
             links[(r, c, r + step, c)] += n
             r += step
+    return links
+
+
+def naive_route(flows, words) -> Traffic:
+    """Walks every flow link by link (``walk_links``) and counts what a transfer takes."""
+    links = walk_links(flows)
+    inject: Counter = Counter()
+    eject: Counter = Counter()
+    total = 0
+    longest = 0
+    for sr, sc, dr, dc, n in flows:
+        if (sr, sc) == (dr, dc):
+            continue
         hops = abs(dr - sr) + abs(dc - sc)
         total += n * hops
         longest = max(longest, hops)

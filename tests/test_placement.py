@@ -19,6 +19,7 @@ import onnx
 import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
+from test_layout import walk_links
 
 import cgc
 from cgc.compiler.interpret import main_function
@@ -87,20 +88,10 @@ def random_graph(seed: int) -> onnx.ModelProto:
 def link_walk(source, target, wavelets: float) -> dict[tuple, float]:
     """Wavelets per directed link of a route's lanes, walked hop by hop along the row and
     then down the column."""
-    loads: dict[tuple, float] = defaultdict(float)
     src_r, src_c, dst_r, dst_c = lane_ends(source, target)
     share = wavelets / len(src_r)
-    for r, c, dr, dc in zip(src_r, src_c, dst_r, dst_c, strict=True):
-        r, c, dr, dc = int(r), int(c), int(dr), int(dc)
-        while c != dc:
-            step = 1 if dc > c else -1
-            loads[(r, c, r, c + step)] += share
-            c += step
-        while r != dr:
-            step = 1 if dr > r else -1
-            loads[(r, c, r + step, c)] += share
-            r += step
-    return loads
+    lanes = zip(src_r, src_c, dst_r, dst_c, strict=True)
+    return walk_links([(int(a), int(b), int(c), int(d), share) for a, b, c, d in lanes])
 
 
 @pytest.mark.parametrize("seed", range(16))

@@ -9,9 +9,7 @@ wafer's SRAM accounting gives the peak bytes per PE, exactly as a real run would
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import prod
 
-from cgc import dtypes
 from cgc.runtime.bytecode import Opcode, Program, canonical_json
 from cgc.runtime.layout import Rect
 from cgc.runtime.machine import Target
@@ -35,6 +33,10 @@ class LayerCost:
     stream_out_bytes: float
     host_bytes: float
     """Bytes to and from the host (graph inputs and outputs)."""
+    activation_in_bytes: int
+    """Bytes of the tensors it reads from other layers."""
+    activation_out_bytes: int
+    """Bytes of its results that other layers read."""
 
 
 def simulate_layer(
@@ -55,12 +57,12 @@ def simulate_layer(
         warm.pinned[key] = value
         warm.allocate(key[1])
     executor = _run_layer(program, target, index, rect, warm, traffic)
-    weight_bytes = 0
-    for position in program.layer_spans[index][1:]:
-        ins = program.instructions[position]
-        if ins.opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
-            shape, dtype = program.registers[ins.results[0]]
-            weight_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
+    weight_bytes = sum(
+        program.tensor_bytes(ins.results[0])
+        for ins in (program.instructions[p] for p in program.layer_spans[index])
+        if ins.opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT)
+    )
+    activation_in, activation_out = program.activation_bytes(index)
     record = executor.records[-1]
     return LayerCost(
         name=record.name,
@@ -73,6 +75,8 @@ def simulate_layer(
         stream_in_bytes=record.stream_in_bytes,
         stream_out_bytes=record.stream_out_bytes,
         host_bytes=record.host_in_bytes + record.host_out_bytes,
+        activation_in_bytes=activation_in,
+        activation_out_bytes=activation_out,
     )
 
 

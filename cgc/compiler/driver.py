@@ -332,6 +332,8 @@ def compile_model(
                 "stream_in_bytes": cost.stream_in_bytes,
                 "stream_out_bytes": cost.stream_out_bytes,
                 "host_bytes": cost.host_bytes,
+                "activation_in_bytes": cost.activation_in_bytes,
+                "activation_out_bytes": cost.activation_out_bytes,
             }
             for cost, info in zip(costs, program.layers, strict=True)
         ],

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import ceil, prod, sqrt
+from math import ceil, sqrt
 
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from cgc import dtypes
 from cgc.compiler.bytecode import lower
 from cgc.compiler.cost_model import LayerCost, LayerCosts
 from cgc.compiler.interpret import main_function
@@ -241,8 +240,7 @@ class Placer:
         for position in program.layer_spans[index]:
             ins = program.instructions[position]
             for register in ins.results:
-                shape, dtype = program.registers[register]
-                size = prod(shape) * dtypes.dtype(dtype).itemsize
+                size = program.tensor_bytes(register)
                 if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
                     weights += size
                 else:

@@ -21,6 +21,9 @@ import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
+from math import prod
+
+from cgc import dtypes
 
 MAGIC = b"CGBC"
 VERSION = 2
@@ -182,6 +185,18 @@ class Program:
                     owner[register] = index
             inputs.append(dict(sorted(reads.items())))
         return inputs
+
+    def tensor_bytes(self, register: int) -> int:
+        """The bytes of the tensor in ``register``."""
+        shape, dtype = self.registers[register]
+        return prod(shape) * dtypes.dtype(dtype).itemsize
+
+    def activation_bytes(self, index: int) -> tuple[int, int]:
+        """Bytes layer ``index`` reads from other layers, and bytes of its results that other
+        layers read."""
+        read = sum(self.tensor_bytes(r) for r in self.layer_inputs[index])
+        sent = {r for reads in self.layer_inputs for r, source in reads.items() if source == index}
+        return read, sum(self.tensor_bytes(r) for r in sent)
 
     def encode(self) -> bytes:
         """The binary form; equal programs give equal bytes."""

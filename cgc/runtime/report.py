@@ -82,6 +82,9 @@ def inspect_json(artifact: Artifact) -> dict:
                 "flops_per_sample": layer["flops"] / batch,
                 "cycles_per_sample": layer["cycles"] / batch,
                 "link_cycles_per_sample": stage.link_cycles / batch,
+                "weight_bytes": layer["weight_bytes"],
+                "activation_in_bytes_per_sample": layer["activation_in_bytes"] / batch,
+                "activation_out_bytes_per_sample": layer["activation_out_bytes"] / batch,
                 "routes": [_route_json(route, artifact) for route in stage.routes],
             }
             for layer, stage in zip(m["layers"], pipeline_stages(artifact), strict=True)
