@@ -172,6 +172,17 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
         f"{stats.samples_per_second:.4g} samples/s, PE utilization {stats.pe_utilization:.2%}, "
         f"peak {stats.peak_pe_sram_bytes} bytes SRAM per PE"
     )
+    if stats.pipeline and stats.pipeline["stages"]:
+        p = stats.pipeline
+        slowest = max(p["stages"], key=lambda stage: stage["service_seconds"])
+        bound = (
+            "its input link" if slowest["link_seconds"] > slowest["compute_seconds"] else "kernels"
+        )
+        click.echo(
+            f"pipeline: {p['steady_samples_per_second']:.4g} samples/s per system in the steady "
+            f"state, fill {p['fill_seconds'] * 1e6:.2f} us, drain {p['drain_seconds'] * 1e6:.2f} "
+            f"us; slowest stage {slowest['name']} (bound by {bound})"
+        )
 
 
 @main.command()

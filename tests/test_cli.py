@@ -4,6 +4,7 @@ naming the culprit, nothing left half-written)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
@@ -159,6 +160,12 @@ def test_run_writes_outputs_stats_and_trace(artifact, workdir, tmp_path) -> None
     tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert tracks == {"system 0: fc1", "system 0: fc2", "system 0: fc3"}
     assert [s["name"] for s in stats["pipeline"]["stages"]] == ["fc1", "fc2", "fc3"]
+    line = result.output.splitlines()[-1]
+    assert re.fullmatch(
+        r"pipeline: [\d.e+]+ samples/s per system in the steady state, fill [\d.]+ us, drain "
+        r"[\d.]+ us; slowest stage fc[123] \(bound by (kernels|its input link)\)",
+        line,
+    ), line
 
 
 def test_inspect(artifact) -> None:
