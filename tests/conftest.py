@@ -66,6 +66,16 @@ def run_imported(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> li
     return Interpreter(imported.weights).run_function(main_function(imported.module), args)
 
 
+def mlp_train_data(samples: int, seed: int) -> dict[str, np.ndarray]:
+    """``samples`` random inputs and labels for ``zoo.MODELS["mlp_train"]`` (64 features, 10
+    classes)."""
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((samples, 64)).astype(np.float32),
+        "labels": rng.integers(0, 10, samples),
+    }
+
+
 def random_feeds(imported: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}

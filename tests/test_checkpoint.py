@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import mlp_train_data
 
 import cgc
 from cgc.errors import CgcError
@@ -30,11 +31,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(2)
-    return {
-        "x": rng.standard_normal((SAMPLES, 64)).astype(np.float32),
-        "labels": rng.integers(0, 10, SAMPLES),
-    }
+    return mlp_train_data(SAMPLES, seed=2)
 
 
 def train(model, data, directory, steps, **options):

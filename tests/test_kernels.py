@@ -507,42 +507,44 @@ def test_one_hot_out_of_range_gives_zero_rows():
     assert got[0, 2].sum() == 0 and got[1, 0].sum() == 0  # depth, and a negative index
 
 
-def torch_im2col(x, kernel, strides, pads, dilations, group):
-    """[group, N * L, C/group * K] from torch's unfold on an explicitly padded input."""
+def torch_im2col(x: torch.Tensor, kernel, strides, pads, dilations, group) -> torch.Tensor:
+    """[group, N * L, C/group * K] from torch's unfold on an explicitly padded input
+    (differentiable)."""
     top, left, bottom, right = pads
-    padded = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)])
-    c = x.shape[1]
-    per = c // group
-    parts = []
-    for g in range(group):
-        cols = F.unfold(
-            torch.from_numpy(padded[:, g * per : (g + 1) * per].copy()),
-            kernel_size=kernel,
-            dilation=dilations,
-            stride=strides,
-        )  # [N, per * K, L]
-        parts.append(cols.transpose(1, 2).reshape(-1, cols.shape[1]).numpy())
-    return np.stack(parts)
+    padded = F.pad(x, (left, right, top, bottom))
+    per = x.shape[1] // group
+    cols = [
+        F.unfold(padded[:, g * per : (g + 1) * per], kernel, dilations, 0, strides)  # [N, per*K, L]
+        .transpose(1, 2).reshape(-1, per * int(np.prod(kernel)))
+        for g in range(group)
+    ]  # fmt: skip
+    return torch.stack(cols)
 
 
-@pytest.mark.parametrize(
-    ("shape", "kernel", "strides", "pads", "dilations", "group"),
-    [
-        ((2, 3, 6, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
-        ((2, 4, 7, 6), (3, 2), (2, 1), (1, 0, 2, 1), (1, 2), 2),
-        ((1, 4, 5, 5), (2, 2), (1, 2), (0, 0, 0, 0), (2, 1), 4),
-    ],
-)
-def test_im2col(shape, kernel, strides, pads, dilations, group):
-    x = np.random.default_rng(13).standard_normal(shape).astype(np.float32)
-    want = torch_im2col(x, kernel, strides, pads, dilations, group)
-    attrs = {
+def pool_attrs(kernel, strides, pads, dilations, **extra):
+    """The attributes of a window kernel (pooling, im2col, col2im)."""
+    return {
         "kernel": list(kernel),
         "strides": list(strides),
         "pads": list(pads),
         "dilations": list(dilations),
-        "group": group,
+        **extra,
     }
+
+
+WINDOWS = [
+    ((2, 3, 6, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((2, 4, 7, 6), (3, 2), (2, 1), (1, 0, 2, 1), (1, 2), 2),
+    ((1, 4, 5, 5), (2, 2), (1, 2), (0, 0, 0, 0), (2, 1), 4),
+]
+"""Images and grouped, strided, padded, dilated windows over them."""
+
+
+@pytest.mark.parametrize(("shape", "kernel", "strides", "pads", "dilations", "group"), WINDOWS)
+def test_im2col(shape, kernel, strides, pads, dilations, group):
+    x = np.random.default_rng(13).standard_normal(shape).astype(np.float32)
+    want = torch_im2col(torch.from_numpy(x), kernel, strides, pads, dilations, group).numpy()
+    attrs = pool_attrs(kernel, strides, pads, dilations, group=group)
     got, plan = execute("im2col", [x], attrs, want.shape, "float32")
     np.testing.assert_array_equal(got, want)
     assert plan.cost.traffic.wavelet_hops > 0
@@ -552,37 +554,16 @@ def test_im2col(shape, kernel, strides, pads, dilations, group):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize(
-    ("shape", "kernel", "strides", "pads", "dilations", "group"),
-    [
-        ((2, 3, 6, 6), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
-        ((2, 4, 7, 6), (3, 2), (2, 1), (1, 0, 2, 1), (1, 2), 2),
-        ((1, 4, 5, 5), (2, 2), (1, 2), (0, 0, 0, 0), (2, 1), 4),
-    ],
-)
+@pytest.mark.parametrize(("shape", "kernel", "strides", "pads", "dilations", "group"), WINDOWS)
 def test_col2im_is_the_adjoint_of_im2col(shape, kernel, strides, pads, dilations, group):
     """col2im(g) is the gradient of sum(im2col(x) * g) with respect to x, from torch."""
     rng = np.random.default_rng(14)
     x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
-    top, left, bottom, right = pads
-    padded = F.pad(x, (left, right, top, bottom))
-    per = shape[1] // group
-    cols = [
-        F.unfold(padded[:, g * per : (g + 1) * per], kernel, dilations, 0, strides)
-        .transpose(1, 2).reshape(-1, per * int(np.prod(kernel)))
-        for g in range(group)
-    ]  # fmt: skip
-    patches = torch.stack(cols)
+    patches = torch_im2col(x, kernel, strides, pads, dilations, group)
     g = rng.standard_normal(tuple(patches.shape)).astype(np.float32)
     (patches * torch.from_numpy(g.astype(np.float64))).sum().backward()
     want = x.grad.numpy()
-    attrs = {
-        "kernel": list(kernel),
-        "strides": list(strides),
-        "pads": list(pads),
-        "dilations": list(dilations),
-        "group": group,
-    }
+    attrs = pool_attrs(kernel, strides, pads, dilations, group=group)
     got, plan = execute("col2im", [g], attrs, shape, "float32")
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert plan.cost.traffic.wavelet_hops > 0 and plan.cost.flops == g.size
@@ -593,16 +574,6 @@ def test_col2im_is_the_adjoint_of_im2col(shape, kernel, strides, pads, dilations
 
 
 # --------------------------------------------------------------------------- pooling
-
-
-def pool_attrs(kernel, strides, pads, dilations, **extra):
-    return {
-        "kernel": list(kernel),
-        "strides": list(strides),
-        "pads": list(pads),
-        "dilations": list(dilations),
-        **extra,
-    }
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,14 @@ def config_id(c):
 # --------------------------------------------------------------------------- MemoryX
 
 
+def same_random_gradients(rng, shapes, memoryx, params) -> None:
+    """Gives MemoryX and the torch parameters the same random gradient of every weight."""
+    for key, shape in shapes.items():
+        grad = rng.standard_normal(shape).astype(np.float32)
+        memoryx.receive(key, grad, None)
+        params[key].grad = torch.from_numpy(grad.copy())
+
+
 @pytest.mark.parametrize("config", SGD_CONFIGS, ids=config_id)
 def test_sgd_matches_torch(config):
     rng = np.random.default_rng(0)
@@ -42,10 +50,7 @@ def test_sgd_matches_torch(config):
     opt = torch.optim.SGD(list(params.values()), lr=lr, **config)
     cfg = {"lr": lr, **config, "nesterov": float(config["nesterov"])}
     for _ in range(5):
-        for name, shape in shapes.items():
-            grad = rng.standard_normal(shape).astype(np.float32)
-            mx.receive(name, grad, None)
-            params[name].grad = torch.from_numpy(grad.copy())
+        same_random_gradients(rng, shapes, mx, params)
         opt.step()
         mx.apply("sgd", cfg)
         for name, p in params.items():
@@ -89,10 +94,7 @@ def test_adam_matches_torch(name, config):
     if "betas" in config:
         ours["beta1"], ours["beta2"] = config["betas"]
     for _ in range(25):
-        for key, shape in shapes.items():
-            grad = rng.standard_normal(shape).astype(np.float32)
-            mx.receive(key, grad, None)
-            params[key].grad = torch.from_numpy(grad.copy())
+        same_random_gradients(rng, shapes, mx, params)
         opt.step()
         mx.apply(name, {"lr": 0.01, **ours})
     for key, p in params.items():

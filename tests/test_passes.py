@@ -864,13 +864,18 @@ def test_place_layers_needs_a_target():
         PlaceLayersPass().apply(context(), module)
 
 
-def test_place_layers_too_big():
-    imported = import_model(zoo.mlp(in_features=512, hidden=(512,), classes=10), batch_size=2)
-    module = with_target(imported.module, "mesh2x2")
+def placement_error(imported: ImportedModel, target: str) -> str:
+    """The message of the DoesNotFitError that placing ``imported`` on ``target`` raises."""
+    module = with_target(imported.module, target)
     apply(module, *FRONT, FormLayersPass())
     with pytest.raises(DoesNotFitError) as info:
         PlaceLayersPass().apply(context(), module)
-    message = str(info.value)
+    return str(info.value)
+
+
+def test_place_layers_too_big():
+    imported = import_model(zoo.mlp(in_features=512, hidden=(512,), classes=10), batch_size=2)
+    message = placement_error(imported, "mesh2x2")
     assert "\n" not in message
     match = re.search(r"layer 'fc1' needs ([\d.]+) KiB per PE even on all 2x2 PEs, "
                       r"48.0 KiB available", message)  # fmt: skip
@@ -881,11 +886,7 @@ def test_place_layers_too_big():
 
 def test_place_layers_shortfall_names_more_bytes_than_available():
     imported = import_model(zoo.mlp(in_features=120, hidden=(120, 120), classes=120), batch_size=1)
-    module = with_target(imported.module, "mesh2x4")
-    apply(module, *FRONT, FormLayersPass())
-    with pytest.raises(DoesNotFitError) as info:
-        PlaceLayersPass().apply(context(), module)
-    message = str(info.value)
+    message = placement_error(imported, "mesh2x4")
     match = re.search(r"its 3 layers, each on its narrowest rectangle, do not pack onto the 2x4 "
                       r"mesh: as strips of all 2 rows they need (\d+) columns \(([\d.]+) KiB of "
                       r"SRAM\), the mesh has 4 \(384.0 KiB\)", message)  # fmt: skip
@@ -894,15 +895,12 @@ def test_place_layers_shortfall_names_more_bytes_than_available():
 
 
 def test_place_layers_too_many_layers():
-    imported = imported_zoo("transformer")
-    module = with_target(imported.module, "mesh2x3")
-    apply(module, *FRONT, FormLayersPass())
-    message = (
+    message = placement_error(imported_zoo("transformer"), "mesh2x3")
+    assert re.search(
         r"its 8 layers, each on its narrowest rectangle, do not pack onto the 2x3 mesh: as "
-        r"strips of all 2 rows they need 8 columns"
-    )
-    with pytest.raises(DoesNotFitError, match=message):
-        PlaceLayersPass().apply(context(), module)
+        r"strips of all 2 rows they need 8 columns",
+        message,
+    ), message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1161,12 +1159,7 @@ def test_invalid_ir_from_a_pass_names_the_pipeline_or_the_pass(monkeypatch):
 
 def test_place_layers_names_every_layer_that_does_not_fit():
     imported = import_model(zoo.mlp(in_features=512, hidden=(512, 512), classes=10), batch_size=2)
-    module = with_target(imported.module, "mesh2x2")
-    apply(module, *FRONT, FormLayersPass())
-    with pytest.raises(DoesNotFitError) as info:
-        PlaceLayersPass().apply(context(), module)
-    message = str(info.value)
-    assert message == (
+    assert placement_error(imported, "mesh2x2") == (
         "model does not fit on mesh2x2 in pipelined mode: 2 layers need more SRAM per PE than "
         "48.0 KiB even on all 2x2 PEs: 'fc1' 515.0 KiB, 'fc2' 515.0 KiB; use --mode "
         "weight_streaming"

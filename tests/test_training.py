@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import mlp_train_data
 from onnx import numpy_helper
 from safetensors.numpy import load_file
 
@@ -30,11 +31,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(11)
-    return {
-        "x": rng.standard_normal((SAMPLES, 64)).astype(np.float32),
-        "labels": rng.integers(0, 10, SAMPLES),
-    }
+    return mlp_train_data(SAMPLES, seed=11)
 
 
 def torch_reference(
@@ -81,6 +78,17 @@ def same_training(result, losses, weights) -> None:
     assert losses[-1] < losses[0]
 
 
+def train_small(model, data, model_dir, **options):
+    """``cgc.train`` with this file's batch, step count and target unless ``options`` give
+    others."""
+    return cgc.train(
+        model,
+        data,
+        model_dir=model_dir,
+        **{"batch_size": BATCH, "steps": STEPS, "target": TARGET, **options},
+    )
+
+
 SGD_SETTINGS = [
     {"lr": 0.1},
     {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
@@ -91,14 +99,11 @@ SGD_SETTINGS = [
 @pytest.mark.parametrize("num_csx", [1, 2])
 @pytest.mark.parametrize("settings", SGD_SETTINGS, ids=["plain", "momentum", "nesterov"])
 def test_matches_pytorch(model, data, settings, num_csx, tmp_path) -> None:
-    result = cgc.train(
+    result = train_small(
         model,
         data,
-        batch_size=BATCH,
-        steps=STEPS,
         model_dir=tmp_path,
         num_csx=num_csx,
-        target=TARGET,
         **settings,
     )
     losses, weights = torch_reference(model, data, **settings)
@@ -142,14 +147,11 @@ TORCH_SCHEDULES = {
 @pytest.mark.parametrize("run", list(ADAM_RUNS))
 def test_optimizers_schedules_and_clipping_match_pytorch(model, data, run, num_csx, tmp_path):
     settings, loop = ADAM_RUNS[run]
-    result = cgc.train(
+    result = train_small(
         model,
         data,
-        batch_size=BATCH,
-        steps=STEPS,
         model_dir=tmp_path,
         num_csx=num_csx,
-        target=TARGET,
         **settings,
         **loop,
     )
@@ -164,19 +166,13 @@ def mlp_loss(weights, x, labels):
 
 @pytest.mark.parametrize("num_csx", [1, 2])
 def test_held_out_loss_is_measured_with_the_weights_of_the_step(model, data, num_csx, tmp_path):
-    rng = np.random.default_rng(4)
-    held_out = {
-        "x": rng.standard_normal((20, 64)).astype(np.float32),  # two whole batches of 8
-        "labels": rng.integers(0, 10, 20),
-    }
-    result = cgc.train(
+    held_out = mlp_train_data(20, seed=4)  # two whole batches of 8
+    result = train_small(
         model,
         data,
-        batch_size=BATCH,
         steps=5,
         model_dir=tmp_path,
         num_csx=num_csx,
-        target=TARGET,
         lr=0.1,
         eval_data=held_out,
         eval_every=2,
@@ -213,14 +209,11 @@ def images():
 def test_cnn_matches_pytorch(images, settings, num_csx, tmp_path) -> None:
     """Convolutions (input and filter gradients), batch norm, max and average pooling."""
     model = zoo.MODELS["cnn_train"]()
-    result = cgc.train(
+    result = train_small(
         model,
         images,
-        batch_size=BATCH,
-        steps=STEPS,
         model_dir=tmp_path,
         num_csx=num_csx,
-        target=TARGET,
         trainable=CNN_TRAINABLE,
         **settings,
     )
@@ -233,14 +226,11 @@ def test_cnn_matches_pytorch(images, settings, num_csx, tmp_path) -> None:
 
 def test_systems_agree_to_float_rounding(model, data, tmp_path) -> None:
     runs = {
-        k: cgc.train(
+        k: train_small(
             model,
             data,
-            batch_size=BATCH,
-            steps=STEPS,
             model_dir=tmp_path / str(k),
             num_csx=k,
-            target=TARGET,
             lr=0.1,
             momentum=0.9,
         )
@@ -258,13 +248,10 @@ def test_systems_agree_to_float_rounding(model, data, tmp_path) -> None:
 
 def test_trainable_selects_parameters(model, data, tmp_path) -> None:
     chosen = ["fc3.weight", "fc3.bias"]
-    result = cgc.train(
+    result = train_small(
         model,
         data,
-        batch_size=BATCH,
-        steps=STEPS,
         model_dir=tmp_path,
-        target=TARGET,
         lr=0.1,
         trainable=[r"fc3\..*"],
     )
@@ -517,14 +504,11 @@ def test_torch_built_cnn_matches_pytorch(images, num_csx, tmp_path) -> None:
         module.bn.running_mean.uniform_(-0.1, 0.1)
         module.bn.running_var.uniform_(0.5, 1.5)
     model = export_with_loss(module, images, tmp_path / "cnn.onnx")
-    result = cgc.train(
+    result = train_small(
         model,
         images,
-        batch_size=BATCH,
-        steps=STEPS,
         model_dir=tmp_path / "run",
         num_csx=num_csx,
-        target=TARGET,
         trainable=[r"conv\d\..*", r"bn\.(weight|bias)", r"head\..*"],
         optimizer="adam",
         lr=0.01,
@@ -539,14 +523,11 @@ def test_gpt_language_model_matches_pytorch(language_model, num_csx, tmp_path) -
     over every token; AdamW with warm-up, cosine decay and clipping."""
     model, module, data = language_model
     settings = {"optimizer": "adamw", "lr": 3e-3, "weight_decay": 0.05}
-    result = cgc.train(
+    result = train_small(
         model,
         data,
-        batch_size=BATCH,
-        steps=STEPS,
         model_dir=tmp_path,
         num_csx=num_csx,
-        target=TARGET,
         lr_schedule="cosine",
         warmup_steps=2,
         max_grad_norm=1.0,
@@ -576,15 +557,13 @@ def test_gpt_language_model_matches_pytorch(language_model, num_csx, tmp_path) -
 
 def test_swarmx_fanout_changes_the_tree_not_the_numbers(model, data, tmp_path) -> None:
     runs = {
-        fanout: cgc.train(
+        fanout: train_small(
             model,
             data,
-            batch_size=BATCH,
             steps=2,
             model_dir=tmp_path / str(fanout),
             num_csx=8,
             swarmx_fanout=fanout,
-            target=TARGET,
             lr=0.1,
         )
         for fanout in (2, 8)

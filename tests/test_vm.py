@@ -14,6 +14,7 @@ import onnx
 import onnxruntime
 import pytest
 import torch
+from conftest import mlp_train_data
 from ir_builders import STATS_FIELDS
 from onnx import numpy_helper
 from safetensors.numpy import load_file
@@ -359,11 +360,7 @@ def torch_mlp_training(init, data, batch, steps, lr, config):
 
 
 def train_data(samples=12, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "x": rng.standard_normal((samples, 64)).astype(np.float32),
-        "labels": rng.integers(0, 10, samples).astype(np.int64),
-    }
+    return mlp_train_data(samples, seed)
 
 
 @pytest.mark.parametrize("num_csx", [1, 2])

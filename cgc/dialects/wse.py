@@ -220,11 +220,6 @@ class RouteAttr(ParametrizedAttribute):
         if len(self.path.data) % 2 or len(self.path.data) < 4:
             raise VerifyException("a route's path lists at least two x, y pairs")
 
-    def points(self) -> list[tuple[int, int]]:
-        """The path as ``(x, y)`` pairs."""
-        flat = [v.data for v in self.path.data]
-        return list(zip(flat[::2], flat[1::2], strict=True))
-
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         with parser.in_angle_brackets():

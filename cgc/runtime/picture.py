@@ -55,13 +55,6 @@ def stages(artifact: Artifact) -> list[Stage]:
     return result
 
 
-def edges(artifact: Artifact) -> list[tuple[int, int]]:
-    """``(producer, consumer)`` layer indices: a consumer reads a tensor the producer
-    computed."""
-    inputs = artifact.program.layer_inputs
-    return sorted({(source, i) for i, reads in enumerate(inputs) for source in reads.values()})
-
-
 def ascii_map(artifact: Artifact, columns: int = 72, rows: int = 24) -> str:
     """The part of the mesh in use (from the top-left corner to the farthest placed PE)
     scaled to at most ``columns`` x ``rows`` characters, each cell showing the label of the

@@ -212,9 +212,7 @@ class Executor:
                 continue
             shape, dtype = self._spec(register)
             want = Layout.on(shape, dtype, rect)
-            self.arrived[register] = (
-                Placed(want) if not isinstance(value, DistTensor) else self._relaid(value, want)
-            )
+            self.arrived[register] = Placed(want) if value is None else self._relaid(value, want)
             self.wafer.allocate(want)
 
     def _value(self, register: int) -> Value | None:
