@@ -1,4 +1,5 @@
-"""The ONNX tensor ops (cgc/frontends/onnx/tensor.py) through the whole compiler and simulator.
+"""The ONNX tensor ops (constants, reshapes, slicing, padding and indexing in cgc/frontends/onnx/)
+through the whole compiler and simulator.
 
 Each model runs with ``cgc.backend.run_model`` and is compared with onnxruntime where it runs
 the op at that opset, else with a numpy reference. Ops whose result is a compile-time constant
@@ -13,6 +14,7 @@ import re
 import numpy as np
 import onnx
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 from cgc.backend import prepare, run_model
@@ -67,20 +69,10 @@ def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def onnxruntime_outputs(model, feeds):
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    names = [i.name for i in session.get_inputs()]
-    return session.run(None, dict(zip(names, feeds, strict=True)))
-
-
 def check(model, feeds, expected=None):
     """Runs ``model`` on cgc and compares with ``expected`` (default: onnxruntime)."""
     got = list(run_model(model, feeds))
-    want = onnxruntime_outputs(model, feeds) if expected is None else expected
+    want = run_onnxruntime(model, feeds) if expected is None else expected
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         w = np.asarray(w)
@@ -591,7 +583,7 @@ def test_slice(starts, ends, axes, steps):
         inits.append(ints("steps", steps))
         inputs.append("steps")
     model = make([node("Slice", inputs)], [vi("x", F, [5, 6, 4])], ["y"], inits)
-    if 0 in onnxruntime_outputs(model, [x])[0].shape:
+    if 0 in run_onnxruntime(model, [x])[0].shape:
         return  # empty results: the simulator has no zero-size tensors
     check(model, [x])
 

@@ -1,22 +1,29 @@
 """The ONNX frontend: an ONNX model becomes a ``func.func @main`` of WSE ops.
 
 ``importer`` holds the machinery (loading, shapes, constants, errors, the registry),
-``builders`` the small IR-building helpers the op importers share; each family module
-registers the importers of its ONNX ops.
+``builders`` the small helpers the op importers share (building IR, reading attributes and
+compile-time inputs); each family module registers the importers of its ONNX ops.
 """
 
 from cgc.frontends.onnx import (  # noqa: F401  (each module registers its importers)
     attention,
+    constants,
     conv,
     elementwise,
+    indexing,
     linear,
     loss,
     normalization,
+    padding,
+    pool,
     quantization,
     recurrent,
     reduction,
+    reshapes,
+    resize,
+    sampling,
     signal,
-    tensor,
+    slicing,
 )
 from cgc.frontends.onnx.importer import (
     OPS,

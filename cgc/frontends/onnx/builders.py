@@ -1,4 +1,5 @@
-"""Small helpers the op importers build WSE IR with.
+"""Small helpers the op importers build WSE IR with, and the readers of attributes and
+compile-time inputs that several op families share.
 
 The helpers that build ops emit them through ``Importer.emit`` (so they carry the current
 node's location and fold when their operands are known at compile time) and leave out an op
@@ -10,13 +11,14 @@ constants of the other operand's element type.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc import dtypes
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import Importer, NodeError, shape_of
+from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, bad_attr, shape_of
 
 # ---------------------------------------------------------------------------------------------
 # Element types
@@ -41,6 +43,17 @@ def cast(im: Importer, x: SSAValue, dtype: np.dtype | str, saturate: bool = True
     if dtype_of(x) == dtypes.dtype(dtype):
         return x
     return im.emit(wse.CastOp(x, wse.element_of_numpy(dtype), saturate))
+
+
+def working_dtype(dtype: np.dtype) -> np.dtype:
+    """The float type that resampling and sampling of ``dtype`` values compute in: float32 and
+    float64 as they are, the narrow floats and small integers in float32, wider integers in
+    float64."""
+    if dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        return dtype
+    if dtypes.is_float(dtype) or dtype.itemsize <= 2:
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,6 +88,69 @@ def transpose(im: Importer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
 def along(axis: int, rank: int, values: np.ndarray) -> np.ndarray:
     """A 1-D array shaped to lie along ``axis`` of a rank-``rank`` tensor (size 1 elsewhere)."""
     return values.reshape([values.size if i == axis else 1 for i in range(rank)])
+
+
+def as_scalar(im: Importer, value: SSAValue, what: str) -> SSAValue:
+    """A one-element tensor as a rank-0 tensor."""
+    shape = shape_of(value)
+    if prod(shape) != 1:
+        raise NodeError(f"input '{what}' must hold one value, got shape {shape}")
+    return value if shape == () else im.emit(wse.ReshapeOp(value, ()))
+
+
+def slice_axes(
+    im: Importer, x: SSAValue, bounds: dict[int, tuple[int, int]], steps: dict[int, int] | None
+) -> SSAValue:
+    """``x`` sliced to ``[begin, end)`` (with positive ``steps``) on the given axes."""
+    shape = shape_of(x)
+    starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+    for axis, (begin, end) in bounds.items():
+        starts[axis], limits[axis] = begin, end
+        strides[axis] = (steps or {}).get(axis, 1)
+    if starts == [0] * len(shape) and limits == list(shape) and strides == [1] * len(shape):
+        return x
+    return im.emit(wse.SliceOp(x, starts, limits, strides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Attributes and compile-time inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def string_attr(node: Node, name: str, default: str, choices: Sequence[str]) -> str:
+    """A string attribute that must be one of ``choices``."""
+    value = node.attr(name, default)
+    if value not in choices:
+        raise bad_attr(name, value, f" (expected one of {', '.join(choices)})")
+    return value
+
+
+def int_list(array: np.ndarray | Sequence[int]) -> list[int]:
+    """The elements of an integer array (any rank) as Python ints."""
+    return [int(v) for v in np.ravel(np.asarray(array))]
+
+
+def static_ints(im: Importer, node: Node, index: int) -> list[int]:
+    """A compile-time integer input as a list of Python ints."""
+    return int_list(im.static(node, index))
+
+
+def static_scalar(im: Importer, node: Node, index: int) -> np.generic:
+    """A compile-time input of exactly one element."""
+    array = np.asarray(im.static(node, index))
+    if array.size != 1:
+        raise NodeError(
+            f"input '{node.proto.input[index]}' must hold one value, got shape {array.shape}"
+        )
+    return array.reshape(())[()]
+
+
+def unique_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
+    """Normalized axes; repeated axes are an error."""
+    normalized = [axis_of(int(a), rank, what) for a in axes]
+    if len(set(normalized)) != len(normalized):
+        raise NodeError(f"{what} {list(axes)} repeat an axis")
+    return normalized
 
 
 # ---------------------------------------------------------------------------------------------
