@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -52,13 +52,23 @@ def check_ir(imported: ImportedModel, model: onnx.ModelProto) -> None:
     assert print_module(parse_module(text)) == text
 
 
-def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+def run_onnxruntime(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+    outputs: Sequence[str] | None = None,
+) -> list[np.ndarray]:
+    """onnxruntime's outputs of ``model`` (all of them, or the ones named in ``outputs``, in
+    that order) on ``feeds``: arrays by input name, or a sequence in the order of the inputs
+    onnxruntime asks for (the graph inputs that are not initializers)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(
         model.SerializeToString(), providers=["CPUExecutionProvider"]
     )
-    return session.run(None, dict(feeds))
+    if not isinstance(feeds, Mapping):
+        names = [i.name for i in session.get_inputs()]
+        feeds = dict(zip(names, feeds, strict=True))
+    return session.run(None if outputs is None else list(outputs), dict(feeds))
 
 
 def run_imported(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

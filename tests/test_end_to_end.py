@@ -8,8 +8,8 @@ runs several chunks.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
+from conftest import run_onnxruntime
 
 import cgc
 from cgc.frontends import zoo
@@ -18,9 +18,8 @@ TARGET = "mesh16x16"
 
 
 def reference(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(None, inputs), strict=True))
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, run_onnxruntime(model, inputs), strict=True))
 
 
 @pytest.mark.parametrize("num_csx", [1, 2])

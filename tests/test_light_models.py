@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 
 import cgc
@@ -55,8 +55,7 @@ def model_and_inputs(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]
 @cache
 def expected(name: str) -> list[np.ndarray]:
     model, inputs = model_and_inputs(name)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)
+    return run_onnxruntime(model, inputs)
 
 
 PLACED = ("bvlc_alexnet", "inception_v1", "resnet50", "shufflenet", "squeezenet")

@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import onnx
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc.backend
@@ -56,19 +57,10 @@ def run_cgc(model, feeds):
     return list(cgc.backend.run_model(model, list(feeds.values())))
 
 
-def run_ort(model, feeds):
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, feeds)
-
-
 def check(model, feeds, expected=None, rtol=1e-5, atol=1e-5):
     """cgc's outputs equal ``expected`` (default: onnxruntime's) in dtype, shape and value."""
     got = run_cgc(model, feeds)
-    expected = run_ort(model, feeds) if expected is None else expected
+    expected = run_onnxruntime(model, feeds) if expected is None else expected
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, g.shape, e.dtype, e.shape)

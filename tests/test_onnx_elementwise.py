@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 
 import cgc.backend
@@ -68,15 +69,6 @@ def run_cgc(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.nd
     return list(cgc.backend.run_model(model, list(inputs.values())))
 
 
-def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, inputs)
-
-
 def assert_same(got: list[np.ndarray], want: list[np.ndarray], rtol=1e-5, atol=1e-6) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -93,7 +85,7 @@ def assert_same(got: list[np.ndarray], want: list[np.ndarray], rtol=1e-5, atol=1
 def check_ort(op: str, inputs: dict[str, np.ndarray], rtol=1e-5, atol=1e-6, **attrs) -> None:
     """The op in cgc equals the op in onnxruntime."""
     model = make_model(op, inputs, **attrs)
-    assert_same(run_cgc(model, inputs), run_ort(model, inputs), rtol, atol)
+    assert_same(run_cgc(model, inputs), run_onnxruntime(model, inputs), rtol, atol)
 
 
 def check_numpy(op: str, inputs: dict[str, np.ndarray], want, rtol=1e-5, atol=1e-6, **attrs):
@@ -444,7 +436,7 @@ def test_activations(op, attrs):
 def test_activations_in_half_precision_round_once(op):
     x = np.array([-3.0, -0.5, -0.01, 0.0, 0.5, 3.0], dtype=np.float16)
     model = make_model(op, {"x": x})
-    want = run_ort(make_model(op, {"x": x.astype(np.float32)}), {"x": x.astype(np.float32)})
+    want = run_onnxruntime(make_model(op, {"x": x.astype(np.float32)}), {"x": x.astype(np.float32)})
     assert_same(run_cgc(model, {"x": x}), [want[0].astype(np.float16)], rtol=1e-3, atol=1e-4)
 
 

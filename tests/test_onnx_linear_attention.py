@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import onnxruntime
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 
 import cgc.backend
@@ -35,10 +35,7 @@ def ort_outputs(node, inputs: dict, opset: int) -> list[np.ndarray]:
     """The node's outputs computed by onnxruntime."""
     names = [n for n in node.output if n]
     model = graph_model(node, inputs, names, opset)
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, inputs)
+    return run_onnxruntime(model, inputs)
 
 
 def cgc_outputs(node, inputs: dict, expected: list[np.ndarray], opset: int) -> list:

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc.backend
@@ -59,13 +59,6 @@ def run_cgc(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     return list(cgc.backend.run_model(model, arrays))
 
 
-def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, feeds)
-
-
 def assert_outputs(got, want, rtol=1e-5, atol=1e-5) -> None:
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -78,7 +71,7 @@ def assert_outputs(got, want, rtol=1e-5, atol=1e-5) -> None:
 
 
 def check_with_ort(model, feeds, rtol=1e-5, atol=1e-5) -> None:
-    assert_outputs(run_cgc(model, feeds), run_ort(model, feeds), rtol, atol)
+    assert_outputs(run_cgc(model, feeds), run_onnxruntime(model, feeds), rtol, atol)
 
 
 def import_error(model: onnx.ModelProto) -> str:

@@ -5,8 +5,8 @@ a numpy reference."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime
 import pytest
+from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc
@@ -41,10 +41,7 @@ def make_model(nodes, inputs: dict, outputs: dict, opset: int, constants: dict |
 def ort_run(nodes, inputs: dict, names: list[str], opset: int, constants=None) -> list:
     """The outputs ``names`` computed by onnxruntime."""
     model = make_model(nodes, inputs, dict.fromkeys(names), opset, constants)
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(names, inputs)
+    return run_onnxruntime(model, inputs, names)
 
 
 def cgc_run(nodes, inputs: dict, expected: dict, opset: int, constants=None) -> list:

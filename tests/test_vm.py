@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import itertools
 import json
@@ -11,10 +10,9 @@ from functools import cache
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 import torch
-from conftest import mlp_train_data
+from conftest import mlp_train_data, run_onnxruntime
 from ir_builders import STATS_FIELDS
 from onnx import numpy_helper
 from safetensors.numpy import load_file
@@ -44,13 +42,6 @@ def compiled(name: str, mode: str, target: str = "mesh8x8", batch: int = 4, num_
     return art
 
 
-def onnxruntime_outputs(name: str, feeds: dict) -> list[np.ndarray]:
-    session = onnxruntime.InferenceSession(
-        model(name).SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, feeds)
-
-
 def inputs_for(art: Artifact, samples: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {
@@ -60,7 +51,7 @@ def inputs_for(art: Artifact, samples: int, seed: int = 0) -> dict[str, np.ndarr
 
 
 def check_against_onnxruntime(name, outputs, feeds, art, atol=1e-5):
-    want = onnxruntime_outputs(name, feeds)
+    want = run_onnxruntime(model(name), feeds)
     specs = art.manifest["outputs"]
     assert list(outputs) == [s["name"] for s in specs]
     for spec, w in zip(specs, want, strict=True):
@@ -264,10 +255,7 @@ def test_model_without_a_batch_axis(mode):
     assert art.manifest["per_system_batch"] is None
     x = np.random.default_rng(7).standard_normal((4, 64)).astype(np.float32)
     outputs, stats = cgc.run_with_stats(art, {"x": x})
-    session = onnxruntime.InferenceSession(
-        static.SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    (want,) = session.run(None, {"x": x})
+    (want,) = run_onnxruntime(static, {"x": x})
     np.testing.assert_allclose(outputs["logits"], want, rtol=1e-4, atol=1e-5)
     assert stats.simulated_seconds > 0
 
@@ -406,7 +394,7 @@ def test_first_training_loss_equals_onnxruntime(tmp_path):
         model("mlp_train"), data, batch_size=4, steps=1, model_dir=tmp_path, target="mesh8x8"
     )
     feeds = {"x": data["x"][:4], "labels": data["labels"][:4]}
-    loss = onnxruntime_outputs("mlp_train", feeds)[0]
+    loss = run_onnxruntime(model("mlp_train"), feeds)[0]
     assert result.metrics[0]["loss"] == pytest.approx(float(loss), rel=1e-5)
 
 
@@ -463,10 +451,18 @@ def test_train_step_takes_exactly_one_global_batch():
 
 
 def test_trainer_ignores_extra_arrays(tmp_path):
+    """An array that is no model input is left alone, even with another sample count (3, the
+    inputs have 12): the run is the one without it, step for step and bit for bit."""
     data = {**train_data(), "notes": np.arange(3)}
-    # rejecting the extra array with a clear CgcError would be fine too
-    with contextlib.suppress(CgcError):
-        run_training(training_artifact(), data, LoopOptions(4), tmp_path)
+    extra = run_training(training_artifact(), data, LoopOptions(4), tmp_path / "extra")
+    plain = run_training(training_artifact(), train_data(), LoopOptions(4), tmp_path / "plain")
+    assert [m["step"] for m in extra.metrics] == [1, 2, 3, 4]
+    assert extra.metrics == plain.metrics
+    assert sorted(extra.weights) == sorted(plain.weights)
+    for name, value in plain.weights.items():
+        assert np.array_equal(extra.weights[name], value), name
+    for name in ("metrics.jsonl", "weights.safetensors"):
+        assert (tmp_path / "extra" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
 
 
 def test_trainer_rejects_an_inference_artifact(tmp_path):
