@@ -36,8 +36,8 @@ def models() -> dict:
 
 def measure(name: str, batch: int) -> dict:
     import cgc
-    from cgc.runtime.picture import stages
-    from cgc.runtime.report import pipeline_figures, pipeline_stages
+    from cgc.tools.picture import stages
+    from cgc.tools.report import pipeline_figures, pipeline_stages
 
     model = models()[name]()
     symbolic = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param

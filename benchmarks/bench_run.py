@@ -78,7 +78,7 @@ def _training_data(name: str, batch: int) -> dict[str, np.ndarray]:
 def measure_cgc_training(name: str, batch: int, repeat: int, target: str) -> dict:
     from cgc.compiler.driver import TrainingOptions, compile_model
     from cgc.frontends import zoo, zoo_torch
-    from cgc.runtime.vm import Cluster
+    from cgc.runtime.cluster import Cluster
 
     optimizer, settings = TRAINING[name]
     trainable = tuple(zoo_torch.TRAINABLE[f"{name}_train"])

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.runtime.artifact import Artifact
+from cgc.machine.artifact import Artifact
 
 if TYPE_CHECKING:
+    from cgc.runtime.cluster import RunStats
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
-    from cgc.runtime.vm import RunStats
 
 __version__ = "0.1.0"
 __all__ = [
@@ -80,7 +80,7 @@ def run_with_stats(
     artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None
 ) -> tuple[dict[str, np.ndarray], RunStats]:
     """Runs the artifact on the simulator; returns the outputs and the run's statistics."""
-    from cgc.runtime.vm import Cluster
+    from cgc.runtime.cluster import Cluster
 
     return Cluster(artifact, num_csx).infer(inputs)
 
@@ -136,7 +136,7 @@ def prepare_training(
     ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
     node (4 by default)."""
     from cgc.compiler.driver import TrainingOptions, compile_model
-    from cgc.compiler.targets import get_target, with_swarmx_fanout
+    from cgc.machine.target import get_target, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
 
     beta1, beta2 = betas if betas is not None else (None, None)

@@ -92,7 +92,7 @@ def _writable(path: str) -> Path:
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    from cgc.runtime.files import write_atomically
+    from cgc.machine.files import write_atomically
 
     write_atomically(_writable(path), data)
 
@@ -119,7 +119,8 @@ def compile(
 ) -> None:
     """Compile MODEL (an .onnx file) into an artifact."""
     from cgc.compiler.driver import compile_model
-    from cgc.runtime.report import human_bytes, summary_text
+    from cgc.machine.units import human_bytes
+    from cgc.tools.report import summary_text
 
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
     artifact = compile_model(
@@ -149,9 +150,9 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
     """Run ARTIFACT on the simulator."""
     import io
 
-    from cgc.runtime.artifact import Artifact
+    from cgc.machine.artifact import Artifact
+    from cgc.runtime.cluster import Cluster
     from cgc.runtime.trace import trace_json
-    from cgc.runtime.vm import Cluster
 
     art = Artifact.load(artifact)
     inputs = _load_npz(inputs_path, "--inputs")
@@ -358,8 +359,8 @@ def _betas(text: str | None) -> tuple[float, float] | None:
 )
 def inspect(artifact, disasm, as_json, ir, placement) -> None:
     """Show what ARTIFACT holds: manifest, placement or stream schedule, bytecode."""
-    from cgc.runtime.artifact import Artifact
-    from cgc.runtime.report import inspect_json, summary_text
+    from cgc.machine.artifact import Artifact
+    from cgc.tools.report import inspect_json, summary_text
 
     art = Artifact.load(artifact)
     if placement is not None:
@@ -376,7 +377,7 @@ def inspect(artifact, disasm, as_json, ir, placement) -> None:
 
 
 def _draw_placement(art, path: str, where: str) -> None:
-    from cgc.runtime import picture
+    from cgc.tools import picture
 
     if art.manifest["mode"] != "pipelined":
         raise CgcError(

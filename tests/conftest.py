@@ -14,7 +14,8 @@ from xdsl.dialects.func import Func, ReturnOp
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from cgc.compiler.interpret import Interpreter, main_function
+from cgc.dialects.interpreter import Interpreter
+from cgc.dialects.ir import main_function
 from cgc.dialects.wse import WSE
 from cgc.frontends.onnx import ImportedModel, import_model
 

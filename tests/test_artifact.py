@@ -14,7 +14,7 @@ import pytest
 import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.runtime.artifact import (
+from cgc.machine.artifact import (
     FORMAT_VERSION,
     MAGIC,
     SECTIONS,

@@ -16,8 +16,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, NameLoc, f64, i1, i64
 from xdsl.ir import Attribute, SSAValue
 
-from cgc.compiler.interpret import Interpreter, main_function
 from cgc.dialects import context, parse_module, print_module, ws, wse
+from cgc.dialects.interpreter import Interpreter
+from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends import zoo
 from cgc.frontends.onnx import import_model

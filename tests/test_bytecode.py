@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from cgc.runtime.bytecode import (
+from cgc.machine.bytecode import (
     KERNEL_BASE,
     MAGIC,
     NONE,

@@ -17,7 +17,8 @@ from conftest import mlp_train_data
 import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.runtime import checkpoint, files
+from cgc.machine import files
+from cgc.runtime import checkpoint
 from cgc.runtime.trainer import sample_indices
 
 TARGET = "mesh16x16"

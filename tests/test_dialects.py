@@ -34,8 +34,8 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from cgc.compiler.interpret import dense_to_numpy
 from cgc.dialects import context, parse_module, print_module, ws, wse
+from cgc.dialects.ir import dense_to_numpy
 from cgc.errors import CgcError
 
 U8 = IntegerType(8, Signedness.UNSIGNED)

@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from xdsl.dialects.builtin import NameLoc, NoneAttr, StringAttr
 
-from cgc.compiler.interpret import main_function
 from cgc.dialects import wse
+from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, TensorSpec, import_model, import_onnx

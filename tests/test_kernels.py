@@ -15,10 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cgc.machine import plans
+from cgc.machine.layout import Layout
+from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand
+from cgc.machine.target import TRANSCENDENTAL_CYCLES, Target
+from cgc.machine.traffic import NO_TRAFFIC
 from cgc.runtime import kernels
-from cgc.runtime.kernels import RESIDENT, STREAM, WAFER, Operand
-from cgc.runtime.layout import NO_TRAFFIC, DistTensor, Layout
-from cgc.runtime.machine import TRANSCENDENTAL_CYCLES, Target
+from cgc.runtime.tiles import DistTensor
 
 T = Target("t", 8, 8, 48 * 1024, 850e6)
 RECT = (0, 0, 4, 4)
@@ -50,7 +53,7 @@ def execute(name, args, attrs, out_shape, out_dtype, rect=RECT, sources=None, la
         if source == WAFER:
             layout = layouts.get(k) or Layout.on(a.shape, a.dtype.name, OTHER)
         operands.append(Operand(tuple(a.shape), a.dtype.name, source, layout))
-    plan = kernels.plan(name, T, rect, operands, attrs, [(tuple(out_shape), out_dtype)])
+    plan = plans.plan(name, T, rect, operands, attrs, [(tuple(out_shape), out_dtype)])
     assert len(plan.inputs) == len(args)
     for k, want in enumerate(plan.inputs):
         if want is not None:
@@ -59,7 +62,7 @@ def execute(name, args, attrs, out_shape, out_dtype, rect=RECT, sources=None, la
         a if want is None else poisoned(a, want) for a, want in zip(args, plan.inputs, strict=True)
     ]
     with np.errstate(all="ignore"):  # as the VM runs kernels: padding may hold NaN
-        outs = kernels.KERNELS[name].run(plan, values, attrs)
+        outs = kernels.run(name, plan, values, attrs)
     assert [o.layout for o in outs] == list(plan.outputs)
     assert outs[0].tiles.shape == plan.outputs[0].tile_shape()
     assert outs[0].tiles.dtype == np.dtype(out_dtype)
@@ -104,7 +107,7 @@ def test_every_kernel_is_covered():
         "reduce_min", "matmul", "reshape", "transpose", "broadcast_to", "concat", "slice", "pad",
         "im2col", "col2im", "one_hot", "max_pool", "avg_pool",
     }  # fmt: skip
-    assert set(kernels.KERNELS) == covered
+    assert set(plans.KERNELS) == covered
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
@@ -233,22 +236,22 @@ def test_aligned_elementwise_moves_nothing_and_broadcast_bias_is_multicast():
     out = Layout.on(shape, "float32", RECT)
     assert out.h == 4
     aligned = Operand(shape, "float32", WAFER, out)
-    plan = kernels.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")])
+    plan = plans.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")])
     assert plan.cost.traffic == NO_TRAFFIC
     assert plan.cost.scratch_bytes == 0
     assert plan.inputs == (out, out)
 
     bias = Operand((12,), "float32", RESIDENT)
-    plan = kernels.plan("add", T, RECT, [aligned, bias], {}, [(shape, "float32")])
+    plan = plans.plan("add", T, RECT, [aligned, bias], {}, [(shape, "float32")])
     assert plan.cost.traffic.max_hops == out.h - 1
     assert plan.cost.traffic.wavelet_hops > 0
     assert (
         plan.cost.cycles
-        > kernels.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")]).cost.cycles
+        > plans.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")]).cost.cycles
     )
 
     scalar = Operand((), "float32", RESIDENT)
-    plan = kernels.plan("add", T, RECT, [aligned, scalar], {}, [(shape, "float32")])
+    plan = plans.plan("add", T, RECT, [aligned, scalar], {}, [(shape, "float32")])
     assert plan.cost.traffic.max_hops == (out.h - 1) + (out.w - 1)
 
 
@@ -260,7 +263,7 @@ def test_elementwise_vector_cycles(name, dtype, per_element):
     shape = (16, 16)
     lay = Layout.on(shape, dtype, RECT)
     ops = [Operand(shape, dtype, WAFER, lay)] * (2 if name == "add" else 1)
-    plan = kernels.plan(name, T, RECT, ops, {}, [(shape, dtype)])
+    plan = plans.plan(name, T, RECT, ops, {}, [(shape, dtype)])
     assert plan.cost.cycles == pytest.approx(16 * per_element)  # 4 x 4 elements per PE
     assert plan.cost.flops == 256
 
@@ -268,7 +271,7 @@ def test_elementwise_vector_cycles(name, dtype, per_element):
 def test_elementwise_from_another_layout_counts_the_move():
     shape = (16, 12)
     there = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", OTHER))
-    plan = kernels.plan("relu", T, RECT, [there], {}, [(shape, "float32")])
+    plan = plans.plan("relu", T, RECT, [there], {}, [(shape, "float32")])
     assert plan.cost.traffic.wavelet_hops > 0
     assert plan.cost.scratch_bytes > 0
 
@@ -324,11 +327,11 @@ def test_reduce_max_min_int32_with_padding(name):
 
 def test_reduce_chain_traffic_only_when_reducing_split_axes():
     x = Operand((3, 7, 5), "float32", WAFER, SRC3)
-    batch_only = kernels.plan(
+    batch_only = plans.plan(
         "reduce_sum", T, SRC3.rect, [x], {"axes": [0], "keepdims": True}, [((1, 7, 5), "float32")]
     )
     assert batch_only.cost.traffic == NO_TRAFFIC
-    over_cols = kernels.plan(
+    over_cols = plans.plan(
         "reduce_sum", T, SRC3.rect, [x], {"axes": [2], "keepdims": True}, [((3, 7, 1), "float32")]
     )
     assert over_cols.cost.traffic.max_hops >= SRC3.w - 1 > 0
@@ -405,7 +408,7 @@ def test_matmul_cycles_grow_with_k(source):
     for k in (4, 16, 64, 256):
         a = Operand((8, k), "float32", WAFER, Layout.on((8, k), "float32", RECT))
         b = Operand((k, 8), "float32", source)
-        plan = kernels.plan("matmul", T, RECT, [a, b], {}, [((8, 8), "float32")])
+        plan = plans.plan("matmul", T, RECT, [a, b], {}, [((8, 8), "float32")])
         cycles.append(plan.cost.cycles)
         assert plan.cost.flops == 2 * 8 * 8 * k
     assert cycles == sorted(cycles) and len(set(cycles)) == len(cycles), cycles
@@ -414,14 +417,14 @@ def test_matmul_cycles_grow_with_k(source):
 def test_plans_are_cached():
     a = Operand((8, 16), "float32", WAFER, Layout.on((8, 16), "float32", OTHER))
     b = Operand((16, 4), "float32", RESIDENT)
-    first = kernels.plan("matmul", T, RECT, [a, b], {}, [((8, 4), "float32")])
-    again = kernels.plan("matmul", T, list(RECT), (a, b), {}, [([8, 4], "float32")])
+    first = plans.plan("matmul", T, RECT, [a, b], {}, [((8, 4), "float32")])
+    again = plans.plan("matmul", T, list(RECT), (a, b), {}, [([8, 4], "float32")])
     assert again is first
-    other = kernels.plan("matmul", T, (0, 0, 2, 2), [a, b], {}, [((8, 4), "float32")])
+    other = plans.plan("matmul", T, (0, 0, 2, 2), [a, b], {}, [((8, 4), "float32")])
     assert other is not first
     attrs = {"axes": [1], "keepdims": False}
-    r1 = kernels.plan("reduce_sum", T, RECT, [a], attrs, [((8,), "float32")])
-    r2 = kernels.plan("reduce_sum", T, RECT, [a], dict(attrs), [((8,), "float32")])
+    r1 = plans.plan("reduce_sum", T, RECT, [a], attrs, [((8,), "float32")])
+    r2 = plans.plan("reduce_sum", T, RECT, [a], dict(attrs), [((8,), "float32")])
     assert r1 is r2
 
 

@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 from test_kernels import BROADCASTS, OTHER, RECT, SHAPES, SRC3, T, close, execute, poisoned
 
-from cgc import dtypes
+from cgc.machine import dtypes, plans
+from cgc.machine.layout import Layout
+from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand
+from cgc.machine.target import TRANSCENDENTAL_CYCLES
+from cgc.machine.traffic import NO_TRAFFIC, edge_traffic
 from cgc.runtime import kernels
-from cgc.runtime.kernels import RESIDENT, STREAM, WAFER, Operand
-from cgc.runtime.layout import NO_TRAFFIC, Layout, edge_traffic
-from cgc.runtime.machine import TRANSCENDENTAL_CYCLES
 
 RECTS = [RECT, (2, 1, 3, 6)]
 """The kernel's rectangle: 4 x 4 at the origin, and a tall one away from it."""
@@ -53,10 +54,10 @@ def execute_all(name, args, attrs, results, rect=RECT, layouts=None):
         )
         for k, a in enumerate(args)
     ]
-    plan = kernels.plan(name, T, rect, operands, attrs, results)
+    plan = plans.plan(name, T, rect, operands, attrs, results)
     values = [poisoned(a, want) for a, want in zip(args, plan.inputs, strict=True)]
     with np.errstate(all="ignore"):
-        outs = kernels.KERNELS[name].run(plan, values, attrs)
+        outs = kernels.run(name, plan, values, attrs)
     assert [o.layout for o in outs] == list(plan.outputs)
     got = []
     for out, (shape, dtype) in zip(outs, results, strict=True):
@@ -202,7 +203,7 @@ def test_new_elementwise_vector_cycles(name, per_element):
     lay = Layout.on(shape, "float32", RECT)
     ops = [Operand(shape, "float32", WAFER, lay)] * (2 if name in ("mod", "bitwise_xor") else 1)
     out = "bool" if name == "is_nan" else "float32"
-    plan = kernels.plan(name, T, RECT, ops, {}, [(shape, out)])
+    plan = plans.plan(name, T, RECT, ops, {}, [(shape, out)])
     assert plan.cost.traffic == NO_TRAFFIC
     assert plan.cost.cycles == pytest.approx(16 * per_element)
 
@@ -1004,14 +1005,14 @@ def test_indexed_traffic_spans_pes_or_not(name):
     # several PEs: the operands where the kernel runs, or on another rectangle
     for where in (RECT, OTHER):
         ops = [Operand(s, d, WAFER, Layout.on(s, d, where)) for s, d in operands]
-        plan = kernels.plan(name, T, RECT, ops, attrs, [(out_shape, "float32")])
+        plan = plans.plan(name, T, RECT, ops, attrs, [(out_shape, "float32")])
         assert plan.outputs[0].pes > 1
         assert plan.cost.traffic.wavelet_hops > 0, where
         assert plan.cost.cycles > 0
     # one PE for everything: no traffic at all
     one = (3, 2, 1, 1)
     ops = [Operand(s, d, WAFER, Layout.on(s, d, one)) for s, d in operands]
-    plan = kernels.plan(name, T, one, ops, attrs, [(out_shape, "float32")])
+    plan = plans.plan(name, T, one, ops, attrs, [(out_shape, "float32")])
     assert plan.outputs[0].pes == 1
     assert plan.cost.traffic == NO_TRAFFIC
     assert plan.cost.cycles > 0  # the local work remains
@@ -1023,7 +1024,7 @@ def test_indexed_cost_does_not_depend_on_where_the_rectangle_is(name):
     costs = []
     for rect in (RECT, (4, 4, 4, 4)):
         ops = [Operand(s, d, WAFER, Layout.on(s, d, rect)) for s, d in operands]
-        costs.append(kernels.plan(name, T, rect, ops, attrs, [(out_shape, "float32")]).cost)
+        costs.append(plans.plan(name, T, rect, ops, attrs, [(out_shape, "float32")]).cost)
     assert costs[0].traffic == costs[1].traffic
     assert costs[0].cycles == costs[1].cycles
 
@@ -1039,7 +1040,7 @@ def test_scan_chain_runs_along_the_scanned_axis_only(shape, rect):
     for axis in range(rank):
         op = Operand(shape, "float32", WAFER, out)
         attrs = {"axis": axis, "exclusive": False, "reverse": False}
-        plan = kernels.plan("cumsum", T, rect, [op], attrs, [(shape, "float32")])
+        plan = plans.plan("cumsum", T, rect, [op], attrs, [(shape, "float32")])
         assert plan.inputs == plan.outputs == (out,)
         extent = out.h if axis == rank - 2 else out.w if axis == rank - 1 else 1
         traffic = plan.cost.traffic
@@ -1056,10 +1057,10 @@ def test_scan_counts_the_ingress_of_a_streamed_operand():
     shape = (16, 12)
     out = Layout.on(shape, "float32", RECT)
     attrs = {"axis": 0, "exclusive": False, "reverse": False}
-    resident = kernels.plan(
+    resident = plans.plan(
         "cumsum", T, RECT, [Operand(shape, "float32", RESIDENT)], attrs, [(shape, "float32")]
     )
-    streamed = kernels.plan(
+    streamed = plans.plan(
         "cumsum", T, RECT, [Operand(shape, "float32", STREAM)], attrs, [(shape, "float32")]
     )
     ingress = edge_traffic(out, inbound=True)
@@ -1071,8 +1072,8 @@ def test_scan_from_another_layout_counts_the_move():
     here = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", RECT))
     there = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", OTHER))
     attrs = {"axis": 0, "exclusive": True, "reverse": False}
-    near = kernels.plan("cumsum", T, RECT, [here], attrs, [(shape, "float32")]).cost
-    far = kernels.plan("cumsum", T, RECT, [there], attrs, [(shape, "float32")]).cost
+    near = plans.plan("cumsum", T, RECT, [here], attrs, [(shape, "float32")]).cost
+    far = plans.plan("cumsum", T, RECT, [there], attrs, [(shape, "float32")]).cost
     assert far.traffic.wavelet_hops > near.traffic.wavelet_hops > 0
     assert far.cycles > near.cycles
 
@@ -1085,7 +1086,7 @@ def test_topk_plan_has_two_outputs(shape, axis, k, dtype):
     out_shape = tuple(k if i == axis else d for i, d in enumerate(shape))
     src = Layout.on(shape, dtype, OTHER)
     results = [(out_shape, dtype), (out_shape, "int64")]
-    plan = kernels.plan("topk", T, RECT, [Operand(shape, dtype, WAFER, src)],
+    plan = plans.plan("topk", T, RECT, [Operand(shape, dtype, WAFER, src)],
                         {"axis": axis, "largest": True}, results)  # fmt: skip
     assert plan.inputs == (src,)
     values, indices = plan.outputs
@@ -1162,7 +1163,7 @@ def test_a_streamed_weight_pays_for_its_way_in(name):
 
     def cost(source):
         first = Operand(shapes[0], "float32", source)
-        return kernels.plan(name, T, RECT, [first, *extra], attrs, results).cost
+        return plans.plan(name, T, RECT, [first, *extra], attrs, results).cost
 
     resident, streamed = cost(RESIDENT), cost(STREAM)
     assert streamed.traffic.wavelet_hops > resident.traffic.wavelet_hops
@@ -1228,8 +1229,8 @@ def test_integer_pow_with_negative_exponents_truncates():
 def test_memory_only_plans_keep_the_layouts_and_drop_the_gathers(name, shape, attrs, out_shape):
     operand = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", OTHER))
     results = [(out_shape, "float32")]
-    exact = kernels.plan(name, T, RECT, [operand], attrs, results)
-    memory = kernels.plan(name, T, RECT, [operand], attrs, results, count_gathers=False)
+    exact = plans.plan(name, T, RECT, [operand], attrs, results)
+    memory = plans.plan(name, T, RECT, [operand], attrs, results, count_gathers=False)
     assert (memory.inputs, memory.outputs) == (exact.inputs, exact.outputs)
     assert memory.cost.scratch_bytes == exact.cost.scratch_bytes
     assert exact.cost.traffic.wavelet_hops > memory.cost.traffic.wavelet_hops

@@ -9,19 +9,17 @@ from math import ceil, prod
 import numpy as np
 import pytest
 
-import cgc.runtime.layout as layout_module
-from cgc.runtime.layout import (
+import cgc.machine.traffic as traffic_module
+from cgc.machine.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.traffic import (
     NO_TRAFFIC,
-    DistTensor,
-    Layout,
     Traffic,
     edge_traffic,
     gather_traffic,
-    grid_extent,
-    matrix_dims,
     regrid_traffic,
     route,
 )
+from cgc.runtime.tiles import DistTensor
 
 
 def fields(t: Traffic) -> tuple:
@@ -397,5 +395,5 @@ def test_gather_in_small_chunks_counts_the_same(seed, monkeypatch):
         (random_layout(rng, (4, 4)), rng.integers(-1, 16, (prod(shape), 2))),
     ]
     whole = gather_traffic(dst, sources)
-    monkeypatch.setattr(layout_module, "GATHER_CHUNK", 1)
+    monkeypatch.setattr(traffic_module, "GATHER_CHUNK", 1)
     assert fields(gather_traffic(dst, sources)) == pytest.approx(fields(whole))

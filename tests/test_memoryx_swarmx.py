@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from cgc.runtime import optimizers
-from cgc.runtime.machine import Target
+from cgc.machine import optimizers
+from cgc.machine.target import Target
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX, tree_depth
 

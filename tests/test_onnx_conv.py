@@ -15,7 +15,7 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-import cgc.backend
+import cgc.tools.backend
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
 
@@ -54,7 +54,7 @@ def build(op, feeds, attrs=None, inits=None, opset=19, outputs=("y",), ir_versio
 
 
 def run_cgc(model, feeds):
-    return list(cgc.backend.run_model(model, list(feeds.values())))
+    return list(cgc.tools.backend.run_model(model, list(feeds.values())))
 
 
 def check(model, feeds, expected=None, rtol=1e-5, atol=1e-5):

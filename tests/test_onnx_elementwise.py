@@ -13,11 +13,12 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 
-import cgc.backend
-from cgc import dtypes
-from cgc.compiler.interpret import Interpreter, main_function
+import cgc.tools.backend
+from cgc.dialects.interpreter import Interpreter
+from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
+from cgc.machine import dtypes
 
 ORT_OPSET = 21
 """The opset of the models compared with onnxruntime (which runs ONNX up to about 23)."""
@@ -66,7 +67,7 @@ def declare_outputs(model: onnx.ModelProto, outputs: list[np.ndarray]) -> onnx.M
 
 def run_cgc(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The model compiled and simulated by cgc."""
-    return list(cgc.backend.run_model(model, list(inputs.values())))
+    return list(cgc.tools.backend.run_model(model, list(inputs.values())))
 
 
 def assert_same(got: list[np.ndarray], want: list[np.ndarray], rtol=1e-5, atol=1e-6) -> None:

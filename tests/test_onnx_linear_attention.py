@@ -9,7 +9,7 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper
 
-import cgc.backend
+import cgc.tools.backend
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
 
@@ -42,7 +42,7 @@ def cgc_outputs(node, inputs: dict, expected: list[np.ndarray], opset: int) -> l
     """The node's outputs computed by cgc (outputs typed like ``expected``)."""
     names = [n for n in node.output if n]
     model = graph_model(node, inputs, dict(zip(names, expected, strict=True)), opset)
-    return list(cgc.backend.run_model(model, list(inputs.values())))
+    return list(cgc.tools.backend.run_model(model, list(inputs.values())))
 
 
 def check(node, inputs: dict, opset: int, expected=None, rtol=1e-5, atol=1e-6) -> None:

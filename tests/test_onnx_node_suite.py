@@ -1,4 +1,4 @@
-"""The ONNX backend node suite through cgc.backend.
+"""The ONNX backend node suite through cgc.tools.backend.
 
 Every in-scope case runs; the cases in ``onnx_node_expected_failures.txt`` are strict xfails,
 so the list must name exactly the cases that fail: a listed case that starts passing fails the
@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cgc.conformance import (
-    EXPECTED_FAILURES,
-    FIXED_INPUTS,
+from cgc.tools.conformance import (
     load_cases,
     out_of_scope,
     read_case_list,
@@ -23,11 +21,17 @@ from cgc.conformance import (
     supported_ops_markdown,
 )
 
-CASES = load_cases()
+HERE = Path(__file__).resolve().parent
+EXPECTED_FAILURES = HERE / "onnx_node_expected_failures.txt"
+FIXED_INPUTS = HERE / "onnx_node_fixed_inputs.txt"
+"""The passing cases whose shapes depend on input values: the backend compiles them with
+those inputs fixed to the case's data."""
+LISTS = (f"tests/{EXPECTED_FAILURES.name}", f"tests/{FIXED_INPUTS.name}")
+CASES = load_cases(HERE / ".cache")
 FAILURES = read_case_list(EXPECTED_FAILURES)
 FIXED = read_case_list(FIXED_INPUTS)
 IN_SCOPE = [case for case in CASES if out_of_scope(case) is None]
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "supported_ops.md"
+DOCS = HERE.parent / "docs" / "supported_ops.md"
 
 
 @pytest.mark.parametrize("case", IN_SCOPE, ids=[case.name for case in IN_SCOPE])
@@ -57,4 +61,4 @@ def test_case_lists_name_in_scope_cases() -> None:
 
 
 def test_supported_ops_table_is_current() -> None:
-    assert DOCS.read_text() == supported_ops_markdown(CASES, FAILURES, FIXED)
+    assert DOCS.read_text() == supported_ops_markdown(CASES, FAILURES, FIXED, LISTS)

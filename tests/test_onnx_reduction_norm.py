@@ -15,7 +15,7 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-import cgc.backend
+import cgc.tools.backend
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
 
@@ -54,9 +54,11 @@ def run_cgc(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
         and model.opset_import[0].version < 21
     ):
         # onnx's checker, which the backend runs first, rejects the deprecated opset-18 op
-        rep = cgc.backend.CgcRep(model, cgc.backend.DEFAULT_MODE, cgc.backend.DEFAULT_TARGET)
+        rep = cgc.tools.backend.CgcRep(
+            model, cgc.tools.backend.DEFAULT_MODE, cgc.tools.backend.DEFAULT_TARGET
+        )
         return list(rep.run(arrays))
-    return list(cgc.backend.run_model(model, arrays))
+    return list(cgc.tools.backend.run_model(model, arrays))
 
 
 def assert_outputs(got, want, rtol=1e-5, atol=1e-5) -> None:

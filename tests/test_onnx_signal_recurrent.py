@@ -10,7 +10,7 @@ from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc
-import cgc.backend
+import cgc.tools.backend
 from cgc.errors import CgcError
 
 
@@ -47,7 +47,7 @@ def ort_run(nodes, inputs: dict, names: list[str], opset: int, constants=None) -
 def cgc_run(nodes, inputs: dict, expected: dict, opset: int, constants=None) -> list:
     """The outputs computed by cgc, typed like ``expected``."""
     model = make_model(nodes, inputs, expected, opset, constants)
-    return list(cgc.backend.run_model(model, list(inputs.values())))
+    return list(cgc.tools.backend.run_model(model, list(inputs.values())))
 
 
 def check(nodes, inputs, names, opset, constants=None, expected=None, rtol=1e-4, atol=1e-5):

@@ -1,7 +1,7 @@
 """The ONNX tensor ops (constants, reshapes, slicing, padding and indexing in cgc/frontends/onnx/)
 through the whole compiler and simulator.
 
-Each model runs with ``cgc.backend.run_model`` and is compared with onnxruntime where it runs
+Each model runs with ``cgc.tools.backend.run_model`` and is compared with onnxruntime where it runs
 the op at that opset, else with a numpy reference. Ops whose result is a compile-time constant
 (Shape, Size, Constant, EyeLike, Range, ConstantOfShape) feed a run-time op, so that the program
 has work to do on the wafer.
@@ -17,10 +17,10 @@ import pytest
 from conftest import run_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from cgc.backend import prepare, run_model
 from cgc.compiler.driver import compile_model
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
+from cgc.tools.backend import prepare, run_model
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64

@@ -31,14 +31,15 @@ from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
 from cgc.compiler.bytecode import lower
-from cgc.compiler.cost_model import program_costs
 from cgc.compiler.driver import TrainingOptions, compile_model
-from cgc.compiler.interpret import Interpreter, dense_to_numpy, main_function
-from cgc.compiler.targets import get_target
 from cgc.dialects import context, parse_module, print_module, ws, wse
+from cgc.dialects.interpreter import Interpreter
+from cgc.dialects.ir import dense_to_numpy, main_function
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
+from cgc.machine.cost import program_costs
+from cgc.machine.target import get_target
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass, channels_to_front

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import cgc
 from cgc.cli import main
 from cgc.frontends import zoo
-from cgc.runtime import picture
+from cgc.tools import picture
 
 
 @pytest.fixture(scope="module")

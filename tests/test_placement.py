@@ -22,17 +22,17 @@ from onnx import TensorProto, helper, numpy_helper
 from test_layout import walk_links
 
 import cgc
-from cgc.compiler.interpret import main_function
-from cgc.compiler.targets import get_target
 from cgc.dialects import context, parse_module, print_module
+from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends import zoo
+from cgc.machine.bytecode import Route
+from cgc.machine.layout import Layout
+from cgc.machine.target import get_target
 from cgc.passes.route_tensors import RouteTensorsPass, lane_ends, overlap
-from cgc.runtime.bytecode import Route
-from cgc.runtime.layout import Layout
+from cgc.runtime.cluster import Cluster
 from cgc.runtime.pipeline import Stage, simulate
-from cgc.runtime.report import inspect_json, summary_text
-from cgc.runtime.vm import Cluster
+from cgc.tools.report import inspect_json, summary_text
 
 MESHES = [(8, 8), (6, 10), (12, 5), (16, 16), (4, 24)]
 

@@ -30,7 +30,7 @@ REPORT = textwrap.dedent(
             if any(m == p or m.startswith(p + ".") for p in FORBIDDEN)
         )
         with open({report!r}, "w") as f:
-            json.dump({{"forbidden": bad, "cgc_loaded": "cgc.runtime.artifact" in sys.modules}}, f)
+            json.dump({{"forbidden": bad, "cgc_loaded": "cgc.machine.artifact" in sys.modules}}, f)
 
     atexit.register(report)
     """
@@ -68,14 +68,14 @@ def test_report_detects_forbidden_imports(tmp_path):
     report = tmp_path / "report.json"
     code = REPORT.format(forbidden=FORBIDDEN, report=str(report)) + textwrap.dedent(
         """
-        import cgc.runtime.artifact
-        import cgc.compiler.targets
+        import cgc.machine.artifact
+        import cgc.dialects.ir
         """
     )
     proc = run_python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr
     bad = read_report(report)["forbidden"]
-    assert "cgc.compiler.targets" in bad and "xdsl" in bad
+    assert "cgc.dialects.ir" in bad and "xdsl" in bad
 
 
 def test_python_api_run_imports_no_compiler(saved):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 
-from cgc.compiler.targets import TARGET_ATTR, get_target, module_target
+from cgc.dialects.ir import TARGET_ATTR, module_target
 from cgc.errors import CgcError
-from cgc.runtime.machine import Target
+from cgc.machine.target import Target, get_target
 
 KIB = 1024
 

@@ -20,11 +20,12 @@ from safetensors.numpy import load_file
 import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
+from cgc.machine.artifact import Artifact
+from cgc.machine.cost import SimulationError
 from cgc.runtime import trace
-from cgc.runtime.artifact import Artifact
+from cgc.runtime.cluster import Cluster
 from cgc.runtime.trainer import LoopOptions
 from cgc.runtime.trainer import train as run_training
-from cgc.runtime.vm import Cluster, SimulationError
 
 MODES = ("pipelined", "weight_streaming")
 MODEL_NAMES = ("mlp", "cnn", "transformer")

@@ -1,4 +1,4 @@
-"""Lowers the final IR to the register program of ``cgc.runtime.bytecode``.
+"""Lowers the final IR to the register program of ``cgc.machine.bytecode``.
 
 Every SSA value gets a register; a layer's block arguments and results share the registers of
 the values they stand for. Graph inputs load at the first layer that uses them, outputs leave
@@ -15,10 +15,10 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
-from cgc.compiler.interpret import dense_to_numpy, main_function
 from cgc.dialects import ws, wse
+from cgc.dialects.ir import dense_to_numpy, main_function
 from cgc.errors import CgcError
-from cgc.runtime.bytecode import (
+from cgc.machine.bytecode import (
     PRIMITIVES,
     Instruction,
     LayerInfo,

@@ -27,12 +27,16 @@ from xdsl.passes import ModulePass
 
 from cgc import __version__
 from cgc.compiler.bytecode import lower
-from cgc.compiler.cost_model import program_costs
-from cgc.compiler.interpret import main_function
-from cgc.compiler.targets import TARGET_ATTR, get_target
 from cgc.dialects import context, print_module, verify, wse
+from cgc.dialects.ir import TARGET_ATTR, main_function
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
+from cgc.machine import optimizers
+from cgc.machine.artifact import FORMAT_VERSION, Artifact
+from cgc.machine.bytecode import Opcode
+from cgc.machine.cost import program_costs
+from cgc.machine.target import Target, get_target
+from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass
 from cgc.passes.decompose import DecomposePass
@@ -41,11 +45,6 @@ from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
-from cgc.runtime import optimizers
-from cgc.runtime.artifact import FORMAT_VERSION, Artifact
-from cgc.runtime.bytecode import Opcode
-from cgc.runtime.machine import Target
-from cgc.runtime.report import human_bytes
 
 MODES = ("pipelined", "weight_streaming", "auto")
 

@@ -79,7 +79,8 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from cgc import dtypes, shapes
+from cgc.dialects import shapes
+from cgc.machine import dtypes
 
 
 def _unsigned(width: int) -> IntegerType:
@@ -297,7 +298,7 @@ class WeightOp(IRDLOperation):
 
     ``frozen`` marks tensors that came from constants rather than initializers: they are never
     trained. The result may be a view of the stored tensor: its elements reshaped and then
-    permuted by ``perm`` (see ``cgc.runtime.reference.weight_view``), so that a kernel gets a
+    permuted by ``perm`` (see ``cgc.machine.reference.weight_view``), so that a kernel gets a
     weight in the order it consumes it at no cost.
 
     Example: ``%w = wse.weight "fc1.weight" {perm = array<i64: 1, 0>} : tensor<784x64xf32>``.

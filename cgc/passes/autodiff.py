@@ -34,8 +34,8 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from cgc.compiler.interpret import main_function
 from cgc.dialects import ws, wse
+from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.passes.rewriting import Emitter
 

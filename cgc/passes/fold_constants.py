@@ -27,11 +27,10 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.traits import Pure
 
-from cgc import dtypes
-from cgc.compiler.interpret import dense_to_numpy
 from cgc.dialects import wse
-from cgc.runtime import reference
-from cgc.runtime.bytecode import PRIMITIVES
+from cgc.dialects.ir import dense_to_numpy
+from cgc.machine import dtypes, reference
+from cgc.machine.bytecode import PRIMITIVES
 
 INLINE_LIMIT = 64
 """Constants of at most this many elements are written in the IR; larger ones are weights."""

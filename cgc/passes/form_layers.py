@@ -23,8 +23,8 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from cgc.compiler.interpret import main_function
 from cgc.dialects import wse
+from cgc.dialects.ir import main_function
 from cgc.dialects.wse import location_name
 
 COMPUTE = (wse.MatmulOp, wse.MaxPoolOp, wse.AvgPoolOp)

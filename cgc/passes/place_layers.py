@@ -15,7 +15,7 @@ the fewest columns on which it takes no longer (and on which its SRAM holds its 
 keeping the smallest time whose rectangles still pack onto the mesh with every tensor between
 layers crossing on enough lanes to keep up; the columns left over then widen the strips. Every
 time and every byte comes from the simulator's timing-only run of the layer on the candidate
-rectangle (``cgc.compiler.cost_model``), so the compiler's estimate is the time a run takes.
+rectangle (``cgc.machine.cost``), so the compiler's estimate is the time a run takes.
 
 A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
 """
@@ -32,16 +32,16 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from cgc.compiler.bytecode import lower
-from cgc.compiler.cost_model import LayerCost, LayerCosts
-from cgc.compiler.interpret import main_function
-from cgc.compiler.targets import module_target
 from cgc.dialects import wse
+from cgc.dialects.ir import main_function, module_target
 from cgc.errors import DoesNotFitError
-from cgc.passes.route_tensors import lane_ends, layer_graph
-from cgc.runtime.bytecode import Opcode, Program
-from cgc.runtime.layout import Rect, matrix_dims
-from cgc.runtime.machine import Target
-from cgc.runtime.report import human_bytes
+from cgc.machine.bytecode import Opcode, Program
+from cgc.machine.cost import LayerCost, LayerCosts
+from cgc.machine.layout import Rect, matrix_dims
+from cgc.machine.target import Target
+from cgc.machine.traffic import lane_ends
+from cgc.machine.units import human_bytes
+from cgc.passes.route_tensors import layer_graph
 
 BALANCE_TOLERANCE = 0.01
 """The bisection on the stage time stops within this fraction of the best time."""
@@ -139,15 +139,21 @@ class Placer:
         self.program = program
         self.target = target
         self.count = len(program.layers)
-        self.memory = LayerCosts(program, target, traffic=False)
-        """Layer ``index`` alone on ``rect``: ``memory(index, rect)``, exact in its SRAM (and
-        quick: the general gathers' data movement is left out of its cycles)."""
-        self.timing = LayerCosts(program, target)
-        """The same with every data movement counted: the stage times."""
+        self.quick = LayerCosts(target, count_gathers=False)
+        self.exact = LayerCosts(target)
         self.edges = [(a, b, w) for a, b, w in layer_graph(program).edges(data="wavelets")]
         """``(producer, consumer, wavelets)`` of every tensor between layers."""
         self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
         """Per layer, the widths timed so far (at its height) and their cycles."""
+
+    def memory(self, index: int, rect: Rect) -> LayerCost:
+        """Layer ``index`` alone on ``rect``, exact in its SRAM (and quick: the general
+        gathers' data movement is left out of its cycles)."""
+        return self.quick(self.program, index, rect)
+
+    def timing(self, index: int, rect: Rect) -> LayerCost:
+        """The same with every data movement counted: the stage time."""
+        return self.exact(self.program, index, rect)
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""

@@ -28,13 +28,13 @@ from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from cgc.compiler.bytecode import lower
-from cgc.compiler.interpret import main_function
-from cgc.compiler.targets import module_target
 from cgc.dialects import wse
+from cgc.dialects.ir import main_function, module_target
 from cgc.errors import CgcError, DoesNotFitError
-from cgc.runtime.bytecode import Program
-from cgc.runtime.layout import Layout, Rect, Routes
-from cgc.runtime.machine import Target
+from cgc.machine.bytecode import Program
+from cgc.machine.layout import Layout
+from cgc.machine.target import Target
+from cgc.machine.traffic import Routes, lane_ends, overlap
 
 
 def layer_graph(program: Program) -> nx.MultiDiGraph:
@@ -49,41 +49,6 @@ def layer_graph(program: Program) -> nx.MultiDiGraph:
             wavelets = ceil(layout.size * layout.words_per_element)
             graph.add_edge(producer, consumer, key=register, wavelets=wavelets)
     return graph
-
-
-def overlap(a: Rect, b: Rect) -> bool:
-    """Whether two rectangles share a PE."""
-    ax, ay, aw, ah = a
-    bx, by, bw, bh = b
-    return ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah
-
-
-def lane_ends(source: Rect, target: Rect) -> tuple[np.ndarray, ...]:
-    """``(src_row, src_col, dst_row, dst_col)`` of every lane from rectangle ``source`` to
-    rectangle ``target`` (disjoint).
-
-    Rectangles that share rows (or columns) get a straight lane across each shared row (or
-    column). Diagonal neighbours get as many lanes as the source has rows and the target has
-    columns: they leave the source's facing column on distinct rows and arrive on the target's
-    nearest row in distinct columns, so that no two lanes share a link (along a row, lanes are
-    on their own rows; down a column, on their own columns).
-    """
-    sx, sy, sw, sh = source
-    tx, ty, tw, th = target
-    if sx + sw <= tx or tx + tw <= sx:  # side by side
-        src_col, dst_col = (sx + sw - 1, tx) if tx >= sx + sw else (sx, tx + tw - 1)
-        shared = np.arange(max(sy, ty), min(sy + sh, ty + th))
-        if len(shared):
-            return shared, np.full_like(shared, src_col), shared, np.full_like(shared, dst_col)
-        lanes = np.arange(min(sh, tw))
-        src_rows = sy + lanes * sh // len(lanes)
-        dst_cols = tx + lanes * tw // len(lanes)
-        dst_row = ty if ty >= sy + sh else ty + th - 1
-        return src_rows, np.full_like(lanes, src_col), np.full_like(lanes, dst_row), dst_cols
-    # one above the other: their columns overlap, as the rectangles are disjoint
-    src_row, dst_row = (sy + sh - 1, ty) if ty >= sy + sh else (sy, ty + th - 1)
-    shared = np.arange(max(sx, tx), min(sx + sw, tx + tw))
-    return np.full_like(shared, src_row), shared, np.full_like(shared, dst_row), shared
 
 
 @dataclass

@@ -18,11 +18,10 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from cgc.compiler.interpret import main_function
-from cgc.compiler.targets import module_target
 from cgc.dialects import ws, wse
+from cgc.dialects.ir import main_function, module_target
 from cgc.errors import CgcError
-from cgc.runtime import optimizers
+from cgc.machine import optimizers
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cgc.runtime.artifact import weights_from_bytes, weights_to_bytes
-from cgc.runtime.files import permissions
+from cgc.machine.artifact import weights_from_bytes, weights_to_bytes
+from cgc.machine.files import permissions
 
 FORMAT = "cgc-checkpoint-1"
 STEP_DIR = re.compile(r"step-(\d+)")

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cgc.runtime import optimizers, reference
-from cgc.runtime.machine import Target
+from cgc.machine import optimizers, reference
+from cgc.machine.target import Target
 
 
 class MemoryX:

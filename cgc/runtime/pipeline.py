@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cgc.runtime.bytecode import Route
-from cgc.runtime.machine import Target
+from cgc.machine.bytecode import Route
+from cgc.machine.target import Target
 
 
 @dataclass(frozen=True)

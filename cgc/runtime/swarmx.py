@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cgc.runtime.machine import Target
+from cgc.machine.target import Target
 
 
 def tree_depth(systems: int, fanout: int) -> int:

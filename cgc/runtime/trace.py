@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from cgc.runtime.vm import Span
+from cgc.runtime.cluster import Span
 
 
 def chrome_trace(spans: Sequence[Span]) -> dict:

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from cgc.errors import CgcError
+from cgc.machine.artifact import Artifact, weights_to_bytes
+from cgc.machine.files import write_atomically
+from cgc.machine.optimizers import Schedule
 from cgc.runtime import checkpoint
-from cgc.runtime.artifact import Artifact, weights_to_bytes
-from cgc.runtime.files import write_atomically
-from cgc.runtime.optimizers import Schedule
-from cgc.runtime.vm import Cluster, Span
+from cgc.runtime.cluster import Cluster, Span
 
 
 @dataclass

@@ -1,183 +1,77 @@
-"""The bytecode VM: runs a program on K simulated systems, MemoryX and SwarmX.
+"""The bytecode VM: one system running a program's instructions for one chunk of samples.
 
-Each system is a ``Wafer`` (per-PE SRAM in use, the weights resident on it) and an
-``Executor`` that runs the program's instructions for one chunk of samples: every kernel is
-planned (layouts, counted work and traffic) and, unless the run is timing-only, computed on
-the tile arrays. Per layer the executor records the wafer cycles, the bytes streamed in from
-MemoryX and out to SwarmX, and the host I/O.
-
-The ``Cluster`` splits the samples into chunks of the per-system batch, gives chunk ``c`` to
-system ``c mod K``, and turns the layer records into time:
-
-* pipelined: every layer is a pipeline stage on its own rectangle; a layer's inputs from other
-  layers arrive on its rectangle over their routes, and a system's runs flow through the
-  stages as ``cgc.runtime.pipeline`` times them (the slowest stage or link sets the rate);
-* weight streaming: layers run one after another on the wafer; the weights of a layer stream
-  while the previous layer computes (one layer of look-ahead), a layer ends no earlier than
-  its weights have arrived, gradients leave on the egress link as their layer finishes, and a
-  training step ends with SwarmX's last reduction and MemoryX's update.
+The machine floor's timing engine (``cgc.machine.cost.Timing``) accounts for every
+instruction exactly as the compiler's cost queries do: where each tensor is, what each kernel
+costs, what each PE holds. The VM adds the numbers: it keeps every register's value (tiles on
+the wafer, or the logical array of a weight, constant or stream), brings each operand to the
+layout its kernel's plan asks for, and runs the kernel's arithmetic
+(``cgc.runtime.kernels``). Without numbers a run is the timing engine alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from math import prod
 
 import numpy as np
 
-from cgc import dtypes
-from cgc.errors import CgcError
-from cgc.runtime import kernels, pipeline
-from cgc.runtime.artifact import Artifact
-from cgc.runtime.bytecode import Instruction, Opcode, Program
-from cgc.runtime.kernels import RESIDENT, STREAM, WAFER, Operand
-from cgc.runtime.layout import DistTensor, Layout, Rect, Traffic, edge_traffic
-from cgc.runtime.machine import Target
+from cgc.machine.bytecode import Instruction, Opcode, Program
+from cgc.machine.cost import Held, LayerRecord, OnWafer, Resident, Sram, Streamed, Timing
+from cgc.machine.layout import Layout
+from cgc.machine.plans import Plan
+from cgc.machine.target import Target
+from cgc.runtime import kernels
 from cgc.runtime.memoryx import MemoryX
-from cgc.runtime.swarmx import SwarmX
-
-
-class SimulationError(RuntimeError):
-    """The program broke a rule of the machine (an internal error: the compiler should have
-    prevented it)."""
+from cgc.runtime.tiles import DistTensor
 
 
 @dataclass
-class Resident:
-    """A weight or constant kept on the wafer; a kernel lays it out where it wants it."""
+class System:
+    """One system of a cluster: its SRAM, and the numbers of the weights and constants
+    pinned in it (they stay from one run of the program to the next)."""
 
-    key: str
-    shape: tuple[int, ...]
-    dtype: str
-    value: np.ndarray | None
-
-
-@dataclass
-class Streamed:
-    """A weight arriving from MemoryX through the wafer's edge."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    value: np.ndarray | None
+    sram: Sram
+    pinned: dict[tuple[str, Layout], DistTensor] = field(default_factory=dict)
 
 
-@dataclass
-class Placed:
-    """A tensor on the wafer in a timing-only run: a layout and no numbers."""
-
-    layout: Layout
-
-
-Value = DistTensor | Placed | Resident | Streamed
-
-
-@dataclass
-class LayerRecord:
-    """What one layer did on one system for one chunk."""
-
-    name: str
-    cycles: float = 0.0
-    flops: float = 0.0
-    fmacs: float = 0.0
-    wavelet_hops: float = 0.0
-    stream_in_bytes: float = 0.0
-    stream_out_bytes: float = 0.0
-    host_in_bytes: float = 0.0
-    host_out_bytes: float = 0.0
-
-
-class Wafer:
-    """One system's mesh: the SRAM every PE has in use and the weights pinned on it."""
-
-    def __init__(self, target: Target, strict: bool = True, region: Rect | None = None):
-        self.target = target
-        self.strict = strict
-        self.region = region or (0, 0, target.cols, target.rows)
-        """The part of the mesh in use, ``(x, y, w, h)``: all of it unless a timing run of one
-        layer needs only its rectangle."""
-        self.sram = np.zeros((self.region[3], self.region[2]), dtype=np.int64)
-        self.peak = 0
-        """Most bytes any PE has held."""
-        self.total = 0
-        self.peak_total = 0
-        """Most bytes the whole mesh has held."""
-        self.pinned: dict[tuple[str, Layout], DistTensor | Placed] = {}
-
-    def _pes(self, layout: Layout) -> np.ndarray:
-        """The SRAM counters of ``layout``'s PEs."""
-        row, col = layout.row0 - self.region[1], layout.col0 - self.region[0]
-        assert 0 <= row <= row + layout.h <= self.sram.shape[0], (layout, self.region)
-        assert 0 <= col <= col + layout.w <= self.sram.shape[1], (layout, self.region)
-        return self.sram[row : row + layout.h, col : col + layout.w]
-
-    def allocate(self, layout: Layout) -> None:
-        """Charges ``layout``'s tiles to its PEs."""
-        region = self._pes(layout)
-        region += layout.tile_bytes
-        self.total += layout.tile_bytes * layout.pes
-        self.peak_total = max(self.peak_total, self.total)
-        self._check(layout, int(region.max()))
-
-    def release(self, layout: Layout) -> None:
-        """Returns ``layout``'s tiles to the free SRAM."""
-        self._pes(layout)[...] -= layout.tile_bytes
-        self.total -= layout.tile_bytes * layout.pes
-
-    def transient(self, layout: Layout, nbytes: int) -> None:
-        """Checks that ``layout``'s PEs have room for ``nbytes`` of scratch right now."""
-        self._check(layout, int(self._pes(layout).max()) + nbytes)
-
-    def _check(self, layout: Layout, used: int) -> None:
-        self.peak = max(self.peak, used)
-        if self.strict and used > self.target.sram_bytes_per_pe:
-            raise SimulationError(
-                f"PE SRAM overflow: {used} bytes needed on the grid at row {layout.row0}, "
-                f"column {layout.col0}; {self.target.sram_bytes_per_pe} available"
-            )
+Value = DistTensor | np.ndarray
 
 
 class Executor:
-    """Runs the program once on one system for one chunk of samples."""
+    """Runs the program once on one system for one chunk of samples; with ``memoryx`` None
+    the run has no numbers (timing only)."""
 
     def __init__(
         self,
         program: Program,
         target: Target,
-        wafer: Wafer,
+        system: System,
         memoryx: MemoryX | None,
-        numerics: bool = True,
-        traffic: bool = True,
         deliver: bool = False,
     ):
         self.program = program
-        self.target = target
-        self.wafer = wafer
+        self.system = system
         self.memoryx = memoryx
-        self.numerics = numerics
-        self.traffic = traffic
-        """Whether kernel plans count all data movement (see ``kernels.Kernel.plan``)."""
-        self.deliver = deliver
-        """Pipelined mode: a layer's inputs from other layers arrive on its rectangle, in
-        their default layout there, over routes whose cost the pipeline's timing counts."""
-        self.arrived: dict[int, DistTensor | Placed] = {}
+        self.timing = Timing(program, target, system.sram, deliver)
+        self.values: list[Value | None] = [None] * len(program.registers)
+        self.arrived: dict[int, DistTensor] = {}
         """The current layer's copies of its inputs (when delivering)."""
-        self.registers: list[Value | None] = [None] * len(program.registers)
-        self.records: list[LayerRecord] = []
         self.outputs: dict[int, np.ndarray | None] = {}
         self.gradients: list[tuple[str, list[int] | None, np.ndarray | None]] = []
-        self.optimizer: tuple[str, dict] | None = None
-        self.rect = (0, 0, target.cols, target.rows)
-        self.inputs: Sequence[np.ndarray | None] = ()
+        self.optimizer: tuple[str, dict[str, float]] | None = None
+        self.inputs: Sequence[np.ndarray] = ()
 
     @property
-    def record(self) -> LayerRecord:
-        """The record of the layer running now."""
-        if not self.records:
-            self.records.append(LayerRecord("<program>"))
-        return self.records[-1]
+    def numerics(self) -> bool:
+        """Whether the run computes numbers."""
+        return self.memoryx is not None
 
-    def run(self, inputs: Sequence[np.ndarray | None]) -> None:
+    @property
+    def records(self) -> list[LayerRecord]:
+        """What every layer did."""
+        return self.timing.records
+
+    def run(self, inputs: Sequence[np.ndarray]) -> None:
         """Executes every instruction."""
         self.inputs = inputs
         with np.errstate(all="ignore"):
@@ -186,517 +80,96 @@ class Executor:
 
     def step(self, ins: Instruction) -> None:
         """Executes one instruction."""
-        try:
-            if ins.is_kernel:
-                self._kernel(ins)
-            else:
-                self._HANDLERS[Opcode(ins.opcode)](self, ins)
-        except SimulationError as e:
-            node = f" (node {ins.location})" if ins.location else ""
-            raise SimulationError(f"layer '{self.record.name}', {ins.name}{node}: {e}") from None
+        result = self.timing.step(ins)
+        if ins.opcode == Opcode.OPTIMIZER_STEP:
+            self.optimizer = (ins.attrs["optimizer"], ins.attrs["config"])
+        if not self.numerics:
+            self._record_without_numbers(ins)
+        elif ins.is_kernel:
+            assert isinstance(result, Plan)
+            self._kernel(ins, result)
+        else:
+            self._data(ins, result)
 
-    def enter_layer(self, index: int, rect: Rect) -> None:
-        """Starts layer ``index`` on ``rect``. When delivering, each input from another layer
-        arrives in its default layout on ``rect`` (a tensor with no numbers if the register
-        is empty: a layer timed alone)."""
-        for copy in self.arrived.values():
-            self.wafer.release(copy.layout)
+    def _record_without_numbers(self, ins: Instruction) -> None:
+        if ins.opcode == Opcode.OUTPUT:
+            self.outputs[ins.attrs["index"]] = None
+        elif ins.opcode == Opcode.STREAM_GRADIENT:
+            self.gradients.append((ins.attrs["name"], ins.attrs.get("perm"), None))
+
+    def _data(self, ins: Instruction, layout: Plan | Layout | None) -> None:
+        """The numbers of an instruction that moves data rather than computing."""
+        opcode = Opcode(ins.opcode)
+        if opcode == Opcode.LAYER:
+            self._arrive()
+        elif opcode == Opcode.INPUT:
+            assert isinstance(layout, Layout)
+            array = self.inputs[ins.attrs["index"]]
+            self.values[ins.results[0]] = DistTensor.scatter(array, layout)
+        elif opcode == Opcode.OUTPUT:
+            self.outputs[ins.attrs["index"]] = self._logical(ins.operands[0])
+        elif opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
+            assert self.memoryx is not None
+            shape, _ = self.program.registers[ins.results[0]]
+            weight = self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"))
+            self.values[ins.results[0]] = weight
+        elif opcode == Opcode.CONSTANT:
+            shape, dtype = self.program.registers[ins.results[0]]
+            value = np.asarray(ins.attrs["value"], dtype=dtype).reshape(shape)
+            self.values[ins.results[0]] = value
+        elif opcode == Opcode.STREAM_GRADIENT:
+            gradient = self._logical(ins.operands[0])
+            self.gradients.append((ins.attrs["name"], ins.attrs.get("perm"), gradient))
+        elif opcode == Opcode.FREE:
+            for register in ins.operands:
+                self.arrived.pop(register, None)
+                self.values[register] = None
+
+    def _arrive(self) -> None:
+        """The current layer's copies of its inputs from other layers, in the layouts the
+        timing engine delivered them in."""
         self.arrived = {}
-        self.rect = rect
-        self.records.append(LayerRecord(self.program.layers[index].name))
-        if not self.deliver:
-            return
-        for register in self.program.layer_inputs[index]:
-            value = self.registers[register]
-            if not isinstance(value, DistTensor | Placed | None):
-                continue
-            shape, dtype = self._spec(register)
-            want = Layout.on(shape, dtype, rect)
-            self.arrived[register] = Placed(want) if value is None else self._relaid(value, want)
-            self.wafer.allocate(want)
+        for register, layout in self.timing.arrived.items():
+            value = self.values[register]
+            if isinstance(value, DistTensor):
+                self.arrived[register] = _relaid(value, layout)
 
     def _value(self, register: int) -> Value | None:
         """What ``register`` holds on the current layer's rectangle."""
-        return self.arrived.get(register, self.registers[register])
+        return self.arrived.get(register, self.values[register])
 
-    def _spec(self, register: int) -> tuple[tuple[int, ...], str]:
-        return self.program.registers[register]
+    def _logical(self, register: int) -> np.ndarray:
+        value = self._value(register)
+        if isinstance(value, DistTensor):
+            return value.gather()
+        assert value is not None, "register is empty"
+        return value
 
-    def _store(self, register: int, value: Value) -> None:
-        self.registers[register] = value
-        if isinstance(value, DistTensor | Placed):
-            self.wafer.allocate(value.layout)
-
-    def _traffic(self, traffic: Traffic) -> None:
-        self.record.cycles += traffic.cycles
-        self.record.wavelet_hops += traffic.wavelet_hops
-
-    def _layer(self, ins: Instruction) -> None:
-        index = ins.attrs["layer"]
-        self.enter_layer(index, self.program.layers[index].rect)
-
-    def _input(self, ins: Instruction) -> None:
-        shape, dtype = self._spec(ins.results[0])
-        layout = Layout.on(shape, dtype, self.rect)
-        self._traffic(edge_traffic(layout, inbound=True))
-        self.record.host_in_bytes += prod(shape) * layout.itemsize
-        array = self.inputs[ins.attrs["index"]] if self.numerics else None
-        self._store(ins.results[0], self._placed(array, layout))
-
-    def _placed(self, array: np.ndarray | None, layout: Layout) -> DistTensor | Placed:
-        return DistTensor.scatter(array, layout) if self.numerics else Placed(layout)
-
-    def _output(self, ins: Instruction) -> None:
-        value = self._value(ins.operands[0])
-        if not isinstance(value, DistTensor | Placed):  # a weight or constant output as it is
-            shape, dtype = self._spec(ins.operands[0])
-            value = self._prepare(value, Layout.on(shape, dtype, self.rect))
-        self._traffic(edge_traffic(value.layout, inbound=False))
-        self.record.host_out_bytes += value.layout.size * value.layout.itemsize
-        self.outputs[ins.attrs["index"]] = value.gather() if self.numerics else None
-
-    def _weight(self, ins: Instruction) -> None:
-        shape, dtype = self._spec(ins.results[0])
-        name = ins.attrs["name"]
-        perm = ins.attrs.get("perm")
-        value = self.memoryx.stream(name, shape, perm) if self.numerics else None
-        key = f"{name}:{perm}" if perm else name
-        self.registers[ins.results[0]] = Resident(key, shape, dtype, value)
-
-    def _constant(self, ins: Instruction) -> None:
-        shape, dtype = self._spec(ins.results[0])
-        value = np.asarray(ins.attrs["value"], dtype=dtype).reshape(shape)
-        key = f"const:{ins.results[0]}"
-        self.registers[ins.results[0]] = Resident(key, shape, dtype, value)
-
-    def _stream_weight(self, ins: Instruction) -> None:
-        shape, dtype = self._spec(ins.results[0])
-        value = (
-            self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"))
-            if self.numerics
-            else None
-        )
-        self.record.stream_in_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
-        self.registers[ins.results[0]] = Streamed(shape, dtype, value)
-
-    def _stream_gradient(self, ins: Instruction) -> None:
-        value = self._value(ins.operands[0])
-        if not isinstance(value, DistTensor | Placed):  # a weight or constant output as it is
-            shape, dtype = self._spec(ins.operands[0])
-            value = self._prepare(value, Layout.on(shape, dtype, self.rect))
-        self._traffic(edge_traffic(value.layout, inbound=False))
-        self.record.stream_out_bytes += value.layout.size * value.layout.itemsize
-        array = value.gather() if self.numerics else None
-        self.gradients.append((ins.attrs["name"], ins.attrs.get("perm"), array))
-
-    def _optimizer_step(self, ins: Instruction) -> None:
-        self.optimizer = (ins.attrs["optimizer"], ins.attrs["config"])
-
-    def _free(self, ins: Instruction) -> None:
-        for register in ins.operands:
-            for value in (self.arrived.pop(register, None), self.registers[register]):
-                if isinstance(value, DistTensor | Placed):
-                    self.wafer.release(value.layout)
-            self.registers[register] = None
-
-    _HANDLERS = {
-        Opcode.LAYER: _layer,
-        Opcode.INPUT: _input,
-        Opcode.OUTPUT: _output,
-        Opcode.WEIGHT: _weight,
-        Opcode.CONSTANT: _constant,
-        Opcode.STREAM_WEIGHT: _stream_weight,
-        Opcode.STREAM_GRADIENT: _stream_gradient,
-        Opcode.OPTIMIZER_STEP: _optimizer_step,
-        Opcode.FREE: _free,
-    }
-
-    def _kernel(self, ins: Instruction) -> None:
-        values = [self._value(r) for r in ins.operands]
-        operands = [_describe(v) for v in values]
-        results = [self._spec(r) for r in ins.results]
-        plan = kernels.plan(
-            ins.name, self.target, self.rect, operands, ins.attrs, results, self.traffic
-        )
-        cost = plan.cost
-        record = self.record
-        record.cycles += cost.cycles
-        record.flops += cost.flops
-        record.fmacs += cost.fmacs
-        record.wavelet_hops += cost.traffic.wavelet_hops
-        prepared = [self._prepare(v, want) for v, want in zip(values, plan.inputs, strict=True)]
-        self.wafer.transient(plan.outputs[0], cost.scratch_bytes)
-        if self.numerics:
-            outs: Sequence[Value] = kernels.KERNELS[ins.name].run(plan, prepared, ins.attrs)
-        else:
-            outs = [Placed(layout) for layout in plan.outputs]
+    def _kernel(self, ins: Instruction, plan: Plan) -> None:
+        prepared = [
+            self._prepare(self._value(r), self.timing.now(r), want)
+            for r, want in zip(ins.operands, plan.inputs, strict=True)
+        ]
+        outs = kernels.run(ins.name, plan, prepared, ins.attrs)
         for register, out in zip(ins.results, outs, strict=True):
-            self._store(register, out)
+            self.values[register] = out
 
-    def _prepare(self, value: Value | None, want: Layout | None):
+    def _prepare(self, value: Value | None, held: Held | None, want: Layout | None) -> Value:
         """Brings an operand to the layout its kernel asked for (the plan counted the cost)."""
-        if isinstance(value, Streamed):
-            if want is None:
-                return value.value
-            return self._placed(value.value, want)
-        if isinstance(value, Resident):
-            assert want is not None
-            key = (value.key, want)
-            if key not in self.wafer.pinned:
-                self.wafer.pinned[key] = self._placed(value.value, want)
-                self.wafer.allocate(want)
-            return self.wafer.pinned[key]
-        assert isinstance(value, DistTensor | Placed) and want is not None
-        if value.layout == want:
+        if want is None:
+            assert isinstance(held, Streamed) and isinstance(value, np.ndarray)
             return value
-        return self._relaid(value, want)
-
-    @staticmethod
-    def _relaid(value: DistTensor | Placed, want: Layout) -> DistTensor | Placed:
-        if isinstance(value, Placed):
-            return Placed(want)
-        return DistTensor.scatter(value.gather(), want)
-
-
-def _describe(value: Value | None) -> Operand:
-    if isinstance(value, Resident):
-        return Operand(value.shape, value.dtype, RESIDENT)
-    if isinstance(value, Streamed):
-        return Operand(value.shape, value.dtype, STREAM)
-    assert isinstance(value, DistTensor | Placed), "operand register is empty"
-    lay = value.layout
-    return Operand(lay.shape, lay.dtype, WAFER, lay)
+        if isinstance(held, Resident):
+            assert isinstance(value, np.ndarray)
+            key = (held.key, want)
+            if key not in self.system.pinned:
+                self.system.pinned[key] = DistTensor.scatter(value, want)
+            return self.system.pinned[key]
+        if isinstance(value, np.ndarray):  # a stream laid out on the wafer
+            return DistTensor.scatter(value, want)
+        assert isinstance(value, DistTensor) and isinstance(held, OnWafer)
+        return value if value.layout == want else _relaid(value, want)
 
 
-@dataclass(frozen=True)
-class Span:
-    """One interval on a timeline track, in seconds."""
-
-    track: str
-    name: str
-    start: float
-    end: float
-
-
-@dataclass
-class RunStats:
-    """What a run or a training step cost on the simulated cluster."""
-
-    mode: str
-    target: str
-    num_csx: int
-    batch_size: int
-    per_system_batch: int
-    simulated_seconds: float
-    clock_hz: float
-    pe_utilization: float
-    peak_pe_sram_bytes: int
-    layers: list[dict] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    wavelet_hops: float = 0.0
-    pipeline: dict | None = None
-    """Pipelined mode: the pipeline's rate, fill and drain, stages and routes."""
-
-    @property
-    def simulated_cycles(self) -> int:
-        """The run's length in cycles of the wafer clock."""
-        return round(self.simulated_seconds * self.clock_hz)
-
-    @property
-    def samples_per_second(self) -> float:
-        """Samples processed per simulated second."""
-        return self.batch_size / self.simulated_seconds if self.simulated_seconds else 0.0
-
-    def to_json(self) -> dict:
-        """The ``--stats-json`` object."""
-        return {
-            "mode": self.mode,
-            "target": self.target,
-            "num_csx": self.num_csx,
-            "batch_size": self.batch_size,
-            "per_system_batch": self.per_system_batch,
-            "simulated_cycles": self.simulated_cycles,
-            "simulated_seconds": self.simulated_seconds,
-            "samples_per_second": self.samples_per_second,
-            "pe_utilization": self.pe_utilization,
-            "peak_pe_sram_bytes": self.peak_pe_sram_bytes,
-            "wavelet_hops": self.wavelet_hops,
-            "layers": self.layers,
-            **({"pipeline": self.pipeline} if self.pipeline is not None else {}),
-        }
-
-
-class Cluster:
-    """K systems, MemoryX and SwarmX running one artifact."""
-
-    def __init__(self, artifact: Artifact, num_csx: int | None = None, numerics: bool = True):
-        manifest = artifact.manifest
-        self.artifact = artifact
-        self.manifest = manifest
-        self.program = artifact.program
-        self.target = Target.from_json(manifest["target"])
-        self.mode = manifest["mode"]
-        self.num_csx = manifest["num_csx"] if num_csx is None else num_csx
-        if self.num_csx < 1:
-            raise CgcError(f"--num-csx must be at least 1, got {self.num_csx}")
-        self.numerics = numerics
-        self.memoryx = MemoryX(artifact.weights, self.target)
-        self.swarmx = SwarmX(self.num_csx, self.target)
-        self.grad_norm: float | None = None
-        """The global norm of the last training step's summed gradients, before clipping."""
-        self.wafers = [Wafer(self.target) for _ in range(self.num_csx)]
-        # a model without a batch axis runs its fixed shapes as one sample per system
-        self.batch = manifest["per_system_batch"] or 1
-
-    def _chunks(self, inputs: Mapping[str, np.ndarray]) -> list[list[np.ndarray]]:
-        """Splits the inputs into per-system chunks of the compiled batch."""
-        specs = self.manifest["inputs"]
-        missing = [s["name"] for s in specs if s["name"] not in inputs]
-        if missing:
-            raise CgcError(
-                f"missing inputs {missing}; the model takes {[s['name'] for s in specs]}"
-            )
-        arrays = []
-        samples = None
-        for spec in specs:
-            array = np.asarray(inputs[spec["name"]])
-            want = tuple(spec["shape"])
-            if dtypes.dtype(spec["dtype"]) != array.dtype:
-                if not np.can_cast(array.dtype, spec["dtype"], casting="same_kind"):
-                    raise CgcError(
-                        f"input '{spec['name']}' has dtype {array.dtype}; the model takes "
-                        f"{spec['dtype']}"
-                    )
-                array = array.astype(spec["dtype"])
-            batched = spec["batch_axis"] == 0
-            if batched:
-                if array.shape[1:] != want[1:] or array.ndim != len(want):
-                    raise CgcError(
-                        f"input '{spec['name']}' has shape {array.shape}; the model takes "
-                        f"(samples, {', '.join(map(str, want[1:]))})"
-                    )
-                if samples is not None and array.shape[0] != samples:
-                    raise CgcError("batched inputs have different numbers of samples")
-                samples = array.shape[0]
-            elif array.shape != want:
-                raise CgcError(
-                    f"input '{spec['name']}' has shape {array.shape}; the model takes {want}"
-                )
-            arrays.append((array, batched))
-        if samples is None:
-            return [[a for a, _ in arrays]]
-        if samples == 0 or samples % self.batch:
-            raise CgcError(
-                f"{samples} samples is not a multiple of the compiled per-system batch "
-                f"{self.batch}; compile with --batch-size to match"
-            )
-        return [
-            [a[c * self.batch : (c + 1) * self.batch] if b else a for a, b in arrays]
-            for c in range(samples // self.batch)
-        ]
-
-    def _execute(self, system: int, chunk: Sequence[np.ndarray | None]) -> Executor:
-        executor = Executor(
-            self.program,
-            self.target,
-            self.wafers[system],
-            self.memoryx,
-            self.numerics,
-            deliver=self.mode == "pipelined",
-        )
-        executor.run(chunk)
-        return executor
-
-    def infer(self, inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RunStats]:
-        """Runs the samples in ``inputs`` and returns the outputs and the run's statistics."""
-        chunks = self._chunks(inputs)
-        runs = [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
-        per_system = [runs[k :: self.num_csx] for k in range(self.num_csx)]
-        outputs = self._gather_outputs(runs) if self.numerics else {}
-        return outputs, self._stats(per_system, len(chunks) * self.batch, training=False)
-
-    def loss(self, batch: Mapping[str, np.ndarray], loss_scale: float) -> float:
-        """The loss (first output) of the global batch in ``batch``, forward only: each
-        system's share scaled by ``loss_scale`` as in a training step."""
-        runs = [
-            self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(self._chunks(batch))
-        ]
-        return sum(float(run.outputs[0]) for run in runs) * loss_scale
-
-    def _gather_outputs(self, runs: Sequence[Executor]) -> dict[str, np.ndarray]:
-        outputs = {}
-        for index, spec in enumerate(self.manifest["outputs"]):
-            parts = [run.outputs[index] for run in runs]
-            if spec["batch_axis"] == 0:
-                outputs[spec["name"]] = np.concatenate(parts, axis=0)
-            elif len(parts) == 1:
-                outputs[spec["name"]] = parts[0]
-            else:
-                raise CgcError(
-                    f"output '{spec['name']}' has no batch axis; run exactly {self.batch} samples"
-                )
-        return outputs
-
-    def train_step(
-        self,
-        batch: Mapping[str, np.ndarray],
-        lr_factor: float = 1.0,
-        max_grad_norm: float | None = None,
-    ) -> tuple[float, RunStats]:
-        """One training step on the global batch in ``batch``, the learning rate scaled by
-        ``lr_factor`` and the gradients clipped to a global norm of ``max_grad_norm``; returns
-        the loss (``grad_norm`` keeps the gradients' norm before clipping)."""
-        chunks = self._chunks(batch)
-        if len(chunks) != self.num_csx:
-            raise CgcError(
-                f"a training step takes {self.num_csx * self.batch} samples "
-                f"({self.num_csx} systems x {self.batch}); got {len(chunks) * self.batch}"
-            )
-        runs = [self._execute(k, chunk) for k, chunk in enumerate(chunks)]
-        if self.numerics:
-            self._reduce_gradients(runs)
-            if runs[0].optimizer is not None:
-                self.grad_norm = self.memoryx.apply(
-                    *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
-                )
-        stats = self._stats([[r] for r in runs], len(chunks) * self.batch, training=True)
-        # Each system's loss covers its slice; the seed of its backward pass was loss_scale
-        # (1/K for a mean over the batch, 1 for a sum), and so is its share of the loss.
-        losses = [float(r.outputs[0]) for r in runs] if self.numerics else [0.0]
-        return sum(losses) * self.manifest["training"]["loss_scale"], stats
-
-    def _reduce_gradients(self, runs: Sequence[Executor]) -> None:
-        for position, (name, perm, _) in enumerate(runs[0].gradients):
-            summed = self.swarmx.reduce([run.gradients[position][2] for run in runs])
-            self.memoryx.receive(name, summed, perm)
-
-    def _stats(self, per_system: Sequence[Sequence[Executor]], samples: int, training: bool):
-        timelines = [self._timeline(k, runs, training) for k, runs in enumerate(per_system)]
-        seconds = max(end for end, _ in timelines)
-        # MemoryX and SwarmX serve every system at once: their spans, the same in each
-        # system's timeline, appear once
-        spans = list(dict.fromkeys(s for _, system_spans in timelines for s in system_spans))
-        records = [r for runs in per_system for run in runs for r in run.records]
-        figures = None
-        if self.mode == "pipelined" and per_system[0]:
-            figures = self._pipeline_figures(per_system[0])
-        fmacs = sum(r.fmacs for r in records)
-        peak_rate = self.target.pes * self.target.fmacs_32bit * self.target.clock_hz
-        utilization = fmacs / (peak_rate * seconds * self.num_csx) if seconds else 0.0
-        return RunStats(
-            mode=self.mode,
-            target=self.target.name,
-            num_csx=self.num_csx,
-            batch_size=samples,
-            per_system_batch=self.batch,
-            simulated_seconds=seconds,
-            clock_hz=self.target.clock_hz,
-            pe_utilization=utilization,
-            peak_pe_sram_bytes=max(w.peak for w in self.wafers),
-            layers=self._layer_summary(per_system),
-            spans=spans,
-            wavelet_hops=sum(r.wavelet_hops for r in records),
-            pipeline=figures,
-        )
-
-    def _pipeline_figures(self, runs: Sequence[Executor]) -> dict:
-        """System 0's pipeline: rate, fill and drain, every stage and route."""
-        timeline = self._pipeline(runs)
-        period = timeline.period_seconds
-        return {
-            "samples": len(runs) * self.batch,
-            "period_seconds": period,
-            "steady_samples_per_second": 1 / period if period else 0.0,
-            "fill_seconds": timeline.fill_seconds,
-            "drain_seconds": timeline.drain_seconds,
-            "stages": pipeline.stage_figures(timeline, self.target, self.batch),
-            "routes": pipeline.route_figures(timeline, self.target, self.batch),
-        }
-
-    def _layer_summary(self, per_system: Sequence[Sequence[Executor]]) -> list[dict]:
-        first = next((runs[0] for runs in per_system if runs), None)
-        if first is None:
-            return []
-        return [
-            {
-                "name": r.name,
-                "cycles": r.cycles,
-                "flops": r.flops,
-                "stream_in_bytes": r.stream_in_bytes,
-                "stream_out_bytes": r.stream_out_bytes,
-            }
-            for r in first.records
-        ]
-
-    def _timeline(self, system: int, runs: Sequence[Executor], training: bool):
-        track = f"system {system}"
-        if self.mode == "pipelined":
-            timeline = self._pipeline(runs)
-            spans = [
-                Span(f"{track}: {stage.name}", f"sample {sample}", float(begin), float(end))
-                for stage, starts, ends in zip(
-                    timeline.stages, timeline.start, timeline.finish, strict=True
-                )
-                for sample, (begin, end) in enumerate(zip(starts, ends, strict=True))
-            ]
-            return timeline.seconds, spans
-        clock = 0.0
-        spans: list[Span] = []
-        for run in runs:
-            clock = self._streaming_chunk(run, clock, track, spans)
-        if training and runs:
-            names = {name for name, _, _ in runs[0].gradients}
-            update = self.memoryx.update_seconds(sum(self.memoryx.weights[n].size for n in names))
-            spans.append(Span("MemoryX", "optimizer update", clock, clock + update))
-            clock += update
-        return clock, spans
-
-    def _pipeline(self, runs: Sequence[Executor]) -> pipeline.Timeline:
-        """One system's samples through the placed stages."""
-        if not runs or not self.program.layers:
-            return pipeline.simulate([], self.target, 0, self.batch)
-        stages = [
-            pipeline.Stage(
-                record.name,
-                record.cycles,
-                record.host_in_bytes + record.host_out_bytes,
-                layer.routes,
-            )
-            for record, layer in zip(runs[0].records, self.program.layers, strict=True)
-        ]
-        return pipeline.simulate(stages, self.target, len(runs) * self.batch, self.batch)
-
-    def _streaming_chunk(self, run: Executor, start: float, track: str, spans: list[Span]):
-        """Places one chunk's layers on the weight-streaming timeline; returns its end.
-
-        The ingress link carries one layer's weights after another, each starting once the
-        layer before it has started (one layer of look-ahead buffer); a stream arrives the
-        tree's latency after it leaves. Gradients share the egress link the same way.
-        """
-        seconds, swarmx = self.target.seconds, self.swarmx
-        previous_start = layer_end = link_free = egress_free = egress_end = start
-        for record in run.records:
-            arrive = layer_end
-            if record.stream_in_bytes:
-                send = max(link_free, previous_start)
-                link_free = send + swarmx.link_seconds(record.stream_in_bytes)
-                arrive = link_free + swarmx.latency_seconds
-                spans.append(Span("MemoryX -> SwarmX", f"{record.name} weights", send, arrive))
-            begin = layer_end + record.host_in_bytes / self.target.io_bytes_per_s
-            layer_end = max(begin + seconds(record.cycles), arrive)
-            layer_end += record.host_out_bytes / self.target.io_bytes_per_s
-            spans.append(Span(track, record.name, begin, layer_end))
-            previous_start = begin
-            if record.stream_out_bytes:
-                send = max(egress_free, layer_end)
-                egress_free = send + swarmx.link_seconds(record.stream_out_bytes)
-                egress_end = egress_free + swarmx.latency_seconds
-                spans.append(
-                    Span("SwarmX -> MemoryX", f"{record.name} gradients", send, egress_end)
-                )
-        return max(layer_end, egress_end)
-
-
-def run(artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None):
-    """Runs an artifact on the simulator; returns ``(outputs, stats)``."""
-    return Cluster(artifact, num_csx).infer(inputs)
+def _relaid(value: DistTensor, want: Layout) -> DistTensor:
+    return DistTensor.scatter(value.gather(), want)

@@ -16,9 +16,9 @@ from math import prod
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, bad_attr, shape_of
+from cgc.machine import dtypes
 
 # ---------------------------------------------------------------------------------------------
 # Element types

@@ -15,7 +15,6 @@ from math import ceil, prod
 import numpy as np
 from onnx import numpy_helper
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import dtype_of, static_ints, static_scalar
 from cgc.frontends.onnx.importer import (
@@ -29,6 +28,7 @@ from cgc.frontends.onnx.importer import (
     register,
     shape_of,
 )
+from cgc.machine import dtypes
 
 
 def known(im: Importer, node: Node, array: np.ndarray) -> Lazy:

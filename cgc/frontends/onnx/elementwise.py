@@ -23,7 +23,6 @@ import numpy as np
 from onnx import TensorProto
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import affine, cast, clamp, dtype_of, less, reshape
 from cgc.frontends.onnx.importer import (
@@ -38,6 +37,7 @@ from cgc.frontends.onnx.importer import (
     register,
     shape_of,
 )
+from cgc.machine import dtypes
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

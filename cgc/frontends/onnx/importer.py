@@ -43,11 +43,10 @@ from xdsl.rewriter import InsertPoint
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.errors import CgcError, NeedsInputValuesError
-from cgc.runtime import reference
-from cgc.runtime.bytecode import PRIMITIVES
+from cgc.machine import dtypes, reference
+from cgc.machine.bytecode import PRIMITIVES
 
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()

@@ -17,7 +17,6 @@ from math import prod
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import along, as_scalar, cast, dtype_of, slice_axes, static_scalar
 from cgc.frontends.onnx.importer import (
@@ -29,6 +28,7 @@ from cgc.frontends.onnx.importer import (
     register,
     shape_of,
 )
+from cgc.machine import dtypes
 
 BOOL = wse.element_of_numpy("bool")
 

@@ -13,10 +13,10 @@ from math import prod
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import broadcast, dtype_of, require_float, reshape, transpose
 from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.machine import dtypes
 
 
 def scale_by(im: Importer, x: SSAValue, factor: float) -> SSAValue:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import add_channel_bias, broadcast, cast, clamp, dtype_of, reshape
 from cgc.frontends.onnx.conv import conv_kernel, convolution
@@ -29,6 +28,7 @@ from cgc.frontends.onnx.importer import (
     shape_of,
 )
 from cgc.frontends.onnx.linear import matmul
+from cgc.machine import dtypes
 
 INTEGER_RANGES = {
     "uint8": (0, 255),

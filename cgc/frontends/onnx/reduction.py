@@ -18,11 +18,10 @@ from math import prod
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, register, shape_of
-from cgc.runtime import reference
+from cgc.machine import dtypes, reference
 
 AXES_AS_INPUT = {"ReduceSum": 13}
 """The opset from which a reduction takes its axes as an input (18 for the others)."""

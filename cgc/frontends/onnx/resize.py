@@ -18,7 +18,6 @@ import ml_dtypes
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import (
     cast,
@@ -30,6 +29,7 @@ from cgc.frontends.onnx.builders import (
     working_dtype,
 )
 from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.machine import dtypes
 
 TRANSFORMS = (
     "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",

@@ -18,7 +18,6 @@ from math import prod
 import numpy as np
 from xdsl.ir import SSAValue
 
-from cgc import dtypes
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import cast, dtype_of, require_float, reshape, transpose
 from cgc.frontends.onnx.importer import (
@@ -30,6 +29,7 @@ from cgc.frontends.onnx.importer import (
     register,
     shape_of,
 )
+from cgc.machine import dtypes
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

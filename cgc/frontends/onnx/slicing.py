@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cgc import shapes
-from cgc.dialects import wse
+from cgc.dialects import shapes, wse
 from cgc.frontends.onnx.builders import (
     dtype_of,
     int_list,

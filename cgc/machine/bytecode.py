@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
 from math import prod
+from typing import Any
 
-from cgc import dtypes
+from cgc.machine import dtypes
 
 MAGIC = b"CGBC"
 VERSION = 2
@@ -84,7 +85,11 @@ def opcode_name(opcode: int) -> str:
     return Opcode(opcode).name.lower()
 
 
-def canonical_json(value) -> str:
+NAMING_ATTRS = frozenset({"name", "layer", "index"})
+"""Attributes of the non-kernel instructions that name things and do not change the cost."""
+
+
+def canonical_json(value: Any) -> str:
     """One JSON text per value: keys sorted, no spaces."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -166,25 +171,48 @@ class Program:
         return [range(a, b) for a, b in zip(starts, ends, strict=True)]
 
     @cached_property
-    def layer_inputs(self) -> list[dict[int, int]]:
-        """Per layer, the registers it reads that an earlier layer defined, each mapped to
-        that layer: the tensors that flow between layers (in pipelined mode, along routes)."""
+    def layer_inputs(self) -> list[dict[int, int | None]]:
+        """Per layer, the registers it reads that another layer defined, each mapped to that
+        layer: the tensors that flow between layers (in pipelined mode, along routes). A
+        register that nothing in the program defines (the program is one layer's work, see
+        ``cgc.machine.cost``) maps to None: it arrives from outside."""
         owner: dict[int, int] = {}
-        inputs: list[dict[int, int]] = []
+        inputs: list[dict[int, int | None]] = []
         for index, span in enumerate(self.layer_spans):
-            reads: dict[int, int] = {}
+            reads: dict[int, int | None] = {}
             for position in span:
                 ins = self.instructions[position]
                 if ins.opcode == Opcode.FREE:
                     continue
                 for register in ins.operands:
-                    source = owner.get(register, index)
-                    if source != index:
-                        reads.setdefault(register, source)
+                    if owner.get(register) != index:
+                        reads.setdefault(register, owner.get(register))
                 for register in ins.results:
                     owner[register] = index
             inputs.append(dict(sorted(reads.items())))
         return inputs
+
+    @cached_property
+    def layer_signatures(self) -> list[tuple[object, ...]]:
+        """Per layer, what its cost depends on: its instructions with registers renumbered in
+        order of appearance, with their shapes, dtypes and attributes, names left out. Layers
+        of equal signature cost the same on the same rectangle."""
+        return [self._signature(span) for span in self.layer_spans]
+
+    def _signature(self, span: range) -> tuple[object, ...]:
+        numbering: dict[int, int] = {}
+        parts: list[object] = []
+        for position in span[1:]:
+            ins = self.instructions[position]
+            attrs = ins.attrs
+            if not ins.is_kernel:
+                attrs = {k: v for k, v in attrs.items() if k not in NAMING_ATTRS}
+            registers = tuple(
+                (numbering.setdefault(r, len(numbering)), self.registers[r])
+                for r in (*ins.operands, *ins.results)
+            )
+            parts.append((ins.opcode, len(ins.operands), registers, canonical_json(attrs)))
+        return tuple(parts)
 
     def tensor_bytes(self, register: int) -> int:
         """The bytes of the tensor in ``register``."""

@@ -7,7 +7,7 @@ Layout, little-endian::
                    SHA-256 of the payload (32 bytes)
     payloads, in table order
 
-Sections: ``manifest`` (JSON), ``bytecode`` (``cgc.runtime.bytecode``), ``ir`` (the final MLIR
+Sections: ``manifest`` (JSON), ``bytecode`` (``cgc.machine.bytecode``), ``ir`` (the final MLIR
 text) and ``weights`` (safetensors). Reading checks the magic, the version, every offset and
 every checksum before decoding anything, and never executes code from the file.
 """
@@ -26,10 +26,10 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
-from cgc import dtypes
 from cgc.errors import CgcError
-from cgc.runtime.bytecode import Program
-from cgc.runtime.files import write_atomically
+from cgc.machine import dtypes
+from cgc.machine.bytecode import Program
+from cgc.machine.files import write_atomically
 
 MAGIC = b"CGCARTF\0"
 FORMAT_VERSION = 2

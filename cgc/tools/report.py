@@ -6,19 +6,12 @@ per-system batch, stored in the manifest.
 
 from __future__ import annotations
 
+from cgc.machine.artifact import Artifact
+from cgc.machine.bytecode import Route
+from cgc.machine.target import Target
+from cgc.machine.units import human_bytes
 from cgc.runtime import pipeline
-from cgc.runtime.artifact import Artifact
-from cgc.runtime.bytecode import Route
-from cgc.runtime.machine import Target
 from cgc.runtime.swarmx import SwarmX
-
-
-def human_bytes(n: float) -> str:
-    """``n`` bytes in KiB, MiB or GiB."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _batch(artifact: Artifact) -> int:

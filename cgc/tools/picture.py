@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cgc.runtime.artifact import Artifact
-from cgc.runtime.files import write_atomically
-from cgc.runtime.machine import Target
+from cgc.machine.artifact import Artifact
+from cgc.machine.files import write_atomically
+from cgc.machine.target import Target
 from cgc.runtime.pipeline import simulate
-from cgc.runtime.report import pipeline_stages
+from cgc.tools.report import pipeline_stages
 
 LABELS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 """One character per layer in the text map (layers beyond these share ``*``)."""

@@ -6,8 +6,8 @@ keeps the artifact for those shapes, and runs it on the simulator. The backend c
 weight streaming on a small mesh by default, which keeps compiling cheap; ``mode`` and
 ``target`` keyword arguments choose otherwise.
 
-    import cgc.backend
-    outputs = cgc.backend.run_model(model, [x])
+    import cgc.tools.backend
+    outputs = cgc.tools.backend.run_model(model, [x])
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from cgc.errors import NeedsInputValuesError
-from cgc.runtime.artifact import Artifact
-from cgc.runtime.vm import Cluster
+from cgc.machine.artifact import Artifact
+from cgc.runtime.cluster import Cluster
 
 DEFAULT_MODE = "weight_streaming"
 DEFAULT_TARGET = "mesh8x8"

@@ -14,7 +14,7 @@ from math import prod
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from cgc import dtypes
+from cgc.machine import dtypes
 
 # W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
 # (1969): erf on |x| <= 0.46875, erfc on (0.46875, 4] and beyond 4, each a rational function

@@ -1,7 +1,7 @@
 """A numpy interpreter for functions of ``wse`` and ``ws`` ops.
 
 It gives every op its meaning on whole arrays: primitives through
-``cgc.runtime.reference.evaluate`` and composites through their textbook formulas (written
+``cgc.machine.reference.evaluate`` and composites through their textbook formulas (written
 here independently of the ``decompose`` pass, so that tests can check one against the other).
 The compiler uses it to fold constants; tests use it to check frontends and passes without the
 fabric simulator.
@@ -13,21 +13,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
-from cgc import dtypes, shapes
-from cgc.dialects import ws, wse
-from cgc.runtime import reference
-
-
-def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """The array of a dense elements attribute."""
-    dtype = dtypes.dtype(wse.numpy_dtype(wse.element_type(attr.type)))
-    shape = wse.tensor_shape(attr.type)
-    if dtype == np.bool_:
-        return np.array(attr.get_values(), dtype=np.int64).astype(bool).reshape(shape)
-    return np.frombuffer(attr.data.data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+from cgc.dialects import shapes, ws, wse
+from cgc.dialects.ir import dense_to_numpy
+from cgc.machine import dtypes, reference
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
@@ -166,18 +156,3 @@ class Interpreter:
         perm = None if op.perm is None else list(op.perm.get_values())
         mapped = reference.weight_unview(grad, self.weights[name].shape, perm)
         self.gradients[name] = self.gradients.get(name, 0) + mapped
-
-
-def run_module(
-    module: ModuleOp, weights: Mapping[str, np.ndarray], inputs: Sequence[np.ndarray]
-) -> list[np.ndarray]:
-    """Runs the module's ``main`` function."""
-    return Interpreter(weights).run_function(main_function(module), inputs)
-
-
-def main_function(module: ModuleOp) -> func.FuncOp:
-    """The module's entry function, ``@main``."""
-    for op in module.ops:
-        if isinstance(op, func.FuncOp) and op.sym_name.data == "main":
-            return op
-    raise ValueError("module has no func.func @main")

@@ -1,201 +1,24 @@
-"""How a tensor lives on the mesh, and what moving it costs.
-
-Every tensor on the wafer has one layout: viewed as a batch of matrices (the last two axes,
-``R x C``; rank-1 tensors are ``1 x C``, scalars ``1 x 1``), each matrix is split into an
-``h x w`` grid of blocks, block ``(i, j)`` on the PE at row ``row0 + i``, column ``col0 + j``.
-Every PE holds its block of every matrix of the batch. This is the activation layout of the
-Cerebras weight-streaming design: the hidden dimension along the mesh columns, samples (or
-tokens) along the mesh rows.
-
-A ``DistTensor`` holds the per-PE tiles as one numpy array ``[h, w, *batch, rt, ct]`` (zero
-padded), so a kernel step is one numpy operation over all PEs.
+"""What moving data on the mesh costs.
 
 Data movement between layouts is routed dimension-ordered (along the row first, then down the
-column). ``route`` counts, exactly and without a Python loop over PEs or elements, the
+column). ``Routes`` counts, exactly and without a Python loop over PEs or elements, the
 wavelets every link carries, what every PE injects and ejects, and the longest path; the
-cycles of the transfer follow from those counts.
+cycles of a transfer follow from those counts.
+
+A tensor between two layers' rectangles crosses on parallel lanes (``lane_ends``), one per row
+or column the rectangles share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from math import ceil, prod
+from functools import lru_cache
+from math import prod
 
 import numpy as np
 
-from cgc import dtypes
-from cgc.runtime.machine import WAVELET_BYTES
-
-Rect = tuple[int, int, int, int]
-"""``(x, y, w, h)``: column and row of the top-left PE, width in columns, height in rows."""
-
-
-def grid_extent(n: int, available: int) -> int:
-    """PEs to split ``n`` items over, at most ``available``, with no PE left empty."""
-    if n <= 0:
-        return 1
-    per = ceil(n / max(1, min(n, available)))
-    return ceil(n / per)
-
-
-def matrix_dims(shape: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
-    """``(batch, R, C)`` of the matrix view of ``shape``."""
-    if len(shape) >= 2:
-        return tuple(shape[:-2]), shape[-2], shape[-1]
-    if len(shape) == 1:
-        return (), 1, shape[0]
-    return (), 1, 1
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A tensor of ``shape`` and ``dtype`` split over the PE grid at ``(row0, col0)``."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    row0: int
-    col0: int
-    h: int
-    w: int
-
-    @classmethod
-    def on(cls, shape: Sequence[int], dtype: str, rect: Rect) -> Layout:
-        """The default layout of a tensor in a rectangle: as many PEs as useful, top-left."""
-        _, rows, cols = matrix_dims(shape)
-        x, y, width, height = rect
-        return cls(tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width))
-
-    @cached_property
-    def batch(self) -> tuple[int, ...]:
-        """Leading axes that every PE holds whole."""
-        return matrix_dims(self.shape)[0]
-
-    @cached_property
-    def rows(self) -> int:
-        """R: the matrix rows, split over the grid rows."""
-        return matrix_dims(self.shape)[1]
-
-    @cached_property
-    def cols(self) -> int:
-        """C: the matrix columns, split over the grid columns."""
-        return matrix_dims(self.shape)[2]
-
-    @property
-    def rt(self) -> int:
-        """Tile rows per PE."""
-        return ceil(self.rows / self.h)
-
-    @property
-    def ct(self) -> int:
-        """Tile columns per PE."""
-        return ceil(self.cols / self.w)
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return dtypes.dtype(self.dtype).itemsize
-
-    @property
-    def words_per_element(self) -> float:
-        """Wavelets per element: 16-bit values travel two to a wavelet."""
-        return self.itemsize / WAVELET_BYTES
-
-    @property
-    def tile_elements(self) -> int:
-        """Elements each PE of the grid holds (padding included)."""
-        return prod(self.batch) * self.rt * self.ct
-
-    @property
-    def tile_bytes(self) -> int:
-        """SRAM bytes each PE of the grid spends on this tensor."""
-        return self.tile_elements * self.itemsize
-
-    @property
-    def pes(self) -> int:
-        """PEs holding a part of the tensor."""
-        return self.h * self.w
-
-    @property
-    def size(self) -> int:
-        """Logical element count."""
-        return prod(self.shape)
-
-    @property
-    def rect(self) -> Rect:
-        """The grid as a rectangle ``(x, y, w, h)``."""
-        return (self.col0, self.row0, self.w, self.h)
-
-    def tile_shape(self) -> tuple[int, ...]:
-        """Shape of the tile array of a DistTensor in this layout."""
-        return (self.h, self.w, *self.batch, self.rt, self.ct)
-
-    def row_pe(self, i: np.ndarray) -> np.ndarray:
-        """Absolute mesh row of the PE holding matrix row ``i``."""
-        return self.row0 + i // self.rt
-
-    def col_pe(self, j: np.ndarray) -> np.ndarray:
-        """Absolute mesh column of the PE holding matrix column ``j``."""
-        return self.col0 + j // self.ct
-
-    def valid_mask(self) -> np.ndarray:
-        """Boolean mask, broadcastable to the tile array, of the non-padding elements."""
-        r = np.arange(self.h)[:, None] * self.rt + np.arange(self.rt)[None, :] < self.rows
-        c = np.arange(self.w)[:, None] * self.ct + np.arange(self.ct)[None, :] < self.cols
-        nb = len(self.batch)
-        rows = r.reshape(self.h, 1, *([1] * nb), self.rt, 1)
-        cols = c.reshape(1, self.w, *([1] * nb), 1, self.ct)
-        return rows & cols
-
-
-class DistTensor:
-    """A tensor on the mesh: its layout and its tiles ``[h, w, *batch, rt, ct]``."""
-
-    __slots__ = ("layout", "tiles")
-
-    def __init__(self, layout: Layout, tiles: np.ndarray):
-        assert tiles.shape == layout.tile_shape(), (tiles.shape, layout)
-        self.layout = layout
-        self.tiles = tiles
-
-    @classmethod
-    def scatter(cls, array: np.ndarray, layout: Layout) -> DistTensor:
-        """Splits a logical array into tiles (the inverse of ``gather``)."""
-        lay = layout
-        nb = len(lay.batch)
-        matrix = np.asarray(array, dtype=lay.dtype).reshape(*lay.batch, lay.rows, lay.cols)
-        pad = [(0, 0)] * nb + [(0, lay.h * lay.rt - lay.rows), (0, lay.w * lay.ct - lay.cols)]
-        if any(p for _, p in pad):
-            matrix = np.pad(matrix, pad)
-        blocks = matrix.reshape(*lay.batch, lay.h, lay.rt, lay.w, lay.ct)
-        tiles = np.moveaxis(blocks, (nb, nb + 2), (0, 1))
-        return cls(lay, np.ascontiguousarray(tiles))
-
-    def gather(self) -> np.ndarray:
-        """The logical array."""
-        lay = self.layout
-        nb = len(lay.batch)
-        blocks = np.moveaxis(self.tiles, (0, 1), (nb, nb + 2))
-        matrix = blocks.reshape(*lay.batch, lay.h * lay.rt, lay.w * lay.ct)
-        return np.ascontiguousarray(matrix[..., : lay.rows, : lay.cols]).reshape(lay.shape)
-
-    def masked(self, fill: float) -> np.ndarray:
-        """The tiles with every padding element replaced by ``fill``."""
-        lay = self.layout
-        if lay.rows == lay.h * lay.rt and lay.cols == lay.w * lay.ct:
-            return self.tiles
-        return np.where(lay.valid_mask(), self.tiles, _fill_value(fill, self.tiles.dtype))
-
-
-def _fill_value(fill: float, dtype: np.dtype) -> np.ndarray:
-    """``fill`` in ``dtype``; infinities become the extreme values of integer and bool types."""
-    if dtype.kind == "b":
-        return np.asarray(fill > 0)
-    if dtypes.is_integer(dtype):
-        info = np.iinfo(dtype)
-        return np.asarray(min(max(fill, info.min), info.max), dtype=dtype)
-    return np.asarray(fill, dtype=dtype)
+from cgc.machine.layout import Layout, Rect
 
 
 @dataclass(frozen=True)
@@ -496,3 +319,38 @@ def scattered_traffic(src: Layout, dst: Layout, elements: int) -> Traffic:
 def _extent(start_a: int, size_a: int, start_b: int, size_b: int) -> int:
     """How many mesh rows (or columns) two spans cover together, gaps included."""
     return max(start_a + size_a, start_b + size_b) - min(start_a, start_b)
+
+
+def overlap(a: Rect, b: Rect) -> bool:
+    """Whether two rectangles share a PE."""
+    ax, ay, aw, ah = a
+    bx, by, bw, bh = b
+    return ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah
+
+
+def lane_ends(source: Rect, target: Rect) -> tuple[np.ndarray, ...]:
+    """``(src_row, src_col, dst_row, dst_col)`` of every lane from rectangle ``source`` to
+    rectangle ``target`` (disjoint).
+
+    Rectangles that share rows (or columns) get a straight lane across each shared row (or
+    column). Diagonal neighbours get as many lanes as the source has rows and the target has
+    columns: they leave the source's facing column on distinct rows and arrive on the target's
+    nearest row in distinct columns, so that no two lanes share a link (along a row, lanes are
+    on their own rows; down a column, on their own columns).
+    """
+    sx, sy, sw, sh = source
+    tx, ty, tw, th = target
+    if sx + sw <= tx or tx + tw <= sx:  # side by side
+        src_col, dst_col = (sx + sw - 1, tx) if tx >= sx + sw else (sx, tx + tw - 1)
+        shared = np.arange(max(sy, ty), min(sy + sh, ty + th))
+        if len(shared):
+            return shared, np.full_like(shared, src_col), shared, np.full_like(shared, dst_col)
+        lanes = np.arange(min(sh, tw))
+        src_rows = sy + lanes * sh // len(lanes)
+        dst_cols = tx + lanes * tw // len(lanes)
+        dst_row = ty if ty >= sy + sh else ty + th - 1
+        return src_rows, np.full_like(lanes, src_col), np.full_like(lanes, dst_row), dst_cols
+    # one above the other: their columns overlap, as the rectangles are disjoint
+    src_row, dst_row = (sy + sh - 1, ty) if ty >= sy + sh else (sy, ty + th - 1)
+    shared = np.arange(max(sx, tx), min(sx + sw, tx + tw))
+    return np.full_like(shared, src_row), shared, np.full_like(shared, dst_row), shared

@@ -1,0 +1,481 @@
+"""What a program costs on a target, on shapes alone.
+
+``Timing`` steps through a program's instructions as a system of the target runs them, with
+layouts in place of numbers: every kernel's plan (``cgc.machine.plans``) gives its cycles and
+traffic, and a ledger of every PE's SRAM (``Sram``) follows every tensor's lifetime. The
+simulator runs its arithmetic on top of the same engine, so what is asked here is the time and
+memory a run takes.
+
+The questions a compiler asks:
+
+* ``layer_cost(program, index, rect, target)``: layer ``index`` alone on ``rect``, in the
+  steady state of a pipelined run (its inputs from other layers arrive on the rectangle, its
+  weights and constants are pinned from the first batch on): cycles by part (compute, data
+  movement, arrival), FLOPs, the busiest link's load, SRAM per PE, bytes in and out;
+* ``LayerCosts``: the same, remembered by what a cost depends on (the layer's signature and
+  the rectangle), for searches that ask about the same layers again and again;
+* ``program_costs(program, target)``: every layer of a program on its own rectangle.
+
+A program can be a whole lowered module or one layer's work alone: a register the program
+reads but never defines arrives from outside (``Program.layer_inputs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from math import prod
+
+import numpy as np
+
+from cgc.machine import dtypes, plans
+from cgc.machine.bytecode import Instruction, Opcode, Program
+from cgc.machine.layout import Layout, Rect
+from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Plan
+from cgc.machine.target import Target
+from cgc.machine.traffic import Traffic, edge_traffic
+
+
+class SimulationError(RuntimeError):
+    """The program broke a rule of the machine (an internal error: the compiler should have
+    prevented it)."""
+
+
+class Sram:
+    """One system's SRAM: the bytes every PE holds, and the weights and constants pinned in
+    the layouts kernels asked for (they stay from one run of the program to the next)."""
+
+    def __init__(self, target: Target, strict: bool = True, region: Rect | None = None):
+        self.target = target
+        self.strict = strict
+        """Whether holding more than a PE has is an error (else it is only recorded)."""
+        self.region = region or target.whole
+        """The part of the mesh in use, ``(x, y, w, h)``: all of it unless a question about
+        one layer needs only its rectangle."""
+        self.used = np.zeros((self.region[3], self.region[2]), dtype=np.int64)
+        self.peak = 0
+        """Most bytes any PE has held."""
+        self.total = 0
+        self.peak_total = 0
+        """Most bytes the whole mesh has held."""
+        self.pinned: set[tuple[str, Layout]] = set()
+
+    def _pes(self, layout: Layout) -> np.ndarray:
+        """The SRAM counters of ``layout``'s PEs."""
+        row, col = layout.row0 - self.region[1], layout.col0 - self.region[0]
+        assert 0 <= row <= row + layout.h <= self.used.shape[0], (layout, self.region)
+        assert 0 <= col <= col + layout.w <= self.used.shape[1], (layout, self.region)
+        return self.used[row : row + layout.h, col : col + layout.w]
+
+    def allocate(self, layout: Layout) -> None:
+        """Charges ``layout``'s tiles to its PEs."""
+        region = self._pes(layout)
+        region += layout.tile_bytes
+        self.total += layout.tile_bytes * layout.pes
+        self.peak_total = max(self.peak_total, self.total)
+        self._check(layout, int(region.max()))
+
+    def release(self, layout: Layout) -> None:
+        """Returns ``layout``'s tiles to the free SRAM."""
+        self._pes(layout)[...] -= layout.tile_bytes
+        self.total -= layout.tile_bytes * layout.pes
+
+    def transient(self, layout: Layout, nbytes: int) -> None:
+        """Checks that ``layout``'s PEs have room for ``nbytes`` of scratch right now."""
+        self._check(layout, int(self._pes(layout).max()) + nbytes)
+
+    def pin(self, key: str, layout: Layout) -> None:
+        """Keeps weight or constant ``key`` in ``layout`` for good (once)."""
+        if (key, layout) not in self.pinned:
+            self.pinned.add((key, layout))
+            self.allocate(layout)
+
+    def _check(self, layout: Layout, used: int) -> None:
+        self.peak = max(self.peak, used)
+        if self.strict and used > self.target.sram_bytes_per_pe:
+            raise SimulationError(
+                f"PE SRAM overflow: {used} bytes needed on the grid at row {layout.row0}, "
+                f"column {layout.col0}; {self.target.sram_bytes_per_pe} available"
+            )
+
+
+@dataclass(frozen=True)
+class OnWafer:
+    """A tensor on the wafer, in a layout."""
+
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A weight or constant kept on the wafer; a kernel lays it out where it wants it."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A weight arriving from MemoryX through the wafer's edge."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+Held = OnWafer | Resident | Streamed
+
+
+@dataclass
+class LayerRecord:
+    """What one layer did on one system for one run of the program."""
+
+    name: str
+    cycles: float = 0.0
+    compute_cycles: float = 0.0
+    """The part of ``cycles`` spent on arithmetic."""
+    arrival_cycles: float = 0.0
+    """The part spent bringing operands where the kernels need them: inputs from the host
+    and weights from MemoryX entering through the edge, tensors relaid."""
+    flops: float = 0.0
+    fmacs: float = 0.0
+    wavelet_hops: float = 0.0
+    link_wavelets: float = 0.0
+    """Wavelets on the busiest link of each step, summed over the steps (they run one after
+    another)."""
+    stream_in_bytes: float = 0.0
+    stream_out_bytes: float = 0.0
+    host_in_bytes: float = 0.0
+    host_out_bytes: float = 0.0
+
+    @property
+    def movement_cycles(self) -> float:
+        """The rest of ``cycles``: data movement that the arithmetic does not hide
+        (broadcasts, reductions, gathers, results leaving through the edge)."""
+        return self.cycles - self.compute_cycles - self.arrival_cycles
+
+    def add(self, cost: plans.Cost) -> None:
+        """Adds one kernel's cost."""
+        self.cycles += cost.cycles
+        self.compute_cycles += cost.compute_cycles
+        self.arrival_cycles += cost.arrival_cycles
+        self.flops += cost.flops
+        self.fmacs += cost.fmacs
+        self.wavelet_hops += cost.traffic.wavelet_hops
+        self.link_wavelets += cost.traffic.max_link
+
+    def transfer(self, traffic: Traffic, arriving: bool) -> None:
+        """Adds a transfer through the edge."""
+        self.cycles += traffic.cycles
+        if arriving:
+            self.arrival_cycles += traffic.cycles
+        self.wavelet_hops += traffic.wavelet_hops
+        self.link_wavelets += traffic.max_link
+
+
+class Timing:
+    """One run of a program on one system, on shapes: where every register's tensor is, what
+    every layer costs, what every PE holds.
+
+    ``deliver`` (pipelined mode): a layer's inputs from other layers arrive on its rectangle
+    in their default layout there, over routes whose cost the pipeline's timing counts.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        target: Target,
+        sram: Sram,
+        deliver: bool = False,
+        count_gathers: bool = True,
+    ):
+        self.program = program
+        self.target = target
+        self.sram = sram
+        self.deliver = deliver
+        self.count_gathers = count_gathers
+        """Whether plans count all data movement (see ``plans.Kernel.plan``)."""
+        self.held: list[Held | None] = [None] * len(program.registers)
+        self.arrived: dict[int, Layout] = {}
+        """The current layer's copies of its inputs (when delivering)."""
+        self.records: list[LayerRecord] = []
+        self.rect: Rect = target.whole
+
+    @property
+    def record(self) -> LayerRecord:
+        """The record of the layer running now."""
+        if not self.records:
+            self.records.append(LayerRecord("<program>"))
+        return self.records[-1]
+
+    def step(self, ins: Instruction) -> Plan | Layout | None:
+        """Accounts for one instruction. Returns a kernel's plan, and for instructions that
+        move a tensor through the edge (input, output, gradient) its layout there."""
+        try:
+            if ins.is_kernel:
+                return self._kernel(ins)
+            return self._HANDLERS[Opcode(ins.opcode)](self, ins)
+        except SimulationError as e:
+            node = f" (node {ins.location})" if ins.location else ""
+            raise SimulationError(f"layer '{self.record.name}', {ins.name}{node}: {e}") from None
+
+    def enter_layer(self, index: int, rect: Rect) -> None:
+        """Starts layer ``index`` on ``rect``; when delivering, each input from another layer
+        arrives in its default layout on ``rect``."""
+        for copy in self.arrived.values():
+            self.sram.release(copy)
+        self.arrived = {}
+        self.rect = rect
+        self.records.append(LayerRecord(self.program.layers[index].name))
+        if not self.deliver:
+            return
+        for register in self.program.layer_inputs[index]:
+            if isinstance(self.held[register], Resident | Streamed):
+                continue
+            shape, dtype = self.program.registers[register]
+            self.arrived[register] = Layout.on(shape, dtype, rect)
+            self.sram.allocate(self.arrived[register])
+
+    def now(self, register: int) -> Held | None:
+        """What ``register`` holds on the current layer's rectangle."""
+        if register in self.arrived:
+            return OnWafer(self.arrived[register])
+        return self.held[register]
+
+    def _default(self, register: int) -> Layout:
+        shape, dtype = self.program.registers[register]
+        return Layout.on(shape, dtype, self.rect)
+
+    def _store(self, register: int, held: Held) -> None:
+        self.held[register] = held
+        if isinstance(held, OnWafer):
+            self.sram.allocate(held.layout)
+
+    def _prepare(self, held: Held | None, want: Layout | None) -> None:
+        """Brings an operand to the layout a kernel asked for: a resident value is pinned
+        there (once); moving the others costs what the plan counted."""
+        if isinstance(held, Resident):
+            assert want is not None
+            self.sram.pin(held.key, want)
+
+    def _leaving(self, register: int) -> Layout:
+        """The layout in which ``register``'s tensor leaves through the edge."""
+        held = self.now(register)
+        if isinstance(held, OnWafer):
+            return held.layout
+        layout = self._default(register)
+        self._prepare(held, layout)
+        return layout
+
+    def _layer(self, ins: Instruction) -> None:
+        index = ins.attrs["layer"]
+        self.enter_layer(index, self.program.layers[index].rect)
+
+    def _input(self, ins: Instruction) -> Layout:
+        layout = self._default(ins.results[0])
+        self.record.transfer(edge_traffic(layout, inbound=True), arriving=True)
+        self.record.host_in_bytes += layout.size * layout.itemsize
+        self._store(ins.results[0], OnWafer(layout))
+        return layout
+
+    def _output(self, ins: Instruction) -> Layout:
+        layout = self._leaving(ins.operands[0])
+        self.record.transfer(edge_traffic(layout, inbound=False), arriving=False)
+        self.record.host_out_bytes += layout.size * layout.itemsize
+        return layout
+
+    def _weight(self, ins: Instruction) -> None:
+        shape, dtype = self.program.registers[ins.results[0]]
+        name, perm = ins.attrs["name"], ins.attrs.get("perm")
+        self.held[ins.results[0]] = Resident(f"{name}:{perm}" if perm else name, shape, dtype)
+
+    def _constant(self, ins: Instruction) -> None:
+        shape, dtype = self.program.registers[ins.results[0]]
+        self.held[ins.results[0]] = Resident(f"const:{ins.results[0]}", shape, dtype)
+
+    def _stream_weight(self, ins: Instruction) -> None:
+        shape, dtype = self.program.registers[ins.results[0]]
+        self.record.stream_in_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
+        self.held[ins.results[0]] = Streamed(shape, dtype)
+
+    def _stream_gradient(self, ins: Instruction) -> Layout:
+        layout = self._leaving(ins.operands[0])
+        self.record.transfer(edge_traffic(layout, inbound=False), arriving=False)
+        self.record.stream_out_bytes += layout.size * layout.itemsize
+        return layout
+
+    def _optimizer_step(self, ins: Instruction) -> None:
+        return None
+
+    def _free(self, ins: Instruction) -> None:
+        for register in ins.operands:
+            copy = self.arrived.pop(register, None)
+            if copy is not None:
+                self.sram.release(copy)
+            held = self.held[register]
+            if isinstance(held, OnWafer):
+                self.sram.release(held.layout)
+            self.held[register] = None
+
+    _HANDLERS = {
+        Opcode.LAYER: _layer,
+        Opcode.INPUT: _input,
+        Opcode.OUTPUT: _output,
+        Opcode.WEIGHT: _weight,
+        Opcode.CONSTANT: _constant,
+        Opcode.STREAM_WEIGHT: _stream_weight,
+        Opcode.STREAM_GRADIENT: _stream_gradient,
+        Opcode.OPTIMIZER_STEP: _optimizer_step,
+        Opcode.FREE: _free,
+    }
+
+    def _kernel(self, ins: Instruction) -> Plan:
+        held = [self.now(r) for r in ins.operands]
+        plan = plans.plan(
+            ins.name,
+            self.target,
+            self.rect,
+            [_operand(h) for h in held],
+            ins.attrs,
+            [self.program.registers[r] for r in ins.results],
+            self.count_gathers,
+        )
+        self.record.add(plan.cost)
+        for value, want in zip(held, plan.inputs, strict=True):
+            self._prepare(value, want)
+        self.sram.transient(plan.outputs[0], plan.cost.scratch_bytes)
+        for register, layout in zip(ins.results, plan.outputs, strict=True):
+            self._store(register, OnWafer(layout))
+        return plan
+
+
+def _operand(held: Held | None) -> Operand:
+    if isinstance(held, Resident):
+        return Operand(held.shape, held.dtype, RESIDENT)
+    if isinstance(held, Streamed):
+        return Operand(held.shape, held.dtype, STREAM)
+    assert held is not None, "operand register is empty"
+    layout = held.layout
+    return Operand(layout.shape, layout.dtype, WAFER, layout)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer on one rectangle."""
+
+    name: str
+    rect: Rect
+    cycles: float
+    compute_cycles: float
+    """The part of ``cycles`` spent on arithmetic."""
+    movement_cycles: float
+    """The part spent on data movement inside the rectangle that the arithmetic does not
+    hide, and on results leaving through the edge."""
+    arrival_cycles: float
+    """The part spent bringing operands where the kernels need them (host inputs and
+    streamed weights entering through the edge, tensors relaid)."""
+    flops: float
+    link_wavelets: float
+    """Wavelets on the busiest link of each step, summed over the layer's steps."""
+    wavelet_hops: float
+    sram_bytes_per_pe: int
+    """Peak SRAM on the busiest PE (weights, activations and scratch)."""
+    sram_bytes: int
+    """Peak SRAM over the whole rectangle."""
+    weight_bytes: int
+    stream_in_bytes: float
+    stream_out_bytes: float
+    host_bytes: float
+    """Bytes to and from the host (graph inputs and outputs)."""
+    activation_in_bytes: int
+    """Bytes of the tensors it reads from other layers."""
+    activation_out_bytes: int
+    """Bytes of its results that other layers read."""
+
+
+def _run_layer(
+    program: Program,
+    target: Target,
+    index: int,
+    rect: Rect,
+    sram: Sram,
+    count_gathers: bool,
+) -> Timing:
+    """Layer ``index``'s instructions alone on ``rect``, its inputs delivered there."""
+    timing = Timing(program, target, sram, deliver=True, count_gathers=count_gathers)
+    timing.enter_layer(index, rect)
+    for position in program.layer_spans[index][1:]:
+        timing.step(program.instructions[position])
+    return timing
+
+
+def layer_cost(
+    program: Program, index: int, rect: Rect, target: Target, count_gathers: bool = True
+) -> LayerCost:
+    """Layer ``index`` of ``program`` alone on ``rect``; its inputs from other layers arrive
+    in their default layout there, as in a pipelined run. Without ``count_gathers`` the memory
+    is exact but the cycles leave out the data movement that is costly to work out (see
+    ``plans.Kernel.plan``).
+
+    The memory is the steady state of a run: every weight and constant the layer lays out
+    stays pinned on its PEs from the first batch on, so a first pass finds them and the timed
+    pass starts with them all in place.
+    """
+    first = _run_layer(program, target, index, rect, Sram(target, False, rect), False)
+    warm = Sram(target, strict=False, region=rect)
+    for key, layout in sorted(first.sram.pinned, key=repr):
+        warm.pin(key, layout)
+    timing = _run_layer(program, target, index, rect, warm, count_gathers)
+    record = timing.records[-1]
+    weight_bytes = sum(
+        program.tensor_bytes(ins.results[0])
+        for ins in (program.instructions[p] for p in program.layer_spans[index])
+        if ins.opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT)
+    )
+    activation_in, activation_out = program.activation_bytes(index)
+    return LayerCost(
+        name=record.name,
+        rect=rect,
+        cycles=record.cycles,
+        compute_cycles=record.compute_cycles,
+        movement_cycles=record.movement_cycles,
+        arrival_cycles=record.arrival_cycles,
+        flops=record.flops,
+        link_wavelets=record.link_wavelets,
+        wavelet_hops=record.wavelet_hops,
+        sram_bytes_per_pe=warm.peak,
+        sram_bytes=warm.peak_total,
+        weight_bytes=weight_bytes,
+        stream_in_bytes=record.stream_in_bytes,
+        stream_out_bytes=record.stream_out_bytes,
+        host_bytes=record.host_in_bytes + record.host_out_bytes,
+        activation_in_bytes=activation_in,
+        activation_out_bytes=activation_out,
+    )
+
+
+class LayerCosts:
+    """``layer_cost`` remembered by layer signature and rectangle: the layers of a deep model
+    repeat a few structures, and a placement asks about the same rectangles again."""
+
+    def __init__(self, target: Target, count_gathers: bool = True):
+        self.target = target
+        self.count_gathers = count_gathers
+        self.known: dict[tuple[object, ...], LayerCost] = {}
+
+    def __call__(self, program: Program, index: int, rect: Sequence[int]) -> LayerCost:
+        x, y, w, h = rect
+        key = (program.layer_signatures[index], x, y, w, h)
+        if key not in self.known:
+            self.known[key] = layer_cost(
+                program, index, (x, y, w, h), self.target, self.count_gathers
+            )
+        name = program.layers[index].name
+        cost = self.known[key]
+        return cost if cost.name == name else replace(cost, name=name)
+
+
+def program_costs(program: Program, target: Target) -> list[LayerCost]:
+    """Every layer of ``program`` on the rectangle it was given."""
+    costs = LayerCosts(target)
+    return [costs(program, i, layer.rect) for i, layer in enumerate(program.layers)]

@@ -1,0 +1,141 @@
+"""How a tensor lives on the mesh.
+
+Every tensor on the wafer has one layout: viewed as a batch of matrices (the last two axes,
+``R x C``; rank-1 tensors are ``1 x C``, scalars ``1 x 1``), each matrix is split into an
+``h x w`` grid of blocks, block ``(i, j)`` on the PE at row ``row0 + i``, column ``col0 + j``.
+Every PE holds its block of every matrix of the batch. This is the activation layout of the
+Cerebras weight-streaming design: the hidden dimension along the mesh columns, samples (or
+tokens) along the mesh rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from math import ceil, prod
+
+import numpy as np
+
+from cgc.machine import dtypes
+from cgc.machine.target import WAVELET_BYTES
+
+Rect = tuple[int, int, int, int]
+"""``(x, y, w, h)``: column and row of the top-left PE, width in columns, height in rows."""
+
+
+def grid_extent(n: int, available: int) -> int:
+    """PEs to split ``n`` items over, at most ``available``, with no PE left empty."""
+    if n <= 0:
+        return 1
+    per = ceil(n / max(1, min(n, available)))
+    return ceil(n / per)
+
+
+def matrix_dims(shape: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
+    """``(batch, R, C)`` of the matrix view of ``shape``."""
+    if len(shape) >= 2:
+        return tuple(shape[:-2]), shape[-2], shape[-1]
+    if len(shape) == 1:
+        return (), 1, shape[0]
+    return (), 1, 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor of ``shape`` and ``dtype`` split over the PE grid at ``(row0, col0)``."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    row0: int
+    col0: int
+    h: int
+    w: int
+
+    @classmethod
+    def on(cls, shape: Sequence[int], dtype: str, rect: Rect) -> Layout:
+        """The default layout of a tensor in a rectangle: as many PEs as useful, top-left."""
+        _, rows, cols = matrix_dims(shape)
+        x, y, width, height = rect
+        return cls(tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width))
+
+    @cached_property
+    def batch(self) -> tuple[int, ...]:
+        """Leading axes that every PE holds whole."""
+        return matrix_dims(self.shape)[0]
+
+    @cached_property
+    def rows(self) -> int:
+        """R: the matrix rows, split over the grid rows."""
+        return matrix_dims(self.shape)[1]
+
+    @cached_property
+    def cols(self) -> int:
+        """C: the matrix columns, split over the grid columns."""
+        return matrix_dims(self.shape)[2]
+
+    @property
+    def rt(self) -> int:
+        """Tile rows per PE."""
+        return ceil(self.rows / self.h)
+
+    @property
+    def ct(self) -> int:
+        """Tile columns per PE."""
+        return ceil(self.cols / self.w)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return dtypes.dtype(self.dtype).itemsize
+
+    @property
+    def words_per_element(self) -> float:
+        """Wavelets per element: 16-bit values travel two to a wavelet."""
+        return self.itemsize / WAVELET_BYTES
+
+    @property
+    def tile_elements(self) -> int:
+        """Elements each PE of the grid holds (padding included)."""
+        return prod(self.batch) * self.rt * self.ct
+
+    @property
+    def tile_bytes(self) -> int:
+        """SRAM bytes each PE of the grid spends on this tensor."""
+        return self.tile_elements * self.itemsize
+
+    @property
+    def pes(self) -> int:
+        """PEs holding a part of the tensor."""
+        return self.h * self.w
+
+    @property
+    def size(self) -> int:
+        """Logical element count."""
+        return prod(self.shape)
+
+    @property
+    def rect(self) -> Rect:
+        """The grid as a rectangle ``(x, y, w, h)``."""
+        return (self.col0, self.row0, self.w, self.h)
+
+    def tile_shape(self) -> tuple[int, ...]:
+        """Shape of the tile array of a DistTensor in this layout."""
+        return (self.h, self.w, *self.batch, self.rt, self.ct)
+
+    def row_pe(self, i: np.ndarray) -> np.ndarray:
+        """Absolute mesh row of the PE holding matrix row ``i``."""
+        return self.row0 + i // self.rt
+
+    def col_pe(self, j: np.ndarray) -> np.ndarray:
+        """Absolute mesh column of the PE holding matrix column ``j``."""
+        return self.col0 + j // self.ct
+
+    def valid_mask(self) -> np.ndarray:
+        """Boolean mask, broadcastable to the tile array, of the non-padding elements."""
+        r = np.arange(self.h)[:, None] * self.rt + np.arange(self.rt)[None, :] < self.rows
+        c = np.arange(self.w)[:, None] * self.ct + np.arange(self.ct)[None, :] < self.cols
+        nb = len(self.batch)
+        rows = r.reshape(self.h, 1, *([1] * nb), self.rt, 1)
+        cols = c.reshape(1, self.w, *([1] * nb), 1, self.ct)
+        return rows & cols

@@ -1,0 +1,200 @@
+"""What a target is: one wafer-scale system's mesh, SRAM, clock and arithmetic, and the
+MemoryX and SwarmX around a cluster of them.
+
+A ``Target`` is plain data; the compiler records the whole of it in the IR and the artifact,
+so every pass and the runtime simulate exactly the machine a program was compiled for.
+
+The named targets carry the published numbers (``reference/wse-hardware.md``):
+
+* ``wse2``: a CS-2. The largest user rectangle of the SDK (750 x 994 PEs), 48 KiB per PE,
+  the SDK's 850 MHz clock, one FP32 FMAC per cycle and four FP16, 24 routable colors, 1.2 Tb/s
+  of off-wafer I/O (150 GB/s).
+* ``wse3``: a CS-3. About 755 x 1170 PEs, 48 KiB, eight-wide FP16 SIMD, I/O 30 % above the
+  CS-2's. Cerebras does not publish its clock; cgc assumes the CS-2's 850 MHz.
+* ``meshRxC`` (e.g. ``mesh8x8``): R rows and C columns of WSE-2 PEs, for tests and studies.
+
+MemoryX and SwarmX performance is not published. cgc assumes MemoryX streams at the system's
+I/O rate ("can match or exceed the I/O bandwidth of a CS-2"), SwarmX links carry a system's
+12 x 100 GbE (150 GB/s) with a fan-out of 4 and 1 us per hop, and MemoryX updates 20 billion
+parameters per second.
+
+Per-element costs of the vector ops are modelling choices, not published numbers: a PE does one
+simple float op per element per SIMD lane per cycle and spends ``TRANSCENDENTAL_CYCLES`` on an
+exp, log, tanh, erf, sqrt or divide (a short polynomial or Newton sequence on the FMAC unit).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from cgc.errors import CgcError
+from cgc.machine import dtypes
+
+TRANSCENDENTAL_CYCLES = 8
+"""Cycles per element for exp, log, tanh, sigmoid, erf, sqrt, reciprocal, divide and pow."""
+
+WAVELET_BYTES = 4
+"""A wavelet carries 32 bits of payload; one per link per direction per cycle."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One wafer-scale system and the cluster around it."""
+
+    name: str
+    rows: int
+    """Mesh rows of PEs available to programs."""
+    cols: int
+    """Mesh columns of PEs available to programs."""
+    sram_bytes_per_pe: int
+    clock_hz: float
+    fmacs_32bit: int = 1
+    """Fused multiply-accumulates per cycle per PE on 32-bit (and wider) values."""
+    fmacs_16bit: int = 4
+    """FMACs per cycle per PE on 16-bit floats (the SIMD width)."""
+    colors: int = 24
+    """Routable colors (virtual channels) per link."""
+    io_bytes_per_s: float = 150e9
+    """Off-wafer ingress (and, separately, egress) bandwidth of one system."""
+    memoryx_bytes_per_s: float = 150e9
+    """Rate at which MemoryX reads weights out (and takes gradients in)."""
+    memoryx_capacity_bytes: int = 4 * 10**12
+    memoryx_update_params_per_s: float = 20e9
+    """Optimizer throughput of MemoryX in parameters per second."""
+    swarmx_fanout: int = 4
+    swarmx_link_bytes_per_s: float = 150e9
+    swarmx_hop_seconds: float = 1e-6
+
+    @property
+    def pes(self) -> int:
+        """Number of PEs on the mesh."""
+        return self.rows * self.cols
+
+    @property
+    def sram_bytes(self) -> int:
+        """SRAM on the whole mesh."""
+        return self.pes * self.sram_bytes_per_pe
+
+    @property
+    def whole(self) -> tuple[int, int, int, int]:
+        """The whole mesh as a rectangle ``(x, y, w, h)``."""
+        return (0, 0, self.cols, self.rows)
+
+    def fmacs(self, dtype: np.dtype | str) -> int:
+        """FMACs (or simple vector ops) per cycle per PE on elements of ``dtype``: 16-bit
+        floats get the SIMD width, everything else the 32-bit rate."""
+        dt = dtypes.dtype(dtype)
+        return self.fmacs_16bit if dtypes.is_float(dt) and dt.itemsize <= 2 else self.fmacs_32bit
+
+    def peak_flops_per_pe_per_cycle(self, dtype: str = "float32") -> int:
+        """Two flops per FMAC."""
+        return 2 * self.fmacs(dtype)
+
+    def seconds(self, cycles: float) -> float:
+        """Wall-clock seconds of ``cycles`` at this target's clock."""
+        return cycles / self.clock_hz
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict that ``from_json`` turns back into an equal Target."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Target:
+        """Inverse of ``to_json``."""
+        return cls(**data)
+
+
+def check(target: Target) -> Target:
+    """``target`` if every figure is usable (a CgcError naming the first that is not)."""
+    for f in fields(target):
+        value = getattr(target, f.name)
+        if f.name == "name":
+            if not isinstance(value, str) or not value:
+                raise CgcError("a target needs a name")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CgcError(f"target '{target.name}': {f.name} must be a number, got {value!r}")
+        if not value > 0 or value == float("inf"):
+            raise CgcError(f"target '{target.name}': {f.name} must be positive, got {value!r}")
+    if target.swarmx_fanout < 2:
+        raise CgcError(
+            f"target '{target.name}': swarmx_fanout {target.swarmx_fanout}: a tree node needs "
+            "at least 2 children"
+        )
+    return target
+
+
+KIB = 1024
+
+WSE2 = Target(
+    name="wse2",
+    rows=994,
+    cols=750,
+    sram_bytes_per_pe=48 * KIB,
+    clock_hz=850e6,
+    fmacs_32bit=1,
+    fmacs_16bit=4,
+    colors=24,
+    io_bytes_per_s=150e9,
+    memoryx_bytes_per_s=150e9,
+    memoryx_capacity_bytes=12 * 10**12,
+    memoryx_update_params_per_s=20e9,
+    swarmx_fanout=4,
+    swarmx_link_bytes_per_s=150e9,
+    swarmx_hop_seconds=1e-6,
+)
+
+WSE3 = replace(
+    WSE2,
+    name="wse3",
+    rows=1170,
+    cols=755,
+    fmacs_16bit=8,
+    io_bytes_per_s=195e9,
+    memoryx_bytes_per_s=195e9,
+    swarmx_link_bytes_per_s=195e9,
+)
+
+TARGETS = {"wse2": WSE2, "wse3": WSE3}
+_MESH = re.compile(r"mesh(\d+)x(\d+)")
+
+
+def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
+    """The target called ``name``, optionally with its mesh resized to ``(rows, cols)``.
+
+    ``NAME@RxC`` names target NAME with an R x C mesh: the name a resized target carries.
+    """
+    base, _, size = name.partition("@")
+    if size:
+        dims = _MESH.fullmatch(f"mesh{size}")
+        if dims is None:
+            raise CgcError(f"bad mesh size '{size}' in target '{name}'; expected ROWSxCOLS")
+        return get_target(base, mesh or (int(dims[1]), int(dims[2])))
+    if name in TARGETS:
+        target = TARGETS[name]
+    elif match := _MESH.fullmatch(name):
+        rows, cols = int(match[1]), int(match[2])
+        target = replace(WSE2, name=name, rows=rows, cols=cols)
+    else:
+        known = ", ".join([*TARGETS, "meshRxC (e.g. mesh8x8)"])
+        raise CgcError(f"unknown target '{name}'; known targets: {known}")
+    if target.rows < 1 or target.cols < 1:
+        raise CgcError(f"target '{name}' has an empty mesh")
+    if mesh is not None:
+        if min(mesh) < 1:
+            raise CgcError(f"--mesh {mesh[0]}x{mesh[1]}: a mesh needs at least one PE")
+        target = replace(target, name=f"{name}@{mesh[0]}x{mesh[1]}", rows=mesh[0], cols=mesh[1])
+    return target
+
+
+def with_swarmx_fanout(target: Target, fanout: int | None) -> Target:
+    """``target`` with SwarmX nodes of ``fanout`` children (unchanged for None)."""
+    if fanout is None:
+        return target
+    if fanout < 2:
+        raise CgcError(f"--swarmx-fanout {fanout}: a tree node needs at least 2 children")
+    return replace(target, swarmx_fanout=fanout)
