@@ -402,7 +402,9 @@ def test_train_and_opt_errors(workdir, tmp_path) -> None:
     one_line_error(invoke("opt", tmp_path / "none.mlir"), "none.mlir")
     (tmp_path / "broken.mlir").write_text("func.func @main( {\n")
     one_line_error(invoke("opt", tmp_path / "broken.mlir"), "broken.mlir:")
-    (tmp_path / "ok.mlir").write_text('builtin.module attributes {wse.target = "mesh4x4"} {}\n')
+    (tmp_path / "ok.mlir").write_text(
+        'builtin.module attributes {wse.target = #wse.target<"mesh4x4">} {}\n'
+    )
     one_line_error(
         invoke("opt", tmp_path / "ok.mlir", "-p", "no-such-pass"),
         "no-such-pass",

@@ -3,6 +3,7 @@ composite ops, with PyTorch), and the structure each pass promises."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Sequence
@@ -19,7 +20,6 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ModuleOp,
     NameLoc,
-    StringAttr,
     TensorType,
     f32,
     f64,
@@ -34,12 +34,12 @@ from cgc.compiler.bytecode import lower
 from cgc.compiler.driver import TrainingOptions, compile_model
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.dialects.interpreter import Interpreter
-from cgc.dialects.ir import dense_to_numpy, main_function
+from cgc.dialects.ir import dense_to_numpy, main_function, module_target, set_module_target
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
 from cgc.machine.cost import program_costs
-from cgc.machine.target import get_target
+from cgc.machine.target import Target, get_target
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass, channels_to_front
@@ -48,6 +48,7 @@ from cgc.passes.fold_constants import INLINE_LIMIT, FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass, Placer
 from cgc.passes.schedule_streams import ScheduleStreamsPass
+from cgc.runtime.cluster import Cluster
 
 COMPOSITES = {
     "wse.softmax",
@@ -102,7 +103,7 @@ def feeds_for(imported: ImportedModel, seed: int = 0) -> list[np.ndarray]:
 
 
 def with_target(module: ModuleOp, target: str) -> ModuleOp:
-    module.attributes["wse.target"] = StringAttr(target)
+    set_module_target(module, get_target(target))
     return module
 
 
@@ -850,18 +851,19 @@ def test_place_layers_balances_the_stages():
     assert sum(c.rect[2] * c.rect[3] for c in costs) > 0.5 * tgt.pes
 
 
-def test_place_layers_target_option_overrides_the_module():
+def test_place_layers_reads_the_whole_target_from_the_module():
     imported = imported_zoo("mlp")
-    module = with_target(imported.module, "mesh2x2")
-    apply(module, *FRONT, FormLayersPass(), PlaceLayersPass(target="mesh4x4"))
-    rects = [layer.rect.as_tuple() for layer in layers(module)]
-    assert max(x + w for x, _, w, _ in rects) == 4
+    custom = dataclasses.replace(get_target("wse2"), name="lab", rows=4, cols=4)
+    set_module_target(imported.module, custom)
+    apply(imported.module, *FRONT, FormLayersPass(), PlaceLayersPass())
+    rects = [layer.rect.as_tuple() for layer in layers(imported.module)]
+    assert max(x + w for x, _, w, _ in rects) <= 4 and max(y + h for _, y, _, h in rects) <= 4
 
 
 def test_place_layers_needs_a_target():
     imported = imported_zoo("mlp")
     module = apply(imported.module, *FRONT, FormLayersPass())
-    with pytest.raises(CgcError, match=r"no 'wse.target' attribute; pass the pass option target"):
+    with pytest.raises(CgcError, match=r"no 'wse.target' attribute: give one"):
         PlaceLayersPass().apply(context(), module)
 
 
@@ -986,8 +988,8 @@ def test_schedule_streams_unknown_optimizer():
         ScheduleStreamsPass(optimizer="lamb").apply(context(), module)
 
 
-def test_schedule_streams_target_option_and_frozen_weights():
-    """Frozen weights stream too; the target option wins over the module attribute."""
+def test_schedule_streams_whole_mesh_and_frozen_weights():
+    """Frozen weights stream too; every layer gets the whole mesh of the module's target."""
 
     def body(x):
         block = Block(arg_types=[x.type])
@@ -996,10 +998,10 @@ def test_schedule_streams_target_option_and_frozen_weights():
             wse.YieldOp(wse.MatmulOp(block.args[0], c).result)
         return list(wse.LayerOp("l", [x], [x.type], Region(block)).results)
 
-    module = with_target(build([T(3, 3)], body), "mesh2x2")
-    apply(module, ScheduleStreamsPass(target="wse2"))
+    module = with_target(build([T(3, 3)], body), "wse2@5x7")
+    apply(module, ScheduleStreamsPass())
     assert weight_views(module, ws.StreamWeightOp) == [("table", (3, 3), None)]
-    assert layers(module)[0].rect.as_tuple() == (0, 0, 750, 994)
+    assert layers(module)[0].rect.as_tuple() == (0, 0, 7, 5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1016,6 +1018,10 @@ PIPELINES = {
 }
 
 
+LAB = dataclasses.replace(get_target("wse2"), name="lab", rows=8, cols=6, clock_hz=1e9)
+"""A target of the user's own: no name cgc knows, a mesh and a clock of its own."""
+
+
 def _compile(kind: str, directory):
     if kind == "training":
         return compile_model(
@@ -1028,7 +1034,7 @@ def _compile(kind: str, directory):
             training=TrainingOptions(lr=0.1, trainable=(r"fc[12]\..*", r"fc3\.bias")),
         )
     return compile_model(
-        zoo.MODELS["cnn"](), mode=kind, target="mesh8x8", batch_size=2, dump_ir=directory
+        zoo.MODELS["cnn"](), mode=kind, target=LAB, batch_size=2, dump_ir=directory
     )
 
 
@@ -1056,6 +1062,28 @@ def test_driver_dumps_parse_back_and_replay_with_cgc_opt(kind, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output == (tmp_path / expected[-1]).read_text()
     assert artifact.ir == (tmp_path / expected[-1]).read_text()
+    assert Target.from_json(artifact.manifest["target"]) == module_target(parse_module(artifact.ir))
+
+
+def test_any_target_value_compiles_and_runs():
+    """A target built in Python, resized and renamed, travels whole: every rectangle lies on
+    its mesh, and the run simulates its clock."""
+    small = dataclasses.replace(get_target("wse2"), rows=16, cols=16)
+    model = zoo.MODELS["mlp"]()
+    artifact = compile_model(model, mode="pipelined", target=small, batch_size=4)
+    rects = [layer.rect for layer in artifact.program.layers]
+    assert all(x + w <= 16 and y + h <= 16 for x, y, w, h in rects)
+    assert artifact.manifest["target"] == small.to_json()
+    slow = dataclasses.replace(small, name="slow", clock_hz=small.clock_hz / 2)
+    again = compile_model(model, mode="pipelined", target=slow, batch_size=4)
+    cycles = [layer["cycles"] for layer in artifact.manifest["layers"]]
+    assert [layer["cycles"] for layer in again.manifest["layers"]] == cycles
+    inputs = zoo.sample_inputs(model, 4)
+    fast = Cluster(artifact).infer(inputs)[1].simulated_seconds
+    slow = Cluster(again).infer(inputs)[1].simulated_seconds
+    assert fast < slow < 2 * fast  # the kernels take twice as long, the host I/O as long
+    with pytest.raises(CgcError, match=r"target 'bad': rows must be positive, got 0"):
+        compile_model(model, target=dataclasses.replace(small, name="bad", rows=0))
 
 
 def test_driver_auto_mode_falls_back_to_weight_streaming(tmp_path):
@@ -1074,7 +1102,7 @@ def test_cgc_opt_pass_options_and_errors(tmp_path):
     path = tmp_path / "in.mlir"
     path.write_text(print_module(module))
     runner = CliRunner()
-    result = runner.invoke(cli, ["opt", str(path), "-p", 'schedule-streams{target="mesh3x5"}'])
+    result = runner.invoke(cli, ["opt", str(path), "--target", "mesh3x5", "-p", "schedule-streams"])
     assert result.exit_code == 0, result.output
     out = parse_module(result.output)
     assert {layer.rect.as_tuple() for layer in layers(out)} == {(0, 0, 5, 3)}
@@ -1105,6 +1133,24 @@ def test_cgc_opt_bad_pipeline_says_why(tmp_path):
     result = CliRunner().invoke(cli, ["opt", str(path), "-p", 'autodiff{trainable="a\\.b"}'])
     assert result.exit_code == 2
     assert "Unknown token" in result.output
+
+
+def test_cgc_opt_split_input_file(tmp_path):
+    good = "func.func @main() {\n  func.return\n}\n"
+    bad = "func.func @main(%a: tensor<2xf32>) {\n  %r = wse.relu %a\n}\n"
+    path = tmp_path / "cases.mlir"
+    path.write_text(f"{good}// -----\n{bad}// -----\n{good}")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["opt", str(path), "--split-input-file", "--verify-diagnostics"])
+    assert result.exit_code == 0, result.output
+    first, second, third = result.output.split("// -----\n")
+    assert first == third == print_module(parse_module(good))
+    assert second.startswith(f"error: {path}:7:1:") and second.count("\n") == 1
+    # without --verify-diagnostics the first error ends the run, as one line, status 2
+    result = runner.invoke(cli, ["opt", str(path), "--split-input-file"])
+    assert result.exit_code == 2 and result.output.startswith(f"error: {path}:7:1:")
+    result = runner.invoke(cli, ["opt", str(path), "--mesh", "2x2"])
+    assert result.exit_code == 2 and "--mesh needs --target" in result.output
 
 
 def test_all_passes_are_registered_by_module_name():

@@ -242,7 +242,7 @@ def test_a_model_without_layers_compiles_and_runs_pipelined():
 
 
 ROUTED = r"""
-builtin.module attributes {wse.target = "mesh4x4"} {
+builtin.module attributes {wse.target = #wse.target<"mesh4x4">} {
   func.func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
     %h = wse.layer "a\"1"(%x) {rect = #wse.rect<0, 0, 1x2>} : (tensor<2x4xf32>) -> tensor<2x4xf32> {
     ^bb0(%a: tensor<2x4xf32>):

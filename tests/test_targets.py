@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 
-from cgc.dialects.ir import TARGET_ATTR, module_target
+from cgc.dialects import parse_module, print_module
+from cgc.dialects.ir import TARGET_ATTR, module_target, set_module_target
+from cgc.dialects.wse import TargetAttr
 from cgc.errors import CgcError
-from cgc.machine.target import Target, get_target
+from cgc.machine.target import Target, checked, get_target
 
 KIB = 1024
 
@@ -101,27 +106,67 @@ def test_bad_mesh_override():
         get_target("wse2", (3, 0))
 
 
-def test_module_target():
+def test_module_target_carries_the_whole_target():
     module = ModuleOp([])
-    module.attributes[TARGET_ATTR] = StringAttr("mesh4x6")
+    custom = dataclasses.replace(get_target("wse2"), name="lab", rows=3, clock_hz=1e9)
+    set_module_target(module, custom)
     assert TARGET_ATTR == "wse.target"
-    t = module_target(module)
-    assert (t.name, t.rows, t.cols) == ("mesh4x6", 4, 6)
-    # an override wins over the attribute
-    assert module_target(module, "wse3").name == "wse3"
-    assert module_target(module, "").name == "mesh4x6"
-    module.attributes[TARGET_ATTR] = StringAttr("wse2@2x2")
-    assert (module_target(module).rows, module_target(module).cols) == (2, 2)
+    assert module_target(module) == custom
+    text = print_module(module)
+    assert '#wse.target<"lab", rows = 3, cols = 750,' in text and "clock_hz = 1000000000.0" in text
+    assert module_target(parse_module(text)) == custom
 
 
 def test_module_target_errors():
     module = ModuleOp([])
     with pytest.raises(CgcError, match=r"the module has no 'wse.target' attribute"):
         module_target(module)
-    assert module_target(module, "mesh2x2").name == "mesh2x2"
     module.attributes[TARGET_ATTR] = IntegerAttr(3, i64)
     with pytest.raises(CgcError, match=r"no 'wse.target' attribute"):
         module_target(module)
-    module.attributes[TARGET_ATTR] = StringAttr("nowhere")
-    with pytest.raises(CgcError, match=r"unknown target 'nowhere'"):
+    module.attributes[TARGET_ATTR] = StringAttr("mesh4x6")
+    with pytest.raises(
+        CgcError, match=r'must carry the whole target: write #wse.target<"mesh4x6">'
+    ):
         module_target(module)
+
+
+def _attr(text: str) -> Target:
+    module = parse_module(f"builtin.module attributes {{wse.target = {text}}} {{}}")
+    return module_target(module)
+
+
+def test_target_attribute_text():
+    assert _attr('#wse.target<"mesh4x6">') == get_target("mesh4x6")
+    assert _attr('#wse.target<"wse2@2x2">') == get_target("wse2", (2, 2))
+    changed = _attr('#wse.target<"wse3", clock_hz = 1.1e9, colors = 16>')
+    assert changed == dataclasses.replace(get_target("wse3"), clock_hz=1.1e9, colors=16)
+    written = str(TargetAttr(get_target("wse2"))).replace('"wse2"', '"mine"')
+    assert _attr(written) == dataclasses.replace(get_target("wse2"), name="mine")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '#wse.target<"mine", rows = 4>',
+            r"target 'mine' is not a named target, so it needs every",
+        ),
+        ('#wse.target<"wse2", lanes = 4>', r"target 'wse2': no figure lanes"),
+        ('#wse.target<"wse2", rows = 0>', r"target 'wse2': rows must be positive, got 0"),
+        ('#wse.target<"wse2", cols = 2.5>', r"target 'wse2': cols must be a whole number, got 2.5"),
+        ('#wse.target<"wse2", swarmx_fanout = 1>', r"a SwarmX node needs at least 2 children"),
+    ],
+)
+def test_target_attribute_errors(text, message):
+    with pytest.raises(CgcError, match=message):
+        _attr(text)
+
+
+def test_checked_normalizes_kinds_and_refuses_nonsense():
+    wse2 = get_target("wse2")
+    assert checked(dataclasses.replace(wse2, clock_hz=10**9)).clock_hz == 1e9
+    assert isinstance(checked(dataclasses.replace(wse2, rows=np.int64(5))).rows, int)
+    for bad in ({"rows": -1}, {"clock_hz": float("inf")}, {"colors": "24"}, {"name": ""}):
+        with pytest.raises(CgcError):
+            checked(dataclasses.replace(wse2, **bad))

@@ -22,20 +22,20 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from cgc import __version__
 from cgc.compiler.bytecode import lower
 from cgc.dialects import context, print_module, verify, wse
-from cgc.dialects.ir import TARGET_ATTR, main_function
+from cgc.dialects.ir import main_function, set_module_target
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
 from cgc.machine import optimizers
 from cgc.machine.artifact import FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import Opcode
 from cgc.machine.cost import program_costs
-from cgc.machine.target import Target, get_target
+from cgc.machine.target import Target, checked, get_target
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass
@@ -173,7 +173,7 @@ class Compilation:
         self.dumps = dumps
         self.ctx = context()
         self.applied: list[str] = []
-        self.module.attributes[TARGET_ATTR] = StringAttr(target.name)
+        set_module_target(self.module, target)
         # verifying a large module costs as much as a pass: after every pass only when the IR
         # is dumped for reading, otherwise once at the end (the importer checks each op)
         self.verify_each = dumps.active
@@ -289,7 +289,7 @@ def compile_model(
         )
     if training is not None and mode == "pipelined":
         raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
-    tgt = target if isinstance(target, Target) else get_target(target)
+    tgt = checked(target) if isinstance(target, Target) else get_target(target)
     per_system = None if batch_size is None else batch_size // num_csx
     imported = _import(model, per_system, shapes, values)
     c = Compilation(imported, tgt, IRDumps(dump_ir, print_ir_after_all))

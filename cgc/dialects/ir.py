@@ -1,7 +1,8 @@
 """Helpers for reading cgc's IR: the entry function, constants as arrays, the target.
 
 The compiler records the whole target (``cgc.machine.target.Target``) in the module's
-``wse.target`` attribute once; every pass reads it from there.
+``wse.target`` attribute once (``set_module_target``); every pass reads it from there
+(``module_target``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, StringAttr
 from cgc.dialects import wse
 from cgc.errors import CgcError
 from cgc.machine import dtypes
-from cgc.machine.target import Target, get_target
+from cgc.machine.target import Target, checked
 
 
 def main_function(module: ModuleOp) -> func.FuncOp:
@@ -34,16 +35,25 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
 
 
 TARGET_ATTR = "wse.target"
-"""Module attribute naming the target a module is compiled for."""
+"""The module attribute holding the target a module is compiled for (a ``#wse.target``)."""
 
 
-def module_target(module: ModuleOp, override: str = "") -> Target:
-    """The target named by ``override``, else by the module's ``wse.target`` attribute."""
-    if override:
-        return get_target(override)
+def module_target(module: ModuleOp) -> Target:
+    """The target recorded in the module."""
     attr = module.attributes.get(TARGET_ATTR)
-    if not isinstance(attr, StringAttr):
+    if isinstance(attr, StringAttr):
         raise CgcError(
-            f"the module has no '{TARGET_ATTR}' attribute; pass the pass option target=NAME"
+            f"the module's '{TARGET_ATTR}' names a target ({attr.data!r}); it must carry the "
+            f'whole target: write #wse.target<"{attr.data}">'
         )
-    return get_target(attr.data)
+    if not isinstance(attr, wse.TargetAttr):
+        raise CgcError(
+            f"the module has no '{TARGET_ATTR}' attribute: give one "
+            '(#wse.target<"NAME">) or run cgc opt --target NAME'
+        )
+    return attr.data
+
+
+def set_module_target(module: ModuleOp, target: Target) -> None:
+    """Records ``target`` in the module, for every pass to read."""
+    module.attributes[TARGET_ATTR] = wse.TargetAttr(checked(target))

@@ -54,7 +54,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, Region, SSAValue
+from xdsl.ir import Attribute, Data, Dialect, Operation, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -80,7 +80,9 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import shapes
+from cgc.errors import CgcError
 from cgc.machine import dtypes
+from cgc.machine.target import Target, target_from_figures
 
 
 def _unsigned(width: int) -> IntegerType:
@@ -243,6 +245,53 @@ class RouteAttr(ParametrizedAttribute):
         printer.print_string("<")
         printer.print_string_literal(self.source.data)
         printer.print_string(f", {fields}, path [{path}]>")
+
+
+@irdl_attr_definition
+class TargetAttr(Data[Target]):
+    """``#wse.target<"NAME", rows = R, cols = C, ...>``: the whole machine a module is
+    compiled for (``cgc.machine.target.Target``), every figure written out.
+
+    The driver sets it once, as the module's ``wse.target`` attribute, and every pass reads
+    it. Written by hand, ``#wse.target<"NAME">`` is a named target (``wse2``, ``wse3``,
+    ``meshRxC``) and ``#wse.target<"NAME", field = value, ...>`` that target with some figures
+    changed; a name cgc does not know needs every figure.
+    """
+
+    name = "wse.target"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> Target:
+        with parser.in_angle_brackets():
+            target_name = parser.parse_str_literal()
+            given: dict[str, int | float] = {}
+            while parser.parse_optional_punctuation(",") is not None:
+                key = parser.parse_identifier()
+                parser.parse_punctuation("=")
+                given[key] = parser.parse_number()
+        try:
+            return target_from_figures(target_name, given)
+        except CgcError as e:
+            parser.raise_error(str(e))
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string("<")
+        printer.print_string_literal(self.data.name)
+        for key, value in self.data.to_json().items():
+            if key != "name":
+                printer.print_string(f", {key} = {_number_text(value)}")
+        printer.print_string(">")
+
+
+def _number_text(value: int | float) -> str:
+    """``value`` as MLIR reads it back: floats keep a decimal point before any exponent."""
+    if isinstance(value, int):
+        return str(value)
+    text = repr(float(value))
+    mantissa, _, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
 @irdl_attr_definition
@@ -2108,7 +2157,7 @@ WSE = Dialect(
         LayerOp,
         YieldOp,
     ],
-    [RectAttr, RouteAttr],
+    [RectAttr, RouteAttr, TargetAttr],
 )
 
 

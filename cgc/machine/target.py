@@ -25,6 +25,8 @@ exp, log, tanh, erf, sqrt or divide (a short polynomial or Newton sequence on th
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -108,24 +110,52 @@ class Target:
         return cls(**data)
 
 
-def check(target: Target) -> Target:
-    """``target`` if every figure is usable (a CgcError naming the first that is not)."""
-    for f in fields(target):
-        value = getattr(target, f.name)
-        if f.name == "name":
-            if not isinstance(value, str) or not value:
-                raise CgcError("a target needs a name")
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise CgcError(f"target '{target.name}': {f.name} must be a number, got {value!r}")
-        if not value > 0 or value == float("inf"):
-            raise CgcError(f"target '{target.name}': {f.name} must be positive, got {value!r}")
-    if target.swarmx_fanout < 2:
+FIGURES: tuple[str, ...] = tuple(f.name for f in fields(Target) if f.name != "name")
+"""Every figure of a target, in declaration order."""
+_INTEGRAL = {f.name for f in fields(Target) if f.type == "int"}
+
+
+def checked(target: Target) -> Target:
+    """``target`` with every figure of its declared kind (an integer count, or a float rate),
+    if every figure is positive and finite; else a CgcError naming the first one that is
+    not."""
+    if not isinstance(target.name, str) or not target.name:
+        raise CgcError("a target needs a name")
+    values: dict[str, int | float] = {}
+    for key in FIGURES:
+        value = getattr(target, key)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise CgcError(f"target '{target.name}': {key} must be a number, got {value!r}")
+        if not 0 < value < math.inf:
+            raise CgcError(f"target '{target.name}': {key} must be positive, got {value!r}")
+        if key in _INTEGRAL and value != int(value):
+            raise CgcError(f"target '{target.name}': {key} must be a whole number, got {value!r}")
+        values[key] = int(value) if key in _INTEGRAL else float(value)
+    if values["swarmx_fanout"] < 2:
         raise CgcError(
-            f"target '{target.name}': swarmx_fanout {target.swarmx_fanout}: a tree node needs "
-            "at least 2 children"
+            f"target '{target.name}': swarmx_fanout {values['swarmx_fanout']}: a SwarmX node "
+            "needs at least 2 children"
         )
-    return target
+    return Target(target.name, **values)  # type: ignore[arg-type]
+
+
+def target_from_figures(name: str, given: dict[str, int | float]) -> Target:
+    """The target called ``name`` with the figures in ``given`` changed; a name cgc does not
+    know needs every figure."""
+    unknown = sorted(set(given) - set(FIGURES))
+    if unknown:
+        raise CgcError(f"target '{name}': no figure {', '.join(unknown)}")
+    try:
+        base = get_target(name)
+    except CgcError:
+        missing = [key for key in FIGURES if key not in given]
+        if missing:
+            raise CgcError(
+                f"target '{name}' is not a named target, so it needs every figure; "
+                f"missing {', '.join(missing)}"
+            ) from None
+        return checked(Target(name, **given))  # type: ignore[arg-type]
+    return checked(replace(base, **given))
 
 
 KIB = 1024

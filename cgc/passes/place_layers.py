@@ -429,11 +429,8 @@ class PlaceLayersPass(ModulePass):
 
     name = "place-layers"
 
-    target: str = ""
-    """Target name; by default the module's ``wse.target``."""
-
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        target = module_target(op, self.target)
+        target = module_target(op)
         program = lower(op, (0, 0, target.cols, target.rows))
         rects = Placer(program, target).place()
         layers = [o for o in main_function(op).body.block.ops if isinstance(o, wse.LayerOp)]

@@ -159,11 +159,8 @@ class RouteTensorsPass(ModulePass):
 
     name = "route-tensors"
 
-    target: str = ""
-    """Target name; by default the module's ``wse.target``."""
-
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        target = module_target(op, self.target)
+        target = module_target(op)
         layers = [o for o in main_function(op).body.block.ops if isinstance(o, wse.LayerOp)]
         for layer in layers:
             name = layer.layer_name.data

@@ -42,11 +42,9 @@ class ScheduleStreamsPass(ModulePass):
     beta2: float = 0.999
     eps: float = 1e-8
     amsgrad: bool = False
-    target: str = ""
-    """Target name; by default the module's ``wse.target``."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        target = module_target(op, self.target)
+        target = module_target(op)
         whole = wse.RectAttr(0, 0, target.cols, target.rows)
         block = main_function(op).body.block
         streams_gradients = False

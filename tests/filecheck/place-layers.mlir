@@ -1,15 +1,15 @@
 // RUN: cgc opt %s -p place-layers | filecheck %s
-// RUN: cgc opt %s -p 'place-layers{target="mesh2x2"}' | filecheck %s --check-prefix=BANDS
-// RUN: cgc opt %s -p 'place-layers{target="mesh8x3"}' | filecheck %s --check-prefix=NARROW
-// RUN: not cgc opt %s -p 'place-layers{target="mesh1x2"}' 2>&1 | filecheck %s --check-prefix=TOOBIG
+// RUN: cgc opt %s --target mesh2x2 -p place-layers | filecheck %s --check-prefix=BANDS
+// RUN: cgc opt %s --target mesh8x3 -p place-layers | filecheck %s --check-prefix=NARROW
+// RUN: not cgc opt %s --target mesh1x2 -p place-layers 2>&1 | filecheck %s --check-prefix=TOOBIG
 
 // Layers in program order stack in vertical strips of the mesh: down the first strip, up the
 // next. A layer is as high as its tensors have matrix rows (8 here, so the mesh's 4), and its
 // width balances the stages: the slowest stage as fast as the columns allow (fc1 has 16384
 // MACs, fc2 8192, head 512 on 8 columns: 5, 2, 1). The target comes from the module's
-// wse.target unless the pass option names another.
+// wse.target, or from cgc opt --target.
 
-builtin.module attributes {wse.target = "mesh4x8"} {
+builtin.module attributes {wse.target = #wse.target<"mesh4x8">} {
   func.func @main(%x: tensor<8x32xf32> loc("x")) -> tensor<8x4xf32> {
     %h = wse.layer "fc1"(%x) : (tensor<8x32xf32>) -> tensor<8x64xf32> {
     ^bb0(%a: tensor<8x32xf32>):
@@ -34,7 +34,7 @@ builtin.module attributes {wse.target = "mesh4x8"} {
   }
 }
 
-// CHECK:       builtin.module attributes {wse.target = "mesh4x8"} {
+// CHECK:       builtin.module attributes {wse.target = #wse.target<"mesh4x8", rows = 4, cols = 8, {{.*}}>} {
 // CHECK:         %[[H:.*]] = wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 5x4>} : (tensor<8x32xf32>) -> tensor<8x64xf32> {
 // CHECK:         %[[G:.*]] = wse.layer "fc2"(%[[H]]) {rect = #wse.rect<5, 0, 2x4>} : (tensor<8x64xf32>) -> tensor<8x16xf32> {
 // CHECK:         %[[Y:.*]] = wse.layer "head"(%[[G]]) {rect = #wse.rect<7, 0, 1x4>} : (tensor<8x16xf32>) -> tensor<8x4xf32> {

@@ -1,6 +1,6 @@
 // RUN: cgc opt %s -p route-tensors | filecheck %s
-// RUN: not cgc opt %s -p 'route-tensors{target="mesh4x8"}' 2>&1 | filecheck %s --check-prefix=OUTSIDE
-// RUN: cgc opt %s -p 'place-layers{target="mesh4x8"},route-tensors{target="mesh4x8"}' | filecheck %s --check-prefix=PLACED
+// RUN: not cgc opt %s --target mesh4x8 -p route-tensors 2>&1 | filecheck %s --check-prefix=OUTSIDE
+// RUN: cgc opt %s --target mesh4x8 -p place-layers,route-tensors | filecheck %s --check-prefix=PLACED
 
 // Each tensor between layers gets a route on the mesh. fc1 -> fc2: the rectangles share rows
 // 0-3 across the boundary of columns 1 and 2, so four straight lanes of one hop carry the 8x16
@@ -12,7 +12,7 @@
 // 1; fc2 -> head shares column 4 with it (64 + 64 = 128) and takes color 0, which no route on
 // its links has.
 
-builtin.module attributes {wse.target = "mesh8x8"} {
+builtin.module attributes {wse.target = #wse.target<"mesh8x8">} {
   func.func @main(%x: tensor<8x16xf32> loc("x")) -> tensor<8x16xf32> {
     %h = wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 2x4>} : (tensor<8x16xf32>) -> tensor<8x16xf32> {
     ^bb0(%a: tensor<8x16xf32>):

@@ -6,7 +6,7 @@
 // The ws dialect (weight streaming) in its custom form, printed back the same way, also
 // after a trip through the generic form.
 
-builtin.module attributes {wse.target = "mesh4x4"} {
+builtin.module attributes {wse.target = #wse.target<"mesh4x4">} {
   func.func @main(%x: tensor<2x3xf32> loc("x")) -> tensor<2x4xf32> {
     %y = wse.layer "fc"(%x) {rect = #wse.rect<0, 0, 4x4>} : (tensor<2x3xf32>) -> tensor<2x4xf32> {
     ^bb0(%a: tensor<2x3xf32>):
@@ -25,7 +25,7 @@ builtin.module attributes {wse.target = "mesh4x4"} {
   }
 }
 
-// CHECK:       builtin.module attributes {wse.target = "mesh4x4"} {
+// CHECK:       builtin.module attributes {wse.target = #wse.target<"mesh4x4", rows = 4, cols = 4, {{.*}}>} {
 // CHECK-LABEL: func.func @main(%x: tensor<2x3xf32> loc("x")) -> tensor<2x4xf32> {
 // CHECK-NEXT:    %y = wse.layer "fc"(%x) {rect = #wse.rect<0, 0, 4x4>} : (tensor<2x3xf32>) -> tensor<2x4xf32> {
 // CHECK-NEXT:    ^{{.*}}(%a: tensor<2x3xf32>):
