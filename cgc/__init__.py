@@ -21,15 +21,16 @@ import numpy as np
 
 from cgc.errors import CgcError
 from cgc.machine.artifact import Artifact
+from cgc.version import __version__
 
 if TYPE_CHECKING:
     from cgc.runtime.cluster import RunStats
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
 
-__version__ = "0.1.0"
 __all__ = [
     "Artifact",
     "CgcError",
+    "__version__",
     "compile",
     "load",
     "prepare_training",

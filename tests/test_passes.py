@@ -30,16 +30,17 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
-from cgc.compiler.bytecode import lower
 from cgc.compiler.driver import TrainingOptions, compile_model
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import dense_to_numpy, main_function, module_target, set_module_target
+from cgc.dialects.lowering import layer_works, lower
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
 from cgc.machine.cost import program_costs
 from cgc.machine.target import Target, get_target
+from cgc.machine.traffic import overlap
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass, channels_to_front
@@ -773,12 +774,6 @@ def placed(name: str, target: str, **kwargs) -> tuple[ModuleOp, ImportedModel]:
     return module, imported
 
 
-def overlap(a, b) -> bool:
-    ax, ay, aw, ah = a
-    bx, by, bw, bh = b
-    return ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah
-
-
 @pytest.mark.parametrize(
     ("name", "target"),
     [("mlp", "mesh8x8"), ("cnn", "mesh6x8"), ("transformer", "mesh4x16"),
@@ -795,7 +790,7 @@ def test_place_layers(name, target):
             assert not overlap(rects[i], other), (rects[i], other)
     assert_strips(rects, tgt.rows)
     # the SRAM of every layer fits on its rectangle, by the simulator's own accounting
-    costs = program_costs(lower(module, (0, 0, tgt.cols, tgt.rows)), tgt)
+    costs = program_costs(lower(module, tgt.whole), tgt)
     assert [c.rect for c in costs] == rects
     for cost in costs:
         assert 0 < cost.sram_bytes_per_pe <= tgt.sram_bytes_per_pe, cost
@@ -841,9 +836,8 @@ def test_place_layers_balances_the_stages():
     # than with every layer on its narrowest rectangle, and the layers take most of the mesh
     module, _ = placed("transformer", "mesh16x16")
     tgt = get_target("mesh16x16")
-    program = lower(module, (0, 0, tgt.cols, tgt.rows))
-    costs = program_costs(program, tgt)
-    placer = Placer(program, tgt)
+    costs = program_costs(lower(module, tgt.whole), tgt)
+    placer = Placer(layer_works(main_function(module), tgt.whole), tgt)
     placer.heights = [r[3] for r in (c.rect for c in costs)]
     narrowest = [placer.cycles(i, placer._narrowest(i)) for i in range(len(costs))]
     slowest = max(c.cycles for c in costs)

@@ -29,7 +29,8 @@ from cgc.frontends import zoo
 from cgc.machine.bytecode import Route
 from cgc.machine.layout import Layout
 from cgc.machine.target import get_target
-from cgc.passes.route_tensors import RouteTensorsPass, lane_ends, overlap
+from cgc.machine.traffic import lane_ends, overlap
+from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.runtime.cluster import Cluster
 from cgc.runtime.pipeline import Stage, simulate
 from cgc.tools.report import inspect_json, summary_text

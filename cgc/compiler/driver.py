@@ -25,10 +25,9 @@ import onnx
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from cgc import __version__
-from cgc.compiler.bytecode import lower
 from cgc.dialects import context, print_module, verify, wse
 from cgc.dialects.ir import main_function, set_module_target
+from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
 from cgc.machine import optimizers
@@ -45,6 +44,7 @@ from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
+from cgc.version import __version__
 
 MODES = ("pipelined", "weight_streaming", "auto")
 
@@ -305,7 +305,7 @@ def compile_model(
         c.run(AutodiffPass(training.trainable, scale), FoldConstantsPass())
     chosen, reason = _choose_mode(c, mode, training)
     c.verify()
-    program = lower(c.module, (0, 0, tgt.cols, tgt.rows))
+    program = lower(c.module, tgt.whole)
     costs = program_costs(program, tgt)
     manifest = {
         "format_version": FORMAT_VERSION,

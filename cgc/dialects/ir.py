@@ -1,4 +1,5 @@
-"""Helpers for reading cgc's IR: the entry function, constants as arrays, the target.
+"""Helpers for reading and building cgc's IR: the entry function, constants as arrays, the
+target, and an op builder that keeps source locations.
 
 The compiler records the whole target (``cgc.machine.target.Target``) in the module's
 ``wse.target`` attribute once (``set_module_target``); every pass reads it from there
@@ -7,9 +8,12 @@ The compiler records the whole target (``cgc.machine.target.Target``) in the mod
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
@@ -57,3 +61,23 @@ def module_target(module: ModuleOp) -> Target:
 def set_module_target(module: ModuleOp, target: Target) -> None:
     """Records ``target`` in the module, for every pass to read."""
     module.attributes[TARGET_ATTR] = wse.TargetAttr(checked(target))
+
+
+class Emitter:
+    """Creates ops through ``insert`` (a rewriter's or builder's insert), giving each the
+    location of the op being rewritten, so that diagnostics still name the source node."""
+
+    def __init__(self, insert: Callable[[Operation], Operation], anchor: Operation):
+        self.insert = insert
+        self.location = anchor.location
+
+    def __call__(self, op: Operation) -> SSAValue:
+        """Inserts ``op`` and returns its first result."""
+        self.insert(op)
+        op.location = self.location
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def constant(self, value: float | int | bool | np.ndarray, element: Attribute) -> SSAValue:
+        """An inline constant of ``element`` type (a scalar unless ``value`` is an array)."""
+        array = np.asarray(value, dtype=wse.numpy_dtype(element))
+        return self(wse.ConstantOp(wse.dense_attr(array)))

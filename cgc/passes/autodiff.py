@@ -35,9 +35,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from cgc.dialects import ws, wse
-from cgc.dialects.ir import main_function
+from cgc.dialects.ir import Emitter, main_function
 from cgc.errors import CgcError
-from cgc.passes.rewriting import Emitter
 
 Grads = list[SSAValue | None]
 

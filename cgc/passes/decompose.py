@@ -31,7 +31,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from cgc.dialects import wse
-from cgc.passes.rewriting import Emitter
+from cgc.dialects.ir import Emitter
 
 
 def _shifted(emit: Emitter, x: SSAValue, axis: int) -> SSAValue:

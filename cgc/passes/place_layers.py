@@ -14,8 +14,9 @@ The widths balance the stages: the placement bisects on the stage time, giving e
 the fewest columns on which it takes no longer (and on which its SRAM holds its share) and
 keeping the smallest time whose rectangles still pack onto the mesh with every tensor between
 layers crossing on enough lanes to keep up; the columns left over then widen the strips. Every
-time and every byte comes from the simulator's timing-only run of the layer on the candidate
-rectangle (``cgc.machine.cost``), so the compiler's estimate is the time a run takes.
+time and every byte is the machine's answer for the layer's work on the candidate rectangle
+(``cgc.machine.cost``), the engine the simulator runs, so the compiler's estimate is the time a
+run takes.
 
 A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
 """
@@ -31,9 +32,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from cgc.compiler.bytecode import lower
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_target
+from cgc.dialects.lowering import LayerWork, layer_graph, layer_works
 from cgc.errors import DoesNotFitError
 from cgc.machine.bytecode import Opcode, Program
 from cgc.machine.cost import LayerCost, LayerCosts
@@ -41,26 +42,24 @@ from cgc.machine.layout import Rect, matrix_dims
 from cgc.machine.target import Target
 from cgc.machine.traffic import lane_ends
 from cgc.machine.units import human_bytes
-from cgc.passes.route_tensors import layer_graph
 
 BALANCE_TOLERANCE = 0.01
 """The bisection on the stage time stops within this fraction of the best time."""
 
 
-def useful_rows(program: Program, index: int) -> int:
-    """The most matrix rows any tensor that layer ``index`` computes or reads has: more mesh
+def useful_rows(work: Program) -> int:
+    """The most matrix rows any tensor that a layer's work computes or reads has: more mesh
     rows than that hold nothing (weights aside)."""
     rows = 1
     resident: set[int] = set()
-    for position in program.layer_spans[index]:
-        ins = program.instructions[position]
+    for ins in work.instructions:
         if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
             resident.update(ins.results)
         if ins.opcode == Opcode.FREE:
             continue
         for register in (*ins.operands, *ins.results):
             if register not in resident:
-                rows = max(rows, matrix_dims(program.registers[register][0])[1])
+                rows = max(rows, matrix_dims(work.registers[register][0])[1])
     return rows
 
 
@@ -133,15 +132,16 @@ def _widen_strip(rects: list[Rect], members: list[int], width: int) -> None:
 
 
 class Placer:
-    """Chooses the rectangles of one program's layers."""
+    """Chooses the rectangles of a module's layers, from their works (one-layer programs,
+    ``cgc.dialects.lowering``)."""
 
-    def __init__(self, program: Program, target: Target):
-        self.program = program
+    def __init__(self, works: Sequence[LayerWork], target: Target):
+        self.works = [work.program for work in works]
         self.target = target
-        self.count = len(program.layers)
+        self.count = len(works)
         self.quick = LayerCosts(target, count_gathers=False)
         self.exact = LayerCosts(target)
-        self.edges = [(a, b, w) for a, b, w in layer_graph(program).edges(data="wavelets")]
+        self.edges = [(a, b, w) for a, b, w in layer_graph(works).edges(data="wavelets")]
         """``(producer, consumer, wavelets)`` of every tensor between layers."""
         self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
         """Per layer, the widths timed so far (at its height) and their cycles."""
@@ -149,11 +149,11 @@ class Placer:
     def memory(self, index: int, rect: Rect) -> LayerCost:
         """Layer ``index`` alone on ``rect``, exact in its SRAM (and quick: the general
         gathers' data movement is left out of its cycles)."""
-        return self.quick(self.program, index, rect)
+        return self.quick(self.works[index], 0, rect)
 
     def timing(self, index: int, rect: Rect) -> LayerCost:
         """The same with every data movement counted: the stage time."""
-        return self.exact(self.program, index, rect)
+        return self.exact(self.works[index], 0, rect)
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
@@ -210,7 +210,7 @@ class Placer:
         """The layer's rows: its useful rows, doubled while its SRAM does not fit on that many
         rows of the whole mesh's width."""
         t = self.target
-        height = min(useful_rows(self.program, index), t.rows)
+        height = min(useful_rows(self.works[index]), t.rows)
         while height < t.rows and not self.fits(self.memory(index, (0, 0, t.cols, height))):
             height = min(2 * height, t.rows)
         return height
@@ -241,12 +241,11 @@ class Placer:
     def _least_bytes(self, index: int) -> int:
         """A lower bound of the SRAM layer ``index`` needs on any rectangle: its weights and
         its largest tensor (without padding)."""
-        program = self.program
+        work = self.works[index]
         weights, largest = 0, 0
-        for position in program.layer_spans[index]:
-            ins = program.instructions[position]
+        for ins in work.instructions:
             for register in ins.results:
-                size = program.tensor_bytes(register)
+                size = work.tensor_bytes(register)
                 if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
                     weights += size
                 else:
@@ -390,14 +389,13 @@ class Placer:
         if len(stuck) == 1:
             (worst,) = stuck
             detail = (
-                f"layer '{self.program.layers[worst].name}' needs "
+                f"layer '{self._name(worst)}' needs "
                 f"{human_bytes(full[worst].sram_bytes_per_pe)} per PE even on all "
                 f"{t.cols}x{t.rows} PEs, {per_pe} available"
             )
         else:
             named = ", ".join(
-                f"'{self.program.layers[i].name}' {human_bytes(full[i].sram_bytes_per_pe)}"
-                for i in stuck[:4]
+                f"'{self._name(i)}' {human_bytes(full[i].sram_bytes_per_pe)}" for i in stuck[:4]
             )
             more = f" and {len(stuck) - 4} more" if len(stuck) > 4 else ""
             detail = (
@@ -416,6 +414,9 @@ class Placer:
             f"has {t.cols} ({human_bytes(t.sram_bytes)})"
         )
 
+    def _name(self, index: int) -> str:
+        return self.works[index].layers[0].name
+
     def _error(self, detail: str) -> DoesNotFitError:
         return DoesNotFitError(
             f"model does not fit on {self.target.name} in pipelined mode: {detail}; "
@@ -431,8 +432,7 @@ class PlaceLayersPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
-        program = lower(op, (0, 0, target.cols, target.rows))
-        rects = Placer(program, target).place()
-        layers = [o for o in main_function(op).body.block.ops if isinstance(o, wse.LayerOp)]
-        for layer, rect in zip(layers, rects, strict=True):
-            layer.rect = wse.RectAttr(*rect)
+        works = [w for w in layer_works(main_function(op), target.whole) if w.layer is not None]
+        for work, rect in zip(works, Placer(works, target).place(), strict=True):
+            assert work.layer is not None
+            work.layer.rect = wse.RectAttr(*rect)

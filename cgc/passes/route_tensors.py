@@ -18,6 +18,7 @@ The pass sets ``routes`` on every layer that reads tensors of other layers.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import ceil
 
@@ -27,28 +28,13 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, IntAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
-from cgc.compiler.bytecode import lower
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_target
+from cgc.dialects.lowering import layer_graph, layer_works
 from cgc.errors import CgcError, DoesNotFitError
-from cgc.machine.bytecode import Program
-from cgc.machine.layout import Layout
+from cgc.machine.layout import Rect
 from cgc.machine.target import Target
 from cgc.machine.traffic import Routes, lane_ends, overlap
-
-
-def layer_graph(program: Program) -> nx.MultiDiGraph:
-    """Layers as nodes (their indices, in program order), an edge from producer to consumer
-    per tensor, keyed by its register and carrying its ``wavelets`` per run."""
-    graph = nx.MultiDiGraph()
-    graph.add_nodes_from(range(len(program.layers)))
-    for consumer, inputs in enumerate(program.layer_inputs):
-        for register, producer in inputs.items():
-            shape, dtype = program.registers[register]
-            layout = Layout.on(shape, dtype, (0, 0, 1, 1))
-            wavelets = ceil(layout.size * layout.words_per_element)
-            graph.add_edge(producer, consumer, key=register, wavelets=wavelets)
-    return graph
 
 
 @dataclass
@@ -70,10 +56,14 @@ class PlannedRoute:
 
 
 class Router:
-    """Routes the tensors of one placed program."""
+    """Routes the tensors between a module's placed layers."""
 
-    def __init__(self, program: Program, target: Target):
-        self.program = program
+    def __init__(self, names: Sequence[str], rects: Sequence[Rect], graph: nx.MultiDiGraph,
+                 target: Target):  # fmt: skip
+        self.names = names
+        self.rects = rects
+        self.graph = graph
+        """Which layer feeds which (``cgc.dialects.lowering.layer_graph``)."""
         self.target = target
         shape = (len(Routes.DIRECTIONS), target.rows + 1, target.cols + 1)
         self.loads = np.zeros(shape)
@@ -82,10 +72,9 @@ class Router:
 
     def route(self) -> list[list[PlannedRoute]]:
         """The routes into every layer, in the order of its inputs."""
-        graph = layer_graph(self.program)
-        routes: list[list[PlannedRoute]] = [[] for _ in self.program.layers]
-        for consumer in graph.nodes:
-            edges = graph.in_edges(consumer, keys=True, data="wavelets")
+        routes: list[list[PlannedRoute]] = [[] for _ in self.names]
+        for consumer in self.graph.nodes:
+            edges = self.graph.in_edges(consumer, keys=True, data="wavelets")
             for producer, _, _, wavelets in sorted(edges, key=lambda edge: edge[2]):
                 routes[consumer].append(self._plan(producer, consumer, wavelets))
         for planned in routes:
@@ -98,8 +87,7 @@ class Router:
         return routes
 
     def _plan(self, producer: int, consumer: int, wavelets: int) -> PlannedRoute:
-        layers = self.program.layers
-        src_r, src_c, dst_r, dst_c = lane_ends(layers[producer].rect, layers[consumer].rect)
+        src_r, src_c, dst_r, dst_c = lane_ends(self.rects[producer], self.rects[consumer])
         row0, col0 = int(min(src_r.min(), dst_r.min())), int(min(src_c.min(), dst_c.min()))
         rows = int(max(src_r.max(), dst_r.max())) - row0 + 1
         cols = int(max(src_c.max(), dst_c.max())) - col0 + 1
@@ -132,10 +120,9 @@ class Router:
         in_use = int(np.bitwise_or.reduce(taken[used_links], initial=0))
         free = [c for c in range(self.target.colors) if not in_use >> c & 1]
         if not free:
-            names = self.program.layers
             raise DoesNotFitError(
                 f"model does not fit on {self.target.name} in pipelined mode: the tensor from "
-                f"layer '{names[route.source].name}' to layer '{names[route.consumer].name}' "
+                f"layer '{self.names[route.source]}' to layer '{self.names[route.consumer]}' "
                 f"crosses links that already carry routes on all {self.target.colors} colors; "
                 "use --mode weight_streaming"
             )
@@ -143,10 +130,10 @@ class Router:
         taken[used_links] |= 1 << route.color
 
 
-def route_attr(route: PlannedRoute, program: Program) -> wse.RouteAttr:
-    """The IR attribute of a planned route."""
+def route_attr(route: PlannedRoute, source: str) -> wse.RouteAttr:
+    """The IR attribute of a planned route from layer ``source``."""
     return wse.RouteAttr(
-        StringAttr(program.layers[route.source].name),
+        StringAttr(source),
         *(IntAttr(v) for v in (route.color, route.lanes, route.wavelets, route.busiest)),
         IntAttr(route.hops),
         ArrayAttr(IntAttr(v) for v in route.path),
@@ -176,9 +163,11 @@ class RouteTensorsPass(ModulePass):
         for (name, a), (other, b) in itertools.combinations(rects, 2):
             if overlap(a, b):
                 raise CgcError(f"layers '{name}' and '{other}' overlap on the mesh")
-        program = lower(op, (0, 0, target.cols, target.rows))
-        for layer, planned in zip(layers, Router(program, target).route(), strict=True):
+        works = [w for w in layer_works(main_function(op), target.whole) if w.layer is not None]
+        names = [name for name, _ in rects]
+        router = Router(names, [rect for _, rect in rects], layer_graph(works), target)
+        for layer, planned in zip(layers, router.route(), strict=True):
             if planned:
-                layer.routes = ArrayAttr(route_attr(r, program) for r in planned)
+                layer.routes = ArrayAttr(route_attr(r, names[r.source]) for r in planned)
             elif layer.routes is not None:
                 del layer.properties["routes"]
