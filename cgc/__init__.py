@@ -24,6 +24,7 @@ from cgc.machine.artifact import Artifact
 from cgc.version import __version__
 
 if TYPE_CHECKING:
+    from cgc.machine.target import Target
     from cgc.runtime.cluster import RunStats
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
 
@@ -43,14 +44,15 @@ __all__ = [
 def compile(
     model,
     mode: str = "auto",
-    target: str = "wse2",
+    target: str | Target = "wse2",
     batch_size: int | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
     num_csx: int = 1,
     dump_ir: str | os.PathLike | None = None,
     values: Mapping[str, np.ndarray] | None = None,
 ) -> Artifact:
-    """Compiles an ONNX model (a path or a ModelProto) for ``target``.
+    """Compiles an ONNX model (a path or a ModelProto) for ``target`` (a name, or any
+    ``cgc.machine.Target`` value).
 
     ``mode`` is ``pipelined``, ``weight_streaming`` or ``auto``; ``batch_size`` binds the
     symbolic batch dimension of the inputs (the global batch, split over ``num_csx``);
@@ -99,14 +101,6 @@ def prepare_training(
     batch_size: int,
     steps: int,
     optimizer: str = "sgd",
-    lr: float | None = None,
-    momentum: float | None = None,
-    dampening: float | None = None,
-    weight_decay: float | None = None,
-    nesterov: bool | None = None,
-    betas: tuple[float, float] | None = None,
-    eps: float | None = None,
-    amsgrad: bool | None = None,
     lr_schedule: str = "constant",
     warmup_steps: int = 0,
     lr_step_size: int = 1,
@@ -121,40 +115,31 @@ def prepare_training(
     num_csx: int = 1,
     swarmx_fanout: int | None = None,
     trainable: Sequence[str] = (),
-    target: str = "wse2",
+    target: str | Target = "wse2",
+    **settings: object,
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
     """Compiles a training run of an ONNX model whose first output is the loss, in
     weight-streaming mode on ``num_csx`` systems, without running it: the training artifact,
     the loop's options and the held-out evaluation (with ``eval_data``).
 
-    The optimizer settings left at None take torch.optim's defaults for ``optimizer``
-    (``sgd``, ``adam`` or ``adamw``); ``lr_schedule`` is ``constant``, ``cosine`` (towards 0 at
-    ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size`` steps), after a linear
-    warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
+    ``settings`` are the optimizer's, by torch.optim's keywords (``lr``, ``momentum``,
+    ``dampening``, ``weight_decay``, ``nesterov``, ``betas``, ``eps``, ``amsgrad``: the table
+    ``cgc.machine.optimizers.KEYWORDS``); one left out or None takes torch.optim's default for
+    ``optimizer`` (``sgd``, ``adam`` or ``adamw``). ``lr_schedule`` is ``constant``,
+    ``cosine`` (towards 0 at ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size``
+    steps), after a linear warm-up of ``warmup_steps``; ``max_grad_norm`` clips the
+    gradients' global norm.
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
     the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
     ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
     ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
     node (4 by default)."""
     from cgc.compiler.driver import TrainingOptions, compile_model
-    from cgc.machine.target import get_target, with_swarmx_fanout
+    from cgc.machine.target import resolve, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
 
-    beta1, beta2 = betas if betas is not None else (None, None)
-    options = TrainingOptions(
-        optimizer,
-        lr,
-        momentum,
-        dampening,
-        weight_decay,
-        nesterov,
-        beta1,
-        beta2,
-        eps,
-        amsgrad,
-        tuple(trainable),
-    )
-    options.optimizer_options()  # bad settings fail before anything is compiled
+    # bad settings fail here, before anything is compiled
+    options = TrainingOptions(optimizer, trainable, **settings)
     loop = LoopOptions(
         steps,
         schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),
@@ -168,7 +153,7 @@ def prepare_training(
         raise CgcError("--eval-every needs --eval-data")
     compile_args = dict(
         mode="weight_streaming",
-        target=with_swarmx_fanout(get_target(target), swarmx_fanout),
+        target=with_swarmx_fanout(resolve(target), swarmx_fanout),
         batch_size=batch_size,
         num_csx=num_csx,
     )

@@ -20,6 +20,7 @@ import click
 import numpy as np
 
 from cgc.errors import CgcError
+from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
 
 _SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
 _MESH = re.compile(r"(\d+)x(\d+)")
@@ -186,23 +187,57 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
         )
 
 
+def _defaults(names: tuple[str, ...]) -> str:
+    """torch.optim's defaults of the settings ``names`` across the optimizers that have them:
+    the most common, then the others by optimizer."""
+    values = {
+        name: ",".join(f"{o.defaults[n]:g}" for n in names)
+        for name, o in OPTIMIZERS.items()
+        if names[0] in o.defaults
+    }
+    common = max(values.values(), key=list(values.values()).count)
+    others = [f"{name}: {v}" for name, v in values.items() if v != common]
+    return "; ".join([common, *others])
+
+
+def optimizer_options(command: Callable) -> Callable:
+    """The optimizer's settings as options of ``command``, one per keyword of the table
+    (``cgc.machine.optimizers``); an option not given leaves the optimizer's default."""
+    for keyword, names in reversed(KEYWORDS.items()):
+        setting = SETTINGS[names[0]]
+        option = "--" + keyword.replace("_", "-")
+        if setting.flag:
+            command = click.option(option, is_flag=True, default=None, help=setting.help)(command)
+            continue
+        helps = " ".join(SETTINGS[n].help for n in names)
+        shape = f" As {','.join(n.upper() for n in names)}." if len(names) > 1 else ""
+        text = f"{helps}{shape}  [default: {_defaults(names)}]"
+        kind = str if len(names) > 1 else float
+        command = click.option(option, keyword, type=kind, help=text)(command)
+    return command
+
+
+def _chosen_settings(options: dict) -> dict:
+    """The optimizer settings given on the command line, as the API's keywords take them."""
+    chosen = {}
+    for keyword, value in options.items():
+        if value is not None and len(KEYWORDS[keyword]) > 1:
+            try:
+                value = tuple(float(part) for part in value.split(","))
+            except ValueError:
+                raise CgcError(f"--{keyword} {value}: expected numbers, e.g. 0.9,0.999") from None
+        chosen[keyword] = value
+    return chosen
+
+
 @main.command()
 @click.argument("model")
 @click.option("--data", "data_path", required=True, help=".npz: one array per model input.")
 @click.option("--batch-size", type=int, required=True, help="Global batch per step.")
 @click.option("--steps", type=int, required=True, help="Training steps.")
 @click.option("--model-dir", required=True, type=click.Path(), help="Where metrics and weights go.")
-@click.option(
-    "--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="sgd", show_default=True
-)
-@click.option("--lr", type=float, help="Learning rate  [default: torch's, 1e-3]")
-@click.option("--momentum", type=float, help="SGD momentum  [default: 0]")
-@click.option("--dampening", type=float, help="SGD dampening  [default: 0]")
-@click.option("--weight-decay", type=float, help="[default: 0; adamw: 0.01]")
-@click.option("--nesterov", is_flag=True, help="SGD with Nesterov momentum.")
-@click.option("--betas", help="Adam's B1,B2  [default: 0.9,0.999]")
-@click.option("--eps", type=float, help="Adam's epsilon  [default: 1e-8]")
-@click.option("--amsgrad", is_flag=True, help="Adam with the AMSGrad maximum.")
+@click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="sgd", show_default=True)
+@optimizer_options
 @click.option(
     "--lr-schedule",
     type=click.Choice(["constant", "cosine", "step"]),
@@ -235,14 +270,6 @@ def train(
     steps,
     model_dir,
     optimizer,
-    lr,
-    momentum,
-    dampening,
-    weight_decay,
-    nesterov,
-    betas,
-    eps,
-    amsgrad,
     lr_schedule,
     warmup_steps,
     lr_step_size,
@@ -260,6 +287,7 @@ def train(
     trainable,
     target,
     mesh,
+    **settings,
 ) -> None:
     """Train MODEL (first output: the loss) in weight-streaming mode."""
     import cgc
@@ -280,14 +308,6 @@ def train(
         batch_size,
         steps,
         optimizer=optimizer,
-        lr=lr,
-        momentum=momentum,
-        dampening=dampening,
-        weight_decay=weight_decay,
-        nesterov=True if nesterov else None,
-        betas=_betas(betas),
-        eps=eps,
-        amsgrad=True if amsgrad else None,
         lr_schedule=lr_schedule,
         warmup_steps=warmup_steps,
         lr_step_size=lr_step_size,
@@ -303,6 +323,7 @@ def train(
         swarmx_fanout=swarmx_fanout,
         trainable=trainable,
         target=_target_name(target, mesh),
+        **_chosen_settings(settings),
     )
     check_data(artifact, data)
     names = artifact.manifest["training"]["trainable"]
@@ -335,17 +356,6 @@ def _step_line(metrics: dict) -> str:
 
 def _warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
-
-
-def _betas(text: str | None) -> tuple[float, float] | None:
-    """``--betas B1,B2`` as two floats (None when not given)."""
-    if text is None:
-        return None
-    try:
-        beta1, beta2 = (float(part) for part in text.split(","))
-    except ValueError:
-        raise CgcError(f"--betas {text}: expected two numbers, B1,B2") from None
-    return beta1, beta2
 
 
 @main.command()

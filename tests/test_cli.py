@@ -503,7 +503,7 @@ def test_train_trace_has_a_track_per_resource(workdir, tmp_path) -> None:
             "--momentum: not a setting of --optimizer adam",
         ),
         (["--nesterov"], "--nesterov needs --momentum > 0 and --dampening 0"),
-        (["--optimizer", "adam", "--betas", "0.9"], "--betas 0.9: expected two numbers, B1,B2"),
+        (["--optimizer", "adam", "--betas", "0.9"], "--betas 0.9: expected 2 numbers"),
         (["--optimizer", "adam", "--betas", "0.9,1.0"], "--betas 1: must be in [0, 1)"),
         (["--lr", -1], "--lr -1: must be >= 0"),
         (["--lr-schedule", "step", "--lr-step-size", 0], "--lr-schedule step: warm-up steps"),

@@ -3,6 +3,7 @@ clipping) and of cgc.runtime.swarmx."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import replace
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from cgc.errors import CgcError
 from cgc.machine import optimizers
 from cgc.machine.target import Target
 from cgc.runtime.memoryx import MemoryX
@@ -113,7 +115,10 @@ def test_optimizer_defaults_are_torchs():
         ("adamw", torch.optim.AdamW),
     ):
         defaults = kind([torch.zeros(1, requires_grad=True)]).defaults
-        ours = optimizers.DEFAULTS[name]
+        ours = optimizers.OPTIMIZERS[name].defaults
+        # the API's keywords are torch.optim's
+        keywords = {optimizers.SETTINGS[key].keyword for key in ours}
+        assert keywords <= set(defaults), (name, keywords - set(defaults))
         for key, value in ours.items():
             theirs = (
                 defaults["betas"][int(key[-1]) - 1] if key.startswith("beta") else defaults[key]
@@ -126,6 +131,33 @@ def test_optimizer_settings_errors():
         optimizers.settings("adam", {"momentum": 0.9})
     with pytest.raises(ValueError, match="unknown optimizer 'lamb'"):
         optimizers.settings("lamb", {})
+    with pytest.raises(ValueError, match=r"beta2 1: must be in \[0, 1\)"):
+        optimizers.settings("adam", {"beta2": 1.0})
+    with pytest.raises(ValueError, match="nesterov needs momentum > 0 and dampening 0"):
+        optimizers.settings("sgd", {"nesterov": 1.0})
+
+
+def test_one_table_builds_the_options_everywhere():
+    """The schedule-streams pass, `cgc train` and the API take the table's settings, and a
+    setting left out takes the table's default wherever it is left out."""
+    from click.testing import CliRunner
+
+    from cgc.cli import main
+    from cgc.passes.schedule_streams import ScheduleStreamsPass
+
+    fields = [f.name for f in dataclasses.fields(ScheduleStreamsPass)]
+    assert fields == ["optimizer", *optimizers.SETTINGS]
+    text = CliRunner().invoke(main, ["train", "--help"]).output
+    for keyword in optimizers.KEYWORDS:
+        assert f"--{keyword.replace('_', '-')}" in text
+    assert "[default: 0; adamw: 0.01]" in " ".join(text.split())
+    chosen = optimizers.chosen_settings("adam", {"betas": (0.8, 0.9), "lr": None, "amsgrad": True})
+    assert chosen == {"beta1": 0.8, "beta2": 0.9, "amsgrad": 1.0}
+    assert optimizers.settings("adamw", {})["weight_decay"] == 0.01
+    with pytest.raises(CgcError, match=r"--betas 0.9: expected 2 numbers"):
+        optimizers.chosen_settings("adam", {"betas": (0.9,)})
+    with pytest.raises(CgcError, match=r"warmup: not an optimizer setting \(lr, momentum"):
+        optimizers.chosen_settings("adam", {"warmup": 3})
 
 
 def torch_lrs(kind, warmup, steps, step_size=3, gamma=0.5):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import Opcode
 from cgc.machine.cost import program_costs
-from cgc.machine.target import Target, checked, get_target
+from cgc.machine.target import Target, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass
@@ -49,69 +48,27 @@ from cgc.version import __version__
 MODES = ("pipelined", "weight_streaming", "auto")
 
 
-@dataclasses.dataclass(frozen=True)
 class TrainingOptions:
-    """How a training artifact's steps update the weights. A hyper-parameter left at None
-    takes torch.optim's default for the optimizer; setting one the optimizer does not have
-    is an error."""
+    """How a training artifact's steps update the weights: the optimizer MemoryX runs, the
+    settings chosen for it by their API keywords (``lr``, ``betas``, ...: see
+    ``cgc.machine.optimizers``; a setting left out or None takes torch.optim's default for the
+    optimizer), and which initializers train: regular expressions matched in full against
+    their names (none: all float initializers that reach the loss)."""
 
-    optimizer: str = "sgd"
-    lr: float | None = None
-    momentum: float | None = None
-    dampening: float | None = None
-    weight_decay: float | None = None
-    nesterov: bool | None = None
-    beta1: float | None = None
-    beta2: float | None = None
-    eps: float | None = None
-    amsgrad: bool | None = None
-    trainable: tuple[str, ...] = ()
-    """Regular expressions matched in full against initializer names; empty: all float
-    initializers that reach the loss."""
+    def __init__(self, optimizer: str = "sgd", trainable: Sequence[str] = (), **settings: object):
+        self.optimizer = optimizer
+        self.trainable = tuple(trainable)
+        self.chosen = optimizers.chosen_settings(optimizer, settings)
+        """The settings chosen (a CgcError naming the option if one is bad)."""
 
-    def optimizer_options(self) -> dict:
-        """The options of ``schedule-streams`` that set MemoryX's optimizer."""
-        if self.optimizer not in optimizers.OPTIMIZERS:
-            raise CgcError(
-                f"--optimizer {self.optimizer}: expected one of {', '.join(optimizers.OPTIMIZERS)}"
-            )
-        given = {
-            f.name: float(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.name not in ("optimizer", "trainable") and getattr(self, f.name) is not None
-        }
-        stray = sorted(set(given) - set(optimizers.DEFAULTS[self.optimizer]))
-        if stray:
-            names = ", ".join("--" + name.replace("_", "-") for name in stray)
-            raise CgcError(f"{names}: not a setting of --optimizer {self.optimizer}")
-        full = optimizers.settings(self.optimizer, given)
-        _check_hyperparameters(full)
-        flags = ("nesterov", "amsgrad")
-        return {"optimizer": self.optimizer} | {
-            k: bool(v) if k in flags else v for k, v in full.items()
-        }
+    def step_options(self) -> dict:
+        """The options of ``schedule-streams`` that choose MemoryX's optimizer."""
+        return {"optimizer": self.optimizer, **optimizers.with_flags(self.chosen)}
 
-
-def _check_hyperparameters(settings: dict[str, float]) -> None:
-    """torch.optim's own checks, as one-line errors naming the option."""
-    ranges = {
-        "lr": (0.0, None),
-        "momentum": (0.0, None),
-        "weight_decay": (0.0, None),
-        "eps": (0.0, None),
-        "beta1": (0.0, 1.0),
-        "beta2": (0.0, 1.0),
-    }
-    for name, (low, high) in ranges.items():
-        value = settings.get(name)
-        if value is None:
-            continue
-        if value < low or (high is not None and value >= high) or not math.isfinite(value):
-            bound = f"in [{low:g}, {high:g})" if high is not None else f">= {low:g}"
-            option = "--betas" if name.startswith("beta") else "--" + name.replace("_", "-")
-            raise CgcError(f"{option} {value:g}: must be {bound}")
-    if settings.get("nesterov") and (settings["momentum"] <= 0 or settings["dampening"] != 0):
-        raise CgcError("--nesterov needs --momentum > 0 and --dampening 0")
+    def manifest(self) -> dict:
+        """The optimizer and every one of its settings, as the artifact records them."""
+        full = optimizers.settings(self.optimizer, self.chosen)
+        return {"optimizer": self.optimizer, **optimizers.with_flags(full)}
 
 
 def pass_spec(p: ModulePass) -> str:
@@ -289,7 +246,7 @@ def compile_model(
         )
     if training is not None and mode == "pipelined":
         raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
-    tgt = checked(target) if isinstance(target, Target) else get_target(target)
+    tgt = resolve(target)
     per_system = None if batch_size is None else batch_size // num_csx
     imported = _import(model, per_system, shapes, values)
     c = Compilation(imported, tgt, IRDumps(dump_ir, print_ir_after_all))
@@ -346,7 +303,7 @@ def compile_model(
             "loss": imported.outputs[0].name,
             "loss_scale": scale,
             "batch_reduction": reduction,
-            "optimizer": training.optimizer_options(),
+            "optimizer": training.manifest(),
             "trainable": trained,
             "initializers": list(imported.initializers),
         }
@@ -375,7 +332,7 @@ def _choose_mode(c: Compilation, mode: str, training: TrainingOptions | None):
         reason = "training streams weights from MemoryX"
     else:
         reason = "requested with --mode weight_streaming"
-    c.run(ScheduleStreamsPass(**(training.optimizer_options() if training else {})))
+    c.run(ScheduleStreamsPass(**(training.step_options() if training else {})))
     return "weight_streaming", reason
 
 

@@ -8,6 +8,10 @@ Python floats, as torch computes them. Defaults are torch's. SGD matches torch b
 (gradient clipping may differ in the last bit: torch sums the norms in another order);
 Adam and AdamW within an ulp per step, because torch's vectorized CPU ``sqrt`` is not
 correctly rounded (it differs from IEEE ``sqrt`` in about one element in six).
+
+``OPTIMIZERS`` and ``SETTINGS`` are the one table of the optimizers, their settings and their
+defaults: ``cgc train``'s options, the API's keywords, the ``schedule-streams`` pass's options,
+the IR's verifier and MemoryX are all built from it.
 """
 
 from __future__ import annotations
@@ -18,42 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
-
-DEFAULTS: dict[str, dict[str, float]] = {
-    "sgd": {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": 0.0},
-    "adam": {
-        "lr": 1e-3,
-        "beta1": 0.9,
-        "beta2": 0.999,
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "amsgrad": 0.0,
-    },
-    "adamw": {
-        "lr": 1e-3,
-        "beta1": 0.9,
-        "beta2": 0.999,
-        "eps": 1e-8,
-        "weight_decay": 1e-2,
-        "amsgrad": 0.0,
-    },
-}
-"""Every hyper-parameter of each optimizer, with torch.optim's default (flags as 0.0/1.0)."""
+from cgc.errors import CgcError
 
 State = dict[str, np.ndarray]
 Update = Callable[[np.ndarray, np.ndarray, State, Mapping[str, float]], np.ndarray]
-
-
-def settings(optimizer: str, given: Mapping[str, float]) -> dict[str, float]:
-    """The full hyper-parameters of ``optimizer``: ``given`` over the defaults. A setting the
-    optimizer does not have is an error (a ValueError naming it)."""
-    if optimizer not in DEFAULTS:
-        raise ValueError(f"unknown optimizer {optimizer!r} (expected one of {OPTIMIZERS})")
-    unknown = sorted(set(given) - set(DEFAULTS[optimizer]))
-    if unknown:
-        raise ValueError(f"{optimizer} has no setting {', '.join(unknown)}")
-    return {**DEFAULTS[optimizer], **given}
 
 
 def _f32(value: float) -> np.float32:
@@ -135,7 +107,163 @@ def adamw(param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str
     return adam(param, grad, state, config, decoupled=True)
 
 
-UPDATES: dict[str, Update] = {"sgd": sgd, "adam": adam, "adamw": adamw}
+# ---------------------------------------------------------------------------------------------
+# The table: every optimizer, its settings and their defaults
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One hyper-parameter, as the IR, the artifact and MemoryX name it."""
+
+    name: str
+    help: str
+    flag: bool = False
+    """On or off (held as 1.0 or 0.0 like every setting)."""
+    low: float = 0.0
+    """The least value allowed."""
+    high: float | None = None
+    """The bound values must stay below, if any."""
+    option: str = ""
+    """The keyword of the Python API (and ``cgc train`` option) that sets it, if not its name:
+    ``betas`` sets ``beta1`` and ``beta2`` together, as torch.optim's keyword does."""
+
+    @property
+    def keyword(self) -> str:
+        """The API keyword (and, with ``--`` and dashes, the command-line option)."""
+        return self.option or self.name
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is not allowed, if it is not."""
+        if self.flag:
+            return None if value in (0.0, 1.0) else "must be on or off"
+        if (
+            not math.isfinite(value)
+            or value < self.low
+            or (self.high is not None and value >= self.high)
+        ):
+            return (
+                f"must be in [{self.low:g}, {self.high:g})"
+                if self.high
+                else f"must be >= {self.low:g}"
+            )
+        return None
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting("lr", "Learning rate."),
+        Setting("momentum", "SGD momentum."),
+        Setting("dampening", "SGD dampening of the momentum."),
+        Setting("weight_decay", "Weight decay (decoupled from the gradient in AdamW)."),
+        Setting("nesterov", "SGD with Nesterov momentum.", flag=True),
+        Setting("beta1", "Adam's decay of the gradients' mean.", high=1.0, option="betas"),
+        Setting("beta2", "Adam's decay of the squared gradients' mean.", high=1.0, option="betas"),
+        Setting("eps", "Adam's term added to the denominator."),
+        Setting("amsgrad", "Adam with the AMSGrad maximum.", flag=True),
+    )
+}
+"""Every setting of every optimizer."""
+
+KEYWORDS: dict[str, tuple[str, ...]] = {}
+"""Every API keyword (``cgc train`` option), and the settings it sets."""
+for _setting in SETTINGS.values():
+    KEYWORDS[_setting.keyword] = (*KEYWORDS.get(_setting.keyword, ()), _setting.name)
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer MemoryX runs: its settings with torch.optim's defaults, and its update."""
+
+    name: str
+    defaults: Mapping[str, float]
+    update: Update
+
+
+_ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "amsgrad": 0.0}
+OPTIMIZERS: dict[str, Optimizer] = {
+    o.name: o
+    for o in (
+        Optimizer(
+            "sgd",
+            {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": 0.0},
+            sgd,
+        ),
+        Optimizer("adam", {**_ADAM, "weight_decay": 0.0}, adam),
+        Optimizer("adamw", {**_ADAM, "weight_decay": 1e-2}, adamw),
+    )
+}
+"""Every optimizer by name: the one home of the settings and defaults that the command line,
+the Python API, the ``schedule-streams`` pass, the IR's verifier and MemoryX use."""
+
+
+def _check(optimizer: str, full: Mapping[str, float], named: Callable[[str], str]) -> None:
+    """Raises a ValueError if a setting of ``full`` is out of range or the settings do not go
+    together; ``named`` says how the message calls a setting."""
+    for name, value in full.items():
+        problem = SETTINGS[name].problem(value)
+        if problem is not None:
+            raise ValueError(f"{named(name)} {value:g}: {problem}")
+    if full.get("nesterov") and (full["momentum"] <= 0 or full["dampening"] != 0):
+        raise ValueError(
+            f"{named('nesterov')} needs {named('momentum')} > 0 and {named('dampening')} 0"
+        )
+
+
+def _optimizer(name: str) -> Optimizer:
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r} (expected one of {tuple(OPTIMIZERS)})")
+    return OPTIMIZERS[name]
+
+
+def settings(optimizer: str, given: Mapping[str, float]) -> dict[str, float]:
+    """The full settings of ``optimizer``: ``given`` over its defaults. A setting it does not
+    have, or a value out of range, is a ValueError naming the setting."""
+    defaults = _optimizer(optimizer).defaults
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(f"{optimizer} has no setting {', '.join(unknown)}")
+    full = {**defaults, **{k: float(v) for k, v in given.items()}}
+    _check(optimizer, full, str)
+    return full
+
+
+def chosen_settings(optimizer: str, keywords: Mapping[str, object]) -> dict[str, float]:
+    """The settings a user chose with API keywords (``cgc train`` options) for
+    ``optimizer``: ``betas`` as a pair, flags as booleans, None for "the default". A problem
+    is a CgcError naming the option."""
+    if optimizer not in OPTIMIZERS:
+        raise CgcError(f"--optimizer {optimizer}: expected one of {', '.join(OPTIMIZERS)}")
+    chosen: dict[str, float] = {}
+    for keyword, value in keywords.items():
+        if keyword not in KEYWORDS:
+            raise CgcError(f"{keyword}: not an optimizer setting ({', '.join(KEYWORDS)})")
+        if value is None:
+            continue
+        names = KEYWORDS[keyword]
+        if not set(names) <= set(OPTIMIZERS[optimizer].defaults):
+            raise CgcError(f"{_option(names[0])}: not a setting of --optimizer {optimizer}")
+        values = tuple(value) if len(names) > 1 else (value,)  # type: ignore[arg-type]
+        if len(values) != len(names):
+            shown = ",".join(f"{v:g}" for v in values)
+            raise CgcError(f"{_option(names[0])} {shown}: expected {len(names)} numbers")
+        chosen.update(zip(names, (float(v) for v in values), strict=True))
+    try:
+        _check(optimizer, {**OPTIMIZERS[optimizer].defaults, **chosen}, _option)
+    except ValueError as e:
+        raise CgcError(str(e)) from None
+    return chosen
+
+
+def with_flags(values: Mapping[str, float]) -> dict[str, float | bool]:
+    """``values`` with the on/off settings as booleans, as people read them."""
+    return {k: bool(v) if SETTINGS[k].flag else v for k, v in values.items()}
+
+
+def _option(setting: str) -> str:
+    """The command-line option of a setting."""
+    return "--" + SETTINGS[setting].keyword.replace("_", "-")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -221,6 +221,11 @@ def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
     return target
 
 
+def resolve(target: str | Target) -> Target:
+    """A target given by name (as ``get_target`` reads it) or as a value (checked)."""
+    return checked(target) if isinstance(target, Target) else get_target(target)
+
+
 def with_swarmx_fanout(target: Target, fanout: int | None) -> Target:
     """``target`` with SwarmX nodes of ``fanout`` children (unchanged for None)."""
     if fanout is None:

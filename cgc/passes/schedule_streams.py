@@ -10,7 +10,7 @@ ends with ``ws.optimizer_step``, which MemoryX runs once SwarmX has summed every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -25,23 +25,12 @@ from cgc.machine import optimizers
 
 
 @dataclass(frozen=True)
-class ScheduleStreamsPass(ModulePass):
-    """Turns weights into MemoryX streams and closes a training step with the optimizer."""
-
+class _ScheduleStreams(ModulePass):
     name = "schedule-streams"
 
     optimizer: str = ""
     """Optimizer MemoryX applies at the end of a step (``sgd``, ``adam``, ``adamw``); empty
-    for inference. Its hyper-parameters follow; only the optimizer's own go into the step."""
-    lr: float = 1e-3
-    momentum: float = 0.0
-    dampening: float = 0.0
-    weight_decay: float = 0.0
-    nesterov: bool = False
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    amsgrad: bool = False
+    for inference."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
@@ -59,9 +48,30 @@ class ScheduleStreamsPass(ModulePass):
                     stream.location = inner.location
                     Rewriter.replace_op(inner, stream)
         if self.optimizer and streams_gradients:
-            if self.optimizer not in optimizers.OPTIMIZERS:
-                raise CgcError(f"unknown optimizer '{self.optimizer}'")
-            config = {k: float(getattr(self, k)) for k in optimizers.DEFAULTS[self.optimizer]}
+            given = {k: getattr(self, k) for k in optimizers.SETTINGS}
+            try:
+                config = optimizers.settings(
+                    self.optimizer, {k: v for k, v in given.items() if v is not None}
+                )
+            except ValueError as e:
+                raise CgcError(f"schedule-streams: {e}") from None
             ret = block.last_op
             assert isinstance(ret, func.ReturnOp)
             Rewriter.insert_op(ws.OptimizerStepOp(self.optimizer, config), InsertPoint.before(ret))
+
+
+ScheduleStreamsPass = make_dataclass(
+    "ScheduleStreamsPass",
+    [
+        (s.name, (bool if s.flag else float) | None, field(default=None))
+        for s in optimizers.SETTINGS.values()
+    ],
+    bases=(_ScheduleStreams,),
+    frozen=True,
+)
+ScheduleStreamsPass.__module__ = __name__
+ScheduleStreamsPass.__doc__ = """Turns weights into MemoryX streams and closes a training
+step with the optimizer. Its options are ``optimizer`` and one per setting of
+``cgc.machine.optimizers.SETTINGS`` (``lr``, ``momentum``, ``betas``' ``beta1`` and ``beta2``,
+...); a setting left unset takes the optimizer's default, and only the optimizer's own
+settings go into the step."""

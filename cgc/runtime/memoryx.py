@@ -57,7 +57,7 @@ class MemoryX:
         scaled by ``lr_factor`` (a schedule) and the gradients first clipped to a global norm
         of ``max_grad_norm``; returns the gradients' global norm before clipping."""
         full = optimizers.settings(optimizer, config)
-        update = optimizers.UPDATES[optimizer]
+        update = optimizers.OPTIMIZERS[optimizer].update
         full["lr"] = full["lr"] * lr_factor
         if max_grad_norm is not None:
             norm = optimizers.clip_by_global_norm(self.gradients, max_grad_norm)

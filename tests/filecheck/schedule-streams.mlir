@@ -3,6 +3,7 @@
 // RUN: cgc opt %s --split-input-file -p 'schedule-streams{optimizer="sgd"}' | filecheck %s --check-prefix=INFER
 // RUN: cgc opt %s --split-input-file --verify-diagnostics -p 'schedule-streams{optimizer="lamb"}' | filecheck %s --check-prefix=BADOPT
 // RUN: cgc opt %s --split-input-file -p 'schedule-streams{optimizer="adamw" weight_decay=0.01 amsgrad=true}' | filecheck %s --check-prefix=ADAMW
+// RUN: cgc opt %s --split-input-file -p 'schedule-streams{optimizer="adamw"}' | filecheck %s --check-prefix=ADAMW-DEFAULTS
 
 // Weight streaming: every layer runs on the whole mesh, every wse.weight (frozen ones too)
 // becomes a ws.stream_weight with the same view, and a step that streams gradients ends
@@ -63,11 +64,13 @@ builtin.module attributes {wse.target = #wse.target<"mesh4x8">} {
 // NOOPT-NOT:   ws.optimizer_step
 // NOOPT:       func.return
 
-// BADOPT:      error: unknown optimizer 'lamb'
+// BADOPT:      error: schedule-streams: unknown optimizer 'lamb'
 // BADOPT-NEXT: // -----
 // BADOPT-NEXT: builtin.module
 
-// Only the optimizer's own hyper-parameters go into the step.
+// Only the optimizer's own hyper-parameters go into the step; those not given take its
+// defaults, torch.optim's (AdamW's weight decay is 0.01).
+// ADAMW-DEFAULTS: ws.optimizer_step "adamw" {amsgrad = 0.000000e+00 : f64, beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64}
 // ADAMW:       ws.optimizer_step "adamw" {amsgrad = 1.000000e+00 : f64, beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, eps = 1.000000e-08 : f64, lr = 1.000000e-03 : f64, weight_decay = 1.000000e-02 : f64}
 
 // -----
