@@ -10,17 +10,22 @@
   ``[group, C/group * prod(kernel), K/group]``, whose result is channels-last
   ``(N, *spatial, K)``, then one transpose to ``(N, K, *spatial)``.
 
+Each composite has its own rewrite pattern (``DecomposeSoftmax``, ``DecomposeLogSoftmax``,
+``DecomposeLayerNorm``, ``DecomposeBatchNorm``, ``DecomposeCrossEntropy``, ``DecomposeConv``),
+which builds its primitives with the function of the same name below (``softmax``, ...) and
+replaces the op by the result (``_replace``); ``DecomposePass`` applies them all in one walk.
 Every new op keeps the location of the op it replaces.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -146,35 +151,66 @@ def convolution(emit: Emitter, op: wse.ConvOp) -> SSAValue:
     return emit(wse.TransposeOp(y, [0, s + 1, *range(1, s + 1)]))
 
 
-class DecomposeComposite(RewritePattern):
-    """Replaces one composite op by its primitives."""
+def _replace(
+    op: Operation, rewriter: PatternRewriter, build: Callable[[Emitter], SSAValue]
+) -> None:
+    """Replaces ``op`` by the value ``build`` emits before it (each new op at ``op``'s
+    location): the boilerplate shared by the patterns below."""
+    value = build(Emitter(rewriter.insert, op))
+    rewriter.replace_all_uses_with(op.results[0], value)
+    rewriter.erase(op)
+
+
+class DecomposeSoftmax(RewritePattern):
+    """Lowers ``wse.softmax`` to ``exp(x - max) / sum(exp(x - max))`` (``softmax``)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.SoftmaxOp, rewriter: PatternRewriter, /) -> None:
+        _replace(op, rewriter, lambda emit: softmax(emit, op.input, op.axis.value.data))
+
+
+class DecomposeLogSoftmax(RewritePattern):
+    """Lowers ``wse.log_softmax`` to ``(x - max) - log(sum(exp(x - max)))``
+    (``log_softmax``)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.LogSoftmaxOp, rewriter: PatternRewriter, /) -> None:
+        _replace(op, rewriter, lambda emit: log_softmax(emit, op.input, op.axis.value.data))
+
+
+class DecomposeLayerNorm(RewritePattern):
+    """Lowers ``wse.layer_norm`` to its mean, variance and affine map (``layer_norm``)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.LayerNormOp, rewriter: PatternRewriter, /) -> None:
+        _replace(op, rewriter, lambda emit: layer_norm(emit, op))
+
+
+class DecomposeBatchNorm(RewritePattern):
+    """Lowers the inference ``wse.batch_norm`` to per-channel arithmetic (``batch_norm``)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.BatchNormOp, rewriter: PatternRewriter, /) -> None:
+        _replace(op, rewriter, lambda emit: batch_norm(emit, op))
+
+
+class DecomposeCrossEntropy(RewritePattern):
+    """Lowers ``wse.softmax_cross_entropy`` to a log-softmax, a one-hot pick, the weights and
+    the reduction (``cross_entropy``)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(
-        self,
-        op: wse.SoftmaxOp
-        | wse.LogSoftmaxOp
-        | wse.LayerNormOp
-        | wse.BatchNormOp
-        | wse.SoftmaxCrossEntropyOp
-        | wse.ConvOp,
-        rewriter: PatternRewriter,
+        self, op: wse.SoftmaxCrossEntropyOp, rewriter: PatternRewriter, /
     ) -> None:
-        emit = Emitter(rewriter.insert, op)
-        if isinstance(op, wse.SoftmaxOp):
-            value = softmax(emit, op.input, op.axis.value.data)
-        elif isinstance(op, wse.LogSoftmaxOp):
-            value = log_softmax(emit, op.input, op.axis.value.data)
-        elif isinstance(op, wse.LayerNormOp):
-            value = layer_norm(emit, op)
-        elif isinstance(op, wse.BatchNormOp):
-            value = batch_norm(emit, op)
-        elif isinstance(op, wse.SoftmaxCrossEntropyOp):
-            value = cross_entropy(emit, op)
-        else:
-            value = convolution(emit, op)
-        rewriter.replace_all_uses_with(op.results[0], value)
-        rewriter.erase(op)
+        _replace(op, rewriter, lambda emit: cross_entropy(emit, op))
+
+
+class DecomposeConv(RewritePattern):
+    """Lowers ``wse.conv`` to ``im2col``, a grouped matmul and transposes (``convolution``)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.ConvOp, rewriter: PatternRewriter, /) -> None:
+        _replace(op, rewriter, lambda emit: convolution(emit, op))
 
 
 @dataclass(frozen=True)
@@ -185,6 +221,14 @@ class DecomposePass(ModulePass):
     name = "decompose"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier([DecomposeComposite()]), apply_recursively=False
-        ).rewrite_module(op)
+        patterns = GreedyRewritePatternApplier(
+            [
+                DecomposeSoftmax(),
+                DecomposeLogSoftmax(),
+                DecomposeLayerNorm(),
+                DecomposeBatchNorm(),
+                DecomposeCrossEntropy(),
+                DecomposeConv(),
+            ]
+        )
+        PatternRewriteWalker(patterns, apply_recursively=False).rewrite_module(op)
