@@ -1,6 +1,6 @@
-"""The elementwise ONNX ops (cgc/frontends/onnx/elementwise.py) through the whole compiler and
-simulator, against onnxruntime where it runs the op and dtype, else against numpy; their opset
-differences; and the errors they report."""
+"""The elementwise ONNX ops (elementwise.py, activations.py, casts.py in cgc/frontends/onnx/)
+through the whole compiler and simulator, against onnxruntime where it runs the op and dtype,
+else against numpy; their opset differences; and the errors they report."""
 
 from __future__ import annotations
 

@@ -1,12 +1,16 @@
 """The ONNX frontend: an ONNX model becomes a ``func.func @main`` of WSE ops.
 
-``importer`` holds the machinery (loading, shapes, constants, errors, the registry),
-``builders`` the small helpers the op importers share (building IR, reading attributes and
-compile-time inputs); each family module registers the importers of its ONNX ops.
+``importer`` holds the machinery (the ``Importer``, its conversion loop, values known at compile
+time, the registry), ``model`` the reading of a model and its interface (opset, element types,
+initializers, input and output shapes), ``nodes`` what op importers read and raise about a
+node, ``builders`` the small helpers the op importers share (building IR, reading attributes
+and compile-time inputs); each family module registers the importers of its ONNX ops.
 """
 
 from cgc.frontends.onnx import (  # noqa: F401  (each module registers its importers)
+    activations,
     attention,
+    casts,
     constants,
     conv,
     elementwise,
@@ -25,13 +29,8 @@ from cgc.frontends.onnx import (  # noqa: F401  (each module registers its impor
     signal,
     slicing,
 )
-from cgc.frontends.onnx.importer import (
-    OPS,
-    ImportedModel,
-    TensorSpec,
-    import_model,
-    import_onnx,
-)
+from cgc.frontends.onnx.importer import OPS, import_model, import_onnx
+from cgc.frontends.onnx.model import ImportedModel, TensorSpec
 
 SUPPORTED_OPS = tuple(sorted(OPS))
 """Every ONNX op type the frontend imports."""

@@ -14,7 +14,8 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import add, cast, dtype_of, reshape, transpose
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 from cgc.machine import dtypes
 
 SOFTMAX_PRECISIONS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}

@@ -17,7 +17,8 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, bad_attr, shape_of
+from cgc.frontends.onnx.importer import Importer
+from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
 from cgc.machine import dtypes
 
 # ---------------------------------------------------------------------------------------------

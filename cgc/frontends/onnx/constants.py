@@ -17,17 +17,9 @@ from onnx import numpy_helper
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import dtype_of, static_ints, static_scalar
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Lazy,
-    Node,
-    NodeError,
-    axis_of,
-    bad_attr,
-    dtype_attribute,
-    register,
-    shape_of,
-)
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.model import dtype_attribute
+from cgc.frontends.onnx.nodes import Lazy, Node, NodeError, axis_of, bad_attr, shape_of
 from cgc.machine import dtypes
 
 

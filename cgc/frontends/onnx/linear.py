@@ -15,7 +15,8 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import broadcast, dtype_of, require_float, reshape, transpose
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 from cgc.machine import dtypes
 
 

@@ -14,7 +14,8 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import along, dtype_of
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 
 REDUCTIONS = ("mean", "sum", "none")
 

@@ -19,17 +19,9 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import affine, along, cast, dtype_of, reshape
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    OpImporter,
-    axis_of,
-    bad_attr,
-    dtype_attribute,
-    register,
-    shape_of,
-)
+from cgc.frontends.onnx.importer import Importer, OpImporter, register
+from cgc.frontends.onnx.model import dtype_attribute
+from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
 from cgc.frontends.onnx.reduction import square, top_k
 
 # ---------------------------------------------------------------------------------------------

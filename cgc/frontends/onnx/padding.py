@@ -23,7 +23,8 @@ from cgc.frontends.onnx.builders import (
     static_ints,
     unique_axes,
 )
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
 

@@ -20,7 +20,8 @@ from xdsl.ir import SSAValue
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import dtype_of, mul, reshape
 from cgc.frontends.onnx.conv import auto_pads
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 
 SEPARABLE_FROM = 3
 """Pooling windows over this many spatial axes or more run as one 1-D pass per axis."""

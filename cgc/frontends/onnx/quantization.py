@@ -17,17 +17,10 @@ from xdsl.ir import SSAValue
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import add_channel_bias, broadcast, cast, clamp, dtype_of, reshape
 from cgc.frontends.onnx.conv import conv_kernel, convolution
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    axis_of,
-    bad_attr,
-    dtype_attribute,
-    register,
-    shape_of,
-)
+from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.linear import matmul
+from cgc.frontends.onnx.model import dtype_attribute
+from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
 from cgc.machine import dtypes
 
 INTEGER_RANGES = {

@@ -19,6 +19,14 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.onnx.activations import (
+    elu,
+    hard_sigmoid,
+    leaky_relu,
+    softplus,
+    softsign,
+    thresholded_relu,
+)
 from cgc.frontends.onnx.builders import (
     add,
     affine,
@@ -29,15 +37,8 @@ from cgc.frontends.onnx.builders import (
     reshape,
     transpose,
 )
-from cgc.frontends.onnx.elementwise import (
-    elu,
-    hard_sigmoid,
-    leaky_relu,
-    softplus,
-    softsign,
-    thresholded_relu,
-)
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

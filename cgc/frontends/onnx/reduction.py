@@ -20,7 +20,8 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import cast, dtype_of
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, axis_of, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, shape_of
 from cgc.machine import dtypes, reference
 
 AXES_AS_INPUT = {"ReduceSum": 13}

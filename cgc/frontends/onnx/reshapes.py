@@ -15,7 +15,8 @@ from math import prod
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.builders import int_list, static_ints, unique_axes
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 
 
 @register("Flatten")

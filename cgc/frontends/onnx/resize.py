@@ -28,7 +28,8 @@ from cgc.frontends.onnx.builders import (
     string_attr,
     working_dtype,
 )
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, bad_attr, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
 from cgc.machine import dtypes
 
 TRANSFORMS = (

@@ -34,7 +34,8 @@ from cgc.frontends.onnx.builders import (
     sub,
     working_dtype,
 )
-from cgc.frontends.onnx.importer import Importer, Node, NodeError, register, shape_of
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, shape_of
 
 # ---------------------------------------------------------------------------------------------
 # Taps

@@ -21,15 +21,8 @@ from cgc.frontends.onnx.builders import (
     static_scalar,
     unique_axes,
 )
-from cgc.frontends.onnx.importer import (
-    Importer,
-    Node,
-    NodeError,
-    axis_of,
-    bad_attr,
-    register,
-    shape_of,
-)
+from cgc.frontends.onnx.importer import Importer, register
+from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
 
 
 @register("Concat")
