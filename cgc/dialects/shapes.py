@@ -26,13 +26,6 @@ def broadcast(*shapes: Sequence[int]) -> Shape:
     return tuple(out)
 
 
-def normalize_axis(axis: int, rank: int) -> int:
-    """Maps a possibly negative axis into ``[0, rank)``."""
-    if not -rank <= axis < max(rank, 1):
-        raise ValueError(f"axis {axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
-
-
 def reduce(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> Shape:
     """The shape of a reduction of ``shape`` over ``axes`` (already normalized)."""
     if len(set(axes)) != len(axes) or any(not 0 <= a < len(shape) for a in axes):

@@ -20,6 +20,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError
@@ -43,7 +44,7 @@ class ArtifactError(CgcError):
     format version."""
 
 
-def _json_bytes(value: dict) -> bytes:
+def _json_bytes(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, indent=1).encode()
 
 
@@ -51,7 +52,7 @@ def _json_bytes(value: dict) -> bytes:
 class Artifact:
     """A compiled program with its manifest, final IR and weights."""
 
-    manifest: dict
+    manifest: dict[str, Any]
     program: Program
     ir: str
     weights: dict[str, np.ndarray]
@@ -59,7 +60,8 @@ class Artifact:
     @property
     def mode(self) -> str:
         """``pipelined`` or ``weight_streaming``."""
-        return self.manifest["mode"]
+        mode: str = self.manifest["mode"]
+        return mode
 
     def to_bytes(self) -> bytes:
         """The file contents; equal artifacts give equal bytes."""
@@ -78,12 +80,12 @@ class Artifact:
         header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(SECTIONS))
         return header + table + b"".join(payloads[name] for name in SECTIONS)
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the file atomically: a reader sees the old file or the whole new one."""
         write_atomically(path, self.to_bytes())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Artifact:
+    def load(cls, path: str | os.PathLike[str]) -> Artifact:
         """Reads and checks an artifact file."""
         try:
             data = Path(path).read_bytes()

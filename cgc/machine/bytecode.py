@@ -101,7 +101,7 @@ class Instruction:
     opcode: int
     results: tuple[int, ...] = ()
     operands: tuple[int, ...] = ()
-    attrs: dict = field(default_factory=dict, hash=False)
+    attrs: dict[str, Any] = field(default_factory=dict[str, Any], hash=False)
     location: str | None = None
 
     @property
@@ -131,16 +131,19 @@ class Route:
     path: tuple[int, ...]
     """``x, y`` of the PEs where the first lane starts, turns and ends."""
 
-    def to_json(self) -> list:
+    def to_json(self) -> list[int | list[int]]:
         """A JSON list that ``from_json`` reads back."""
         fields = (self.source, self.color, self.lanes, self.wavelets, self.busiest, self.hops)
         return [*fields, list(self.path)]
 
     @classmethod
-    def from_json(cls, data: list) -> Route:
+    def from_json(cls, data: list[Any]) -> Route:
         """Inverse of ``to_json``."""
-        *fields, path = data
-        return cls(*(int(v) for v in fields), tuple(int(v) for v in path))
+        source, color, lanes, wavelets, busiest, hops, path = data
+        return cls(
+            int(source), int(color), int(lanes), int(wavelets), int(busiest), int(hops),
+            tuple(int(v) for v in path),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

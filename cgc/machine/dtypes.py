@@ -27,7 +27,7 @@ EXTENDED_INTS = ("int4", "uint4", "int2", "uint2")
 def dtype(name: str | np.dtype | type) -> np.dtype:
     """The numpy dtype of a name, including the ml_dtypes ones."""
     if isinstance(name, str) and name in (*EXTENDED_FLOATS, *EXTENDED_INTS):
-        return np.dtype(getattr(ml_dtypes, name))
+        name = getattr(ml_dtypes, name)
     return np.dtype(name)
 
 

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     """Writes ``data`` to ``path`` through a temporary file in the same directory, renamed
     into place: a reader sees the old file or the whole new one, never a part."""
     target = Path(path)

@@ -17,7 +17,7 @@ the IR's verifier and MemoryX are all built from it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +32,7 @@ def _f32(value: float) -> np.float32:
     return np.float32(value)
 
 
-def _fma(a: np.ndarray | float, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def _fma(a: np.ndarray | np.floating | float, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``a * b + c`` rounded once to float32, as the fused multiply-add of torch's vectorized
     CPU kernels (the float64 product of two float32 values is exact)."""
     exact = np.float64(a) * b.astype(np.float64) + c.astype(np.float64)
@@ -51,7 +51,9 @@ def _array(value: np.ndarray, like: np.ndarray) -> np.ndarray:
     return np.asarray(value, dtype=like.dtype)
 
 
-def sgd(param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str, float]):
+def sgd(
+    param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str, float]
+) -> np.ndarray:
     """torch.optim.SGD's update of one parameter (momentum, dampening, nesterov, weight
     decay)."""
     momentum, weight_decay = config["momentum"], config["weight_decay"]
@@ -102,7 +104,9 @@ def adam(
     return _array(param + _f32(-step_size) * exp_avg / denom, param)
 
 
-def adamw(param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str, float]):
+def adamw(
+    param: np.ndarray, grad: np.ndarray, state: State, config: Mapping[str, float]
+) -> np.ndarray:
     """torch.optim.AdamW's update of one parameter."""
     return adam(param, grad, state, config, decoupled=True)
 
@@ -229,7 +233,11 @@ def settings(optimizer: str, given: Mapping[str, float]) -> dict[str, float]:
     return full
 
 
-def chosen_settings(optimizer: str, keywords: Mapping[str, object]) -> dict[str, float]:
+Choice = float | Sequence[float] | None
+"""A value given by API keyword: a number (a flag as a bool), a pair for ``betas``, None."""
+
+
+def chosen_settings(optimizer: str, keywords: Mapping[str, Choice]) -> dict[str, float]:
     """The settings a user chose with API keywords (``cgc train`` options) for
     ``optimizer``: ``betas`` as a pair, flags as booleans, None for "the default". A problem
     is a CgcError naming the option."""
@@ -244,7 +252,7 @@ def chosen_settings(optimizer: str, keywords: Mapping[str, object]) -> dict[str,
         names = KEYWORDS[keyword]
         if not set(names) <= set(OPTIMIZERS[optimizer].defaults):
             raise CgcError(f"{_option(names[0])}: not a setting of --optimizer {optimizer}")
-        values = tuple(value) if len(names) > 1 else (value,)  # type: ignore[arg-type]
+        values = tuple(value) if isinstance(value, Sequence) else (value,)
         if len(values) != len(names):
             shown = ",".join(f"{v:g}" for v in values)
             raise CgcError(f"{_option(names[0])} {shown}: expected {len(names)} numbers")

@@ -176,7 +176,8 @@ def _freeze(value: Any) -> Hashable:
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
-    return value
+    frozen: Hashable = value
+    return frozen
 
 
 def _thaw(frozen: tuple[tuple[str, Any], ...]) -> dict[str, Any]:

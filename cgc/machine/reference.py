@@ -8,13 +8,21 @@ compiler uses them to fold constants. Attributes arrive as plain Python values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from math import prod
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from cgc.machine import dtypes
+
+Attrs = Mapping[str, Any]
+"""An op's attributes: plain JSON values."""
+Spec = tuple[Sequence[int], str]
+"""A result's shape and numpy dtype name."""
+Special = Callable[[Attrs, Sequence[np.ndarray], Sequence[Spec]], list[np.ndarray]]
 
 # W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
 # (1969): erf on |x| <= 0.46875, erfc on (0.46875, 4] and beyond 4, each a rational function
@@ -59,20 +67,22 @@ _ERFC_FAR = ((0.305326634961232344, 0.360344899949804439, 0.125781726111229246,
 _INV_SQRT_PI = 0.56418958354775628695
 
 
-def _rational(z: np.ndarray, coefficients) -> np.ndarray:
+def _rational(
+    z: np.ndarray, coefficients: tuple[tuple[float, ...], tuple[float, ...]]
+) -> np.ndarray:
     """Cody's nested form: numerator and denominator of degree len(q) in ``z``, with the
     numerator's leading coefficient stored last."""
     p, q = coefficients
     num, den = p[-1] * z, z
     for a, b in zip(p[:-2], q[:-1], strict=True):
         num, den = (num + a) * z, (den + b) * z
-    return (num + p[-2]) / (den + q[-1])
+    return typing.cast(np.ndarray, (num + p[-2]) / (den + q[-1]))
 
 
 def _exp_minus_square(a: np.ndarray) -> np.ndarray:
     """``exp(-a*a)`` with a split of ``a`` that keeps the rounding of ``a*a`` out of it."""
     head = np.trunc(a * 16) / 16
-    return np.exp(-head * head) * np.exp(-(a - head) * (a + head))
+    return typing.cast(np.ndarray, np.exp(-head * head) * np.exp(-(a - head) * (a + head)))
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -96,19 +106,20 @@ def erf(x: np.ndarray) -> np.ndarray:
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-x))`` without overflow."""
     e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+    chosen: np.ndarray = np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    return chosen.astype(x.dtype, copy=False)
 
 
 def relu(x: np.ndarray) -> np.ndarray:
     """``max(x, 0)``."""
-    return np.maximum(x, np.zeros((), dtype=x.dtype))
+    return typing.cast(np.ndarray, np.maximum(x, np.zeros((), dtype=x.dtype)))
 
 
 def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a / b``; integers divide exactly, truncating toward zero as C does."""
     if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
-        return np.divide(a, b)
-    quotient = np.abs(a) // np.abs(b)
+        return typing.cast(np.ndarray, np.divide(a, b))
+    quotient: np.ndarray = np.abs(a) // np.abs(b)
     return np.where((a < 0) != (b < 0), -quotient, quotient)
 
 
@@ -116,7 +127,7 @@ def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a ** b``; an integer to a negative integer power truncates toward zero as C does
     (only 1 and -1 have nonzero results)."""
     if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
-        return np.power(a, b)
+        return typing.cast(np.ndarray, np.power(a, b))
     negative = b < 0
     exact = np.power(a, np.where(negative, 0, b))
     fraction = np.where(np.abs(a) == 1, np.where(b % 2 == 0, 1, a), 0).astype(exact.dtype)
@@ -219,12 +230,13 @@ def pad(
     widths = list(zip(low, high, strict=True))
     if mode == "constant":
         return np.pad(x, widths, constant_values=value)
-    return np.pad(x, widths, mode=mode)
+    return np.pad(x, widths, mode=typing.cast(Any, mode))
 
 
 def one_hot(indices: np.ndarray, depth: int, dtype: np.dtype) -> np.ndarray:
     """Rows of ``depth`` with a one at each index; out-of-range indices give zero rows."""
-    return (indices[..., None] == np.arange(depth)).astype(dtype)
+    hits: np.ndarray = indices[..., None] == np.arange(depth)
+    return hits.astype(dtype)
 
 
 def windows(
@@ -247,7 +259,8 @@ def windows(
     view = sliding_window_view(padded, spans, axis=tuple(range(lead, x.ndim)))
     steps = tuple(slice(None, None, strides[i]) for i in range(spatial))
     taps = tuple(slice(None, None, dilations[i]) for i in range(spatial))
-    return view[(Ellipsis, *steps, *taps)] if spatial else view
+    index: tuple[Any, ...] = (Ellipsis, *steps, *taps)
+    return view[index] if spatial else view
 
 
 def im2col(
@@ -270,14 +283,14 @@ def im2col(
     return np.ascontiguousarray(w).reshape(group, n * prod(out), (c // group) * prod(kernel))
 
 
-def im2col_sources(image: Sequence[int], attrs: dict) -> np.ndarray:
+def im2col_sources(image: Sequence[int], attrs: Attrs) -> np.ndarray:
     """For each element of ``im2col``'s result on an image of shape ``image`` (in the op's own
     axis order), the flat index of the image element it reads, or -1 for padding."""
     ids = np.arange(prod(image)).reshape(image)
     return movement("im2col", {**attrs, "fill": -1}, [ids], ())
 
 
-def col2im(patches: np.ndarray, image: Sequence[int], attrs: dict) -> np.ndarray:
+def col2im(patches: np.ndarray, image: Sequence[int], attrs: Attrs) -> np.ndarray:
     """The adjoint of ``im2col``: every patch element added to the image element it was read
     from (in float64, then rounded once to the patches' type)."""
     sources = im2col_sources(image, attrs).ravel()
@@ -298,7 +311,7 @@ def channels_back(y: np.ndarray, channels_last: bool) -> np.ndarray:
     return np.moveaxis(y, 1, -1) if channels_last else y
 
 
-def pool_windows(x: np.ndarray, attrs: dict, fill: float) -> np.ndarray:
+def pool_windows(x: np.ndarray, attrs: Attrs, fill: float) -> np.ndarray:
     """Every window of a pooling op, ``[*result, *kernel]`` in the op's own axis order."""
     last = attrs.get("channels_last", False)
     taps = windows(channels_first(x, last), *_pool_args(attrs), fill)
@@ -341,17 +354,19 @@ def pool(
     spatial = len(kernel)
     axes = tuple(range(-spatial, 0))
     if kind == "max_pool":
-        return windows(x, kernel, strides, pads, dilations, lowest(x.dtype)).max(axis=axes)
-    total = windows(x, kernel, strides, pads, dilations, 0.0).sum(axis=axes)
+        peak = windows(x, kernel, strides, pads, dilations, lowest(x.dtype)).max(axis=axes)
+        return typing.cast(np.ndarray, peak)
+    total: np.ndarray = windows(x, kernel, strides, pads, dilations, 0.0).sum(axis=axes)
     if count_include_pad:
         count = np.asarray(prod(kernel), dtype=x.dtype)
     else:
         ones = np.ones((1, 1, *x.shape[2:]), dtype=x.dtype)
-        count = windows(ones, kernel, strides, pads, dilations, 0.0).sum(axis=axes)
-    return (total / count).astype(x.dtype, copy=False)
+        count = np.asarray(windows(ones, kernel, strides, pads, dilations, 0.0).sum(axis=axes))
+    mean: np.ndarray = total / count
+    return mean.astype(x.dtype, copy=False)
 
 
-def weight_view(stored: np.ndarray, shape: Sequence[int], perm: Sequence[int] | None):
+def weight_view(stored: np.ndarray, shape: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
     """The view of a stored weight that a ``wse.weight`` of ``shape`` and ``perm`` denotes:
     the elements reshaped to ``shape`` permuted back by ``perm``, then permuted by ``perm``."""
     if perm is None:
@@ -360,14 +375,18 @@ def weight_view(stored: np.ndarray, shape: Sequence[int], perm: Sequence[int] | 
     return np.transpose(stored.reshape([shape[i] for i in inverse]), perm)
 
 
-def weight_unview(grad: np.ndarray, stored_shape: Sequence[int], perm: Sequence[int] | None):
+def weight_unview(
+    grad: np.ndarray, stored_shape: Sequence[int], perm: Sequence[int] | None
+) -> np.ndarray:
     """Maps the gradient of a view back onto the stored weight's shape."""
     if perm is not None:
         grad = np.transpose(grad, np.argsort(perm))
     return np.ascontiguousarray(grad).reshape(stored_shape)
 
 
-def movement(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape: Sequence[int]):
+def movement(
+    name: str, attrs: Attrs, inputs: Sequence[np.ndarray], shape: Sequence[int]
+) -> np.ndarray:
     """Applies a data-movement op; works on data and on index arrays alike."""
     x = inputs[0]
     if name == "reshape":
@@ -419,14 +438,16 @@ def gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.ndar
     idx = indices.reshape(flat.shape[0], -1, depth)
     idx = _wrapped(idx, np.array(data.shape[batch_dims : batch_dims + depth]))
     rows = np.arange(flat.shape[0])[:, None]
-    picked = flat[(rows, *np.moveaxis(idx, -1, 0))]
+    picked: np.ndarray = flat[(rows, *np.moveaxis(idx, -1, 0))]
     return picked.reshape(*indices.shape[:-1], *data.shape[batch_dims + depth :])
 
 
 _SCATTER = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def _scatter(data: np.ndarray, where: tuple, updates: np.ndarray, reduction: str) -> np.ndarray:
+def _scatter(
+    data: np.ndarray, where: tuple[np.ndarray, ...], updates: np.ndarray, reduction: str
+) -> np.ndarray:
     out = data.copy()
     if reduction == "none":
         out[where] = updates
@@ -435,25 +456,30 @@ def _scatter(data: np.ndarray, where: tuple, updates: np.ndarray, reduction: str
     return out
 
 
-def _element_positions(indices: np.ndarray, axis: int, size: int) -> tuple:
+def _element_positions(indices: np.ndarray, axis: int, size: int) -> tuple[np.ndarray, ...]:
     """The positions ONNX's GatherElements and ScatterElements address: each index's own
     position, with its value (wrapped) on ``axis``."""
-    where = list(np.indices(indices.shape, sparse=True))
+    where: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
     where[axis] = _wrapped(indices, size)
     return tuple(where)
 
 
 def gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
     """ONNX GatherElements (indices may be smaller than the data on every axis)."""
-    return data[_element_positions(indices, axis, data.shape[axis])]
+    picked: np.ndarray = data[_element_positions(indices, axis, data.shape[axis])]
+    return picked
 
 
-def scatter_elements(data, indices, updates, axis: int, reduction: str) -> np.ndarray:
+def scatter_elements(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int, reduction: str
+) -> np.ndarray:
     """ONNX ScatterElements."""
     return _scatter(data, _element_positions(indices, axis, data.shape[axis]), updates, reduction)
 
 
-def scatter_nd(data, indices, updates, reduction: str) -> np.ndarray:
+def scatter_nd(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str
+) -> np.ndarray:
     """ONNX ScatterND."""
     depth = indices.shape[-1]
     idx = _wrapped(indices, np.array(data.shape[:depth]))
@@ -488,7 +514,14 @@ def topk(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, n
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
 
 
-def argmax_pool(x, kernel, strides, pads, dilations, storage_order: int) -> np.ndarray:
+def argmax_pool(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    storage_order: int,
+) -> np.ndarray:
     """The flat input index of each pooling window's (first) maximum."""
     spatial = len(kernel)
     ids = np.arange(x.size).reshape(x.shape)
@@ -518,29 +551,40 @@ def cast(x: np.ndarray, dtype: np.dtype, saturate: bool) -> np.ndarray:
     return x.astype(dtype)
 
 
-def _pool_args(attrs: dict) -> tuple:
+def _pool_args(attrs: Attrs) -> tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]]:
     return attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"]
 
 
-_SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
+def _pooling(kind: str) -> Special:
+    """The semantics of pooling op ``kind`` in its own axis order."""
+
+    def pooled(a: Attrs, xs: Sequence[np.ndarray], r: Sequence[Spec]) -> list[np.ndarray]:
+        last = a.get("channels_last", False)
+        first = channels_first(xs[0], last)
+        return [
+            channels_back(
+                pool(kind, first, *_pool_args(a), a.get("count_include_pad", False)), last
+            )
+        ]
+
+    return pooled
+
+
+def _scanning(kind: str) -> Special:
+    """The semantics of scan op ``kind``."""
+
+    def scanned(a: Attrs, xs: Sequence[np.ndarray], r: Sequence[Spec]) -> list[np.ndarray]:
+        return [scan(kind, xs[0], a["axis"], a["exclusive"], a["reverse"])]
+
+    return scanned
+
+
+_SPECIAL: dict[str, Special] = {
     "select": lambda a, xs, r: [np.where(*xs)],
     "cast": lambda a, xs, r: [cast(xs[0], dtypes.dtype(r[0][1]), a.get("saturate", True))],
     "bitcast": lambda a, xs, r: [np.ascontiguousarray(xs[0]).view(dtypes.dtype(r[0][1]))],
     "matmul": lambda a, xs, r: [np.matmul(xs[0], xs[1])],
-    **{
-        kind: lambda a, xs, r, kind=kind: [
-            channels_back(
-                pool(
-                    kind,
-                    channels_first(xs[0], a.get("channels_last", False)),
-                    *_pool_args(a),
-                    a.get("count_include_pad", False),
-                ),
-                a.get("channels_last", False),
-            )
-        ]
-        for kind in ("max_pool", "avg_pool")
-    },
+    **{kind: _pooling(kind) for kind in ("max_pool", "avg_pool")},
     "col2im": lambda a, xs, r: [col2im(xs[0], r[0][0], a)],
     "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *_pool_args(a), a.get("storage_order", 0))],
     "one_hot": lambda a, xs, r: [one_hot(xs[0], r[0][0][-1], dtypes.dtype(r[0][1]))],
@@ -553,18 +597,15 @@ _SPECIAL: dict[str, Callable[[dict, Sequence[np.ndarray], Sequence], list]] = {
         scatter_elements(xs[0], xs[1], xs[2], a["axis"], a["reduction"])
     ],
     "scatter_nd": lambda a, xs, r: [scatter_nd(xs[0], xs[1], xs[2], a["reduction"])],
-    **{
-        kind: lambda a, xs, r, kind=kind: [
-            scan(kind, xs[0], a["axis"], a["exclusive"], a["reverse"])
-        ]
-        for kind in ("cumsum", "cumprod")
-    },
+    **{kind: _scanning(kind) for kind in ("cumsum", "cumprod")},
     "topk": lambda a, xs, r: list(topk(xs[0], a["axis"], r[0][0][a["axis"]], a["largest"])),
 }
 """Primitives with their own semantics (results: their shapes and dtype names)."""
 
 
-def _compute(name: str, attrs: dict, inputs: Sequence[np.ndarray], results) -> list:
+def _compute(
+    name: str, attrs: Attrs, inputs: Sequence[np.ndarray], results: Sequence[Spec]
+) -> list[np.ndarray]:
     if name in UNARY:
         return [UNARY[name](inputs[0])]
     if name in BINARY:
@@ -580,7 +621,7 @@ def _compute(name: str, attrs: dict, inputs: Sequence[np.ndarray], results) -> l
 
 def evaluate_all(
     name: str,
-    attrs: dict,
+    attrs: Attrs,
     inputs: Sequence[np.ndarray],
     results: Sequence[tuple[Sequence[int], str]],
 ) -> list[np.ndarray]:
@@ -598,6 +639,8 @@ def evaluate_all(
     return arrays
 
 
-def evaluate(name: str, attrs: dict, inputs: Sequence[np.ndarray], shape, dtype) -> np.ndarray:
+def evaluate(
+    name: str, attrs: Attrs, inputs: Sequence[np.ndarray], shape: Sequence[int], dtype: str
+) -> np.ndarray:
     """Evaluates a primitive of one result."""
     return evaluate_all(name, attrs, inputs, [(shape, dtype)])[0]

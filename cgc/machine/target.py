@@ -126,17 +126,18 @@ def checked(target: Target) -> Target:
         value = getattr(target, key)
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise CgcError(f"target '{target.name}': {key} must be a number, got {value!r}")
-        if not 0 < value < math.inf:
+        number = float(value)
+        if not 0 < number < math.inf:
             raise CgcError(f"target '{target.name}': {key} must be positive, got {value!r}")
-        if key in _INTEGRAL and value != int(value):
+        if key in _INTEGRAL and number != int(number):
             raise CgcError(f"target '{target.name}': {key} must be a whole number, got {value!r}")
-        values[key] = int(value) if key in _INTEGRAL else float(value)
+        values[key] = int(number) if key in _INTEGRAL else number
     if values["swarmx_fanout"] < 2:
         raise CgcError(
             f"target '{target.name}': swarmx_fanout {values['swarmx_fanout']}: a SwarmX node "
             "needs at least 2 children"
         )
-    return Target(target.name, **values)  # type: ignore[arg-type]
+    return Target.from_json({"name": target.name, **values})
 
 
 def target_from_figures(name: str, given: dict[str, int | float]) -> Target:
@@ -154,8 +155,8 @@ def target_from_figures(name: str, given: dict[str, int | float]) -> Target:
                 f"target '{name}' is not a named target, so it needs every figure; "
                 f"missing {', '.join(missing)}"
             ) from None
-        return checked(Target(name, **given))  # type: ignore[arg-type]
-    return checked(replace(base, **given))
+        return checked(Target.from_json({"name": name, **given}))
+    return checked(Target.from_json({**base.to_json(), **given}))
 
 
 KIB = 1024

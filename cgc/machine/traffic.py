@@ -78,7 +78,14 @@ class Routes:
         self.hops = 0.0
         self.max_hops = 0
 
-    def add(self, src_r, src_c, dst_r, dst_c, counts) -> None:
+    def add(
+        self,
+        src_r: np.ndarray,
+        src_c: np.ndarray,
+        dst_r: np.ndarray,
+        dst_c: np.ndarray,
+        counts: np.ndarray | float,
+    ) -> None:
         """Adds ``counts[k]`` elements from PE ``(src_r[k], src_c[k])`` to PE
         ``(dst_r[k], dst_c[k])`` (absolute mesh coordinates inside the box)."""
         moving = (src_r != dst_r) | (src_c != dst_c)
@@ -219,7 +226,9 @@ def gather_traffic(dst: Layout, sources: Sequence[tuple[Layout, np.ndarray]]) ->
     return routes.traffic(sources[0][0].words_per_element)
 
 
-def _chunk_flows(dst: Layout, src: Layout, needed: np.ndarray, start: int, stop: int):
+def _chunk_flows(
+    dst: Layout, src: Layout, needed: np.ndarray, start: int, stop: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(src_r, src_c, dst_r, dst_c, elements)`` per pair of PEs: the distinct source
     elements that the PEs holding the matrix rows ``start:stop`` of ``dst`` need
     (``needed`` is ``[batch, R, C, k]``)."""
