@@ -24,6 +24,7 @@ from cgc.machine.artifact import Artifact
 from cgc.version import __version__
 
 if TYPE_CHECKING:
+    from cgc.machine.optimizers import Choice
     from cgc.machine.target import Target
     from cgc.runtime.cluster import RunStats
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
@@ -116,7 +117,7 @@ def prepare_training(
     swarmx_fanout: int | None = None,
     trainable: Sequence[str] = (),
     target: str | Target = "wse2",
-    **settings: object,
+    **settings: Choice,
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
     """Compiles a training run of an ONNX model whose first output is the loss, in
     weight-streaming mode on ``num_csx`` systems, without running it: the training artifact,
@@ -151,16 +152,17 @@ def prepare_training(
     )
     if eval_every is not None and eval_data is None:
         raise CgcError("--eval-every needs --eval-data")
-    compile_args = dict(
-        mode="weight_streaming",
-        target=with_swarmx_fanout(resolve(target), swarmx_fanout),
-        batch_size=batch_size,
-        num_csx=num_csx,
-    )
-    artifact = compile_model(model, training=options, **compile_args)
+    machine = with_swarmx_fanout(resolve(target), swarmx_fanout)
+
+    def compiled(training: TrainingOptions | None) -> Artifact:
+        return compile_model(
+            model, "weight_streaming", machine, batch_size, num_csx=num_csx, training=training
+        )
+
+    artifact = compiled(options)
     evaluation = None
     if eval_data is not None:
-        forward = compile_model(model, **compile_args)
+        forward = compiled(None)
         evaluation = Evaluation(forward, eval_data, steps if eval_every is None else eval_every)
     return artifact, loop, evaluation
 

@@ -15,12 +15,17 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
 
 from cgc.errors import CgcError
+from cgc.machine.files import npz_bytes
 from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+
+if TYPE_CHECKING:
+    from xdsl.passes import ModulePass
 
 _SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
 _MESH = re.compile(r"(\d+)x(\d+)")
@@ -149,7 +154,6 @@ def compile(
 @click.option("--trace", type=click.Path(), help="Write a Chrome trace (Perfetto) here.")
 def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
     """Run ARTIFACT on the simulator."""
-    import io
 
     from cgc.machine.artifact import Artifact
     from cgc.runtime.cluster import Cluster
@@ -159,9 +163,7 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
     inputs = _load_npz(inputs_path, "--inputs")
     outputs, stats = Cluster(art, num_csx).infer(inputs)
     if output_path:
-        buffer = io.BytesIO()
-        np.savez(buffer, **outputs)
-        _write_atomically(output_path, buffer.getvalue())
+        _write_atomically(output_path, npz_bytes(outputs))
     if stats_json:
         _write_atomically(stats_json, json.dumps(stats.to_json(), indent=1).encode())
     if trace:
@@ -457,7 +459,7 @@ def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnosti
         text = Path(file).read_text()
     except OSError as e:
         raise CgcError(f"{file}: {e.strerror.lower() if e.strerror else e}") from None
-    available = {name: (lambda p=p: p) for name, p in all_passes().items()}
+    available = {name: _given(p) for name, p in all_passes().items()}
     try:
         passes = PassPipeline.parse_spec(available, pipeline).passes if pipeline else ()
     except (ArgSpecParseError, ValueError) as e:
@@ -476,6 +478,10 @@ def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnosti
         _write_atomically(output, result.encode())
     else:
         click.echo(result, nl=False)
+
+
+def _given(value: type[ModulePass]) -> Callable[[], type[ModulePass]]:
+    return lambda: value
 
 
 def _optimized(text: str, source: str, passes, target) -> str:

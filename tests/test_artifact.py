@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 import os
 import struct
@@ -23,6 +24,7 @@ from cgc.machine.artifact import (
     weights_from_bytes,
     weights_to_bytes,
 )
+from cgc.machine.files import npz_bytes
 
 HEADER = struct.Struct("<8sII")
 ENTRY = struct.Struct("<16sQQ32s")
@@ -263,3 +265,12 @@ def test_weights_keep_their_shape_through_safetensors():
     for name, value in weights.items():
         assert back[name].shape == value.shape and back[name].dtype == value.dtype, name
         np.testing.assert_array_equal(back[name].astype(np.float32), value.astype(np.float32))
+
+
+def test_npz_bytes_takes_any_array_name():
+    """Outputs named like np.savez's own keywords (``file``, ``allow_pickle``) are kept."""
+    arrays = {"file": np.arange(3), "allow_pickle": np.ones((2, 2), np.float32), "x.y": 1.5}
+    with np.load(io.BytesIO(npz_bytes(arrays)), allow_pickle=False) as archive:
+        assert sorted(archive.files) == sorted(arrays)
+        for name, value in arrays.items():
+            np.testing.assert_array_equal(archive[name], value)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import mlp_train_data
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file
 
 import cgc
@@ -378,6 +378,16 @@ def test_sum_reduced_loss_splits_over_systems(tmp_path) -> None:
         optimizer.step()
         assert runs[0].metrics[step]["loss"] == pytest.approx(loss.item(), rel=1e-5)
     np.testing.assert_allclose(runs[0].weights["w"], w.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_loss_that_is_a_graph_input_is_named(tmp_path) -> None:
+    """A first output that is a graph input passed through: the error names it."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
+    graph = helper.make_graph([], "passthrough", [x], [x])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = {"x": np.zeros((8,), np.float32)}
+    with pytest.raises(CgcError, match=r"the loss 'x' \(from node graph input x\)"):
+        cgc.train(model, data, batch_size=8, steps=1, num_csx=2, model_dir=tmp_path)
 
 
 def test_loss_that_does_not_split_over_systems(tmp_path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from cgc.dialects import context, print_module, verify, wse
@@ -55,7 +56,9 @@ class TrainingOptions:
     optimizer), and which initializers train: regular expressions matched in full against
     their names (none: all float initializers that reach the loss)."""
 
-    def __init__(self, optimizer: str = "sgd", trainable: Sequence[str] = (), **settings: object):
+    def __init__(
+        self, optimizer: str = "sgd", trainable: Sequence[str] = (), **settings: optimizers.Choice
+    ):
         self.optimizer = optimizer
         self.trainable = tuple(trainable)
         self.chosen = optimizers.chosen_settings(optimizer, settings)
@@ -164,7 +167,8 @@ class Compilation:
         trial = self.module.clone()
         done: list[tuple[ModulePass, ModuleOp]] = []
         try:
-            for step in (PlaceLayersPass(), RouteTensorsPass()):
+            steps: tuple[ModulePass, ...] = (PlaceLayersPass(), RouteTensorsPass())
+            for step in steps:
                 step.apply(self.ctx, trial)
                 done.append((step, trial.clone() if self.dumps.active else trial))
         except DoesNotFitError as e:
@@ -176,9 +180,11 @@ class Compilation:
         return None
 
 
-def batch_reduction(value) -> str | None:
+def batch_reduction(value: SSAValue) -> str | None:
     """How the loss combines the samples of a batch, ``mean`` or ``sum``, if it can tell."""
     op = value.owner
+    if not isinstance(op, Operation):  # a graph input: nothing reduced it
+        return None
     if isinstance(op, wse.SoftmaxCrossEntropyOp):
         return None if op.reduction.data == "none" else op.reduction.data
     if isinstance(op, wse.ReduceMeanOp | wse.ReduceSumOp) and 0 in op.axis_list:
@@ -202,7 +208,12 @@ def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str | None
     kind = batch_reduction(loss)
     if kind is None:
         if num_csx > 1:
-            where = wse.location_name(loss.owner) or loss.owner.name
+            owner = loss.owner
+            where = (
+                wse.location_name(owner) or owner.name
+                if isinstance(owner, Operation)
+                else f"graph input {imported.outputs[0].name}"
+            )
             raise CgcError(
                 f"cannot tell whether the loss '{imported.outputs[0].name}' (from node {where}) "
                 "averages or sums over the batch, so its gradients cannot be split across "

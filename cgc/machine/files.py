@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
@@ -20,6 +25,17 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """An ``.npz`` archive of ``arrays``, whatever their names (``np.savez`` takes its own
+    keywords, ``file`` and ``allow_pickle``, out of the names)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+    return buffer.getvalue()
 
 
 def permissions(directory: bool) -> int:

@@ -158,7 +158,7 @@ class Cluster:
             for c in range(samples // self.batch)
         ]
 
-    def _execute(self, system: int, chunk: Sequence[np.ndarray | None]) -> Executor:
+    def _execute(self, system: int, chunk: Sequence[np.ndarray]) -> Executor:
         executor = Executor(
             self.program,
             self.target,
@@ -183,12 +183,12 @@ class Cluster:
         runs = [
             self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(self._chunks(batch))
         ]
-        return sum(float(run.outputs[0]) for run in runs) * loss_scale
+        return sum(float(run.output(0)) for run in runs) * loss_scale
 
     def _gather_outputs(self, runs: Sequence[Executor]) -> dict[str, np.ndarray]:
-        outputs = {}
+        outputs: dict[str, np.ndarray] = {}
         for index, spec in enumerate(self.manifest["outputs"]):
-            parts = [run.outputs[index] for run in runs]
+            parts = [run.output(index) for run in runs]
             if spec["batch_axis"] == 0:
                 outputs[spec["name"]] = np.concatenate(parts, axis=0)
             elif len(parts) == 1:
@@ -224,12 +224,12 @@ class Cluster:
         stats = self._stats([[r] for r in runs], len(chunks) * self.batch, training=True)
         # Each system's loss covers its slice; the seed of its backward pass was loss_scale
         # (1/K for a mean over the batch, 1 for a sum), and so is its share of the loss.
-        losses = [float(r.outputs[0]) for r in runs] if self.numerics else [0.0]
+        losses = [float(r.output(0)) for r in runs] if self.numerics else [0.0]
         return sum(losses) * self.manifest["training"]["loss_scale"], stats
 
     def _reduce_gradients(self, runs: Sequence[Executor]) -> None:
         for position, (name, perm, _) in enumerate(runs[0].gradients):
-            summed = self.swarmx.reduce([run.gradients[position][2] for run in runs])
+            summed = self.swarmx.reduce([run.gradient(position) for run in runs])
             self.memoryx.receive(name, summed, perm)
 
     def _stats(self, per_system: Sequence[Sequence[Executor]], samples: int, training: bool):
@@ -294,14 +294,14 @@ class Cluster:
         track = f"system {system}"
         if self.mode == "pipelined":
             timeline = self._pipeline(runs)
-            spans = [
+            samples = [
                 Span(f"{track}: {stage.name}", f"sample {sample}", float(begin), float(end))
                 for stage, starts, ends in zip(
                     timeline.stages, timeline.start, timeline.finish, strict=True
                 )
                 for sample, (begin, end) in enumerate(zip(starts, ends, strict=True))
             ]
-            return timeline.seconds, spans
+            return timeline.seconds, samples
         clock = 0.0
         spans: list[Span] = []
         for run in runs:

@@ -66,6 +66,18 @@ class Executor:
         """Whether the run computes numbers."""
         return self.memoryx is not None
 
+    def output(self, index: int) -> np.ndarray:
+        """Graph output ``index`` of a run with numbers."""
+        value = self.outputs[index]
+        assert value is not None, "a run without numbers has no outputs"
+        return value
+
+    def gradient(self, position: int) -> np.ndarray:
+        """The ``position``-th gradient a run with numbers streamed out."""
+        value = self.gradients[position][2]
+        assert value is not None, "a run without numbers has no gradients"
+        return value
+
     @property
     def records(self) -> list[LayerRecord]:
         """What every layer did."""

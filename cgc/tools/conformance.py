@@ -150,11 +150,13 @@ def _write_cache(cache: Path) -> None:
     for case in generated:
         folder = cache / case.name
         folder.mkdir(parents=True, exist_ok=True)
+        assert case.model is not None and case.data_sets is not None  # node cases have both
         onnx.save(case.model, folder / "model.onnx")
         kept = 0
         for inputs, outputs in case.data_sets:
-            tensors = [_tensor(a) for a in [*inputs, *outputs]]
-            if any(t is None for t in tensors):
+            converted = [_tensor(a) for a in [*inputs, *outputs]]
+            tensors = [t for t in converted if t is not None]
+            if len(tensors) < len(converted):
                 continue
             data = folder / f"test_data_set_{kept}"
             data.mkdir(exist_ok=True)
