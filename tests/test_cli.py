@@ -181,6 +181,10 @@ def test_inspect(artifact) -> None:
     assert all(len(layer["region"]) == 4 for layer in data["layers"])
     for layer in data["layers"]:
         assert set(layer) >= {"sram_bytes_per_pe", "flops_per_sample", "cycles_per_sample"}
+        parts = layer["cycles_by_part"]
+        assert sorted(parts) == ["arrival", "compute", "movement"]
+        assert sum(parts.values()) == pytest.approx(layer["cycles_per_sample"] * 4)  # batch 4
+        assert parts["compute"] > 0
     assert [[r["source"] for r in layer["routes"]] for layer in data["layers"]] == [
         [],
         ["fc1"],

@@ -75,6 +75,7 @@ def inspect_json(artifact: Artifact) -> dict:
                 "flops_per_sample": layer["flops"] / batch,
                 "cycles_per_sample": layer["cycles"] / batch,
                 "link_cycles_per_sample": stage.link_cycles / batch,
+                "cycles_by_part": _parts(layer),
                 "weight_bytes": layer["weight_bytes"],
                 "activation_in_bytes_per_sample": layer["activation_in_bytes"] / batch,
                 "activation_out_bytes_per_sample": layer["activation_out_bytes"] / batch,
@@ -92,12 +93,18 @@ def inspect_json(artifact: Artifact) -> dict:
                 "stream_seconds": swarmx.link_seconds(layer["stream_in_bytes"])
                 + (swarmx.latency_seconds if layer["stream_in_bytes"] else 0.0),
                 "compute_seconds": target.seconds(layer["cycles"]),
+                "cycles_by_part": _parts(layer),
             }
             for layer in m["layers"]
         ]
     if m.get("training"):
         out["training"] = m["training"]
     return out
+
+
+def _parts(layer: dict) -> dict[str, float]:
+    """Where a layer's cycles (per run of the per-system batch) go."""
+    return {part: layer[f"{part}_cycles"] for part in ("compute", "movement", "arrival")}
 
 
 def _route_json(route: Route, artifact: Artifact) -> dict:
