@@ -6,8 +6,11 @@ Everything else in cgc stands on this package, and it imports nothing of cgc abo
 * ``target``: the target description and the named targets (``wse2``, ``wse3``, ``meshRxC``);
 * ``bytecode`` and ``artifact``: the program the compiler writes and the runtime reads;
 * ``layout`` and ``traffic``: how a tensor lies on the mesh and what moving it costs;
-* ``reference``: the numpy semantics of every primitive;
-* ``plans``: every kernel's plan on a rectangle (layouts, work, traffic, scratch);
+* ``reference``: the numpy semantics of every primitive (``ref_math``, ``ref_movement``,
+  ``ref_indexing``);
+* ``plans``: every kernel's plan on a rectangle (layouts, work, traffic, scratch): the shared
+  vocabulary in ``kernel``, the families in ``plan_elementwise``, ``plan_matmul``,
+  ``plan_movement``;
 * ``cost``: the timing engine over a program, and the questions a compiler asks of it;
 * ``optimizers``: the optimizers MemoryX runs, their settings and defaults;
 * ``dtypes``, ``files``, ``units``: element types, safe file writes, figures for people.

@@ -1,0 +1,170 @@
+"""What every kernel plans with: operands, costs, plans, requests, and the helpers they share.
+
+A kernel (``Kernel``) answers a ``Request`` (its operands and results on a rectangle of a
+target) with a ``Plan``: the layout each operand must have, the layouts of the results, and
+the ``Cost``. The families of kernels stand on this module (``plan_elementwise``,
+``plan_matmul``, ``plan_movement``); ``plans`` gathers them and answers the cached queries.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cgc.machine.layout import Layout, Rect
+from cgc.machine.target import Target
+from cgc.machine.traffic import (
+    NO_TRAFFIC,
+    Traffic,
+    edge_traffic,
+    gather_traffic,
+    regrid_traffic,
+)
+
+WAFER, RESIDENT, STREAM = "wafer", "resident", "stream"
+"""Where an operand is when a kernel starts: on the wafer in some layout; a weight resident
+on the wafer that the kernel may lay out as it likes when the program loads; a weight
+arriving from MemoryX through the wafer's edge."""
+
+Spec = tuple[tuple[int, ...], str]
+"""A tensor's shape and numpy dtype name."""
+Attrs = Mapping[str, Any]
+"""An instruction's attributes: plain JSON values."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """What a kernel knows of an operand when it plans."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    source: str = WAFER
+    layout: Layout | None = None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The work of one kernel on its rectangle."""
+
+    cycles: float = 0.0
+    """Critical path, in cycles."""
+    flops: float = 0.0
+    """Useful floating-point operations (padding excluded)."""
+    fmacs: float = 0.0
+    """FMACs issued, summed over all PEs (padding included): the busy time of the FMAC units."""
+    traffic: Traffic = NO_TRAFFIC
+    """All data movement of the kernel, as one transfer."""
+    scratch_bytes: int = 0
+    """Transient SRAM per PE beyond operands and results (receive buffers, moved copies)."""
+    compute_cycles: float = 0.0
+    """The part of ``cycles`` spent on arithmetic."""
+    arrival_cycles: float = 0.0
+    """The part of ``cycles`` spent bringing operands where the kernel needs them."""
+
+    @property
+    def movement_cycles(self) -> float:
+        """The rest of ``cycles``: data movement the arithmetic does not hide."""
+        return self.cycles - self.compute_cycles - self.arrival_cycles
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A kernel's decisions for one instruction."""
+
+    inputs: tuple[Layout | None, ...]
+    """The layout each operand must have when the kernel runs; ``None`` for a stream it
+    consumes as it arrives."""
+    outputs: tuple[Layout, ...]
+    cost: Cost
+    detail: dict[str, Any] = field(default_factory=dict[str, Any], hash=False, compare=False)
+    """What the kernel chose, for the arithmetic and for inspection (algorithm, steps)."""
+
+
+def vector_cycles(elements: float, per_element: float, dtype: str, target: Target) -> float:
+    """Cycles for a PE to apply a vector op to ``elements`` values."""
+    return elements * per_element / target.fmacs(dtype)
+
+
+def arrival(operand: Operand, target: Layout) -> Traffic:
+    """The traffic that brings ``operand`` to ``target`` before a kernel runs."""
+    if operand.source == RESIDENT:
+        return NO_TRAFFIC
+    if operand.source == STREAM:
+        return edge_traffic(target, inbound=True)
+    assert operand.layout is not None
+    if operand.layout == target:
+        return NO_TRAFFIC
+    if operand.layout.shape == target.shape:
+        return regrid_traffic(operand.layout, target)
+    raise ValueError(f"operand {operand.layout} cannot arrive as {target}")
+
+
+def multicast(tile: Layout, out: Layout) -> Traffic:
+    """Copies ``tile``'s blocks along the mesh rows and/or columns it spans fewer of than
+    ``out``: one wavelet stream per link (the routers replicate), as deep as the grid."""
+    down = out.h - 1 if tile.h == 1 and out.h > 1 else 0
+    across = out.w - 1 if tile.w == 1 and out.w > 1 else 0
+    if not down and not across:
+        return NO_TRAFFIC
+    words = tile.tile_elements * tile.words_per_element
+    links = across * tile.h + down * out.w
+    return Traffic(words * links, words, words, words, down + across)
+
+
+def sequential_cycles(*parts: float | Traffic) -> float:
+    """Adds up phases that run one after another."""
+    return sum(p.cycles if isinstance(p, Traffic) else p for p in parts)
+
+
+def phased_cost(
+    compute: float, arrive: Traffic, traffic: Traffic, scratch_bytes: int, flops: float = 0.0
+) -> Cost:
+    """The cost of a kernel whose phases run one after another: its data movement
+    (``traffic``, the operands' ``arrive`` included), then ``compute`` cycles of arithmetic."""
+    return Cost(
+        cycles=sequential_cycles(traffic, compute),
+        flops=flops,
+        traffic=traffic,
+        scratch_bytes=scratch_bytes,
+        compute_cycles=compute,
+        arrival_cycles=arrive.cycles,
+    )
+
+
+def reshape_traffic(src: Layout, dst: Layout) -> Traffic:
+    """Moving the elements of ``src`` (row-major) into ``dst``, a layout of the same size."""
+    same_grid = (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w)
+    if same_grid and (src.rows, src.cols) == (dst.rows, dst.cols):
+        return NO_TRAFFIC
+    if src.shape == dst.shape:
+        return regrid_traffic(src, dst)
+    return gather_traffic(dst, [(src, np.arange(src.size))])
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a kernel plans for: its operands and results on a rectangle of a target."""
+
+    target: Target
+    rect: Rect
+    operands: tuple[Operand, ...]
+    attrs: Attrs
+    results: tuple[Spec, ...]
+    count_gathers: bool = True
+    """Without it, the plan leaves out the data movement that is costly to work out (general
+    gathers): enough to know the memory a layout needs."""
+
+
+class Kernel(abc.ABC):
+    """A primitive's mesh algorithm."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @abc.abstractmethod
+    def plan(self, q: Request) -> Plan:
+        """Decides layouts and counts the cost (shapes and layouts only)."""

@@ -1,0 +1,110 @@
+"""The plan of matmul: SUMMA, or the weight-streaming kernel when B streams in from MemoryX.
+
+SUMMA: step ``s`` broadcasts A's column block ``s`` along the rows and B's row block ``s``
+down the columns, then every PE multiply-accumulates. Weight streaming: each column receives
+its rows of B from the north edge and multicasts them down; every PE forms partial sums that
+a chain reduction along the row lands in the output layout.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from cgc.machine.kernel import (
+    STREAM,
+    Cost,
+    Kernel,
+    Operand,
+    Plan,
+    Request,
+    arrival,
+    sequential_cycles,
+)
+from cgc.machine.layout import Layout, Rect, grid_extent
+from cgc.machine.target import Target
+from cgc.machine.traffic import Traffic
+
+
+class Matmul(Kernel):
+    """SUMMA, or the weight-streaming kernel when B arrives from MemoryX."""
+
+    def plan(self, q: Request) -> Plan:
+        a, b = q.operands
+        ((shape, dtype),) = q.results
+        out = Layout.on(shape, dtype, q.rect)
+        k = a.shape[-1]
+        nb_out = prod(shape[:-2])
+        flops = 2.0 * nb_out * shape[-2] * shape[-1] * k
+        if b.source == STREAM:
+            return self._plan_streaming(q.target, q.rect, a, b, out, flops)
+        steps = grid_extent(k, min(q.rect[2], q.rect[3]))
+        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, steps)
+        b_at = Layout(b.shape, b.dtype, out.row0, out.col0, steps, out.w)
+        mt, kb, nt = out.rt, a_at.ct, out.ct
+        step_fmacs = nb_out * mt * kb * nt
+        compute = step_fmacs / q.target.fmacs(dtype)
+        a_words = a_at.tile_elements * a_at.words_per_element
+        b_words = b_at.tile_elements * b_at.words_per_element
+        broadcast = Traffic(
+            steps * (a_words * out.h * (out.w - 1) + b_words * out.w * (out.h - 1)),
+            steps * max(a_words * (out.w > 1), b_words * (out.h > 1)),
+            steps * max(a_words, b_words),
+            steps * (a_words + b_words),
+            out.h - 1 + out.w - 1,
+        )
+        arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
+        step_cycles = max(compute, a_words * (out.w > 1), b_words * (out.h > 1))
+        cost = Cost(
+            cycles=arrive + steps * step_cycles + broadcast.max_hops,
+            flops=flops,
+            fmacs=steps * step_fmacs * out.pes,
+            traffic=arrival(a, a_at) + arrival(b, b_at) + broadcast,
+            scratch_bytes=(a_at.tile_elements + b_at.tile_elements) * out.itemsize,
+            compute_cycles=steps * compute,
+            arrival_cycles=arrive,
+        )
+        return Plan((a_at, b_at), (out,), cost, {"algorithm": "summa", "steps": steps})
+
+    def _plan_streaming(
+        self, target: Target, rect: Rect, a: Operand, b: Operand, out: Layout, flops: float
+    ) -> Plan:
+        k = a.shape[-1]
+        cols = grid_extent(k, rect[2])
+        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols)
+        mt, kb, nt = out.rt, a_at.ct, out.ct
+        nb_out = prod(out.batch)
+        chunk_fmacs = nb_out * mt * kb * nt
+        compute = chunk_fmacs / target.fmacs(out.dtype)
+        weight_words = prod(b.shape[:-2]) * kb * nt * out.words_per_element
+        partial_words = nb_out * mt * nt * out.words_per_element
+        chunks = out.w
+        reduce_hops = cols - 1
+        ingress = Traffic(
+            chunks * weight_words * cols * out.h,
+            chunks * weight_words,
+            chunks * weight_words,
+            chunks * weight_words,
+            out.h,
+        )
+        reduction = Traffic(
+            chunks * partial_words * reduce_hops * out.h,
+            chunks * partial_words * (reduce_hops > 0),
+            chunks * partial_words,
+            chunks * partial_words * reduce_hops,
+            reduce_hops,
+        )
+        moved = arrival(a, a_at)
+        step = max(compute, weight_words, partial_words * (reduce_hops > 0))
+        # per chunk, the weight rows arriving beyond the arithmetic are the weights' arrival
+        weights_arrive = chunks * (max(compute, weight_words) - compute) + ingress.max_hops
+        cost = Cost(
+            cycles=sequential_cycles(moved) + chunks * step + ingress.max_hops + reduction.max_hops,
+            flops=flops,
+            fmacs=chunks * chunk_fmacs * out.h * cols,
+            traffic=moved + ingress + reduction,
+            # a PE multiply-accumulates each weight row as it arrives: one row of buffer
+            scratch_bytes=(nt + nb_out * mt * nt) * out.itemsize,
+            compute_cycles=chunks * compute,
+            arrival_cycles=moved.cycles + weights_arrive,
+        )
+        return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})

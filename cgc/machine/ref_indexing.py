@@ -1,0 +1,106 @@
+"""numpy semantics of the ops whose indices are data, of scans and of top-k.
+
+Gathers and scatters follow ONNX (Gather, GatherElements, GatherND, ScatterElements,
+ScatterND): negative indices count from the end, and a scatter may reduce what lands on an
+element (add, mul, max, min). Running sums and products, and top-k, run along one axis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cgc.machine import dtypes
+
+
+def _wrapped(indices: np.ndarray, size: int | np.ndarray) -> np.ndarray:
+    """Negative indices counted from the end."""
+    return np.where(indices < 0, indices + size, indices)
+
+
+def gather(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX Gather."""
+    return np.take(data, _wrapped(indices, data.shape[axis]), axis=axis)
+
+
+def gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.ndarray:
+    """ONNX GatherND."""
+    depth = indices.shape[-1]
+    batch = data.shape[:batch_dims]
+    flat = data.reshape(int(np.prod(batch)), *data.shape[batch_dims:])
+    idx = indices.reshape(flat.shape[0], -1, depth)
+    idx = _wrapped(idx, np.array(data.shape[batch_dims : batch_dims + depth]))
+    rows = np.arange(flat.shape[0])[:, None]
+    picked: np.ndarray = flat[(rows, *np.moveaxis(idx, -1, 0))]
+    return picked.reshape(*indices.shape[:-1], *data.shape[batch_dims + depth :])
+
+
+_SCATTER = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(
+    data: np.ndarray, where: tuple[np.ndarray, ...], updates: np.ndarray, reduction: str
+) -> np.ndarray:
+    out = data.copy()
+    if reduction == "none":
+        out[where] = updates
+    else:
+        _SCATTER[reduction].at(out, where, updates)
+    return out
+
+
+def _element_positions(indices: np.ndarray, axis: int, size: int) -> tuple[np.ndarray, ...]:
+    """The positions ONNX's GatherElements and ScatterElements address: each index's own
+    position, with its value (wrapped) on ``axis``."""
+    where: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
+    where[axis] = _wrapped(indices, size)
+    return tuple(where)
+
+
+def gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX GatherElements (indices may be smaller than the data on every axis)."""
+    picked: np.ndarray = data[_element_positions(indices, axis, data.shape[axis])]
+    return picked
+
+
+def scatter_elements(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int, reduction: str
+) -> np.ndarray:
+    """ONNX ScatterElements."""
+    return _scatter(data, _element_positions(indices, axis, data.shape[axis]), updates, reduction)
+
+
+def scatter_nd(
+    data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str
+) -> np.ndarray:
+    """ONNX ScatterND."""
+    depth = indices.shape[-1]
+    idx = _wrapped(indices, np.array(data.shape[:depth]))
+    return _scatter(data, tuple(np.moveaxis(idx, -1, 0)), updates, reduction)
+
+
+def scan(kind: str, x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """Running sums (``kind`` ``cumsum``) or products (``cumprod``) along ``axis``."""
+    if reverse:
+        x = np.flip(x, axis)
+    running = np.cumsum if kind == "cumsum" else np.cumprod
+    total = running(x, axis=axis, dtype=x.dtype)
+    if exclusive and x.shape[axis]:
+        identity = np.full_like(np.take(total, [0], axis=axis), 0 if kind == "cumsum" else 1)
+        total = np.concatenate([identity, np.delete(total, -1, axis=axis)], axis=axis)
+    return np.flip(total, axis) if reverse else total
+
+
+def topk(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest or smallest values along ``axis`` and their indices; among equal
+    values the lower index comes first."""
+    if dtypes.is_integer(x.dtype) or x.dtype == np.bool_:
+        # in their own type: float64 cannot tell 64-bit integers beyond 2**53 apart, and the
+        # bitwise complement reverses the order of signed and unsigned types alike
+        key = np.asarray(x, dtype=dtypes.storage(x.dtype) if x.dtype == np.bool_ else x.dtype)
+        key = ~key if largest else key
+    else:
+        key = x.astype(np.float64)
+        key = -key if largest else key
+    order = np.argsort(key, axis=axis, kind="stable")
+    indices = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)

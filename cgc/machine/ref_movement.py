@@ -1,0 +1,247 @@
+"""numpy semantics of data movement and sliding windows, on whole arrays or on index arrays.
+
+``movement`` applies reshape, transpose, broadcast, concat, slice, pad, reverse, tile and
+im2col; run on arrays of element indices, it says where every result element comes from
+(``-1`` for a value made locally, such as padding). Around it: the sliding ``windows`` that
+im2col and pooling read, ``col2im`` (the adjoint of im2col), pooling and the index of each
+window's maximum (``argmax_pool``), one-hot rows, and the views of stored weights.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping, Sequence
+from math import prod
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from cgc.machine.ref_math import lowest
+
+Attrs = Mapping[str, Any]
+"""An op's attributes: plain JSON values."""
+
+
+def slice_array(
+    x: np.ndarray, starts: Sequence[int], limits: Sequence[int], strides: Sequence[int]
+) -> np.ndarray:
+    """``x[starts:limits:strides]`` on every axis."""
+    index = tuple(slice(a, b, s) for a, b, s in zip(starts, limits, strides, strict=True))
+    return x[index]
+
+
+def pad(
+    x: np.ndarray,
+    low: Sequence[int],
+    high: Sequence[int],
+    value: float,
+    mode: str = "constant",
+) -> np.ndarray:
+    """Padding before (``low``) and after (``high``) every axis, in numpy.pad's ``mode``."""
+    widths = list(zip(low, high, strict=True))
+    if mode == "constant":
+        return np.pad(x, widths, constant_values=value)
+    return np.pad(x, widths, mode=typing.cast(Any, mode))
+
+
+def one_hot(indices: np.ndarray, depth: int, dtype: np.dtype) -> np.ndarray:
+    """Rows of ``depth`` with a one at each index; out-of-range indices give zero rows."""
+    hits: np.ndarray = indices[..., None] == np.arange(depth)
+    return hits.astype(dtype)
+
+
+def windows(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    fill: float,
+) -> np.ndarray:
+    """Every sliding window over the trailing ``len(kernel)`` axes of ``x``.
+
+    Returns ``[*lead, *out_spatial, *kernel]``; positions in the padding hold ``fill``.
+    """
+    spatial = len(kernel)
+    lead = x.ndim - spatial
+    pad_width = [(0, 0)] * lead + [(pads[i], pads[spatial + i]) for i in range(spatial)]
+    padded = np.pad(x, pad_width, constant_values=fill)
+    spans = [dilations[i] * (kernel[i] - 1) + 1 for i in range(spatial)]
+    view = sliding_window_view(padded, spans, axis=tuple(range(lead, x.ndim)))
+    steps = tuple(slice(None, None, strides[i]) for i in range(spatial))
+    taps = tuple(slice(None, None, dilations[i]) for i in range(spatial))
+    index: tuple[Any, ...] = (Ellipsis, *steps, *taps)
+    return view[index] if spatial else view
+
+
+def im2col(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    group: int,
+    fill: float = 0.0,
+) -> np.ndarray:
+    """The patches of a grouped convolution as matrices ``[group, N * prod(out), C/group *
+    prod(kernel)]``: row ``(n, *o)`` holds the window under output position ``o`` of sample n."""
+    n, c = x.shape[:2]
+    w = windows(x, kernel, strides, pads, dilations, fill)  # [N, C, *out, *kernel]
+    spatial = len(kernel)
+    out = w.shape[2 : 2 + spatial]
+    w = w.reshape(n, group, c // group, *out, prod(kernel))
+    w = np.moveaxis(w, (1, 2), (0, 2 + spatial))  # [g, N, *out, C/g, K]
+    return np.ascontiguousarray(w).reshape(group, n * prod(out), (c // group) * prod(kernel))
+
+
+def im2col_sources(image: Sequence[int], attrs: Attrs) -> np.ndarray:
+    """For each element of ``im2col``'s result on an image of shape ``image`` (in the op's own
+    axis order), the flat index of the image element it reads, or -1 for padding."""
+    ids = np.arange(prod(image)).reshape(image)
+    return movement("im2col", {**attrs, "fill": -1}, [ids], ())
+
+
+def col2im(patches: np.ndarray, image: Sequence[int], attrs: Attrs) -> np.ndarray:
+    """The adjoint of ``im2col``: every patch element added to the image element it was read
+    from (in float64, then rounded once to the patches' type)."""
+    sources = im2col_sources(image, attrs).ravel()
+    size = prod(image)
+    inside = sources >= 0
+    weights = patches.ravel()[inside].astype(np.float64)
+    summed = np.bincount(sources[inside], weights=weights, minlength=size)
+    return summed.astype(patches.dtype).reshape(image)
+
+
+def channels_first(x: np.ndarray, channels_last: bool) -> np.ndarray:
+    """A view of ``x`` as (N, C, *spatial) when it is (N, *spatial, C)."""
+    return np.moveaxis(x, -1, 1) if channels_last else x
+
+
+def channels_back(y: np.ndarray, channels_last: bool) -> np.ndarray:
+    """The inverse of ``channels_first`` on a result (N, C, *rest)."""
+    return np.moveaxis(y, 1, -1) if channels_last else y
+
+
+def pool_windows(x: np.ndarray, attrs: Attrs, fill: float) -> np.ndarray:
+    """Every window of a pooling op, ``[*result, *kernel]`` in the op's own axis order."""
+    last = attrs.get("channels_last", False)
+    taps = windows(channels_first(x, last), *pool_args(attrs), fill)
+    return np.moveaxis(taps, 1, 1 + len(attrs["kernel"])) if last else taps
+
+
+def pool_args(attrs: Attrs) -> tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]]:
+    """A pooling op's kernel, strides, pads and dilations."""
+    return attrs["kernel"], attrs["strides"], attrs["pads"], attrs["dilations"]
+
+
+def pool(
+    kind: str,
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    count_include_pad: bool = False,
+) -> np.ndarray:
+    """Max or average pooling (``kind`` is ``max_pool`` or ``avg_pool``)."""
+    spatial = len(kernel)
+    axes = tuple(range(-spatial, 0))
+    if kind == "max_pool":
+        peak = windows(x, kernel, strides, pads, dilations, lowest(x.dtype)).max(axis=axes)
+        return typing.cast(np.ndarray, peak)
+    total: np.ndarray = windows(x, kernel, strides, pads, dilations, 0.0).sum(axis=axes)
+    if count_include_pad:
+        count = np.asarray(prod(kernel), dtype=x.dtype)
+    else:
+        ones = np.ones((1, 1, *x.shape[2:]), dtype=x.dtype)
+        count = np.asarray(windows(ones, kernel, strides, pads, dilations, 0.0).sum(axis=axes))
+    mean: np.ndarray = total / count
+    return mean.astype(x.dtype, copy=False)
+
+
+def argmax_pool(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    storage_order: int,
+) -> np.ndarray:
+    """The flat input index of each pooling window's (first) maximum."""
+    spatial = len(kernel)
+    ids = np.arange(x.size).reshape(x.shape)
+    if storage_order:  # spatial axes column-major within each (n, c) plane
+        plane = np.arange(int(np.prod(x.shape[2:]))).reshape(x.shape[2:][::-1]).T
+        ids = (np.arange(x.shape[0] * x.shape[1]) * plane.size).reshape(
+            x.shape[:2] + (1,) * spatial
+        )
+        ids = ids + plane
+    values = windows(x, kernel, strides, pads, dilations, lowest(x.dtype))
+    lead = values.shape[: x.ndim]
+    values = values.reshape(*lead, -1)
+    taps = windows(ids, kernel, strides, pads, dilations, -1).reshape(*lead, -1)
+    # the first maximum among real elements: padding loses a tie with an element at the minimum
+    peak = values.max(axis=-1, keepdims=True)
+    is_best = ((values == peak) | (np.isnan(values) & np.isnan(peak))) & (taps >= 0)
+    best = np.argmax(is_best, axis=-1)[..., None]
+    return np.take_along_axis(taps, best, axis=-1)[..., 0]
+
+
+def weight_view(stored: np.ndarray, shape: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
+    """The view of a stored weight that a ``wse.weight`` of ``shape`` and ``perm`` denotes:
+    the elements reshaped to ``shape`` permuted back by ``perm``, then permuted by ``perm``."""
+    if perm is None:
+        return stored.reshape(shape)
+    inverse = np.argsort(perm)
+    return np.transpose(stored.reshape([shape[i] for i in inverse]), perm)
+
+
+def weight_unview(
+    grad: np.ndarray, stored_shape: Sequence[int], perm: Sequence[int] | None
+) -> np.ndarray:
+    """Maps the gradient of a view back onto the stored weight's shape."""
+    if perm is not None:
+        grad = np.transpose(grad, np.argsort(perm))
+    return np.ascontiguousarray(grad).reshape(stored_shape)
+
+
+def movement(
+    name: str, attrs: Attrs, inputs: Sequence[np.ndarray], shape: Sequence[int]
+) -> np.ndarray:
+    """Applies a data-movement op; works on data and on index arrays alike."""
+    x = inputs[0]
+    if name == "reshape":
+        return x.reshape(shape)
+    if name == "transpose":
+        return np.transpose(x, attrs["perm"])
+    if name == "broadcast_to":
+        return np.broadcast_to(x, shape)
+    if name == "concat":
+        return np.concatenate(inputs, axis=attrs["axis"])
+    if name == "slice":
+        return slice_array(x, attrs["starts"], attrs["limits"], attrs["strides"])
+    if name == "pad":
+        return pad(
+            x, attrs["low"], attrs["high"], attrs.get("value", 0.0), attrs.get("mode", "constant")
+        )
+    if name == "reverse":
+        return np.flip(x, attrs["axes"])
+    if name == "tile":
+        return np.tile(x, attrs["repeats"])
+    if name == "im2col":
+        return im2col(
+            channels_first(x, attrs.get("channels_last", False)),
+            attrs["kernel"],
+            attrs["strides"],
+            attrs["pads"],
+            attrs["dilations"],
+            attrs["group"],
+            attrs.get("fill", 0.0),
+        )
+    raise KeyError(name)
+
+
+MOVEMENT = (
+    "reshape", "transpose", "broadcast_to", "concat", "slice", "pad", "im2col", "reverse", "tile",
+)  # fmt: skip
