@@ -1,6 +1,6 @@
 # Two commands set everything up on a machine with Python 3.11 and pip:
 #   make demo   installs cgc into .venv and runs the main job on the built-in examples
-#   make test   installs the test extras and runs the whole suite (pytest, then lit/filecheck)
+#   make test   installs the test extras and runs the whole suite (mypy, pytest, lit/filecheck)
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 EXAMPLES := build/examples
 TARGET ?= wse2
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint typecheck clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,16 +40,19 @@ demo: $(VENV)/.installed
 		--batch-size 32 --steps 24 --optimizer sgd --lr 0.05 --momentum 0.9 --num-csx 2 \
 		--target $(TARGET) --model-dir $(EXAMPLES)/mlp_train_run
 
-test: $(VENV)/.test-installed
+test: typecheck
 	$(BIN)/pytest
 	$(BIN)/lit -q tests/filecheck
+
+typecheck: $(VENV)/.test-installed
+	$(BIN)/mypy
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_run.py
 	$(BIN)/python benchmarks/bench_compile.py
 	$(BIN)/python benchmarks/bench_pipeline.py
 
-lint: $(VENV)/.test-installed
+lint: typecheck
 	$(BIN)/ruff check cgc tests examples benchmarks
 	$(BIN)/ruff format --check cgc tests examples benchmarks
 

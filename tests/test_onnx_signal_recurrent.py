@@ -525,3 +525,13 @@ def test_recurrent_errors():
     too_long = {"sequence_lens": np.array([3], dtype=np.int32)}
     lengths = recurrent_node("RNN", arrays | too_long, True, ["Y"])
     fails([lengths], arrays, out, 14, r"sequence_lens \[3\] must lie in \[0, 2\]", too_long)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_without_w_is_refused(op):
+    # W is required: an omitted W once failed an internal assertion instead of naming it
+    arrays = recurrent_inputs(op, 2, 1, 3, 2, 1)
+    del arrays["W"]
+    missing = recurrent_node(op, arrays, False, ["Y"])
+    assert list(missing.input) == ["X", "", "R"]
+    fails([missing], arrays, {"Y": None}, 14, "input 'W' is required")

@@ -85,7 +85,8 @@ def _composite(op: Operation, args: list[np.ndarray], props: dict) -> np.ndarray
         bias = args[2] if len(args) > 2 else None
         return _layer_norm(args[0], args[1], bias, props["axis"], props["epsilon"])
     if isinstance(op, wse.BatchNormOp):
-        return _batch_norm(*args, props["epsilon"])
+        x, scale, bias, mean, var = args
+        return _batch_norm(x, scale, bias, mean, var, props["epsilon"])
     if isinstance(op, wse.SoftmaxCrossEntropyOp):
         weights = args[2] if len(args) > 2 else None
         return _softmax_cross_entropy(

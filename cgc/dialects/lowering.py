@@ -124,7 +124,7 @@ class _Works:
     def __init__(self, fn: func.FuncOp, default_rect: Rect):
         self.default_rect = default_rect
         self.ops = list(fn.body.block.ops)
-        self.arguments = {arg: i for i, arg in enumerate(fn.body.block.args)}
+        self.arguments: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fn.body.block.args)}
         returned = self.ops[-1] if self.ops else None
         self.outputs: dict[SSAValue, list[int]] = {}
         if isinstance(returned, func.ReturnOp):
@@ -292,8 +292,15 @@ def _route(route: wse.RouteAttr, earlier: Sequence[LayerInfo], consumer: str) ->
         raise CgcError(
             f"layer '{consumer}' has a route from '{name}', which is not an earlier layer"
         )
-    values = (getattr(route, f).data for f in wse.RouteAttr.FIELDS)
-    return Route(sources[-1], *values, tuple(v.data for v in route.path.data))
+    return Route(
+        sources[-1],
+        route.color.data,
+        route.lanes.data,
+        route.wavelets.data,
+        route.busiest.data,
+        route.hops.data,
+        tuple(v.data for v in route.path.data),
+    )
 
 
 def layer_graph(works: Sequence[LayerWork]) -> nx.MultiDiGraph:

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
+    I64,
     DenseArrayBase,
     DictionaryAttr,
     FloatAttr,
     StringAttr,
     TensorType,
-    i64,
 )
 from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
@@ -60,7 +60,7 @@ class StreamWeightOp(IRDLOperation):
 
     name = "ws.stream_weight"
     weight_name = prop_def(StringAttr, prop_name="name")
-    perm = opt_prop_def(DenseArrayBase[i64])
+    perm = opt_prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$name attr-dict `:` type($result)"
@@ -78,7 +78,7 @@ class StreamGradientOp(IRDLOperation):
 
     name = "ws.stream_gradient"
     weight_name = prop_def(StringAttr, prop_name="name")
-    perm = opt_prop_def(DenseArrayBase[i64])
+    perm = opt_prop_def(DenseArrayBase[I64])
     gradient = operand_def(TensorType)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$name `,` $gradient attr-dict `:` type($gradient)"
@@ -105,9 +105,6 @@ class OptimizerStepOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        for key, value in self.config.data.items():
-            if not isinstance(value, FloatAttr):
-                raise VerifyException(f"optimizer setting {key!r} must be a float")
         try:
             optimizers.settings(self.optimizer.data, self.settings())
         except ValueError as e:
@@ -115,7 +112,12 @@ class OptimizerStepOp(IRDLOperation):
 
     def settings(self) -> dict[str, float]:
         """The hyper-parameters as Python floats."""
-        return {key: float(v.value.data) for key, v in self.config.data.items()}  # type: ignore[union-attr]
+        out: dict[str, float] = {}
+        for key, value in self.config.data.items():
+            if not isinstance(value, FloatAttr):
+                raise VerifyException(f"optimizer setting {key!r} must be a float")
+            out[key] = float(value.value.data)
+        return out
 
 
 WS = Dialect("ws", [StreamWeightOp, StreamGradientOp, OptimizerStepOp], [])

@@ -49,7 +49,7 @@ class _Graph:
         bound = 1.0 / np.sqrt(fan_in)
         return self.tensor(name, self.rng.uniform(-bound, bound, size).astype(np.float32))
 
-    def constant(self, name: str, array: np.ndarray) -> str:
+    def constant(self, name: str, array: np.ndarray | np.generic) -> str:
         """A Constant node (for shapes and scalars that are not trainable)."""
         value = numpy_helper.from_array(np.asarray(array), name)
         self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=value))

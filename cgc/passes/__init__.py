@@ -16,7 +16,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     from cgc.passes.route_tensors import RouteTensorsPass
     from cgc.passes.schedule_streams import ScheduleStreamsPass
 
-    passes = (
+    passes: tuple[type[ModulePass], ...] = (
         DecomposePass,
         FoldConstantsPass,
         ChannelsLastPass,

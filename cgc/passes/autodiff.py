@@ -258,7 +258,8 @@ def _unslice_axis(emit: Emitter, g: SSAValue, axis: int, n: int, start: int, ste
 
 def _concat(op: wse.ConcatOp, emit: Emitter, g: SSAValue) -> Grads:
     axis, out = op.axis.value.data, wse.tensor_shape(op.result)
-    grads, offset = [], 0
+    grads: Grads = []
+    offset = 0
     for v in op.inputs:
         size = wse.tensor_shape(v)[axis]
         starts = [offset if i == axis else 0 for i in range(len(out))]
@@ -279,7 +280,10 @@ def _select(op: wse.SelectOp, emit: Emitter, g: SSAValue) -> Grads:
     ]
 
 
-def _window_args(op: wse.PoolOp | wse.PatchOp) -> tuple[list[int], ...]:
+def _window_args(
+    op: wse.PoolOp | wse.PatchOp,
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The op's kernel, strides, pads and dilations."""
     return (
         list(op.kernel.get_values()),
         list(op.strides.get_values()),
@@ -563,10 +567,16 @@ class Differentiator:
         name = op.weight_name.data
         return not self.patterns or any(p.fullmatch(name) for p in self.patterns)
 
-    def run(self) -> set[str]:
-        """Differentiates; returns the names of the weights that receive gradients."""
+    @property
+    def ret(self) -> func.ReturnOp:
+        """The function's return."""
         ret = self.block.last_op
         assert isinstance(ret, func.ReturnOp)
+        return ret
+
+    def run(self) -> set[str]:
+        """Differentiates; returns the names of the weights that receive gradients."""
+        ret = self.ret
         if any(isinstance(op, ws.StreamGradientOp) for op in self.fn.walk()):
             raise CgcError("autodiff: @main already streams gradients; differentiate once")
         if not ret.arguments:
@@ -592,7 +602,9 @@ class Differentiator:
     def _forward(self, layer: wse.LayerOp) -> None:
         """Marks the values inside ``layer`` that depend on a trainable weight."""
         body = layer.body.block
-        inner = {a for a, v in zip(body.args, layer.inputs, strict=True) if v in self.needs}
+        inner: set[SSAValue] = {
+            a for a, v in zip(body.args, layer.inputs, strict=True) if v in self.needs
+        }
         for op in body.ops:
             if isinstance(op, wse.YieldOp):
                 for result, value in zip(layer.results, op.values, strict=True):
@@ -649,7 +661,7 @@ class Differentiator:
             Region(grad_block),
         )
         grad_layer.location = layer.location
-        Rewriter.insert_op(grad_layer, InsertPoint.before(self.block.last_op))
+        Rewriter.insert_op(grad_layer, InsertPoint.before(self.ret))
         if saved:
             self._save(layer, saved)
         for (value, _), result in zip(outputs, grad_layer.results, strict=True):
@@ -684,15 +696,15 @@ class Differentiator:
         results = dict(zip(yielded.values, layer.results, strict=True))
         saved: list[SSAValue] = []
         replacements: dict[SSAValue, SSAValue] = {}
-        first = grad_block.first_op
-        for op in list(grad_block.ops):
+        ops = list(grad_block.ops)
+        for op in ops:
             for value in op.operands:
                 if value in replacements or not _defined_in(value, body):
                     continue
                 owner = value.owner
                 if isinstance(owner, wse.WeightOp | wse.ConstantOp):
                     clone = owner.clone()
-                    Rewriter.insert_op(clone, InsertPoint.before(first))
+                    Rewriter.insert_op(clone, InsertPoint.before(ops[0]))
                     replacements[value] = clone.results[0]
                 elif isinstance(value, BlockArgument):
                     replacements[value] = arg_for(layer.inputs[value.index])
@@ -734,7 +746,7 @@ class Differentiator:
 def _defined_in(value: SSAValue, block: Block) -> bool:
     if isinstance(value, BlockArgument):
         return value.block is block
-    return value.owner.parent_block() is block  # type: ignore[union-attr]
+    return value.owner.parent_block() is block
 
 
 def _inside(op: Operation, ancestor: Operation) -> bool:

@@ -230,7 +230,7 @@ class ChannelsLast:
         if isinstance(op, wse.MaxPoolOp):
             twin: Operation = wse.MaxPoolOp(x, *windows, channels_last=True)
         else:
-            include_pad = op.count_include_pad.value.data
+            include_pad = bool(op.count_include_pad.value.data)
             twin = wse.AvgPoolOp(x, *windows, include_pad, channels_last=True)
         self.twin[op.result] = self._insert(twin, op)
 

@@ -76,7 +76,7 @@ def build_layer(name: str, group: list[Operation]) -> tuple[wse.LayerOp, list[SS
                     sources.append(owner)
             elif owner not in members and value not in inputs:
                 inputs.append(value)
-    outputs = [
+    outputs: list[SSAValue] = [
         r for op in group for r in op.results if any(u.operation not in members for u in r.uses)
     ]
     block = Block(arg_types=[v.type for v in inputs])
@@ -112,6 +112,8 @@ class FormLayersPass(ModulePass):
                 Rewriter.erase_op(source)
             else:  # returned as it is: it still needs a layer to live on
                 layer, replaced = build_layer(layer_name([source], taken), [source])
-                Rewriter.insert_op(layer, InsertPoint.before(block.last_op))
+                end = block.last_op
+                assert end is not None  # the return that returns ``source``
+                Rewriter.insert_op(layer, InsertPoint.before(end))
                 replaced[0].replace_all_uses_with(layer.results[0])
                 Rewriter.erase_op(source)

@@ -29,7 +29,7 @@ from math import ceil, sqrt
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntAttr, ModuleOp
 from xdsl.passes import ModulePass
 
 from cgc.dialects import wse
@@ -187,14 +187,17 @@ class Placer:
             if not short:
                 return self._banded()
             widest = max(short, key=lambda i: (narrowest[i], -i))
-            narrowest[widest] = self._set_height(widest, min(2 * self.heights[widest], rows))
+            width = self._set_height(widest, min(2 * self.heights[widest], rows))
+            assert width is not None  # it fits on fewer rows, so on more
+            narrowest[widest] = width
         return narrowest
 
     def _banded(self) -> list[int]:
         rows = self.target.rows
         for bands in range(2, rows + 1):
-            widths = [self._set_height(i, rows // bands) for i in range(self.count)]
-            if any(w is None for w in widths):
+            found = [self._set_height(i, rows // bands) for i in range(self.count)]
+            widths = [w for w in found if w is not None]
+            if len(widths) < self.count:
                 break
             if self._pack(widths) is not None:
                 return widths
@@ -366,7 +369,7 @@ class Placer:
         spare = self.target.cols - used
         grown = {x: w + spare * w // used for x, w in strips}
         left = self.target.cols - sum(grown.values())
-        slowest = {}
+        slowest: dict[int, float] = {}
         for i, (x, _, w, _) in enumerate(rects):
             slowest[x] = max(slowest.get(x, 0.0), self.cycles(i, w))
         for x in sorted(grown, key=lambda x: (-slowest[x], x))[:left]:
@@ -435,4 +438,5 @@ class PlaceLayersPass(ModulePass):
         works = [w for w in layer_works(main_function(op), target.whole) if w.layer is not None]
         for work, rect in zip(works, Placer(works, target).place(), strict=True):
             assert work.layer is not None
-            work.layer.rect = wse.RectAttr(*rect)
+            x, y, w, h = rect
+            work.layer.rect = wse.RectAttr(IntAttr(x), IntAttr(y), IntAttr(w), IntAttr(h))

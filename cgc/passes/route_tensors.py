@@ -134,7 +134,10 @@ def route_attr(route: PlannedRoute, source: str) -> wse.RouteAttr:
     """The IR attribute of a planned route from layer ``source``."""
     return wse.RouteAttr(
         StringAttr(source),
-        *(IntAttr(v) for v in (route.color, route.lanes, route.wavelets, route.busiest)),
+        IntAttr(route.color),
+        IntAttr(route.lanes),
+        IntAttr(route.wavelets),
+        IntAttr(route.busiest),
         IntAttr(route.hops),
         ArrayAttr(IntAttr(v) for v in route.path),
     )
@@ -149,6 +152,7 @@ class RouteTensorsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
         layers = [o for o in main_function(op).body.block.ops if isinstance(o, wse.LayerOp)]
+        rects: list[tuple[str, Rect]] = []
         for layer in layers:
             name = layer.layer_name.data
             if layer.rect is None:
@@ -159,7 +163,7 @@ class RouteTensorsPass(ModulePass):
                     f"layer '{name}' lies outside the {target.rows}x{target.cols} mesh of "
                     f"{target.name}"
                 )
-        rects = [(layer.layer_name.data, layer.rect.as_tuple()) for layer in layers]
+            rects.append((name, (x, y, w, h)))
         for (name, a), (other, b) in itertools.combinations(rects, 2):
             if overlap(a, b):
                 raise CgcError(f"layers '{name}' and '{other}' overlap on the mesh")

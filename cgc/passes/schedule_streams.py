@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, make_dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import IntAttr, ModuleOp, TensorType
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -34,7 +34,7 @@ class _ScheduleStreams(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
-        whole = wse.RectAttr(0, 0, target.cols, target.rows)
+        whole = wse.RectAttr(IntAttr(0), IntAttr(0), IntAttr(target.cols), IntAttr(target.rows))
         block = main_function(op).body.block
         streams_gradients = False
         for layer in [o for o in block.ops if isinstance(o, wse.LayerOp)]:

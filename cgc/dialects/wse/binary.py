@@ -12,6 +12,7 @@ Example: ``%c = wse.add %a, %b : (tensor<8x64xf32>, tensor<64xf32>) -> tensor<8x
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import TensorType, i1
@@ -39,7 +40,9 @@ class TwoOperandOp(IRDLOperation, abc.ABC):
     assembly_format = (
         "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)"
     )
-    SHAPE_RULE: ClassVar = staticmethod(shapes.broadcast)
+    SHAPE_RULE: ClassVar[staticmethod[[Sequence[int], Sequence[int]], tuple[int, ...]]] = (
+        staticmethod(shapes.broadcast)
+    )
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         shape = _shape_rule(self.SHAPE_RULE, tensor_shape(lhs), tensor_shape(rhs))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    I64,
     DenseArrayBase,
     Float64Type,
     FloatAttr,
@@ -60,9 +61,9 @@ class ConvOp(IRDLOperation):
     input = operand_def(TensorType)
     filter = operand_def(TensorType)
     result = result_def(TensorType)
-    strides = prop_def(DenseArrayBase[i64])
-    pads = prop_def(DenseArrayBase[i64])
-    dilations = prop_def(DenseArrayBase[i64])
+    strides = prop_def(DenseArrayBase[I64])
+    pads = prop_def(DenseArrayBase[I64])
+    dilations = prop_def(DenseArrayBase[I64])
     group = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, i64))
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
+    I64,
     ArrayAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     StringAttr,
     TensorType,
     UnitAttr,
-    i64,
 )
 from xdsl.ir import Attribute, Region, SSAValue
 from xdsl.irdl import (
@@ -60,7 +60,7 @@ class WeightOp(IRDLOperation):
     name = "wse.weight"
     weight_name = prop_def(StringAttr, prop_name="name")
     frozen = opt_prop_def(UnitAttr)
-    perm = opt_prop_def(DenseArrayBase[i64])
+    perm = opt_prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)

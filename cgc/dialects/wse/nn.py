@@ -11,11 +11,12 @@ order). ``wse.im2col`` lays out the windows of a grouped convolution as matmul r
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from math import prod
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    I64,
     BoolAttr,
     DenseArrayBase,
     IntegerAttr,
@@ -58,7 +59,7 @@ class ReduceOp(IRDLOperation, abc.ABC):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    axes = prop_def(DenseArrayBase[i64])
+    axes = prop_def(DenseArrayBase[I64])
     keepdims = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
@@ -165,10 +166,10 @@ class PoolOp(IRDLOperation, abc.ABC):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    kernel = prop_def(DenseArrayBase[i64])
-    strides = prop_def(DenseArrayBase[i64])
-    pads = prop_def(DenseArrayBase[i64])
-    dilations = prop_def(DenseArrayBase[i64])
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = prop_def(DenseArrayBase[I64])
+    pads = prop_def(DenseArrayBase[I64])
+    dilations = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -180,7 +181,7 @@ class PoolOp(IRDLOperation, abc.ABC):
         strides: Sequence[int],
         pads: Sequence[int],
         dilations: Sequence[int],
-        extra: dict[str, Attribute] | None = None,
+        extra: Mapping[str, Attribute] | None = None,
         element: Attribute | None = None,
         channels_last: bool = False,
     ):
@@ -310,10 +311,10 @@ class PatchOp(IRDLOperation, abc.ABC):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    kernel = prop_def(DenseArrayBase[i64])
-    strides = prop_def(DenseArrayBase[i64])
-    pads = prop_def(DenseArrayBase[i64])
-    dilations = prop_def(DenseArrayBase[i64])
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = prop_def(DenseArrayBase[I64])
+    pads = prop_def(DenseArrayBase[I64])
+    dilations = prop_def(DenseArrayBase[I64])
     group = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, i64))
     channels_last = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     traits = traits_def(Pure())

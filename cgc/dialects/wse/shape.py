@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    I64,
     DenseArrayBase,
     Float64Type,
     FloatAttr,
@@ -92,7 +93,7 @@ class TransposeOp(IRDLOperation):
     name = "wse.transpose"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    perm = prop_def(DenseArrayBase[i64])
+    perm = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -149,9 +150,9 @@ class SliceOp(IRDLOperation):
     name = "wse.slice"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    starts = prop_def(DenseArrayBase[i64])
-    limits = prop_def(DenseArrayBase[i64])
-    strides = prop_def(DenseArrayBase[i64])
+    starts = prop_def(DenseArrayBase[I64])
+    limits = prop_def(DenseArrayBase[I64])
+    strides = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -198,8 +199,8 @@ class PadOp(IRDLOperation):
     name = "wse.pad"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    low = prop_def(DenseArrayBase[i64])
-    high = prop_def(DenseArrayBase[i64])
+    low = prop_def(DenseArrayBase[I64])
+    high = prop_def(DenseArrayBase[I64])
     value = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(0.0, f64))
     mode = prop_def(StringAttr, default_value=StringAttr("constant"))
     traits = traits_def(Pure())
@@ -276,7 +277,7 @@ class ReverseOp(IRDLOperation):
     T: ClassVar = VarConstraint("T", base(TensorType))
     input = operand_def(T)
     result = result_def(T)
-    axes = prop_def(DenseArrayBase[i64])
+    axes = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input)"
@@ -299,7 +300,7 @@ class TileOp(IRDLOperation):
     name = "wse.tile"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    repeats = prop_def(DenseArrayBase[i64])
+    repeats = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"

@@ -12,10 +12,11 @@ Nothing here imports another module of the package: every op family builds on it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 import numpy as np
 from xdsl.dialects.builtin import (
+    AnyFloat,
     ArrayAttr,
     BytesAttr,
     DenseArrayBase,
@@ -64,7 +65,10 @@ def _unsigned(width: int) -> IntegerType:
     return IntegerType(width, Signedness.UNSIGNED)
 
 
-NUMPY_DTYPES: dict[Attribute, str] = {
+ElementType: TypeAlias = IntegerType | AnyFloat
+"""The kinds of element type cgc computes with: integers (bools among them) and floats."""
+
+NUMPY_DTYPES: dict[ElementType, str] = {
     f64: "float64",
     f32: "float32",
     f16: "float16",
@@ -95,13 +99,12 @@ _ELEMENTS = {name: element for element, name in NUMPY_DTYPES.items()}
 
 def numpy_dtype(element: Attribute) -> str:
     """The numpy dtype name of an element type."""
-    try:
+    if isinstance(element, ElementType) and element in NUMPY_DTYPES:
         return NUMPY_DTYPES[element]
-    except KeyError:
-        raise ValueError(f"element type {element} is not supported") from None
+    raise ValueError(f"element type {element} is not supported")
 
 
-def element_of_numpy(dtype: str | np.dtype) -> Attribute:
+def element_of_numpy(dtype: str | np.dtype) -> ElementType:
     """The element type of a numpy dtype."""
     name = dtypes.dtype(dtype).name
     try:
@@ -182,13 +185,13 @@ class RouteAttr(ParametrizedAttribute):
     """
 
     name = "wse.route"
-    source: StringAttr = param_def()
+    source: StringAttr
     color: IntAttr = param_def(converter=IntAttr.get)
     lanes: IntAttr = param_def(converter=IntAttr.get)
     wavelets: IntAttr = param_def(converter=IntAttr.get)
     busiest: IntAttr = param_def(converter=IntAttr.get)
     hops: IntAttr = param_def(converter=IntAttr.get)
-    path: ArrayAttr[IntAttr] = param_def()
+    path: ArrayAttr[IntAttr]
 
     FIELDS: ClassVar[tuple[str, ...]] = ("color", "lanes", "wavelets", "busiest", "hops")
 
@@ -322,7 +325,7 @@ def location_name(op: Operation) -> str | None:
     return loc.desc.data if isinstance(loc, NameLoc) else None
 
 
-def properties_as_python(op: IRDLOperation) -> dict:
+def properties_as_python(op: Operation) -> dict:
     """An op's properties as plain Python values (ints, floats, bools, strings, int lists)."""
     out: dict = {}
     for key, attr in sorted(op.properties.items()):
@@ -340,6 +343,6 @@ def properties_as_python(op: IRDLOperation) -> dict:
     return out
 
 
-def mnemonic(op: IRDLOperation) -> str:
+def mnemonic(op: Operation) -> str:
     """The op's name without its dialect prefix, e.g. ``matmul``."""
     return op.name.split(".", 1)[1]

@@ -97,19 +97,20 @@ class Frame:
         offset = self.per_batch_offset(im)
         if offset is None:
             diff = self.rows + self.past - self.cols
-            allowed = np.ones_like(diff, dtype=bool)
+            mask = np.ones_like(diff, dtype=bool)
             if left >= 0:
-                allowed &= diff <= left
+                mask &= diff <= left
             if right >= 0:
-                allowed &= -diff <= right
-            return im.const(allowed)
+                mask &= -diff <= right
+            return im.const(mask)
         lag = (self.cols - self.rows).astype(np.int64)
-        allowed = None
+        allowed: SSAValue | None = None
         if left >= 0:
             allowed = im.emit(wse.GreaterEqualOp(im.const(lag + left), offset))
         if right >= 0:
             ahead = im.emit(wse.GreaterEqualOp(offset, im.const(lag - right)))
             allowed = ahead if allowed is None else im.emit(wse.AndOp(allowed, ahead))
+        assert allowed is not None, "a window needs a left or a right size"
         return allowed
 
     def padding(self, im: Importer) -> SSAValue:

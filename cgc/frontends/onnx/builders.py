@@ -143,7 +143,7 @@ def static_scalar(im: Importer, node: Node, index: int) -> np.generic:
         raise NodeError(
             f"input '{node.proto.input[index]}' must hold one value, got shape {array.shape}"
         )
-    return array.reshape(())[()]
+    return array.ravel()[0]
 
 
 def unique_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:

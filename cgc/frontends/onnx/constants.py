@@ -123,7 +123,9 @@ def _eye_like(im: Importer, node: Node) -> list:
     return [known(im, node, np.eye(shape[0], shape[1], k).astype(dtype))]
 
 
-def range_count(start: float, limit: float, delta: float, integral: bool) -> int:
+def range_count(
+    start: float | np.generic, limit: float | np.generic, delta: float | np.generic, integral: bool
+) -> int:
     """``max(ceil((limit - start) / delta), 0)``, exact for integers."""
     if delta == 0:
         raise NodeError("input 'delta' must not be zero")
@@ -138,6 +140,7 @@ def _range(im: Importer, node: Node) -> list:
     dtype = np.asarray(start).dtype
     integral = dtypes.is_integer(dtype)
     count = range_count(start, limit, delta, integral)
+    values: np.ndarray
     if integral:
         values = int(start) + np.arange(count, dtype=np.int64) * int(delta)
     else:

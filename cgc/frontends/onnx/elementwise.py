@@ -192,10 +192,10 @@ def binary(cls: type[wse.BinaryOp], swap: bool = False) -> OpImporter:
     return run
 
 
-for _op_type, _cls in BINARY.items():
-    register(_op_type)(binary(_cls))
-for _op_type, _cls in SWAPPED.items():
-    register(_op_type)(binary(_cls, swap=True))
+for _op_type, _binary_cls in BINARY.items():
+    register(_op_type)(binary(_binary_cls))
+for _op_type, _binary_cls in SWAPPED.items():
+    register(_op_type)(binary(_binary_cls, swap=True))
 
 
 def common_dtype(a: np.dtype, b: np.dtype) -> np.dtype:

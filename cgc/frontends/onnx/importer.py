@@ -19,14 +19,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 import onnx
 from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     FunctionType,
     ModuleOp,
     NameLoc,
@@ -34,7 +33,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
@@ -101,11 +100,6 @@ def loc(name: str) -> NameLoc:
     return NameLoc(StringAttr(name), NoneAttr())
 
 
-def dense(array: np.ndarray, element: Attribute) -> DenseIntOrFPElementsAttr:
-    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return DenseIntOrFPElementsAttr(TensorType(element, array.shape), BytesAttr(data.tobytes()))
-
-
 def inlinable(array: np.ndarray) -> bool:
     """Whether a constant can be written in the IR text and read back exactly."""
     if array.size > INLINE_LIMIT or dtypes.is_extended(array.dtype):
@@ -169,12 +163,13 @@ class Importer(ModelInterface):
         for index, node in enumerate(self.graph.node):
             self._import_node(index, node)
         results = [self._output_value(vi.name) for vi in self.graph.output]
-        self.builder.insert(func.ReturnOp(*results))
+        ret = func.ReturnOp(*results)
+        self.builder.insert(ret)
         _erase_unused(block)
         fn.function_type = FunctionType.from_lists(in_types, [r.type for r in results])
         # every op was verified as it was inserted; what is left is the function itself
         fn.verify(verify_nested_ops=False)
-        block.last_op.verify()  # type: ignore[union-attr]
+        ret.verify()
         return ImportedModel(
             module=module,
             weights=self.weights,
@@ -328,7 +323,7 @@ class Importer(ModelInterface):
         array = np.asarray(array)
         element = wse.element_of_numpy(array.dtype)
         if inlinable(array):
-            op: Operation = wse.ConstantOp(dense(array, element))
+            op: Operation = wse.ConstantOp(wse.dense_attr(array))
         else:
             if name is None or name in self.weights:
                 self.folded += 1
@@ -350,8 +345,9 @@ class Importer(ModelInterface):
         """Adds ``op`` to ``@main`` with the current node's location and returns its results;
         a primitive whose operands are all known at compile time is evaluated instead, so
         shape arithmetic leaves only constants behind."""
-        arrays = [self.known.get(v) for v in op.operands]
-        if op.operands and all(a is not None for a in arrays) and _foldable(op):
+        known = [self.known.get(v) for v in op.operands]
+        arrays = [a for a in known if a is not None]
+        if op.operands and len(arrays) == len(known) and _foldable(op):
             op.verify()
             results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r)))
                        for r in op.results]  # fmt: skip
@@ -399,7 +395,7 @@ def _node_list(names: list[str]) -> str:
     return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
 
 
-def _is_graph_input(value: SSAValue) -> bool:
+def _is_graph_input(value: SSAValue) -> TypeGuard[BlockArgument]:
     return isinstance(value, BlockArgument)
 
 

@@ -68,7 +68,7 @@ def _gather_nd(im: Importer, node: Node) -> list:
 def scatter_reduction(im: Importer, node: Node) -> str:
     """The reduction of ScatterElements/ScatterND allowed at the model's opset."""
     reduction = node.attr("reduction", "none")
-    allowed = ("none",) if im.opset < 16 else ("none", "add", "mul")
+    allowed: tuple[str, ...] = ("none",) if im.opset < 16 else ("none", "add", "mul")
     allowed = allowed if im.opset < 18 else ("none", "add", "mul", "max", "min")
     if reduction not in allowed:
         raise bad_attr("reduction", reduction, f" at opset {im.opset}")

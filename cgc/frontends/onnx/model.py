@@ -268,7 +268,7 @@ class ModelInterface:
         tt = vi.type.tensor_type
         dtype = self._dtype(tt.elem_type, f"input '{name}'")
         dims = list(tt.shape.dim) if tt.HasField("shape") else None
-        batched = bool(dims) and _symbolic(dims[0])
+        batched = bool(dims and _symbolic(dims[0]))
         if name in self.shapes:
             return TensorSpec(name, self._override(name, dims), dtype, 0 if batched else None)
         if dims is None:
@@ -299,7 +299,7 @@ class ModelInterface:
             )
         if any(d < 0 for d in shape):
             raise self.error(f"--shape {name}: dimensions must not be negative, got {shape}")
-        batched = bool(dims) and _symbolic(dims[0])
+        batched = bool(dims and _symbolic(dims[0]))
         if batched and self.batch_size is not None and shape[0] != self.batch_size:
             raise self.error(
                 f"input '{name}': --shape gives batch {shape[0]} but --batch-size is "

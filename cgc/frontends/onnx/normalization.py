@@ -258,7 +258,8 @@ def _layer_norm(im: Importer, node: Node) -> list:
         return [im.emit(wse.LayerNormOp(x, scale, bias, axes[0], epsilon))]
     stats = standardize(im, cast(im, x, stash), axes, epsilon)
     normed = cast(im, stats.normed, dtype)
-    scale, bias = (None if v is None else cast(im, v, dtype) for v in (scale, bias))
+    scale = cast(im, scale, dtype)
+    bias = None if bias is None else cast(im, bias, dtype)
     return [affine(im, normed, scale, bias), stats.mean, stats.inv_std]
 
 

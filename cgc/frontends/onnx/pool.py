@@ -106,8 +106,8 @@ def pool(im: Importer, x: SSAValue, make: PoolMaker, window: Window) -> SSAValue
         return im.emit(make(x, kernel, strides, pads, dilations))
     for axis in range(spatial):
         axis_pads = only(pads[:spatial], axis, 0) + only(pads[spatial:], axis, 0)
-        sizes = [only(values, axis, 1) for values in (kernel, strides)]
-        x = im.emit(make(x, *sizes, axis_pads, only(dilations, axis, 1)))
+        axis_kernel, axis_strides = (only(values, axis, 1) for values in (kernel, strides))
+        x = im.emit(make(x, axis_kernel, axis_strides, axis_pads, only(dilations, axis, 1)))
     return x
 
 
@@ -262,10 +262,10 @@ def _max_unpool(im: Importer, node: Node) -> list:
     flat_x, flat_where = reshape(im, x, (prod(xs),)), reshape(im, where, (prod(xs),))
     y = im.emit(wse.ScatterElementsOp(zeros, flat_where, flat_x, 0, "none"))
     y = reshape(im, y, inferred)
-    target = im.optional_static(node, 2)
-    if target is None:
+    requested = im.optional_static(node, 2)
+    if requested is None:
         return [y]
-    target = [int(t) for t in np.ravel(target)]
+    target = [int(t) for t in np.ravel(requested)]
     if len(target) != len(xs) or any(t < n for t, n in zip(target, inferred, strict=True)):
         raise NodeError(f"output_shape {target} is smaller than the unpooled shape {inferred}")
     grow = [t - n for t, n in zip(target, inferred, strict=True)]

@@ -149,8 +149,8 @@ def quantize(
         low, high = INTEGER_RANGES[target]
         return cast(im, clamp(im, rounded, low, high), target)
     if zero_point is not None:
-        wide = cast(im, scaled, "float32")
-        scaled = im.emit(wse.AddOp(wide, cast(im, zero_point, "float32")))
+        widened = cast(im, scaled, "float32")
+        scaled = im.emit(wse.AddOp(widened, cast(im, zero_point, "float32")))
     return cast(im, scaled, target, saturate)
 
 

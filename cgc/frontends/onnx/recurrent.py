@@ -221,8 +221,12 @@ class Recurrence(abc.ABC):
 
     def operand(self, index: int, shape: Sequence[int], name: str) -> SSAValue | None:
         """Input ``index`` checked against ``shape``; None when absent."""
-        value = self.im.optional(self.node, index)
-        if value is not None and shape_of(value) != tuple(shape):
+        return self.required(index, shape, name) if self.node.has_input(index) else None
+
+    def required(self, index: int, shape: Sequence[int], name: str) -> SSAValue:
+        """Input ``index``, which the node must have, checked against ``shape``."""
+        value = self.im.value(self.node, index)
+        if shape_of(value) != tuple(shape):
             raise NodeError(f"input {name} {shape_of(value)} must have shape {tuple(shape)}")
         return value
 
@@ -259,8 +263,8 @@ class Recurrence(abc.ABC):
         """The weights, biases, initial state and activations of direction ``index``."""
         im, g, h = self.im, self.gates, self.hidden
         count = len(self.directions)
-        w = self.operand(1, (count, g * h, self.input_size), "W")
-        r = self.operand(2, (count, g * h, h), "R")
+        w = self.required(1, (count, g * h, self.input_size), "W")
+        r = self.required(2, (count, g * h, h), "R")
         b = self.operand(3, (count, 2 * g * h), "B")
         initial_h = self.state_input(5, "initial_h")
         zeros = im.const(np.zeros((self.batch, h), dtype=dtype_of(self.x)))
@@ -317,6 +321,15 @@ class Recurrence(abc.ABC):
         """``new`` where the step is valid, else ``old``."""
         return new if mask is None else self.im.emit(wse.SelectOp(mask, new, old))
 
+    def keep_cell(
+        self, mask: SSAValue | None, new: SSAValue | None, old: SSAValue | None
+    ) -> SSAValue | None:
+        """``keep`` for the cell state, which only LSTM has (None for RNN and GRU)."""
+        if new is None:
+            return None
+        assert old is not None, "a step that gives a cell state takes one"
+        return self.keep(mask, new, old)
+
     @abc.abstractmethod
     def cell(self, d: Direction, projected: SSAValue, h: SSAValue, c: SSAValue | None) -> tuple:
         """One step: the new ``(h, c)`` from the projected inputs of the step and the state."""
@@ -334,7 +347,7 @@ class Recurrence(abc.ABC):
             mask = self.step_mask(step)
             outputs.append(self.keep(mask, new_h, zero))
             h = self.keep(mask, new_h, h)
-            c = None if new_c is None else self.keep(mask, new_c, c)
+            c = self.keep_cell(mask, new_c, c)
         nonempty = self.step_mask(0)
         h = self.keep(nonempty, h, zero)
         c = None if c is None else self.keep(nonempty, c, zero)
@@ -348,10 +361,11 @@ class Recurrence(abc.ABC):
         """``Y``, ``Y_h`` (and ``Y_c``) of all directions, in the node's layout."""
         im = self.im
         results = [self.run(self.direction(i)) for i in range(len(self.directions))]
-        if results[0][2] is None:
-            results = [r[:2] for r in results]
         y = stack(im, [r[0] for r in results], 1)
-        states = [stack(im, [r[i] for r in results], 0) for i in range(1, len(results[0]))]
+        states = [stack(im, [r[1] for r in results], 0)]
+        cells = [r[2] for r in results if r[2] is not None]
+        if cells:
+            states.append(stack(im, cells, 0))
         if self.layout:
             y = transpose(im, y, (2, 0, 1, 3))
             states = [transpose(im, s, (1, 0, 2)) for s in states]
@@ -474,8 +488,9 @@ class LstmRecurrence(Recurrence):
         weights = self.im.emit(wse.SliceOp(d.peepholes, [which * size], [(which + 1) * size], [1]))
         return mul(self.im, weights, c)
 
-    def cell(self, d: Direction, projected: SSAValue, h: SSAValue, c: SSAValue) -> tuple:
+    def cell(self, d: Direction, projected: SSAValue, h: SSAValue, c: SSAValue | None) -> tuple:
         """``C = f C + i g(..)``, ``H = o h(C)`` with the gates ``f(.. + P c)``."""
+        assert c is not None, "direction() gives every LSTM direction an initial cell state"
         im, size = self.im, self.hidden
         f, g, h_act = d.activations
         gates = im.emit(wse.AddOp(projected, im.emit(wse.MatmulOp(h, d.recurrence_weights))))

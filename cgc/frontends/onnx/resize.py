@@ -263,13 +263,13 @@ def axes_from_sizes(
     shape: Sequence[int], axes: Sequence[int], sizes: np.ndarray, policy: str
 ) -> list[AxisResize]:
     """The resized axes for output ``sizes`` under ``keep_aspect_ratio_policy``."""
-    sizes = [int(s) for s in sizes]
+    outs = [int(s) for s in sizes]
     if policy == "stretch":
         return [
             AxisResize(a, shape[a], s, s / shape[a], float(s))
-            for a, s in zip(axes, sizes, strict=True)
+            for a, s in zip(axes, outs, strict=True)
         ]
-    ratios = [s / shape[a] for a, s in zip(axes, sizes, strict=True)]
+    ratios = [s / shape[a] for a, s in zip(axes, outs, strict=True)]
     scale = min(ratios) if policy == "not_larger" else max(ratios)
     return [
         AxisResize(a, shape[a], int(scale * shape[a] + 0.5), scale, scale * shape[a]) for a in axes
@@ -281,10 +281,11 @@ def resize_plan(im: Importer, node: Node, shape: Sequence[int], crop: bool) -> l
     axes = resize_axes(node, len(shape))
     roi = given(im, node, 1) if crop else None
     scales, sizes = given(im, node, 2), given(im, node, 3)
-    if (scales is None) == (sizes is None):
+    values = scales if sizes is None else sizes
+    if values is None or (scales is not None and sizes is not None):
         raise NodeError("exactly one of the inputs scales and sizes must be given")
     count = len(axes)
-    if len(scales if sizes is None else sizes) != count:
+    if len(values) != count:
         raise NodeError(f"scales or sizes must have {count} values, one per resized axis")
     if roi is not None and len(roi) != 2 * count:
         raise NodeError(f"roi must have {2 * count} values")
@@ -294,6 +295,7 @@ def resize_plan(im: Importer, node: Node, shape: Sequence[int], crop: bool) -> l
         )
         plan = axes_from_sizes(shape, axes, sizes, policy)
     else:
+        scales = values
         if min(scales) <= 0:
             raise NodeError(f"scales must be positive, got {scales.tolist()}")
         plan = []
@@ -312,7 +314,7 @@ def resize_plan(im: Importer, node: Node, shape: Sequence[int], crop: bool) -> l
     return plan
 
 
-def legacy_plan(shape: Sequence[int], scales: Sequence[float]) -> list[AxisResize]:
+def legacy_plan(shape: Sequence[int], scales: Sequence[float] | np.ndarray) -> list[AxisResize]:
     """The resized axes of Upsample and Resize-10: ``floor(size * scale)`` per axis."""
     if len(scales) != len(shape):
         raise NodeError(f"scales must have {len(shape)} values, got {len(scales)}")
@@ -325,7 +327,9 @@ def legacy_plan(shape: Sequence[int], scales: Sequence[float]) -> list[AxisResiz
     return plan
 
 
-def legacy_resample(im: Importer, x: SSAValue, scales: Sequence[float], mode: str) -> SSAValue:
+def legacy_resample(
+    im: Importer, x: SSAValue, scales: Sequence[float] | np.ndarray, mode: str
+) -> SSAValue:
     """Upsample and Resize-10: asymmetric coordinates; nearest takes the element at or below
     the coordinate when upsampling and at or above it when downsampling (as onnxruntime)."""
     if mode not in ("nearest", "linear", "bilinear"):
@@ -352,6 +356,7 @@ def _resize(im: Importer, node: Node) -> list:
 def _upsample(im: Importer, node: Node) -> list:
     x = im.value(node, 0)
     mode = node.attr("mode", "nearest")
+    scales: Sequence[float] | np.ndarray
     if im.opset >= 9:
         scales = np.ravel(im.static(node, 1))
     elif im.opset >= 7:

@@ -139,6 +139,7 @@ def gather_taps(
             flat = term if flat is None else add(im, flat, term)
             if w is not None:
                 weight = w if weight is None else mul(im, weight, w)
+        assert flat is not None  # every caller has at least one axis
         points = shape_of(flat)
         shape = (*points[: len(lead) - 1], 1, prod(points[len(lead) - 1 :]))
         flat = broadcast(im, reshape(im, flat, shape), (*lead, shape[-1]))
@@ -305,7 +306,7 @@ def roi_axis_taps(
     geometry: RoiGeometry,
     counts: np.ndarray,
     half_pixel: bool,
-) -> list[Tap]:
+) -> list[tuple[SSAValue, SSAValue]]:
     """The two bilinear taps (R, pooled * G) of every sample along one axis: samples sit at
     the centres of a ``counts``-way split of each bin; samples beyond -1 or the image's extent
     weigh nothing, samples below 0 read element 0 and samples past the last element read it."""

@@ -125,7 +125,7 @@ def dft(im: Importer, x: SSAValue, axis: int, n: int, inverse: bool, onesided: b
     if inverse:
         y = im.emit(wse.DivOp(y, im.scalar(n, y)))
     y = reshape(im, y, (*lead, channels_out, bins))
-    return transpose(im, y, np.argsort(order))
+    return transpose(im, y, np.argsort(order).tolist())
 
 
 def dft_axis(axis: int, rank: int) -> int:
@@ -392,6 +392,7 @@ def count_ngrams(
             wanted = im.const(grams[:, item].astype(dtype_of(rows)).reshape(1, 1, -1))
             equal = im.emit(wse.EqualOp(column, wanted))
             match = equal if match is None else im.emit(wse.AndOp(match, equal))
+        assert match is not None  # n >= 1 (pool_levels)
         hits = cast(im, match, "float32")
         hits = im.emit(wse.ReduceSumOp(hits, [1], False))
         total = hits if total is None else im.emit(wse.AddOp(total, hits))
