@@ -22,10 +22,10 @@ from xdsl.traits import Pure
 
 from cgc.dialects import shapes
 from cgc.dialects.wse.types import (
-    _check,
-    _check_result_shape,
-    _shape_rule,
+    check,
+    check_result_shape,
     element_type,
+    shape_rule,
     tensor_shape,
 )
 
@@ -45,7 +45,7 @@ class TwoOperandOp(IRDLOperation, abc.ABC):
     )
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
-        shape = _shape_rule(self.SHAPE_RULE, tensor_shape(lhs), tensor_shape(rhs))
+        shape = shape_rule(self.SHAPE_RULE, tensor_shape(lhs), tensor_shape(rhs))
         super().__init__(
             operands=[lhs, rhs], result_types=[TensorType(self.result_element(lhs), shape)]
         )
@@ -56,16 +56,16 @@ class TwoOperandOp(IRDLOperation, abc.ABC):
         return element_type(lhs)
 
     def verify_(self) -> None:
-        _check(
+        check(
             element_type(self.lhs) == element_type(self.rhs),
             "operands have different element types",
         )
-        _check(
+        check(
             element_type(self.result) == self.result_element(self.lhs),
             "wrong result element type",
         )
-        _check_result_shape(
-            self, _shape_rule(self.SHAPE_RULE, tensor_shape(self.lhs), tensor_shape(self.rhs))
+        check_result_shape(
+            self, shape_rule(self.SHAPE_RULE, tensor_shape(self.lhs), tensor_shape(self.rhs))
         )
 
 
@@ -237,7 +237,7 @@ class SelectOp(IRDLOperation):
     )
 
     def __init__(self, cond: SSAValue, true_value: SSAValue, false_value: SSAValue):
-        shape = _shape_rule(
+        shape = shape_rule(
             shapes.broadcast,
             tensor_shape(cond),
             tensor_shape(true_value),
@@ -249,16 +249,16 @@ class SelectOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check(element_type(self.cond) == i1, "the condition must be a tensor of i1")
-        _check(
+        check(element_type(self.cond) == i1, "the condition must be a tensor of i1")
+        check(
             element_type(self.true_value)
             == element_type(self.false_value)
             == element_type(self.result),
             "values and result have different element types",
         )
-        _check_result_shape(
+        check_result_shape(
             self,
-            _shape_rule(
+            shape_rule(
                 shapes.broadcast,
                 tensor_shape(self.cond),
                 tensor_shape(self.true_value),

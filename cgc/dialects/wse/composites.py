@@ -41,11 +41,11 @@ from xdsl.traits import Pure
 
 from cgc.dialects import shapes
 from cgc.dialects.wse.types import (
-    _check,
-    _check_result_shape,
-    _shape_rule,
+    check,
+    check_result_shape,
     element_type,
     i64_array,
+    shape_rule,
     tensor_shape,
 )
 
@@ -80,7 +80,7 @@ class ConvOp(IRDLOperation):
         dilations: Sequence[int],
         group: int,
     ):
-        shape = _shape_rule(
+        shape = shape_rule(
             shapes.conv, tensor_shape(input), tensor_shape(filter), strides, pads, dilations, group
         )
         super().__init__(
@@ -95,9 +95,9 @@ class ConvOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check_result_shape(
+        check_result_shape(
             self,
-            _shape_rule(
+            shape_rule(
                 shapes.conv,
                 tensor_shape(self.input),
                 tensor_shape(self.filter),
@@ -129,7 +129,7 @@ class AxisOp(IRDLOperation, abc.ABC):
 
     def verify_(self) -> None:
         axis, rank = self.axis.value.data, len(tensor_shape(self.input))
-        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
 
 
 @irdl_op_definition
@@ -183,11 +183,11 @@ class LayerNormOp(IRDLOperation):
 
     def verify_(self) -> None:
         shape, axis = tensor_shape(self.input), self.axis.value.data
-        _check(0 <= axis < len(shape), f"axis {axis} is out of range for rank {len(shape)}")
+        check(0 <= axis < len(shape), f"axis {axis} is out of range for rank {len(shape)}")
         for operand in (self.scale, self.bias):
             if operand is not None:
-                _shape_rule(shapes.check_broadcast_to, tensor_shape(operand), shape[axis:])
-        _check_result_shape(self, shape)
+                shape_rule(shapes.check_broadcast_to, tensor_shape(operand), shape[axis:])
+        check_result_shape(self, shape)
 
 
 @irdl_op_definition
@@ -227,13 +227,13 @@ class BatchNormOp(IRDLOperation):
 
     def verify_(self) -> None:
         shape = tensor_shape(self.input)
-        _check(len(shape) >= 2, "the input needs a channel axis")
+        check(len(shape) >= 2, "the input needs a channel axis")
         for operand in (self.scale, self.bias, self.mean, self.var):
-            _check(
+            check(
                 tensor_shape(operand) == (shape[1],),
                 f"parameters must have shape ({shape[1]},)",
             )
-        _check_result_shape(self, shape)
+        check_result_shape(self, shape)
 
 
 @irdl_op_definition
@@ -283,13 +283,13 @@ class SoftmaxCrossEntropyOp(IRDLOperation):
     def verify_(self) -> None:
         scores, labels = tensor_shape(self.scores), tensor_shape(self.labels)
         reduction = self.reduction.data
-        _check(reduction in self.REDUCTIONS, f"unknown reduction {reduction!r}")
-        _check(len(scores) >= 2, "scores need a class axis")
-        _check(
+        check(reduction in self.REDUCTIONS, f"unknown reduction {reduction!r}")
+        check(len(scores) >= 2, "scores need a class axis")
+        check(
             labels == (scores[0], *scores[2:]),
             f"labels {labels} do not match scores {scores} without the class axis",
         )
-        _check(isinstance(element_type(self.labels), IntegerType), "labels must be integers")
+        check(isinstance(element_type(self.labels), IntegerType), "labels must be integers")
         if self.weights is not None:
-            _check(tensor_shape(self.weights) == (scores[1],), "weights must have shape (C,)")
-        _check_result_shape(self, labels if reduction == "none" else ())
+            check(tensor_shape(self.weights) == (scores[1],), "weights must have shape (C,)")
+        check_result_shape(self, labels if reduction == "none" else ())

@@ -29,11 +29,11 @@ from xdsl.traits import Pure
 
 from cgc.dialects import shapes
 from cgc.dialects.wse.types import (
-    _check,
-    _check_element,
-    _check_result_shape,
-    _shape_rule,
+    check,
+    check_element,
+    check_result_shape,
     element_type,
+    shape_rule,
     tensor_shape,
 )
 
@@ -41,7 +41,7 @@ SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
 def _check_indices(value: SSAValue) -> None:
-    _check(isinstance(element_type(value), IntegerType), "indices must be integers")
+    check(isinstance(element_type(value), IntegerType), "indices must be integers")
 
 
 class GatherBase(IRDLOperation, abc.ABC):
@@ -66,7 +66,7 @@ class GatherOp(GatherBase):
     axis = prop_def(IntegerAttr[IntegerType])
 
     def __init__(self, data: SSAValue, indices: SSAValue, axis: int):
-        shape = _shape_rule(shapes.gather, tensor_shape(data), tensor_shape(indices), axis)
+        shape = shape_rule(shapes.gather, tensor_shape(data), tensor_shape(indices), axis)
         super().__init__(
             operands=[data, indices],
             result_types=[TensorType(element_type(data), shape)],
@@ -75,10 +75,10 @@ class GatherOp(GatherBase):
 
     def verify_(self) -> None:
         _check_indices(self.indices)
-        _check_element(self.result, element_type(self.data), "the result")
-        _check_result_shape(
+        check_element(self.result, element_type(self.data), "the result")
+        check_result_shape(
             self,
-            _shape_rule(
+            shape_rule(
                 shapes.gather,
                 tensor_shape(self.data),
                 tensor_shape(self.indices),
@@ -104,10 +104,10 @@ class GatherElementsOp(GatherBase):
     def verify_(self) -> None:
         _check_indices(self.indices)
         rank, axis = len(tensor_shape(self.data)), self.axis.value.data
-        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
-        _check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
-        _check_element(self.result, element_type(self.data), "the result")
-        _check_result_shape(self, tensor_shape(self.indices))
+        check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
+        check_element(self.result, element_type(self.data), "the result")
+        check_result_shape(self, tensor_shape(self.indices))
 
 
 @irdl_op_definition
@@ -119,7 +119,7 @@ class GatherNDOp(GatherBase):
     batch_dims = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, i64))
 
     def __init__(self, data: SSAValue, indices: SSAValue, batch_dims: int):
-        shape = _shape_rule(shapes.gather_nd, tensor_shape(data), tensor_shape(indices), batch_dims)
+        shape = shape_rule(shapes.gather_nd, tensor_shape(data), tensor_shape(indices), batch_dims)
         super().__init__(
             operands=[data, indices],
             result_types=[TensorType(element_type(data), shape)],
@@ -128,10 +128,10 @@ class GatherNDOp(GatherBase):
 
     def verify_(self) -> None:
         _check_indices(self.indices)
-        _check_element(self.result, element_type(self.data), "the result")
-        _check_result_shape(
+        check_element(self.result, element_type(self.data), "the result")
+        check_result_shape(
             self,
-            _shape_rule(
+            shape_rule(
                 shapes.gather_nd,
                 tensor_shape(self.data),
                 tensor_shape(self.indices),
@@ -157,13 +157,13 @@ class ScatterOp(IRDLOperation, abc.ABC):
 
     def verify_(self) -> None:
         _check_indices(self.indices)
-        _check(
+        check(
             self.reduction.data in SCATTER_REDUCTIONS,
             f"unknown reduction {self.reduction.data!r}",
         )
-        _check(self.data.type == self.result.type, "the result must have the data's type")
-        _check_element(self.updates, element_type(self.data), "updates")
-        _check(
+        check(self.data.type == self.result.type, "the result must have the data's type")
+        check_element(self.updates, element_type(self.data), "updates")
+        check(
             tensor_shape(self.updates) == self.updates_shape(),
             f"updates must have shape {self.updates_shape()}, not {tensor_shape(self.updates)}",
         )
@@ -189,8 +189,8 @@ class ScatterElementsOp(ScatterOp):
 
     def updates_shape(self) -> tuple[int, ...]:
         rank, axis = len(tensor_shape(self.data)), self.axis.value.data
-        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
-        _check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
+        check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        check(len(tensor_shape(self.indices)) == rank, "indices must have the data's rank")
         return tensor_shape(self.indices)
 
 
@@ -210,9 +210,9 @@ class ScatterNDOp(ScatterOp):
 
     def updates_shape(self) -> tuple[int, ...]:
         data, indices = tensor_shape(self.data), tensor_shape(self.indices)
-        _check(len(indices) >= 1, "indices must have at least one axis")
+        check(len(indices) >= 1, "indices must have at least one axis")
         depth = indices[-1]
-        _check(depth <= len(data), f"index tuples of {depth} cannot address rank {len(data)}")
+        check(depth <= len(data), f"index tuples of {depth} cannot address rank {len(data)}")
         return indices[:-1] + data[depth:]
 
 
@@ -243,7 +243,7 @@ class ScanOp(IRDLOperation, abc.ABC):
 
     def verify_(self) -> None:
         rank, axis = len(tensor_shape(self.input)), self.axis.value.data
-        _check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
+        check(0 <= axis < rank, f"axis {axis} is out of range for rank {rank}")
 
 
 @irdl_op_definition
@@ -286,12 +286,12 @@ class TopKOp(IRDLOperation):
 
     def verify_(self) -> None:
         src, axis = tensor_shape(self.input), self.axis.value.data
-        _check(0 <= axis < len(src), f"axis {axis} is out of range for rank {len(src)}")
+        check(0 <= axis < len(src), f"axis {axis} is out of range for rank {len(src)}")
         out = tensor_shape(self.values)
-        _check(out == tensor_shape(self.indices), "values and indices must have one shape")
-        _check_element(self.values, element_type(self.input), "the values")
-        _check_element(self.indices, i64, "the indices")
-        _check(
+        check(out == tensor_shape(self.indices), "values and indices must have one shape")
+        check_element(self.values, element_type(self.input), "the values")
+        check_element(self.indices, i64, "the indices")
+        check(
             len(out) == len(src)
             and all(a == b for i, (a, b) in enumerate(zip(out, src, strict=True)) if i != axis)
             and out[axis] <= src[axis],

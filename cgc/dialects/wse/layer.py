@@ -38,7 +38,7 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 
 from cgc.dialects import shapes
-from cgc.dialects.wse.types import RectAttr, RouteAttr, _check, _shape_rule, i64_array, tensor_shape
+from cgc.dialects.wse.types import RectAttr, RouteAttr, check, i64_array, shape_rule, tensor_shape
 
 # ---------------------------------------------------------------------------------------------
 # Sources
@@ -82,7 +82,7 @@ class WeightOp(IRDLOperation):
 
     def verify_(self) -> None:
         if self.perm is not None:
-            _shape_rule(shapes.transpose, tensor_shape(self.result), self.perm.get_values())
+            shape_rule(shapes.transpose, tensor_shape(self.result), self.perm.get_values())
 
 
 @irdl_op_definition
@@ -113,7 +113,7 @@ class ConstantOp(IRDLOperation):
         return op
 
     def verify_(self) -> None:
-        _check(self.value.type == self.result.type, "value and result types differ")
+        check(self.value.type == self.result.type, "value and result types differ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,12 +167,12 @@ class LayerOp(IRDLOperation):
 
     def verify_(self) -> None:
         block = self.body.block
-        _check(
+        check(
             tuple(a.type for a in block.args) == tuple(self.inputs.types),
             f"layer {self.layer_name.data!r}: block arguments do not match its inputs",
         )
         term = block.last_op
-        _check(
+        check(
             isinstance(term, YieldOp) and tuple(term.operand_types) == tuple(self.result_types),
             f"layer {self.layer_name.data!r}: the body must end with a wse.yield of its results",
         )

@@ -40,12 +40,12 @@ from xdsl.utils.exceptions import VerifyException
 from cgc.dialects import shapes
 from cgc.dialects.wse.binary import TwoOperandOp
 from cgc.dialects.wse.types import (
-    _check,
-    _check_element,
-    _check_result_shape,
-    _shape_rule,
+    check,
+    check_element,
+    check_result_shape,
     element_type,
     i64_array,
+    shape_rule,
     tensor_shape,
 )
 
@@ -66,7 +66,7 @@ class ReduceOp(IRDLOperation, abc.ABC):
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, axes: Sequence[int], keepdims: bool):
-        shape = _shape_rule(shapes.reduce, tensor_shape(input), tuple(axes), keepdims)
+        shape = shape_rule(shapes.reduce, tensor_shape(input), tuple(axes), keepdims)
         super().__init__(
             operands=[input],
             result_types=[TensorType(element_type(input), shape)],
@@ -85,9 +85,9 @@ class ReduceOp(IRDLOperation, abc.ABC):
 
     def verify_(self) -> None:
         axes = self.axis_list
-        _check(list(axes) == sorted(axes), f"axes must be sorted, got {axes}")
-        _check_result_shape(
-            self, _shape_rule(shapes.reduce, tensor_shape(self.input), axes, self.keeps_dims)
+        check(list(axes) == sorted(axes), f"axes must be sorted, got {axes}")
+        check_result_shape(
+            self, shape_rule(shapes.reduce, tensor_shape(self.input), axes, self.keeps_dims)
         )
 
 
@@ -186,7 +186,7 @@ class PoolOp(IRDLOperation, abc.ABC):
         channels_last: bool = False,
     ):
         nchw = channels_first(tensor_shape(input), channels_last)
-        shape = _shape_rule(shapes.pool, nchw, kernel, strides, pads, dilations)
+        shape = shape_rule(shapes.pool, nchw, kernel, strides, pads, dilations)
         super().__init__(
             operands=[input],
             result_types=[
@@ -210,9 +210,9 @@ class PoolOp(IRDLOperation, abc.ABC):
         return False
 
     def verify_(self) -> None:
-        _check_element(self.result, self.RESULT_ELEMENT or element_type(self.input), "the result")
+        check_element(self.result, self.RESULT_ELEMENT or element_type(self.input), "the result")
         last = self.is_channels_last
-        nchw = _shape_rule(
+        nchw = shape_rule(
             shapes.pool,
             channels_first(tensor_shape(self.input), last),
             self.kernel.get_values(),
@@ -220,7 +220,7 @@ class PoolOp(IRDLOperation, abc.ABC):
             self.pads.get_values(),
             self.dilations.get_values(),
         )
-        _check_result_shape(self, channels_back(nchw, last))
+        check_result_shape(self, channels_back(nchw, last))
 
 
 class WindowReduceOp(PoolOp, abc.ABC):
@@ -397,13 +397,13 @@ class Im2ColOp(PatchOp):
     @staticmethod
     def infer(x, kernel, strides, pads, dilations, group) -> tuple[int, ...]:
         """The result shape for input shape ``x``."""
-        out = _shape_rule(shapes.pool, x, kernel, strides, pads, dilations)
+        out = shape_rule(shapes.pool, x, kernel, strides, pads, dilations)
         if x[1] % group:
             raise VerifyException(f"{x[1]} channels do not split into {group} groups")
         return (group, x[0] * prod(out[2:]), x[1] // group * prod(kernel))
 
     def verify_(self) -> None:
-        _check_result_shape(self, self.patches_of(tensor_shape(self.input)))
+        check_result_shape(self, self.patches_of(tensor_shape(self.input)))
 
 
 @irdl_op_definition
@@ -443,4 +443,4 @@ class Col2ImOp(PatchOp):
                 f"patches {tensor_shape(self.input)} do not come from an image "
                 f"{tensor_shape(self.result)} (those would be {patches})"
             )
-        _check_element(self.result, element_type(self.input), "the result")
+        check_element(self.result, element_type(self.input), "the result")

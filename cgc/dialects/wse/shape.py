@@ -41,12 +41,12 @@ from xdsl.traits import Pure
 
 from cgc.dialects import shapes
 from cgc.dialects.wse.types import (
-    _check,
-    _check_element,
-    _check_result_shape,
-    _shape_rule,
+    check,
+    check_element,
+    check_result_shape,
     element_type,
     i64_array,
+    shape_rule,
     tensor_shape,
 )
 
@@ -72,8 +72,8 @@ class ReshapeOp(ToShapeOp):
     name = "wse.reshape"
 
     def verify_(self) -> None:
-        _shape_rule(shapes.check_reshape, tensor_shape(self.input), tensor_shape(self.result))
-        _check(element_type(self.input) == element_type(self.result), "reshape changes dtype")
+        shape_rule(shapes.check_reshape, tensor_shape(self.input), tensor_shape(self.result))
+        check(element_type(self.input) == element_type(self.result), "reshape changes dtype")
 
 
 @irdl_op_definition
@@ -83,7 +83,7 @@ class BroadcastToOp(ToShapeOp):
     name = "wse.broadcast_to"
 
     def verify_(self) -> None:
-        _shape_rule(shapes.check_broadcast_to, tensor_shape(self.input), tensor_shape(self.result))
+        shape_rule(shapes.check_broadcast_to, tensor_shape(self.input), tensor_shape(self.result))
 
 
 @irdl_op_definition
@@ -99,7 +99,7 @@ class TransposeOp(IRDLOperation):
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, perm: Sequence[int]):
-        shape = _shape_rule(shapes.transpose, tensor_shape(input), tuple(perm))
+        shape = shape_rule(shapes.transpose, tensor_shape(input), tuple(perm))
         super().__init__(
             operands=[input],
             result_types=[TensorType(element_type(input), shape)],
@@ -107,9 +107,9 @@ class TransposeOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check_result_shape(
+        check_result_shape(
             self,
-            _shape_rule(shapes.transpose, tensor_shape(self.input), self.perm.get_values()),
+            shape_rule(shapes.transpose, tensor_shape(self.input), self.perm.get_values()),
         )
 
 
@@ -126,7 +126,7 @@ class ConcatOp(IRDLOperation):
     assembly_format = "$inputs attr-dict `:` `(` type($inputs) `)` `->` type($result)"
 
     def __init__(self, inputs: Sequence[SSAValue], axis: int):
-        shape = _shape_rule(shapes.concat, [tensor_shape(v) for v in inputs], axis)
+        shape = shape_rule(shapes.concat, [tensor_shape(v) for v in inputs], axis)
         super().__init__(
             operands=[inputs],
             result_types=[TensorType(element_type(inputs[0]), shape)],
@@ -134,12 +134,10 @@ class ConcatOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check(len(self.inputs) >= 1, "needs at least one operand")
-        _check_result_shape(
+        check(len(self.inputs) >= 1, "needs at least one operand")
+        check_result_shape(
             self,
-            _shape_rule(
-                shapes.concat, [tensor_shape(v) for v in self.inputs], self.axis.value.data
-            ),
+            shape_rule(shapes.concat, [tensor_shape(v) for v in self.inputs], self.axis.value.data),
         )
 
 
@@ -164,7 +162,7 @@ class SliceOp(IRDLOperation):
         limits: Sequence[int],
         strides: Sequence[int],
     ):
-        shape = _shape_rule(shapes.slice_shape, tensor_shape(input), starts, limits, strides)
+        shape = shape_rule(shapes.slice_shape, tensor_shape(input), starts, limits, strides)
         super().__init__(
             operands=[input],
             result_types=[TensorType(element_type(input), shape)],
@@ -176,9 +174,9 @@ class SliceOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check_result_shape(
+        check_result_shape(
             self,
-            _shape_rule(
+            shape_rule(
                 shapes.slice_shape,
                 tensor_shape(self.input),
                 self.starts.get_values(),
@@ -231,10 +229,10 @@ class PadOp(IRDLOperation):
 
     def verify_(self) -> None:
         low, high, src = self.low.get_values(), self.high.get_values(), tensor_shape(self.input)
-        _check(len(low) == len(high) == len(src), "needs one low and one high amount per axis")
-        _check(min((*low, *high), default=0) >= 0, "pad amounts must be non-negative")
-        _check(self.mode.data in self.MODES, f"unknown pad mode {self.mode.data!r}")
-        _check_result_shape(
+        check(len(low) == len(high) == len(src), "needs one low and one high amount per axis")
+        check(min((*low, *high), default=0) >= 0, "pad amounts must be non-negative")
+        check(self.mode.data in self.MODES, f"unknown pad mode {self.mode.data!r}")
+        check_result_shape(
             self, tuple(d + lo + hi for d, lo, hi in zip(src, low, high, strict=True))
         )
 
@@ -259,11 +257,11 @@ class OneHotOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check(
+        check(
             isinstance(element_type(self.indices), IntegerType),
             "indices must be integers",
         )
-        _check(
+        check(
             tensor_shape(self.result)[:-1] == tensor_shape(self.indices),
             "the result must add exactly one trailing axis",
         )
@@ -290,7 +288,7 @@ class ReverseOp(IRDLOperation):
     def verify_(self) -> None:
         rank = len(tensor_shape(self.input))
         axes = self.axes.get_values()
-        _check(all(0 <= a < rank for a in axes), f"axes {axes} out of range for rank {rank}")
+        check(all(0 <= a < rank for a in axes), f"axes {axes} out of range for rank {rank}")
 
 
 @irdl_op_definition
@@ -306,7 +304,7 @@ class TileOp(IRDLOperation):
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, repeats: Sequence[int]):
-        shape = _shape_rule(shapes.tile, tensor_shape(input), repeats)
+        shape = shape_rule(shapes.tile, tensor_shape(input), repeats)
         super().__init__(
             operands=[input],
             result_types=[TensorType(element_type(input), shape)],
@@ -314,7 +312,7 @@ class TileOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check_element(self.result, element_type(self.input), "the result")
-        _check_result_shape(
-            self, _shape_rule(shapes.tile, tensor_shape(self.input), self.repeats.get_values())
+        check_element(self.result, element_type(self.input), "the result")
+        check_result_shape(
+            self, shape_rule(shapes.tile, tensor_shape(self.input), self.repeats.get_values())
         )

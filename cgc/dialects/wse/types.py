@@ -11,8 +11,8 @@ Nothing here imports another module of the package: every op family builds on it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -141,26 +141,29 @@ def i64_array(values: Sequence[int]) -> DenseArrayBase:
     return DenseArrayBase.from_list(i64, [int(v) for v in values])
 
 
-def _check(condition: bool, message: str) -> None:
+def check(condition: bool, message: str) -> None:
+    """A verifier's rule: ``message`` is the VerifyException unless ``condition`` holds."""
     if not condition:
         raise VerifyException(message)
 
 
-def _shape_rule(rule, *args) -> tuple[int, ...]:
-    """Runs a ``cgc.shapes`` rule, turning its ValueError into a VerifyException."""
+def shape_rule(rule: Callable[..., Any], *args: object) -> tuple[int, ...]:
+    """Runs a ``cgc.dialects.shapes`` rule, turning its ValueError into a VerifyException."""
     try:
         return rule(*args)
     except ValueError as e:
         raise VerifyException(str(e)) from e
 
 
-def _check_element(value: SSAValue, expected: Attribute, what: str) -> None:
-    _check(element_type(value) == expected, f"{what} must have element type {expected}")
+def check_element(value: SSAValue, expected: Attribute, what: str) -> None:
+    """The rule that ``value`` (``what``) has ``expected`` element type."""
+    check(element_type(value) == expected, f"{what} must have element type {expected}")
 
 
-def _check_result_shape(op: IRDLOperation, expected: Sequence[int]) -> None:
+def check_result_shape(op: IRDLOperation, expected: Sequence[int]) -> None:
+    """The rule that ``op``'s result has the shape its operands imply."""
     got = tensor_shape(op.results[0])
-    _check(
+    check(
         got == tuple(expected),
         f"{op.name} result shape {got} does not match the inferred shape {tuple(expected)}",
     )

@@ -30,8 +30,8 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 
 from cgc.dialects.wse.types import (
-    _check,
-    _check_result_shape,
+    check,
+    check_result_shape,
     element_type,
     numpy_dtype,
     tensor_shape,
@@ -286,9 +286,9 @@ class PredicateOp(IRDLOperation, abc.ABC):
         super().__init__(operands=[input], result_types=[TensorType(i1, tensor_shape(input))])
 
     def verify_(self) -> None:
-        _check(dtypes.is_float(numpy_dtype(element_type(self.input))), "the input must be floats")
-        _check(element_type(self.result) == i1, "the result must be a tensor of i1")
-        _check_result_shape(self, tensor_shape(self.input))
+        check(dtypes.is_float(numpy_dtype(element_type(self.input))), "the input must be floats")
+        check(element_type(self.result) == i1, "the result must be a tensor of i1")
+        check_result_shape(self, tensor_shape(self.input))
 
 
 @irdl_op_definition
@@ -329,7 +329,7 @@ class CastOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _check_result_shape(self, tensor_shape(self.input))
+        check_result_shape(self, tensor_shape(self.input))
 
 
 @irdl_op_definition
@@ -347,15 +347,15 @@ class BitcastOp(IRDLOperation):
         super().__init__(operands=[input], result_types=[TensorType(element, tensor_shape(input))])
 
     def verify_(self) -> None:
-        _check_result_shape(self, tensor_shape(self.input))
+        check_result_shape(self, tensor_shape(self.input))
         source, target = (
             dtypes.dtype(numpy_dtype(element_type(v))) for v in (self.input, self.result)
         )
-        _check(
+        check(
             dtypes.bits(source) == dtypes.bits(target),
             f"cannot reinterpret {source.name} as {target.name}: the widths differ",
         )
-        _check(
+        check(
             dtypes.bits(source) == 8 * source.itemsize,
             f"cannot reinterpret {source.name}: its values are narrower than a byte",
         )
