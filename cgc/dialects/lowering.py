@@ -23,7 +23,7 @@ from math import ceil, prod
 import networkx as nx
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import ws, wse
 from cgc.dialects.ir import dense_to_numpy, main_function
@@ -49,24 +49,24 @@ def _weight_attrs(op: wse.WeightOp | ws.StreamWeightOp | ws.StreamGradientOp) ->
     return attrs
 
 
-def _root(value: SSAValue) -> SSAValue:
-    """The value whose register ``value`` shares: through a layer's results to what its body
-    yields, through a layer's block arguments to the layer's operands, through a
-    stop-gradient to its input."""
-    while True:
-        owner = value.owner
-        if isinstance(owner, wse.LayerOp):
-            terminator = owner.body.block.last_op
-            assert isinstance(terminator, wse.YieldOp)
-            value = terminator.values[owner.results.index(value)]
-        elif isinstance(owner, Block) and isinstance(owner.parent_op(), wse.LayerOp):
-            layer = owner.parent_op()
-            assert isinstance(layer, wse.LayerOp)
-            value = layer.inputs[owner.args.index(value)]
-        elif isinstance(owner, wse.StopGradientOp):
-            value = owner.input
-        else:
-            return value
+def _aliases(fn: func.FuncOp) -> dict[SSAValue, SSAValue]:
+    """Every value that shares another's register, mapped to that value (its root): a layer's
+    block arguments share their operands', its results what its body yields, a
+    stop-gradient's result its input's."""
+    roots: dict[SSAValue, SSAValue] = {}
+    for op in fn.body.block.ops:
+        if not isinstance(op, wse.LayerOp):
+            continue
+        body = op.body.block
+        for arg, outer in zip(body.args, op.inputs, strict=True):
+            roots[arg] = roots.get(outer, outer)
+        for inner in body.ops:
+            if isinstance(inner, wse.StopGradientOp):
+                roots[inner.result] = roots.get(inner.input, inner.input)
+            elif isinstance(inner, wse.YieldOp):
+                for result, value in zip(op.results, inner.values, strict=True):
+                    roots[result] = roots.get(value, value)
+    return roots
 
 
 @dataclass
@@ -75,7 +75,7 @@ class LayerWork:
 
     program: Program
     values: list[SSAValue]
-    """Per register of ``program``, the value (a root: see ``_root``) it holds."""
+    """Per register of ``program``, the value it holds (a root: see ``_aliases``)."""
     layer: wse.LayerOp | None
     """None for the instructions of a module without layers."""
 
@@ -87,13 +87,15 @@ class _Work:
     layer: wse.LayerOp | None
     index: int
     """The work's place in the module."""
+    roots: dict[SSAValue, SSAValue]
+    """The module's aliases (``_aliases``)."""
     instructions: list[Instruction] = field(default_factory=list)
     values: list[SSAValue] = field(default_factory=list)
     of: dict[SSAValue, int] = field(default_factory=dict)
 
     def register(self, value: SSAValue) -> int:
         """The work's register of ``value``'s root (a new one the first time)."""
-        root = _root(value)
+        root = self.roots.get(value, value)
         if root not in self.of:
             self.of[root] = len(self.values)
             self.values.append(root)
@@ -110,8 +112,8 @@ class _Work:
         self.instructions.append(
             Instruction(
                 opcode,
-                tuple(self.register(r) for r in results),
-                tuple(self.register(v) for v in operands),
+                tuple([self.register(r) for r in results]),
+                tuple([self.register(v) for v in operands]),
                 attrs or {},
                 wse.location_name(op) if op is not None else None,
             )
@@ -130,7 +132,9 @@ class _Works:
         if isinstance(returned, func.ReturnOp):
             for index, value in enumerate(returned.arguments):
                 self.outputs.setdefault(value, []).append(index)
+        self.roots = _aliases(fn)
         self.loaded: set[SSAValue] = set()
+        self.specs: dict[SSAValue, tuple[tuple[int, ...], str]] = {}
         self.last_use: dict[SSAValue, int] = {}
         """Per root, the index of the last work whose instructions use it."""
 
@@ -139,11 +143,11 @@ class _Works:
         works: list[_Work] = []
         for op in self.ops:
             if isinstance(op, wse.LayerOp):
-                works.append(_Work(op, len(works)))
+                works.append(_Work(op, len(works), self.roots))
                 self._layer(works[-1], op)
             else:
                 if not works:
-                    works.append(_Work(None, 0))
+                    works.append(_Work(None, 0, self.roots))
                 self._other(works[-1], op)
             self._note_uses(works[-1])
         return [self._finished(work) for work in works]
@@ -214,19 +218,23 @@ class _Works:
         for position, ins in enumerate(work.instructions):
             for register in (*ins.results, *ins.operands):
                 last[register] = position
+        ends_here = [self.last_use[value] == work.index for value in work.values]
         instructions: list[Instruction] = []
         for position, ins in enumerate(work.instructions):
             instructions.append(ins)
-            dead = sorted(
-                r
-                for r in set(ins.results) | set(ins.operands)
-                if last[r] == position and self.last_use[work.values[r]] == work.index
-            )
+            used = set(ins.results) | set(ins.operands)
+            dead = sorted(r for r in used if last[r] == position and ends_here[r])
             if dead:
                 instructions.append(Instruction(Opcode.FREE, (), tuple(dead)))
-        registers = [_spec(v) for v in work.values]
+        registers = [self._spec(v) for v in work.values]
         layers = [self._info(work.layer)] if work.layer is not None else []
         return LayerWork(Program(instructions, registers, layers), work.values, work.layer)
+
+    def _spec(self, value: SSAValue) -> tuple[tuple[int, ...], str]:
+        """The shape and dtype name of a value (once per value: several works hold it)."""
+        if value not in self.specs:
+            self.specs[value] = wse.tensor_shape(value), wse.numpy_dtype(wse.element_type(value))
+        return self.specs[value]
 
     def _info(self, layer: wse.LayerOp) -> LayerInfo:
         rect = layer.rect.as_tuple() if layer.rect is not None else self.default_rect
@@ -238,10 +246,6 @@ class _Works:
             }
         )
         return LayerInfo(layer.layer_name.data, rect, tuple(weights))
-
-
-def _spec(value: SSAValue) -> tuple[tuple[int, ...], str]:
-    return wse.tensor_shape(value), wse.numpy_dtype(wse.element_type(value))
 
 
 def layer_works(fn: func.FuncOp, default_rect: Rect) -> list[LayerWork]:
@@ -270,7 +274,12 @@ def lower(module: ModuleOp, default_rect: Rect) -> Program:
             (info,) = work.program.layers
             routes = tuple(_route(r, layers, info.name) for r in work.layer.routes or ())
             layers.append(LayerInfo(info.name, info.rect, info.weights, routes))
-    registers = [_spec(v) for v in sorted(numbers, key=numbers.__getitem__)]
+    spec_of = {
+        value: spec
+        for work in works
+        for value, spec in zip(work.values, work.program.registers, strict=True)
+    }
+    registers = [spec_of[v] for v in sorted(numbers, key=numbers.__getitem__)]
     return Program(instructions, registers, layers)
 
 
