@@ -24,11 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from math import prod
 
 import numpy as np
 
-from cgc.machine import dtypes, plans
+from cgc.machine import plans
 from cgc.machine.bytecode import Instruction, Opcode, Program
 from cgc.machine.layout import Layout, Rect
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Plan
@@ -274,14 +273,19 @@ class Timing:
     def _input(self, ins: Instruction) -> Layout:
         layout = self._default(ins.results[0])
         self.record.transfer(edge_traffic(layout, inbound=True), arriving=True)
-        self.record.host_in_bytes += layout.size * layout.itemsize
+        self.record.host_in_bytes += self.program.tensor_bytes(ins.results[0])
         self._store(ins.results[0], OnWafer(layout))
         return layout
 
-    def _output(self, ins: Instruction) -> Layout:
-        layout = self._leaving(ins.operands[0])
+    def _send(self, register: int) -> Layout:
+        """``register``'s tensor leaving through the edge; the layout it leaves in."""
+        layout = self._leaving(register)
         self.record.transfer(edge_traffic(layout, inbound=False), arriving=False)
-        self.record.host_out_bytes += layout.size * layout.itemsize
+        return layout
+
+    def _output(self, ins: Instruction) -> Layout:
+        layout = self._send(ins.operands[0])
+        self.record.host_out_bytes += self.program.tensor_bytes(ins.operands[0])
         return layout
 
     def _weight(self, ins: Instruction) -> None:
@@ -295,13 +299,12 @@ class Timing:
 
     def _stream_weight(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
-        self.record.stream_in_bytes += prod(shape) * dtypes.dtype(dtype).itemsize
+        self.record.stream_in_bytes += self.program.tensor_bytes(ins.results[0])
         self.held[ins.results[0]] = Streamed(shape, dtype)
 
     def _stream_gradient(self, ins: Instruction) -> Layout:
-        layout = self._leaving(ins.operands[0])
-        self.record.transfer(edge_traffic(layout, inbound=False), arriving=False)
-        self.record.stream_out_bytes += layout.size * layout.itemsize
+        layout = self._send(ins.operands[0])
+        self.record.stream_out_bytes += self.program.tensor_bytes(ins.operands[0])
         return layout
 
     def _optimizer_step(self, ins: Instruction) -> None:
@@ -423,7 +426,7 @@ def layer_cost(
     """
     first = _run_layer(program, target, index, rect, Sram(target, False, rect), False)
     warm = Sram(target, strict=False, region=rect)
-    for key, layout in sorted(first.sram.pinned, key=repr):
+    for key, layout in first.sram.pinned:
         warm.pin(key, layout)
     timing = _run_layer(program, target, index, rect, warm, count_gathers)
     record = timing.records[-1]

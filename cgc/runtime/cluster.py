@@ -183,12 +183,12 @@ class Cluster:
         runs = [
             self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(self._chunks(batch))
         ]
-        return sum(float(run.output(0)) for run in runs) * loss_scale
+        return sum(float(run.outputs[0]) for run in runs) * loss_scale
 
     def _gather_outputs(self, runs: Sequence[Executor]) -> dict[str, np.ndarray]:
         outputs: dict[str, np.ndarray] = {}
         for index, spec in enumerate(self.manifest["outputs"]):
-            parts = [run.output(index) for run in runs]
+            parts = [run.outputs[index] for run in runs]
             if spec["batch_axis"] == 0:
                 outputs[spec["name"]] = np.concatenate(parts, axis=0)
             elif len(parts) == 1:
@@ -224,7 +224,7 @@ class Cluster:
         stats = self._stats([[r] for r in runs], len(chunks) * self.batch, training=True)
         # Each system's loss covers its slice; the seed of its backward pass was loss_scale
         # (1/K for a mean over the batch, 1 for a sum), and so is its share of the loss.
-        losses = [float(r.output(0)) for r in runs] if self.numerics else [0.0]
+        losses = [float(r.outputs[0]) for r in runs] if self.numerics else [0.0]
         return sum(losses) * self.manifest["training"]["loss_scale"], stats
 
     def _reduce_gradients(self, runs: Sequence[Executor]) -> None:

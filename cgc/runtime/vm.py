@@ -56,7 +56,8 @@ class Executor:
         self.values: list[Value | None] = [None] * len(program.registers)
         self.arrived: dict[int, DistTensor] = {}
         """The current layer's copies of its inputs (when delivering)."""
-        self.outputs: dict[int, np.ndarray | None] = {}
+        self.outputs: dict[int, np.ndarray] = {}
+        """The graph outputs a run with numbers computed, by index."""
         self.gradients: list[tuple[str, list[int] | None, np.ndarray | None]] = []
         self.optimizer: tuple[str, dict[str, float]] | None = None
         self.inputs: Sequence[np.ndarray] = ()
@@ -65,12 +66,6 @@ class Executor:
     def numerics(self) -> bool:
         """Whether the run computes numbers."""
         return self.memoryx is not None
-
-    def output(self, index: int) -> np.ndarray:
-        """Graph output ``index`` of a run with numbers."""
-        value = self.outputs[index]
-        assert value is not None, "a run without numbers has no outputs"
-        return value
 
     def gradient(self, position: int) -> np.ndarray:
         """The ``position``-th gradient a run with numbers streamed out."""
@@ -96,18 +91,13 @@ class Executor:
         if ins.opcode == Opcode.OPTIMIZER_STEP:
             self.optimizer = (ins.attrs["optimizer"], ins.attrs["config"])
         if not self.numerics:
-            self._record_without_numbers(ins)
+            if ins.opcode == Opcode.STREAM_GRADIENT:  # the timeline needs the weight's name
+                self.gradients.append((ins.attrs["name"], ins.attrs.get("perm"), None))
         elif ins.is_kernel:
             assert isinstance(result, Plan)
             self._kernel(ins, result)
         else:
             self._data(ins, result)
-
-    def _record_without_numbers(self, ins: Instruction) -> None:
-        if ins.opcode == Opcode.OUTPUT:
-            self.outputs[ins.attrs["index"]] = None
-        elif ins.opcode == Opcode.STREAM_GRADIENT:
-            self.gradients.append((ins.attrs["name"], ins.attrs.get("perm"), None))
 
     def _data(self, ins: Instruction, layout: Plan | Layout | None) -> None:
         """The numbers of an instruction that moves data rather than computing."""
