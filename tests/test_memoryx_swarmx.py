@@ -13,6 +13,7 @@ import torch
 
 from cgc.errors import CgcError
 from cgc.machine import optimizers
+from cgc.machine.artifact import WeightSpec
 from cgc.machine.target import Target
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX, tree_depth
@@ -249,7 +250,7 @@ def test_receive_maps_the_gradient_of_a_view_back(stored, perm):
     rng = np.random.default_rng(1)
     w = rng.standard_normal(stored).astype(np.float32)
     mx = MemoryX({"w": w}, T)
-    view = mx.stream("w", [stored[p] for p in perm], perm)
+    view = mx.stream("w", [stored[p] for p in perm], perm, "float32")
     np.testing.assert_array_equal(view, np.transpose(w, perm))
     upstream = rng.standard_normal(view.shape).astype(np.float32)
     # reference: torch's gradient of sum(permute(W) * G) with respect to W
@@ -263,7 +264,7 @@ def test_receive_maps_the_gradient_of_a_view_back(stored, perm):
 def test_stream_reshaped_view():
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
     mx = MemoryX({"w": w}, T)
-    np.testing.assert_array_equal(mx.stream("w", (1, 12), None), w.reshape(1, 12))
+    np.testing.assert_array_equal(mx.stream("w", (1, 12), None, "float32"), w.reshape(1, 12))
     mx.receive("w", np.ones((1, 12), np.float32), None)
     assert mx.gradients["w"].shape == (3, 4)
 
@@ -280,10 +281,30 @@ def test_repeated_receive_sums_and_does_not_alias():
     np.testing.assert_array_equal(mx.gradients["w"], want)
 
 
+def test_stream_casts_the_master_copy_to_the_wafer_type():
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    mx = MemoryX({"w": w}, T)
+    view = mx.stream("w", (3, 4), None, "bfloat16")
+    assert view.dtype.name == "bfloat16"
+    np.testing.assert_array_equal(view.astype(np.float32), w.astype("bfloat16").astype(np.float32))
+    mx.receive("w", view, None)  # a 16-bit gradient accumulates in the master's float32
+    assert mx.gradients["w"].dtype == np.float32
+
+
+def test_footprint_counts_weights_gradients_and_optimizer_state():
+    specs = {"a": WeightSpec((10, 10), "float32"), "b": WeightSpec((5,), "float32")}
+    mx = MemoryX({}, T, specs)
+    assert mx.footprint([], None, {}).total == 105 * 4
+    adam = mx.footprint(["a"], "adam", {})
+    assert (adam.weights, adam.gradients, adam.optimizer_state) == (420, 400, 800)
+    assert mx.footprint(["a", "b"], "sgd", {"momentum": 0.9}).optimizer_state == 420
+    assert mx.footprint(["a", "b"], "sgd", {}).optimizer_state == 0
+    assert mx.footprint(["a"], "adam", {"amsgrad": 1.0}).optimizer_state == 1200
+
+
 def test_memoryx_seconds():
     t = replace(T, memoryx_bytes_per_s=2e9, memoryx_update_params_per_s=4e9)
     mx = MemoryX({}, t)
-    assert mx.stream_seconds(1e9) == pytest.approx(0.5)
     assert mx.update_seconds(2 * 10**9) == pytest.approx(0.5)
 
 

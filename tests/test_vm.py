@@ -23,7 +23,7 @@ from cgc.frontends import zoo
 from cgc.machine.artifact import Artifact
 from cgc.machine.cost import SimulationError
 from cgc.runtime import trace
-from cgc.runtime.cluster import Cluster
+from cgc.runtime.cluster import Cluster, system_tracks
 from cgc.runtime.trainer import LoopOptions
 from cgc.runtime.trainer import train as run_training
 
@@ -499,7 +499,8 @@ def check_trace(spans):
 @pytest.mark.parametrize("mode", MODES)
 def test_trace_of_a_run(mode):
     art = compiled("mlp", mode)
-    _, stats = Cluster(art, 2).infer(inputs_for(art, 8))
+    # three chunks of 4: system 0 runs two, system 1 one, so their timelines differ
+    _, stats = Cluster(art, 2).infer(inputs_for(art, 12))
     tracks = set(check_trace(stats.spans).values())
     assert all(0 <= s.start <= s.end <= stats.simulated_seconds for s in stats.spans)
     assert max(s.end for s in stats.spans) > 0.5 * stats.simulated_seconds
@@ -510,6 +511,22 @@ def test_trace_of_a_run(mode):
         fc2 = [s for s in stats.spans if s.track == "system 1: fc2"]
         assert [s.name for s in fc2] == [f"sample {i}" for i in range(4)]
         assert all(a.end <= b.start * (1 + 1e-12) for a, b in itertools.pairwise(fc2))
+        assert len([s for s in stats.spans if s.track == "system 0: fc2"]) == 8
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_systems_that_run_alike_share_a_track(mode):
+    art = compiled("mlp", mode)
+    _, stats = Cluster(art, 2).infer(inputs_for(art, 8))
+    tracks = set(check_trace(stats.spans).values())
+    assert not any(t.startswith("system 0") or t.startswith("system 1") for t in tracks)
+    assert any(t.startswith("systems 0-1") for t in tracks)
+
+
+def test_system_tracks_group_systems_by_their_runs():
+    assert system_tracks([2, 2, 1, 1]) == {2: "systems 0-1", 1: "systems 2-3"}
+    assert system_tracks([1]) == {1: "system 0"}
+    assert system_tracks([3, 2, 3]) == {3: "systems 0, 2", 2: "system 1"}
 
 
 def test_trace_of_a_training_step():

@@ -10,6 +10,11 @@ Layout, little-endian::
 Sections: ``manifest`` (JSON), ``bytecode`` (``cgc.machine.bytecode``), ``ir`` (the final MLIR
 text) and ``weights`` (safetensors). Reading checks the magic, the version, every offset and
 every checksum before decoding anything, and never executes code from the file.
+
+A weight may be *declared* instead of stored: its name, shape and dtype, without data (a model
+compiled from a params file, or an ONNX graph compiled with ``--no-weights``). The manifest
+lists them (``declared_weights``); such an artifact runs timing-only, and a run with numbers
+is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +55,82 @@ def _json_bytes(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, indent=1).encode()
 
 
+@dataclass(frozen=True)
+class WeightSpec:
+    """A weight known by its shape and element type only."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        """Elements."""
+        return prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its data."""
+        return self.size * dtypes.dtype(self.dtype).itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"shape": [...], "dtype": name}``."""
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> WeightSpec:
+        """The spec of an array."""
+        return cls(tuple(array.shape), array.dtype.name)
+
+
+DECLARED = "declared_weights"
+"""The manifest's key for the weights an artifact declares without data."""
+
+
 @dataclass
 class Artifact:
-    """A compiled program with its manifest, final IR and weights."""
+    """A compiled program with its manifest, final IR and weights.
+
+    ``ir`` is the final IR's text, or a function that prints it: printing the IR of a large
+    model costs as much as a pass, so a compile that is only simulated never does it.
+    """
 
     manifest: dict[str, Any]
     program: Program
-    ir: str
+    ir_text: str | Callable[[], str]
     weights: dict[str, np.ndarray]
+
+    @property
+    def ir(self) -> str:
+        """The final IR."""
+        if callable(self.ir_text):
+            self.ir_text = self.ir_text()
+        return self.ir_text
+
+    @property
+    def declared(self) -> dict[str, WeightSpec]:
+        """The weights the artifact declares without data, by name."""
+        listed = self.manifest.get(DECLARED) or {}
+        return {
+            name: WeightSpec(tuple(spec["shape"]), spec["dtype"]) for name, spec in listed.items()
+        }
+
+    @property
+    def weight_specs(self) -> dict[str, WeightSpec]:
+        """Every weight's shape and dtype, stored or declared, by name (sorted)."""
+        specs = {name: WeightSpec.of(array) for name, array in self.weights.items()}
+        return dict(sorted({**specs, **self.declared}.items()))
+
+    def require_weights(self, source: str) -> None:
+        """Raises a CgcError if some weight has no data (a run with numbers needs them all)."""
+        missing = sorted(self.declared)
+        if missing:
+            shown = ", ".join(f"'{n}'" for n in missing[:3])
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise CgcError(
+                f"{source} declares {len(missing)} weights without data ({shown}{more}): it was "
+                "compiled from a params file or with --no-weights, so it runs only timing-only "
+                "(--timing-only)"
+            )
 
     @property
     def mode(self) -> str:

@@ -217,6 +217,16 @@ class Program:
             parts.append((ins.opcode, len(ins.operands), registers, canonical_json(attrs)))
         return tuple(parts)
 
+    @cached_property
+    def compute_dtype(self) -> str:
+        """The element type of the program's matmuls, what its peak FLOP rate is counted in;
+        float32 for a program without any."""
+        matmul = kernel_opcode("matmul")
+        for ins in self.instructions:
+            if ins.opcode == matmul:
+                return self.registers[ins.results[0]][1]
+        return "float32"
+
     def tensor_bytes(self, register: int) -> int:
         """The bytes of the tensor in ``register``."""
         shape, dtype = self.registers[register]

@@ -22,6 +22,7 @@ reads but never defines arrives from outside (``Program.layer_inputs``).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -42,7 +43,13 @@ class SimulationError(RuntimeError):
 
 class Sram:
     """One system's SRAM: the bytes every PE holds, and the weights and constants pinned in
-    the layouts kernels asked for (they stay from one run of the program to the next)."""
+    the layouts kernels asked for (they stay from one run of the program to the next).
+
+    Every tensor charges the same bytes to each PE of its grid, a rectangle, so the ledger
+    keeps one counter per cell of the grid that the rectangles' edges cut the mesh into: as
+    exact as a counter per PE, at a cost set by how many distinct rectangles the program
+    uses, not by the size of the mesh.
+    """
 
     def __init__(self, target: Target, strict: bool = True, region: Rect | None = None):
         self.target = target
@@ -51,7 +58,12 @@ class Sram:
         self.region = region or target.whole
         """The part of the mesh in use, ``(x, y, w, h)``: all of it unless a question about
         one layer needs only its rectangle."""
-        self.used = np.zeros((self.region[3], self.region[2]), dtype=np.int64)
+        x, y, w, h = self.region
+        self.row_edges = [y, y + h]
+        """Mesh rows where the ledger's cells start, and the end of the last one."""
+        self.col_edges = [x, x + w]
+        self.cells = np.zeros((1, 1), dtype=np.int64)
+        """Bytes each PE of a cell holds."""
         self.peak = 0
         """Most bytes any PE has held."""
         self.total = 0
@@ -59,12 +71,24 @@ class Sram:
         """Most bytes the whole mesh has held."""
         self.pinned: set[tuple[str, Layout]] = set()
 
+    def _cut(self, edges: list[int], at: int, axis: int) -> int:
+        """The index of the cell edge at mesh row (or column) ``at``, cutting a cell in two
+        there if no edge is there yet."""
+        index = bisect.bisect_left(edges, at)
+        if index < len(edges) and edges[index] == at:
+            return index
+        assert 0 < index < len(edges), (at, edges)
+        edges.insert(index, at)
+        self.cells = np.insert(self.cells, index, np.take(self.cells, index - 1, axis), axis)
+        return index
+
     def _pes(self, layout: Layout) -> np.ndarray:
-        """The SRAM counters of ``layout``'s PEs."""
-        row, col = layout.row0 - self.region[1], layout.col0 - self.region[0]
-        assert 0 <= row <= row + layout.h <= self.used.shape[0], (layout, self.region)
-        assert 0 <= col <= col + layout.w <= self.used.shape[1], (layout, self.region)
-        return self.used[row : row + layout.h, col : col + layout.w]
+        """The SRAM counters of the cells ``layout``'s PEs make up."""
+        top = self._cut(self.row_edges, layout.row0, 0)
+        bottom = self._cut(self.row_edges, layout.row0 + layout.h, 0)
+        left = self._cut(self.col_edges, layout.col0, 1)
+        right = self._cut(self.col_edges, layout.col0 + layout.w, 1)
+        return self.cells[top:bottom, left:right]
 
     def allocate(self, layout: Layout) -> None:
         """Charges ``layout``'s tiles to its PEs."""

@@ -183,6 +183,13 @@ class Optimizer:
     name: str
     defaults: Mapping[str, float]
     update: Update
+    state: Callable[[Mapping[str, float]], int]
+    """Tensors of state it keeps per parameter tensor under the given settings (SGD's
+    momentum buffer, Adam's two moments and AMSGrad's maximum)."""
+
+
+def _adam_state(config: Mapping[str, float]) -> int:
+    return 2 + int(config["amsgrad"] != 0)
 
 
 _ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "amsgrad": 0.0}
@@ -193,9 +200,10 @@ OPTIMIZERS: dict[str, Optimizer] = {
             "sgd",
             {"lr": 1e-3, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": 0.0},
             sgd,
+            lambda config: int(config["momentum"] != 0),
         ),
-        Optimizer("adam", {**_ADAM, "weight_decay": 0.0}, adam),
-        Optimizer("adamw", {**_ADAM, "weight_decay": 1e-2}, adamw),
+        Optimizer("adam", {**_ADAM, "weight_decay": 0.0}, adam, _adam_state),
+        Optimizer("adamw", {**_ADAM, "weight_decay": 1e-2}, adamw, _adam_state),
     )
 }
 """Every optimizer by name: the one home of the settings and defaults that the command line,
@@ -332,3 +340,35 @@ def clip_by_global_norm(gradients: dict[str, np.ndarray], max_norm: float) -> fl
     for name in sorted(gradients):
         gradients[name] = _array(gradients[name] * np.float32(coefficient), gradients[name])
     return float(total)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What MemoryX holds for a model, in bytes."""
+
+    weights: int
+    gradients: int
+    """The gradients of the trained weights, summed over the systems and micro-batches."""
+    optimizer_state: int
+
+    @property
+    def total(self) -> int:
+        """All of it."""
+        return self.weights + self.gradients + self.optimizer_state
+
+
+def footprint(
+    master_bytes: Mapping[str, int],
+    trained: Sequence[str],
+    optimizer: str | None,
+    config: Mapping[str, float],
+) -> Footprint:
+    """MemoryX's bytes for weights whose master copies take ``master_bytes[name]`` bytes, of
+    which ``trained`` receive gradients (kept at the master precision) and the state of
+    ``optimizer`` under ``config`` (None: inference, nothing but the weights)."""
+    stored = sum(master_bytes.values())
+    if optimizer is None:
+        return Footprint(stored, 0, 0)
+    gradients = sum(master_bytes[name] for name in trained)
+    slots = OPTIMIZERS[optimizer].state(settings(optimizer, config))
+    return Footprint(stored, gradients, slots * gradients)

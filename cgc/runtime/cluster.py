@@ -1,44 +1,46 @@
 """K simulated systems, MemoryX and SwarmX running one artifact, and what a run costs.
 
-The ``Cluster`` splits the samples into chunks of the per-system batch, gives chunk ``c`` to
-system ``c mod K`` (an ``Executor`` of ``cgc.runtime.vm`` per chunk), and turns the layer
-records into time:
+The ``Cluster`` splits the samples into chunks of the compiled batch (a training step's
+micro-batches), gives chunk ``c`` to system ``c mod K`` (an ``Executor`` of
+``cgc.runtime.vm`` per chunk), and turns the layer records into time:
 
 * pipelined: every layer is a pipeline stage on its own rectangle; a layer's inputs from other
   layers arrive on its rectangle over their routes, and a system's runs flow through the
   stages as ``cgc.runtime.pipeline`` times them (the slowest stage or link sets the rate);
-* weight streaming: layers run one after another on the wafer; the weights of a layer stream
-  while the previous layer computes (one layer of look-ahead), a layer ends no earlier than
-  its weights have arrived, gradients leave on the egress link as their layer finishes, and a
-  training step ends with SwarmX's last reduction and MemoryX's update.
+* weight streaming: layers run one after another on the wafer, their weights and gradients
+  streaming through SwarmX as ``cgc.runtime.streaming`` times them; a training step ends with
+  SwarmX's last reduction and MemoryX's update.
+
+The timing never depends on the values: every run of the program costs the same, and systems
+that run as many chunks share one timeline (one track in a trace). A timing-only cluster
+(``numerics=False``) runs the program once, on shapes, whatever the number of systems and
+samples: it needs no inputs and no weight data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from cgc.errors import CgcError
 from cgc.machine import dtypes
 from cgc.machine.artifact import Artifact
-from cgc.machine.cost import Sram
+from cgc.machine.bytecode import Opcode
+from cgc.machine.cost import LayerRecord, Sram
+from cgc.machine.optimizers import Footprint
 from cgc.machine.target import Target
-from cgc.runtime import pipeline
+from cgc.runtime import pipeline, streaming
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
+from cgc.runtime.trace import Span
 from cgc.runtime.vm import Executor, System
 
-
-@dataclass(frozen=True)
-class Span:
-    """One interval on a timeline track, in seconds."""
-
-    track: str
-    name: str
-    start: float
-    end: float
+RECOMPUTED = ".recompute"
+"""The name suffix of the layers that compute forward activations again for the backward
+pass: their FLOPs are not the model's."""
 
 
 @dataclass
@@ -54,11 +56,23 @@ class RunStats:
     clock_hz: float
     pe_utilization: float
     peak_pe_sram_bytes: int
-    layers: list[dict] = field(default_factory=list)
+    layers: list[dict[str, Any]] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     wavelet_hops: float = 0.0
-    pipeline: dict | None = None
+    pipeline: dict[str, Any] | None = None
     """Pipelined mode: the pipeline's rate, fill and drain, stages and routes."""
+    micro_batches: int = 1
+    """Runs of the program each system makes per training step (or batch)."""
+    model_flops: float = 0.0
+    """The model's FLOPs in the run, over all systems (recomputed activations left out)."""
+    peak_flops_per_second: float = 0.0
+    """The cluster's peak in the model's compute type."""
+    tokens_per_sample: int | None = None
+    memoryx: Footprint | None = None
+    memoryx_capacity_bytes: int = 0
+    bound: str | None = None
+    """Weight streaming: what bounds the run (``streaming.BOUNDS``)."""
+    update_seconds: float = 0.0
 
     @property
     def simulated_cycles(self) -> int:
@@ -70,23 +84,87 @@ class RunStats:
         """Samples processed per simulated second."""
         return self.batch_size / self.simulated_seconds if self.simulated_seconds else 0.0
 
-    def to_json(self) -> dict:
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens processed per simulated second, for a model of sequences."""
+        if self.tokens_per_sample is None:
+            return None
+        return self.samples_per_second * self.tokens_per_sample
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilization: the model's FLOPs per second over the cluster's peak."""
+        if not self.simulated_seconds or not self.peak_flops_per_second:
+            return 0.0
+        return self.model_flops / self.simulated_seconds / self.peak_flops_per_second
+
+    def to_json(self) -> dict[str, Any]:
         """The ``--stats-json`` object."""
-        return {
+        out: dict[str, Any] = {
             "mode": self.mode,
             "target": self.target,
             "num_csx": self.num_csx,
             "batch_size": self.batch_size,
             "per_system_batch": self.per_system_batch,
+            "micro_batches": self.micro_batches,
             "simulated_cycles": self.simulated_cycles,
             "simulated_seconds": self.simulated_seconds,
             "samples_per_second": self.samples_per_second,
+            "tokens_per_second": self.tokens_per_second,
+            "model_flops": self.model_flops,
+            "mfu": self.mfu,
             "pe_utilization": self.pe_utilization,
             "peak_pe_sram_bytes": self.peak_pe_sram_bytes,
             "wavelet_hops": self.wavelet_hops,
+            "bound": self.bound,
+            "memoryx_update_seconds": self.update_seconds,
             "layers": self.layers,
-            **({"pipeline": self.pipeline} if self.pipeline is not None else {}),
         }
+        if self.memoryx is not None:
+            out["memoryx"] = {
+                "weights_bytes": self.memoryx.weights,
+                "gradients_bytes": self.memoryx.gradients,
+                "optimizer_state_bytes": self.memoryx.optimizer_state,
+                "total_bytes": self.memoryx.total,
+                "capacity_bytes": self.memoryx_capacity_bytes,
+            }
+        if self.pipeline is not None:
+            out["pipeline"] = self.pipeline
+        return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run of the program did on one system: every layer's record, the gradients it
+    streamed out (by weight name and view; None without numbers) and its outputs."""
+
+    records: list[LayerRecord]
+    gradients: list[tuple[str, list[int] | None, np.ndarray | None]]
+    outputs: dict[int, np.ndarray]
+    optimizer: tuple[str, dict[str, float]] | None
+
+    @classmethod
+    def of(cls, executor: Executor) -> Run:
+        """The run an executor made."""
+        return cls(executor.records, executor.gradients, executor.outputs, executor.optimizer)
+
+
+def system_tracks(runs_per_system: Sequence[int]) -> dict[int, str]:
+    """One track name per distinct number of runs, naming the systems that made them: systems
+    that run as often share a timeline (``system 0``, ``systems 0-3``)."""
+    groups: dict[int, list[int]] = {}
+    for system, runs in enumerate(runs_per_system):
+        groups.setdefault(runs, []).append(system)
+    names = {}
+    for runs, members in groups.items():
+        contiguous = members == list(range(members[0], members[-1] + 1))
+        if len(members) == 1:
+            names[runs] = f"system {members[0]}"
+        elif contiguous:
+            names[runs] = f"systems {members[0]}-{members[-1]}"
+        else:
+            names[runs] = "systems " + ", ".join(map(str, members))
+    return names
 
 
 class Cluster:
@@ -103,13 +181,25 @@ class Cluster:
         if self.num_csx < 1:
             raise CgcError(f"--num-csx must be at least 1, got {self.num_csx}")
         self.numerics = numerics
-        self.memoryx = MemoryX(artifact.weights, self.target)
+        if numerics:
+            artifact.require_weights(f"the artifact of {manifest['source']}")
+        self.memoryx = MemoryX(artifact.weights, self.target, artifact.weight_specs)
         self.swarmx = SwarmX(self.num_csx, self.target)
         self.grad_norm: float | None = None
         """The global norm of the last training step's summed gradients, before clipping."""
-        self.systems = [System(Sram(self.target)) for _ in range(self.num_csx)]
+        # a timing-only run makes one run of the program on one system: all are alike
+        self.systems = [System(Sram(self.target)) for _ in range(self.num_csx if numerics else 1)]
         # a model without a batch axis runs its fixed shapes as one sample per system
         self.batch = manifest["per_system_batch"] or 1
+        self.micro_batches: int = manifest.get("micro_batches", 1)
+        self._timed_runs: list[Run] = []
+
+    @property
+    def global_batch(self) -> int:
+        """Samples of one training step: each system's micro-batches of the compiled batch."""
+        return self.batch * self.micro_batches * self.num_csx
+
+    # -- the data -------------------------------------------------------------------------
 
     def _chunks(self, inputs: Mapping[str, np.ndarray]) -> list[list[np.ndarray]]:
         """Splits the inputs into per-system chunks of the compiled batch."""
@@ -158,34 +248,62 @@ class Cluster:
             for c in range(samples // self.batch)
         ]
 
-    def _execute(self, system: int, chunk: Sequence[np.ndarray]) -> Executor:
+    def _chunk_count(self, inputs: Mapping[str, np.ndarray] | None) -> int:
+        """Chunks of ``inputs`` (checked), or of one global batch without them."""
+        if inputs is None:
+            return self.micro_batches * self.num_csx
+        return len(self._chunks(inputs))
+
+    # -- running --------------------------------------------------------------------------
+
+    def _execute(self, system: int, chunk: Sequence[np.ndarray]) -> Run:
         executor = Executor(
             self.program,
             self.target,
             self.systems[system],
-            self.memoryx if self.numerics else None,
+            self.memoryx,
             deliver=self.mode == "pipelined",
         )
         executor.run(chunk)
-        return executor
+        return Run.of(executor)
 
-    def infer(self, inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RunStats]:
-        """Runs the samples in ``inputs`` and returns the outputs and the run's statistics."""
+    def _timed(self, runs: int) -> Run:
+        """A run of a timing-only cluster: the program on shapes, on one system, once for a
+        system that runs once and twice for one that runs more (the second run finds the
+        weights and constants of the first pinned, as every later run does)."""
+        while len(self._timed_runs) < min(runs, 2):
+            executor = Executor(
+                self.program, self.target, self.systems[0], None, self.mode == "pipelined"
+            )
+            executor.run(())
+            self._timed_runs.append(Run.of(executor))
+        return self._timed_runs[0]
+
+    def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> list[Run]:
+        """One run per chunk, chunk ``c`` on system ``c mod K``."""
+        if not self.numerics:
+            count = self._chunk_count(inputs)
+            return [self._timed(-(-count // self.num_csx))] * count
+        if inputs is None:
+            raise CgcError("a run with numbers needs inputs")
         chunks = self._chunks(inputs)
-        runs = [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
-        per_system = [runs[k :: self.num_csx] for k in range(self.num_csx)]
+        return [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray] | None = None
+    ) -> tuple[dict[str, np.ndarray], RunStats]:
+        """Runs the samples in ``inputs`` (timing-only: without them, one global batch) and
+        returns the outputs and the run's statistics."""
+        runs = self._runs(inputs)
         outputs = self._gather_outputs(runs) if self.numerics else {}
-        return outputs, self._stats(per_system, len(chunks) * self.batch, training=False)
+        return outputs, self._stats(runs, training=False)
 
     def loss(self, batch: Mapping[str, np.ndarray], loss_scale: float) -> float:
         """The loss (first output) of the global batch in ``batch``, forward only: each
-        system's share scaled by ``loss_scale`` as in a training step."""
-        runs = [
-            self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(self._chunks(batch))
-        ]
-        return sum(float(run.outputs[0]) for run in runs) * loss_scale
+        chunk's share scaled by ``loss_scale`` as in a training step."""
+        return sum(float(run.outputs[0]) for run in self._runs(batch)) * loss_scale
 
-    def _gather_outputs(self, runs: Sequence[Executor]) -> dict[str, np.ndarray]:
+    def _gather_outputs(self, runs: Sequence[Run]) -> dict[str, np.ndarray]:
         outputs: dict[str, np.ndarray] = {}
         for index, spec in enumerate(self.manifest["outputs"]):
             parts = [run.outputs[index] for run in runs]
@@ -201,85 +319,108 @@ class Cluster:
 
     def train_step(
         self,
-        batch: Mapping[str, np.ndarray],
+        batch: Mapping[str, np.ndarray] | None = None,
         lr_factor: float = 1.0,
         max_grad_norm: float | None = None,
     ) -> tuple[float, RunStats]:
-        """One training step on the global batch in ``batch``, the learning rate scaled by
-        ``lr_factor`` and the gradients clipped to a global norm of ``max_grad_norm``; returns
-        the loss (``grad_norm`` keeps the gradients' norm before clipping)."""
-        chunks = self._chunks(batch)
-        if len(chunks) != self.num_csx:
+        """One training step on the global batch in ``batch`` (timing-only: without it), the
+        learning rate scaled by ``lr_factor`` and the gradients clipped to a global norm of
+        ``max_grad_norm``; returns the loss (``grad_norm`` keeps the gradients' norm before
+        clipping). Chunk ``c`` is micro-batch ``c // K`` of system ``c mod K``."""
+        count = self._chunk_count(batch)
+        if count != self.micro_batches * self.num_csx:
             raise CgcError(
-                f"a training step takes {self.num_csx * self.batch} samples "
-                f"({self.num_csx} systems x {self.batch}); got {len(chunks) * self.batch}"
+                f"a training step takes {self.global_batch} samples ({self.num_csx} systems x "
+                f"{self.micro_batches} micro-batches x {self.batch}); got {count * self.batch}"
             )
-        runs = [self._execute(k, chunk) for k, chunk in enumerate(chunks)]
-        if self.numerics:
-            self._reduce_gradients(runs)
-            if runs[0].optimizer is not None:
-                self.grad_norm = self.memoryx.apply(
-                    *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
-                )
-        stats = self._stats([[r] for r in runs], len(chunks) * self.batch, training=True)
-        # Each system's loss covers its slice; the seed of its backward pass was loss_scale
-        # (1/K for a mean over the batch, 1 for a sum), and so is its share of the loss.
-        losses = [float(r.outputs[0]) for r in runs] if self.numerics else [0.0]
+        runs = self._runs(batch)
+        stats = self._stats(runs, training=True)
+        if not self.numerics:
+            return 0.0, stats
+        for first in range(0, len(runs), self.num_csx):
+            self._reduce_gradients(runs[first : first + self.num_csx])
+        if runs[0].optimizer is not None:
+            self.grad_norm = self.memoryx.apply(
+                *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
+            )
+        # Each chunk's loss covers its slice; the seed of its backward pass was loss_scale
+        # (1/(K x micro-batches) for a mean over the batch, 1 for a sum), and so is its share.
+        losses = [float(r.outputs[0]) for r in runs]
         return sum(losses) * self.manifest["training"]["loss_scale"], stats
 
-    def _reduce_gradients(self, runs: Sequence[Executor]) -> None:
+    def _reduce_gradients(self, runs: Sequence[Run]) -> None:
+        """SwarmX sums one micro-batch's gradients over the systems; MemoryX adds them up."""
         for position, (name, perm, _) in enumerate(runs[0].gradients):
-            summed = self.swarmx.reduce([run.gradient(position) for run in runs])
+            parts = [run.gradients[position][2] for run in runs]
+            summed = self.swarmx.reduce([p for p in parts if p is not None])
             self.memoryx.receive(name, summed, perm)
 
-    def _stats(self, per_system: Sequence[Sequence[Executor]], samples: int, training: bool):
-        timelines = [self._timeline(k, runs, training) for k, runs in enumerate(per_system)]
-        seconds = max(end for end, _ in timelines)
-        # MemoryX and SwarmX serve every system at once: their spans, the same in each
-        # system's timeline, appear once
-        spans = list(dict.fromkeys(s for _, system_spans in timelines for s in system_spans))
-        records = [r for runs in per_system for run in runs for r in run.records]
-        figures = None
-        if self.mode == "pipelined" and per_system[0]:
-            figures = self._pipeline_figures(per_system[0])
-        fmacs = sum(r.fmacs for r in records)
+    # -- what it cost ---------------------------------------------------------------------
+
+    def _stats(self, runs: Sequence[Run], training: bool) -> RunStats:
+        per_system = [len(runs[k :: self.num_csx]) for k in range(self.num_csx)]
+        records = runs[0].records if runs else []
+        timelines = {
+            count: self._timeline(records, track, count, training)
+            for count, track in system_tracks(per_system).items()
+            if count
+        }
+        seconds = max((end for end, _ in timelines.values()), default=0.0)
+        # MemoryX and SwarmX serve every system at once: their spans appear once
+        spans = list(dict.fromkeys(s for _, group in timelines.values() for s in group))
+        total = len(runs)
+        fmacs = total * sum(r.fmacs for r in records)
         peak_rate = self.target.pes * self.target.fmacs_32bit * self.target.clock_hz
         utilization = fmacs / (peak_rate * seconds * self.num_csx) if seconds else 0.0
-        return RunStats(
+        figures = streaming_figures = None
+        if self.mode == "pipelined" and runs:
+            figures = self._pipeline_figures(records, per_system[0])
+        elif runs:
+            streaming_figures = self._streaming(records, per_system[0], training)
+        stats = RunStats(
             mode=self.mode,
             target=self.target.name,
             num_csx=self.num_csx,
-            batch_size=samples,
+            batch_size=total * self.batch,
             per_system_batch=self.batch,
             simulated_seconds=seconds,
             clock_hz=self.target.clock_hz,
             pe_utilization=utilization,
             peak_pe_sram_bytes=max(s.sram.peak for s in self.systems),
-            layers=self._layer_summary(per_system),
+            layers=self._layer_summary(records, streaming_figures),
             spans=spans,
-            wavelet_hops=sum(r.wavelet_hops for r in records),
+            wavelet_hops=total * sum(r.wavelet_hops for r in records),
             pipeline=figures,
+            micro_batches=self.micro_batches,
+            model_flops=total * sum(r.flops for r in records if not r.name.endswith(RECOMPUTED)),
+            peak_flops_per_second=self.num_csx * self._peak_flops(),
+            tokens_per_sample=self.manifest.get("tokens_per_sample"),
+            memoryx=self._footprint(training),
+            memoryx_capacity_bytes=self.target.memoryx_capacity_bytes,
         )
+        if streaming_figures is not None:
+            stats.bound = streaming_figures.bound
+            stats.update_seconds = streaming_figures.update_seconds
+        return stats
 
-    def _pipeline_figures(self, runs: Sequence[Executor]) -> dict:
-        """System 0's pipeline: rate, fill and drain, every stage and route."""
-        timeline = self._pipeline(runs)
-        period = timeline.period_seconds
-        return {
-            "samples": len(runs) * self.batch,
-            "period_seconds": period,
-            "steady_samples_per_second": 1 / period if period else 0.0,
-            "fill_seconds": timeline.fill_seconds,
-            "drain_seconds": timeline.drain_seconds,
-            "stages": pipeline.stage_figures(timeline, self.target, self.batch),
-            "routes": pipeline.route_figures(timeline, self.target, self.batch),
-        }
+    def _peak_flops(self) -> float:
+        """One system's peak FLOP rate in the type of the program's matmuls."""
+        flops = self.target.peak_flops_per_pe_per_cycle(self.program.compute_dtype)
+        return self.target.pes * flops * self.target.clock_hz
 
-    def _layer_summary(self, per_system: Sequence[Sequence[Executor]]) -> list[dict]:
-        first = next((runs[0] for runs in per_system if runs), None)
-        if first is None:
-            return []
-        return [
+    def _footprint(self, training: bool) -> Footprint:
+        """What MemoryX holds for this artifact's runs."""
+        if not training or not self.manifest.get("training"):
+            return self.memoryx.footprint([], None, {})
+        optimizer = self.manifest["training"]["optimizer"]
+        config = {k: v for k, v in optimizer.items() if k != "optimizer"}
+        trained = self.manifest["training"]["trainable"]
+        return self.memoryx.footprint(trained, optimizer["optimizer"], config)
+
+    def _layer_summary(
+        self, records: Sequence[LayerRecord], streamed: streaming.Timeline | None
+    ) -> list[dict[str, Any]]:
+        summary: list[dict[str, Any]] = [
             {
                 "name": r.name,
                 "cycles": r.cycles,
@@ -287,13 +428,19 @@ class Cluster:
                 "stream_in_bytes": r.stream_in_bytes,
                 "stream_out_bytes": r.stream_out_bytes,
             }
-            for r in first.records
+            for r in records
         ]
+        if streamed is not None:
+            for entry, times in zip(summary, streamed.layers, strict=True):
+                entry.update({k: v for k, v in times.to_json().items() if k != "name"})
+        return summary
 
-    def _timeline(self, system: int, runs: Sequence[Executor], training: bool):
-        track = f"system {system}"
+    def _timeline(
+        self, records: Sequence[LayerRecord], track: str, runs: int, training: bool
+    ) -> tuple[float, list[Span]]:
+        """One system's timeline of ``runs`` runs: its end and its spans."""
         if self.mode == "pipelined":
-            timeline = self._pipeline(runs)
+            timeline = self._pipeline(records, runs)
             samples = [
                 Span(f"{track}: {stage.name}", f"sample {sample}", float(begin), float(end))
                 for stage, starts, ends in zip(
@@ -302,18 +449,24 @@ class Cluster:
                 for sample, (begin, end) in enumerate(zip(starts, ends, strict=True))
             ]
             return timeline.seconds, samples
-        clock = 0.0
-        spans: list[Span] = []
-        for run in runs:
-            clock = self._streaming_chunk(run, clock, track, spans)
-        if training and runs:
-            names = {name for name, _, _ in runs[0].gradients}
-            update = self.memoryx.update_seconds(sum(self.memoryx.weights[n].size for n in names))
-            spans.append(Span("MemoryX", "optimizer update", clock, clock + update))
-            clock += update
-        return clock, spans
+        streamed = self._streaming(records, runs, training, track)
+        return streamed.seconds, streamed.spans
 
-    def _pipeline(self, runs: Sequence[Executor]) -> pipeline.Timeline:
+    def _pipeline_figures(self, records: Sequence[LayerRecord], runs: int) -> dict[str, Any]:
+        """System 0's pipeline: rate, fill and drain, every stage and route."""
+        timeline = self._pipeline(records, runs)
+        period = timeline.period_seconds
+        return {
+            "samples": runs * self.batch,
+            "period_seconds": period,
+            "steady_samples_per_second": 1 / period if period else 0.0,
+            "fill_seconds": timeline.fill_seconds,
+            "drain_seconds": timeline.drain_seconds,
+            "stages": pipeline.stage_figures(timeline, self.target, self.batch),
+            "routes": pipeline.route_figures(timeline, self.target, self.batch),
+        }
+
+    def _pipeline(self, records: Sequence[LayerRecord], runs: int) -> pipeline.Timeline:
         """One system's samples through the placed stages."""
         if not runs or not self.program.layers:
             return pipeline.simulate([], self.target, 0, self.batch)
@@ -324,41 +477,46 @@ class Cluster:
                 record.host_in_bytes + record.host_out_bytes,
                 layer.routes,
             )
-            for record, layer in zip(runs[0].records, self.program.layers, strict=True)
+            for record, layer in zip(records, self.program.layers, strict=True)
         ]
-        return pipeline.simulate(stages, self.target, len(runs) * self.batch, self.batch)
+        return pipeline.simulate(stages, self.target, runs * self.batch, self.batch)
 
-    def _streaming_chunk(self, run: Executor, start: float, track: str, spans: list[Span]):
-        """Places one chunk's layers on the weight-streaming timeline; returns its end.
+    def _streaming(
+        self, records: Sequence[LayerRecord], runs: int, training: bool, track: str = ""
+    ) -> streaming.Timeline:
+        """One system's runs through the weight-streaming timeline."""
+        updates = self._update_parameters() if training else {}
+        layers = [
+            streaming.Layer(
+                r.name,
+                r.cycles,
+                r.host_in_bytes,
+                r.host_out_bytes,
+                r.stream_in_bytes,
+                r.stream_out_bytes,
+                updates.get(index, 0),
+            )
+            for index, r in enumerate(records)
+        ]
+        return streaming.simulate(layers, self.target, self.swarmx, runs, training, track)
 
-        The ingress link carries one layer's weights after another, each starting once the
-        layer before it has started (one layer of look-ahead buffer); a stream arrives the
-        tree's latency after it leaves. Gradients share the egress link the same way.
-        """
-        seconds, swarmx = self.target.seconds, self.swarmx
-        previous_start = layer_end = link_free = egress_free = egress_end = start
-        for record in run.records:
-            arrive = layer_end
-            if record.stream_in_bytes:
-                send = max(link_free, previous_start)
-                link_free = send + swarmx.link_seconds(record.stream_in_bytes)
-                arrive = link_free + swarmx.latency_seconds
-                spans.append(Span("MemoryX -> SwarmX", f"{record.name} weights", send, arrive))
-            begin = layer_end + record.host_in_bytes / self.target.io_bytes_per_s
-            layer_end = max(begin + seconds(record.cycles), arrive)
-            layer_end += record.host_out_bytes / self.target.io_bytes_per_s
-            spans.append(Span(track, record.name, begin, layer_end))
-            previous_start = begin
-            if record.stream_out_bytes:
-                send = max(egress_free, layer_end)
-                egress_free = send + swarmx.link_seconds(record.stream_out_bytes)
-                egress_end = egress_free + swarmx.latency_seconds
-                spans.append(
-                    Span("SwarmX -> MemoryX", f"{record.name} gradients", send, egress_end)
-                )
-        return max(layer_end, egress_end)
+    def _update_parameters(self) -> dict[int, int]:
+        """Per layer, the parameters whose last gradient of a run it streams out (MemoryX
+        updates each trained weight once per step)."""
+        last: dict[str, int] = {}
+        for index, span in enumerate(self.program.layer_spans):
+            for position in span:
+                ins = self.program.instructions[position]
+                if ins.opcode == Opcode.STREAM_GRADIENT:
+                    last[ins.attrs["name"]] = index
+        counts: dict[int, int] = {}
+        for name, index in last.items():
+            counts[index] = counts.get(index, 0) + self.memoryx.specs[name].size
+        return counts
 
 
-def run(artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None):
+def run(
+    artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None
+) -> tuple[dict[str, np.ndarray], RunStats]:
     """Runs an artifact on the simulator; returns ``(outputs, stats)``."""
     return Cluster(artifact, num_csx).infer(inputs)

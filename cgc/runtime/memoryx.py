@@ -1,9 +1,14 @@
 """MemoryX: the cluster's weight store and optimizer.
 
 Weights and optimizer state live here, never on the wafer. For each layer MemoryX streams the
-weights out (as the view a kernel asks for), takes the gradients SwarmX has summed, and at the
-end of a step applies the optimizer (``optimizers``: SGD, Adam, AdamW with torch.optim's
-arithmetic), after an optional clipping of the gradients' global norm.
+weights out (as the view a kernel asks for, in the element type the wafer computes with: the
+master copies of a mixed-precision model stay 32-bit here), takes the gradients SwarmX has
+summed, adding up those of a step's micro-batches, and at the end of a step applies the
+optimizer (``optimizers``: SGD, Adam, AdamW with torch.optim's arithmetic), after an optional
+clipping of the gradients' global norm.
+
+A MemoryX of an artifact whose weights are declared without data knows their shapes only: it
+serves timing-only runs, which never ask it for numbers.
 """
 
 from __future__ import annotations
@@ -12,39 +17,60 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cgc.machine import optimizers, reference
+from cgc.machine import dtypes, optimizers, reference
+from cgc.machine.artifact import WeightSpec
 from cgc.machine.target import Target
 
 
 class MemoryX:
     """Weights, gradients of the current step, and optimizer state."""
 
-    def __init__(self, weights: Mapping[str, np.ndarray], target: Target):
+    def __init__(
+        self,
+        weights: Mapping[str, np.ndarray],
+        target: Target,
+        specs: Mapping[str, WeightSpec] | None = None,
+    ):
         self.weights = {name: np.array(value) for name, value in weights.items()}
+        self.specs = (
+            dict(specs)
+            if specs is not None
+            else {name: WeightSpec.of(value) for name, value in self.weights.items()}
+        )
+        """Every weight's shape and stored element type, with or without data."""
         self.target = target
         self.gradients: dict[str, np.ndarray] = {}
         self.state: dict[str, dict[str, np.ndarray]] = {}
         self.steps = 0
 
-    def stream(self, name: str, shape: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
-        """The view of weight ``name`` that a ``ws.stream_weight`` asks for."""
-        return reference.weight_view(self.weights[name], shape, perm)
-
-    def stream_seconds(self, nbytes: float) -> float:
-        """Time for MemoryX to read ``nbytes`` out (or take them in)."""
-        return nbytes / self.target.memoryx_bytes_per_s
+    def stream(
+        self, name: str, shape: Sequence[int], perm: Sequence[int] | None, dtype: str
+    ) -> np.ndarray:
+        """The view of weight ``name`` that a ``ws.stream_weight`` asks for, in ``dtype``."""
+        view = reference.weight_view(self.weights[name], shape, perm)
+        return view.astype(dtypes.dtype(dtype), copy=False)
 
     def receive(self, name: str, gradient: np.ndarray, perm: Sequence[int] | None) -> None:
-        """Adds a summed gradient of a view of ``name`` to this step's gradient."""
-        mapped = reference.weight_unview(gradient, self.weights[name].shape, perm)
+        """Adds a summed gradient of a view of ``name`` to this step's gradient, in the weight's
+        stored element type."""
+        stored = self.weights[name]
+        mapped = reference.weight_unview(gradient, stored.shape, perm).astype(stored.dtype)
         if name in self.gradients:
             self.gradients[name] = self.gradients[name] + mapped
         else:
-            self.gradients[name] = mapped.astype(self.weights[name].dtype, copy=True)
+            self.gradients[name] = mapped
 
     def update_seconds(self, parameters: int) -> float:
         """Time for the optimizer to update ``parameters`` values."""
         return parameters / self.target.memoryx_update_params_per_s
+
+    def footprint(
+        self, trained: Sequence[str], optimizer: str | None, config: Mapping[str, float]
+    ) -> optimizers.Footprint:
+        """The bytes it holds: every weight, and for training the gradients of ``trained``
+        and ``optimizer``'s state."""
+        stored = {name: spec.nbytes for name, spec in self.specs.items()}
+        return optimizers.footprint(stored, trained, optimizer, config)
 
     def apply(
         self,

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from cgc.runtime.cluster import Span
+
+@dataclass(frozen=True)
+class Span:
+    """One interval on a timeline track, in seconds."""
+
+    track: str
+    name: str
+    start: float
+    end: float
 
 
 def chrome_trace(spans: Sequence[Span]) -> dict:

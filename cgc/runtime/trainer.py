@@ -24,7 +24,8 @@ from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.files import write_atomically
 from cgc.machine.optimizers import Schedule
 from cgc.runtime import checkpoint
-from cgc.runtime.cluster import Cluster, Span
+from cgc.runtime.cluster import Cluster
+from cgc.runtime.trace import Span
 
 
 @dataclass
@@ -133,7 +134,7 @@ class Evaluation:
     def loss(self, cluster: Cluster, weights: dict[str, np.ndarray], scale: float) -> float:
         """The mean loss over the held-out data's whole global batches, with ``weights``."""
         cluster.memoryx.weights = weights
-        batch = cluster.batch * cluster.num_csx
+        batch = cluster.global_batch
         names = [spec["name"] for spec in self.artifact.manifest["inputs"]]
         samples = self.check(batch)
         losses = [
@@ -161,7 +162,7 @@ def train(
     samples = check_data(artifact, data)
     names = [spec["name"] for spec in artifact.manifest["inputs"]]
     cluster = Cluster(artifact)
-    batch = cluster.batch * cluster.num_csx
+    batch = cluster.global_batch
     base_lr = training["optimizer"]["lr"]
     directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -226,7 +227,7 @@ def _data_order(loop: LoopOptions, batch: int, step: int) -> dict:
 
 def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOptions) -> None:
     memoryx = cluster.memoryx
-    data = _data_order(loop, cluster.batch * cluster.num_csx, step)
+    data = _data_order(loop, cluster.global_batch, step)
     optimizer = cluster.artifact.manifest["training"]["optimizer"]
     state = checkpoint.Checkpoint(
         step, memoryx.weights, memoryx.state, memoryx.steps, data, optimizer
@@ -269,7 +270,7 @@ def _resume(
             f"--resume: checkpoint step-{found.step} was written with other optimizer "
             f"settings ({', '.join(changed)}); resume with the same ones"
         )
-    _check_order(found, loop, cluster.batch * cluster.num_csx)
+    _check_order(found, loop, cluster.global_batch)
     memoryx = cluster.memoryx
     unknown = sorted(set(found.weights) - set(memoryx.weights))
     if unknown:

@@ -112,8 +112,8 @@ class Executor:
             self.outputs[ins.attrs["index"]] = self._logical(ins.operands[0])
         elif opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
             assert self.memoryx is not None
-            shape, _ = self.program.registers[ins.results[0]]
-            weight = self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"))
+            shape, dtype = self.program.registers[ins.results[0]]
+            weight = self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"), dtype)
             self.values[ins.results[0]] = weight
         elif opcode == Opcode.CONSTANT:
             shape, dtype = self.program.registers[ins.results[0]]
