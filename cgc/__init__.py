@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cgc.machine.optimizers import Choice
     from cgc.machine.target import Target
     from cgc.runtime.cluster import RunStats
+    from cgc.runtime.simulation import Simulation
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "prepare_training",
     "run",
     "run_with_stats",
+    "simulate",
     "train",
 ]
 
@@ -48,18 +50,27 @@ def compile(
     target: str | Target = "wse2",
     batch_size: int | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
-    num_csx: int = 1,
+    num_csx: int | None = None,
     dump_ir: str | os.PathLike | None = None,
     values: Mapping[str, np.ndarray] | None = None,
+    no_weights: bool = False,
+    micro_batch_size: int | None = None,
+    recompute: bool | None = None,
+    init_seed: int | None = None,
 ) -> Artifact:
-    """Compiles an ONNX model (a path or a ModelProto) for ``target`` (a name, or any
-    ``cgc.machine.Target`` value).
+    """Compiles a model for ``target`` (a name, or any ``cgc.machine.Target`` value): an ONNX
+    model (a path or a ModelProto), or a params file (a ``.yaml`` path, ``zoo:NAME``, or a
+    ``cgc.frontends.params.ModelParams``) of a GPT-class model, whose weights are declared
+    without data (``init_seed`` draws them instead).
 
     ``mode`` is ``pipelined``, ``weight_streaming`` or ``auto``; ``batch_size`` binds the
-    symbolic batch dimension of the inputs (the global batch, split over ``num_csx``);
-    ``shapes`` gives whole input shapes by name; ``dump_ir`` writes the IR after every pass;
-    ``values`` fixes graph inputs that decide shapes to arrays known now (they are no longer
-    inputs of the artifact).
+    symbolic batch dimension of the inputs (the global batch, split over ``num_csx``; both
+    default to a params file's); ``shapes`` gives whole input shapes by name; ``dump_ir``
+    writes the IR after every pass; ``values`` fixes graph inputs that decide shapes to arrays
+    known now (they are no longer inputs of the artifact); ``no_weights`` reads an ONNX
+    model's graph without its weights (its external data may be absent). In weight-streaming
+    mode the compiler splits a per-system batch that does not fit the SRAM into micro-batches
+    and may recompute activations; ``micro_batch_size`` and ``recompute`` fix its choice.
     """
     from cgc.compiler.driver import compile_model
 
@@ -72,6 +83,10 @@ def compile(
         num_csx=num_csx,
         dump_ir=dump_ir,
         values=values,
+        no_weights=no_weights,
+        micro_batch_size=micro_batch_size,
+        recompute=recompute,
+        init_seed=init_seed,
     )
 
 
@@ -99,9 +114,9 @@ def run(
 
 def prepare_training(
     model,
-    batch_size: int,
-    steps: int,
-    optimizer: str = "sgd",
+    batch_size: int | None = None,
+    steps: int = 1,
+    optimizer: str | None = None,
     lr_schedule: str = "constant",
     warmup_steps: int = 0,
     lr_step_size: int = 1,
@@ -113,34 +128,46 @@ def prepare_training(
     seed: int = 0,
     eval_data: Mapping[str, np.ndarray] | None = None,
     eval_every: int | None = None,
-    num_csx: int = 1,
+    num_csx: int | None = None,
     swarmx_fanout: int | None = None,
     trainable: Sequence[str] = (),
     target: str | Target = "wse2",
+    no_weights: bool = False,
+    micro_batch_size: int | None = None,
+    recompute: bool | None = None,
+    init_seed: int | None = None,
     **settings: Choice,
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
-    """Compiles a training run of an ONNX model whose first output is the loss, in
-    weight-streaming mode on ``num_csx`` systems, without running it: the training artifact,
-    the loop's options and the held-out evaluation (with ``eval_data``).
+    """Compiles a training run of a model whose first output is the loss (an ONNX model, or a
+    params file, which says its own batch, systems and optimizer), in weight-streaming mode on
+    ``num_csx`` systems, without running it: the training artifact, the loop's options and the
+    held-out evaluation (with ``eval_data``).
 
     ``settings`` are the optimizer's, by torch.optim's keywords (``lr``, ``momentum``,
     ``dampening``, ``weight_decay``, ``nesterov``, ``betas``, ``eps``, ``amsgrad``: the table
-    ``cgc.machine.optimizers.KEYWORDS``); one left out or None takes torch.optim's default for
-    ``optimizer`` (``sgd``, ``adam`` or ``adamw``). ``lr_schedule`` is ``constant``,
-    ``cosine`` (towards 0 at ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size``
-    steps), after a linear warm-up of ``warmup_steps``; ``max_grad_norm`` clips the
-    gradients' global norm.
+    ``cgc.machine.optimizers.KEYWORDS``); one left out or None takes the params file's, else
+    torch.optim's default for ``optimizer`` (``sgd``, ``adam`` or ``adamw``; default the params
+    file's, else ``sgd``). ``lr_schedule`` is ``constant``, ``cosine`` (towards 0 at
+    ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size`` steps), after a linear
+    warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
     the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
     ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
     ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
-    node (4 by default)."""
-    from cgc.compiler.driver import TrainingOptions, compile_model
+    node (4 by default). ``no_weights``, ``micro_batch_size``, ``recompute`` and ``init_seed``
+    are ``compile``'s."""
+    from cgc.compiler.driver import TrainingOptions, compile_model, training_options
+    from cgc.frontends.params import ModelParams, is_params_source, load_params
     from cgc.machine.target import resolve, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
 
+    if isinstance(model, str | os.PathLike) and is_params_source(model):
+        model = load_params(model)
+    params = model if isinstance(model, ModelParams) else None
+    if params is not None and max_grad_norm is None:
+        max_grad_norm = params.optimizer.max_gradient_norm
     # bad settings fail here, before anything is compiled
-    options = TrainingOptions(optimizer, trainable, **settings)
+    options = training_options(params, optimizer, trainable, **settings)
     loop = LoopOptions(
         steps,
         schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),
@@ -154,29 +181,63 @@ def prepare_training(
         raise CgcError("--eval-every needs --eval-data")
     machine = with_swarmx_fanout(resolve(target), swarmx_fanout)
 
-    def compiled(training: TrainingOptions | None) -> Artifact:
+    def compiled(training: TrainingOptions | None, micro_batch: int | None) -> Artifact:
         return compile_model(
-            model, "weight_streaming", machine, batch_size, num_csx=num_csx, training=training
+            model,
+            "weight_streaming",
+            machine,
+            batch_size,
+            num_csx=num_csx,
+            training=training,
+            no_weights=no_weights,
+            micro_batch_size=micro_batch,
+            recompute=recompute if training else None,
+            init_seed=init_seed,
         )
 
-    artifact = compiled(options)
+    artifact = compiled(options, micro_batch_size)
     evaluation = None
-    if eval_data is not None:
-        forward = compiled(None)
+    if eval_data is not None:  # runs in the training's chunks, scaled as its losses
+        forward = compiled(None, artifact.manifest["per_system_batch"])
         evaluation = Evaluation(forward, eval_data, steps if eval_every is None else eval_every)
     return artifact, loop, evaluation
+
+
+def simulate(
+    model,
+    num_csx: int | None = None,
+    steps: int = 1,
+    training: bool = True,
+    **options,
+) -> Simulation:
+    """Timing only: ``steps`` training steps (or, without ``training``, batches) of an
+    artifact or of a model compiled here (``options`` as for ``prepare_training``, or for
+    ``compile`` without ``training``) on ``num_csx`` systems, on shapes alone: no inputs and
+    no weight data are needed, and the time is exactly a run's with numbers."""
+    from cgc.runtime.simulation import simulate as run_simulation
+
+    if isinstance(model, Artifact):
+        if options:
+            raise CgcError(f"simulate: {sorted(options)} apply to a model, not an artifact")
+        return run_simulation(model, num_csx, steps)
+    if training:
+        artifact = prepare_training(model, steps=steps, num_csx=num_csx, **options)[0]
+    else:
+        artifact = compile(model, mode=options.pop("mode", "weight_streaming"), num_csx=num_csx,
+                           **options)  # fmt: skip
+    return run_simulation(artifact, None, steps)
 
 
 def train(
     model,
     data: Mapping[str, np.ndarray],
-    batch_size: int,
+    batch_size: int | None,
     steps: int,
     model_dir: str | os.PathLike,
     on_step: Callable[[dict], None] | None = None,
     **options,
 ) -> TrainResult:
-    """Trains an ONNX model whose first output is the loss (``options`` as for
+    """Trains a model whose first output is the loss (``options`` as for
     ``prepare_training``); writes ``metrics.jsonl``, checkpoints and ``weights.safetensors``
     to ``model_dir`` and returns the per-step metrics and the final weights. ``on_step`` hears
     each step's metrics; skipped damaged checkpoints are Python warnings."""

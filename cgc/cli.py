@@ -103,6 +103,63 @@ def _write_atomically(path: str, data: bytes) -> None:
     write_atomically(_writable(path), data)
 
 
+def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
+    """The target named by ``--target``/``--mesh`` with ``--set`` figures changed."""
+    from cgc.machine.target import get_target, with_figures
+
+    chosen = get_target(_target_name(target, mesh))
+    return with_figures(chosen, figures) if figures else chosen
+
+
+def target_options(command: Callable) -> Callable:
+    """``--target``, ``--mesh`` and ``--set``."""
+    for option in reversed(
+        (
+            click.option(
+                "--target", default="wse2", show_default=True, help="wse2, wse3 or meshRxC."
+            ),
+            click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS."),
+            click.option(
+                "--set",
+                "figures",
+                multiple=True,
+                metavar="FIGURE=VALUE",
+                help="Change a figure of the target, e.g. memoryx_bytes_per_s=3e11 (repeatable).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def plan_options(command: Callable) -> Callable:
+    """The weight-streaming memory plan's and the weights' options."""
+    for option in reversed(
+        (
+            click.option(
+                "--micro-batch-size",
+                type=int,
+                help="Samples per run of the program (default: the largest that fits).",
+            ),
+            click.option(
+                "--recompute/--no-recompute",
+                default=None,
+                help="Recompute activations per transformer block (default: if faster).",
+            ),
+            click.option(
+                "--no-weights",
+                is_flag=True,
+                help="Read an ONNX model's graph without its weights (timing-only artifact).",
+            ),
+            click.option(
+                "--init-seed", type=int, help="Draw a params-file model's weights from this seed."
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
 @main.command()
 @click.argument("model")
 @click.option("-o", "--output", required=True, help="Artifact file to write.")
@@ -113,31 +170,50 @@ def _write_atomically(path: str, data: bytes) -> None:
     show_default=True,
     help="Execution mode; auto picks pipelined when the model fits in SRAM.",
 )
-@click.option("--target", default="wse2", show_default=True, help="wse2, wse3 or meshRxC.")
-@click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS.")
+@target_options
 @click.option("--batch-size", type=int, help="Global batch: the leading dim of every input.")
 @click.option("--shape", "shapes", multiple=True, help="NAME=D0xD1...: an input's shape.")
-@click.option("--num-csx", type=int, default=1, show_default=True, help="Systems to split over.")
+@click.option("--num-csx", type=int, help="Systems to split over  [default: the model's, or 1]")
+@plan_options
 @click.option("--dump-ir", type=click.Path(), help="Write the IR after every pass here.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
 def compile(
-    model, output, mode, target, mesh, batch_size, shapes, num_csx, dump_ir, print_ir_after_all
+    model,
+    output,
+    mode,
+    target,
+    mesh,
+    figures,
+    batch_size,
+    shapes,
+    num_csx,
+    micro_batch_size,
+    recompute,
+    no_weights,
+    init_seed,
+    dump_ir,
+    print_ir_after_all,
 ) -> None:
-    """Compile MODEL (an .onnx file) into an artifact."""
+    """Compile MODEL (an .onnx file, a params .yaml file or zoo:NAME) into an artifact."""
     from cgc.compiler.driver import compile_model
     from cgc.machine.units import human_bytes
     from cgc.tools.report import summary_text
 
+    _writable(output)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
     artifact = compile_model(
         model,
         mode=mode,
-        target=_target_name(target, mesh),
+        target=_targeted(target, mesh, figures),
         batch_size=batch_size,
         shapes=_shapes(shapes),
         num_csx=num_csx,
         dump_ir=dump_ir,
         print_ir_after_all=echo,
+        no_weights=no_weights,
+        micro_batch_size=micro_batch_size,
+        recompute=recompute,
+        init_seed=init_seed,
     )
     data = artifact.to_bytes()
     _write_atomically(output, data)
@@ -147,27 +223,64 @@ def compile(
 
 @main.command()
 @click.argument("artifact")
-@click.option("--inputs", "inputs_path", required=True, help=".npz with one array per input.")
+@click.option("--inputs", "inputs_path", help=".npz with one array per input.")
 @click.option("--output", "output_path", help=".npz to write, one array per output.")
 @click.option("--num-csx", type=int, help="Systems to run on (default: as compiled).")
+@click.option(
+    "--timing-only",
+    is_flag=True,
+    help="Simulate the time alone: no numbers, no inputs needed (one global batch).",
+)
+@click.option(
+    "--set",
+    "figures",
+    multiple=True,
+    metavar="FIGURE=VALUE",
+    help="Change a figure of the artifact's target that does not shape the program.",
+)
 @click.option("--stats-json", type=click.Path(), help="Write the run's statistics here.")
 @click.option("--trace", type=click.Path(), help="Write a Chrome trace (Perfetto) here.")
-def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
+def run(
+    artifact, inputs_path, output_path, num_csx, timing_only, figures, stats_json, trace
+) -> None:
     """Run ARTIFACT on the simulator."""
-
     from cgc.machine.artifact import Artifact
     from cgc.runtime.cluster import Cluster
+    from cgc.runtime.simulation import Simulation
     from cgc.runtime.trace import trace_json
+    from cgc.tools.report import simulation_text
 
+    for path in (output_path, stats_json, trace):
+        if path:
+            _writable(path)
+    if timing_only and output_path:
+        raise CgcError("--output: a timing-only run computes no outputs")
+    if not timing_only and not inputs_path:
+        raise CgcError("--inputs is required (or --timing-only)")
     art = Artifact.load(artifact)
-    inputs = _load_npz(inputs_path, "--inputs")
-    outputs, stats = Cluster(art, num_csx).infer(inputs)
+    _retarget(art, figures)
+    if not timing_only:
+        art.require_weights(artifact)
+    inputs = _load_npz(inputs_path, "--inputs") if inputs_path else None
+    cluster = Cluster(art, num_csx, numerics=not timing_only)
+    outputs, stats = cluster.infer(inputs)
     if output_path:
         _write_atomically(output_path, npz_bytes(outputs))
+    report = stats.to_json()
     if stats_json:
-        _write_atomically(stats_json, json.dumps(stats.to_json(), indent=1).encode())
+        if timing_only:
+            report = Simulation(stats, 1, False, cluster.target).to_json()
+        _write_atomically(stats_json, json.dumps(report, indent=1).encode())
     if trace:
         _write_atomically(trace, trace_json(stats.spans).encode())
+    if timing_only:
+        click.echo(simulation_text(Simulation(stats, 1, False, cluster.target)), nl=False)
+    else:
+        _print_run(outputs, stats)
+
+
+def _print_run(outputs: dict[str, np.ndarray], stats) -> None:
+    """What a run with numbers made and cost."""
     for name, value in outputs.items():
         click.echo(f"{name}: {value.dtype} {list(value.shape)}")
     click.echo(
@@ -187,6 +300,25 @@ def run(artifact, inputs_path, output_path, num_csx, stats_json, trace) -> None:
             f"state, fill {p['fill_seconds'] * 1e6:.2f} us, drain {p['drain_seconds'] * 1e6:.2f} "
             f"us; slowest stage {slowest['name']} (bound by {bound})"
         )
+
+
+PROGRAM_FIGURES = ("rows", "cols", "sram_bytes_per_pe", "colors")
+"""Figures of a target that shaped a compiled program: changing them needs a new compile."""
+
+
+def _retarget(art, figures: tuple[str, ...]) -> None:
+    """Changes figures of an artifact's target that do not shape its program (``--set``)."""
+    from cgc.machine.target import Target, with_figures
+
+    if not figures:
+        return
+    for figure in figures:
+        if figure.partition("=")[0].strip() in PROGRAM_FIGURES:
+            raise CgcError(
+                f"--set {figure}: the compiled program depends on it; compile again with --set"
+            )
+    target = with_figures(Target.from_json(art.manifest["target"]), figures)
+    art.manifest["target"] = target.to_json()
 
 
 def _defaults(names: tuple[str, ...]) -> str:
@@ -234,11 +366,20 @@ def _chosen_settings(options: dict) -> dict:
 
 @main.command()
 @click.argument("model")
-@click.option("--data", "data_path", required=True, help=".npz: one array per model input.")
-@click.option("--batch-size", type=int, required=True, help="Global batch per step.")
+@click.option("--data", "data_path", help=".npz: one array per model input.")
+@click.option("--batch-size", type=int, help="Global batch per step  [default: the model's]")
 @click.option("--steps", type=int, required=True, help="Training steps.")
-@click.option("--model-dir", required=True, type=click.Path(), help="Where metrics and weights go.")
-@click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="sgd", show_default=True)
+@click.option("--model-dir", type=click.Path(), help="Where metrics and weights go.")
+@click.option(
+    "--timing-only",
+    is_flag=True,
+    help="Simulate the steps' time alone: no data, no weights needed, nothing trained.",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(list(OPTIMIZERS)),
+    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
+)
 @optimizer_options
 @click.option(
     "--lr-schedule",
@@ -257,83 +398,66 @@ def _chosen_settings(options: dict) -> dict:
 @click.option("--resume", is_flag=True, help="Continue from the newest good checkpoint.")
 @click.option("--shuffle", is_flag=True, help="Shuffle the samples of every epoch.")
 @click.option("--trace", type=click.Path(), help="Write the steps' Chrome trace (Perfetto) here.")
+@click.option("--stats-json", type=click.Path(), help="Timing-only: write a step's statistics.")
 @click.option("--eval-data", "eval_path", help=".npz of held-out samples; its loss is logged.")
 @click.option("--eval-every", type=int, help="Measure the held-out loss every N steps.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffling.")
-@click.option("--num-csx", type=int, default=1, show_default=True)
+@click.option("--num-csx", type=int, help="Systems  [default: the params file's, or 1]")
 @click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
-@click.option("--target", default="wse2", show_default=True)
-@click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS.")
-def train(
-    model,
-    data_path,
-    batch_size,
-    steps,
-    model_dir,
-    optimizer,
-    lr_schedule,
-    warmup_steps,
-    lr_step_size,
-    lr_gamma,
-    max_grad_norm,
-    checkpoint_every,
-    resume,
-    shuffle,
-    trace,
-    eval_path,
-    eval_every,
-    seed,
-    num_csx,
-    swarmx_fanout,
-    trainable,
-    target,
-    mesh,
-    **settings,
-) -> None:
-    """Train MODEL (first output: the loss) in weight-streaming mode."""
+@target_options
+@plan_options
+def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **options) -> None:
+    """Train MODEL (first output: the loss; an .onnx file, a params .yaml file or zoo:NAME)
+    in weight-streaming mode, or with --timing-only simulate its steps' time."""
     import cgc
-    from cgc.runtime.trainer import check_data
-    from cgc.runtime.trainer import train as run_training
 
-    for pattern in trainable:
+    for pattern in options["trainable"]:
         try:
             re.compile(pattern)
         except re.error as e:
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
-    if trace:
-        _writable(trace)
-    data = _load_npz(data_path, "--data")
-    held_out = _load_npz(eval_path, "--eval-data") if eval_path else None
+    for path in (trace, stats_json):
+        if path:
+            _writable(path)
+    if not timing_only and (data_path is None or model_dir is None):
+        raise CgcError("--data and --model-dir are required (or --timing-only)")
+    if timing_only and (data_path or options["eval_path"]):
+        raise CgcError("--timing-only trains nothing: it takes no --data or --eval-data")
+    held_out = _load_npz(options.pop("eval_path"), "--eval-data") if options["eval_path"] else None
+    data = _load_npz(data_path, "--data") if data_path else None
+    target = _targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
+    settings = {k: options.pop(k) for k in list(options) if k in KEYWORDS}
+    options.pop("eval_path", None)
     artifact, loop, evaluation = cgc.prepare_training(
         model,
-        batch_size,
-        steps,
-        optimizer=optimizer,
-        lr_schedule=lr_schedule,
-        warmup_steps=warmup_steps,
-        lr_step_size=lr_step_size,
-        lr_gamma=lr_gamma,
-        max_grad_norm=max_grad_norm,
-        checkpoint_every=checkpoint_every,
-        resume=resume,
-        shuffle=shuffle,
-        seed=seed,
+        steps=steps,
         eval_data=held_out,
-        eval_every=eval_every,
-        num_csx=num_csx,
-        swarmx_fanout=swarmx_fanout,
-        trainable=trainable,
-        target=_target_name(target, mesh),
+        target=target,
+        **options,
         **_chosen_settings(settings),
     )
+    if timing_only:
+        _simulate_training(artifact, steps, model_dir, trace, stats_json)
+    else:
+        assert data is not None
+        _train(artifact, data, loop, model_dir, evaluation, trace, bool(options["trainable"]))
+
+
+def _train(artifact, data, loop, model_dir: str, evaluation, trace: str | None, chosen: bool):
+    """Runs the training loop with numbers and reports it."""
+    from cgc.runtime.trainer import check_data
+    from cgc.runtime.trainer import train as run_training
+
+    artifact.require_weights(artifact.manifest["source"])
     check_data(artifact, data)
     names = artifact.manifest["training"]["trainable"]
-    count = sum(artifact.weights[n].size for n in names)
-    chosen = "chosen by --trainable" if trainable else "all float initializers (default)"
-    click.echo(f"training {count} parameters in {len(names)} tensors, {chosen}: {', '.join(names)}")
+    specs = artifact.weight_specs
+    count = sum(specs[n].size for n in names)
+    how = "chosen by --trainable" if chosen else "all float initializers (default)"
+    click.echo(f"training {count} parameters in {len(names)} tensors, {how}: {', '.join(names)}")
     with contextlib.ExitStack() as stack:
-        on_step = _progress(stack, steps)
+        on_step = _progress(stack, loop.steps)
         result = run_training(artifact, data, loop, model_dir, on_step, _warn, evaluation)
     if trace:
         from cgc.runtime.trace import trace_json
@@ -341,6 +465,48 @@ def train(
         _write_atomically(trace, trace_json(result.spans).encode())
     final = f"final loss {result.metrics[-1]['loss']:.6f}; " if result.metrics else ""
     click.echo(f"{final}wrote {model_dir}/metrics.jsonl and {model_dir}/weights.safetensors")
+
+
+def _simulate_training(
+    artifact, steps: int, model_dir: str | None, trace: str | None, stats_json: str | None
+) -> None:
+    """Times ``steps`` training steps on shapes alone, and reports them."""
+    from cgc.runtime.simulation import simulate
+    from cgc.tools.report import simulation_text
+
+    simulation = simulate(artifact, steps=steps)
+    click.echo(simulation_text(simulation), nl=False)
+    if stats_json:
+        _write_atomically(stats_json, json.dumps(simulation.to_json(), indent=1).encode())
+    if trace:
+        from cgc.runtime.trace import trace_json
+
+        _write_atomically(trace, trace_json(simulation.spans()).encode())
+    if model_dir:
+        _write_simulated_metrics(Path(model_dir), simulation)
+
+
+def _write_simulated_metrics(directory: Path, simulation) -> None:
+    """``metrics.jsonl`` of a timing-only run: every step's simulated figures, no loss."""
+    from cgc.machine.files import permissions
+
+    directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
+    stats = simulation.stats
+    lines = [
+        json.dumps(
+            {
+                "step": step + 1,
+                "simulated_seconds": stats.simulated_seconds,
+                "samples_per_second": stats.samples_per_second,
+                "tokens_per_second": stats.tokens_per_second,
+                "mfu": stats.mfu,
+            }
+        )
+        + "\n"
+        for step in range(simulation.steps)
+    ]
+    _write_atomically(str(directory / "metrics.jsonl"), "".join(lines).encode())
+    click.echo(f"wrote {directory}/metrics.jsonl")
 
 
 def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:
@@ -361,6 +527,95 @@ def _warn(message: str) -> None:
 
 
 @main.command()
+@click.argument("model")
+@click.option(
+    "--num-csx",
+    "systems",
+    default="1,2,4,8,16,32,64",
+    show_default=True,
+    help="Cluster sizes to simulate, comma-separated.",
+)
+@click.option("--per-system-batch", type=int, help="A fixed batch per system (weak scaling).")
+@click.option(
+    "--global-batch",
+    type=int,
+    help="A fixed global batch split over the systems  [default: the model's batch]",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(list(OPTIMIZERS)),
+    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
+)
+@target_options
+@plan_options
+@click.option("--json", "json_path", type=click.Path(), help="Write the table as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(), help="Write the table as CSV here.")
+@click.option("--png", "png_path", type=click.Path(), help="Draw throughput and efficiency here.")
+def scale(
+    model,
+    systems,
+    per_system_batch,
+    global_batch,
+    optimizer,
+    target,
+    mesh,
+    figures,
+    micro_batch_size,
+    recompute,
+    no_weights,
+    init_seed,
+    json_path,
+    csv_path,
+    png_path,
+) -> None:
+    """Simulate a training step of MODEL on clusters of every size in --num-csx (timing only)
+    and tabulate throughput, speed-up, efficiency and what bounds each."""
+    from cgc.compiler.driver import training_options
+    from cgc.compiler.sources import ParamsSource, source_of
+    from cgc.tools import scaling
+
+    for path in (json_path, csv_path, png_path):
+        if path:
+            _writable(path)
+    sizes = _sizes(systems)
+    source = source_of(model, no_weights=no_weights, training=True, init_seed=init_seed)
+    params = source.params if isinstance(source, ParamsSource) else None
+    chosen = _targeted(target, mesh, figures)
+    points = scaling.study(
+        source,
+        chosen,
+        training_options(params, optimizer),
+        sizes,
+        per_system_batch,
+        global_batch,
+        micro_batch_size,
+        recompute,
+    )
+    click.echo(scaling.table_text(points, chosen), nl=False)
+    if json_path:
+        text = json.dumps(scaling.to_json(points, chosen, source.name), indent=1)
+        _write_atomically(json_path, text.encode())
+    if csv_path:
+        _write_atomically(csv_path, scaling.to_csv(points).encode())
+    if png_path:
+        scaling.save_png(points, _writable(png_path), f"{source.name} on {chosen.name}")
+        click.echo(f"wrote {png_path}")
+
+
+def _is_params(spec: str) -> bool:
+    from cgc.frontends.params import is_params_source
+
+    return is_params_source(spec)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CgcError(f"--num-csx {text}: expected sizes such as 1,2,4,8") from None
+
+
+@main.command()
 @click.argument("artifact")
 @click.option("--disasm", is_flag=True, help="Also print the disassembled bytecode.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead.")
@@ -370,11 +625,18 @@ def _warn(message: str) -> None:
     help="Draw the pipelined placement: a PNG file, or - for a map in the terminal.",
 )
 def inspect(artifact, disasm, as_json, ir, placement) -> None:
-    """Show what ARTIFACT holds: manifest, placement or stream schedule, bytecode."""
+    """Show what ARTIFACT holds: manifest, placement or stream schedule, bytecode. A params
+    file or zoo:NAME is compiled for its training run first (weights declared, timing only)."""
     from cgc.machine.artifact import Artifact
     from cgc.tools.report import inspect_json, summary_text
 
-    art = Artifact.load(artifact)
+    # reading an artifact imports no compiler: only other names may be params files
+    if not artifact.endswith(".cgc") and _is_params(artifact):
+        import cgc
+
+        art = cgc.prepare_training(artifact)[0]
+    else:
+        art = Artifact.load(artifact)
     if placement is not None:
         _draw_placement(art, artifact, placement)
         return

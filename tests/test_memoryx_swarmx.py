@@ -14,9 +14,10 @@ import torch
 from cgc.errors import CgcError
 from cgc.machine import optimizers
 from cgc.machine.artifact import WeightSpec
+from cgc.machine.streaming import tree_depth
 from cgc.machine.target import Target
 from cgc.runtime.memoryx import MemoryX
-from cgc.runtime.swarmx import SwarmX, tree_depth
+from cgc.runtime.swarmx import SwarmX
 
 T = Target("t", 8, 8, 48 * 1024, 850e6)
 

@@ -1084,7 +1084,7 @@ def test_driver_auto_mode_falls_back_to_weight_streaming(tmp_path):
     model = zoo.mlp(in_features=512, hidden=(512,), classes=10)
     artifact = compile_model(model, mode="auto", target="mesh2x2", batch_size=2, dump_ir=tmp_path)
     assert artifact.manifest["mode"] == "weight_streaming"
-    assert "48.0 KiB available" in artifact.manifest["mode_reason"]
+    assert "exceed the SRAM of mesh2x2" in artifact.manifest["mode_reason"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         f"{i:02d}-{s}.mlir" for i, s in enumerate(PIPELINES["weight_streaming"])
     ]
@@ -1151,7 +1151,7 @@ def test_all_passes_are_registered_by_module_name():
     passes = all_passes()
     assert sorted(passes) == [
         "autodiff", "channels-last", "decompose", "fold-constants", "form-layers",
-        "place-layers", "route-tensors", "schedule-streams",
+        "place-layers", "recompute-activations", "route-tensors", "schedule-streams",
     ]  # fmt: skip
     for name, cls in passes.items():
         assert cls.name == name

@@ -19,6 +19,7 @@ import gc
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +28,18 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from cgc.compiler.memory import MemoryPlan, Planner
+from cgc.compiler.sources import Source, source_of
 from cgc.dialects import context, print_module, verify, wse
 from cgc.dialects.ir import main_function, set_module_target
 from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, DoesNotFitError
-from cgc.frontends.onnx import ImportedModel, import_model, import_onnx
+from cgc.frontends.imported import ImportedModel
+from cgc.frontends.params import ModelParams, optimizer_settings
 from cgc.machine import optimizers
-from cgc.machine.artifact import FORMAT_VERSION, Artifact
-from cgc.machine.bytecode import Opcode
-from cgc.machine.cost import program_costs
+from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
+from cgc.machine.bytecode import LayerInfo, Opcode, Program
+from cgc.machine.cost import LayerCost, program_costs
 from cgc.machine.target import Target, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
@@ -44,6 +48,7 @@ from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.place_layers import PlaceLayersPass
+from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.version import __version__
@@ -74,6 +79,24 @@ class TrainingOptions:
         """The optimizer and every one of its settings, as the artifact records them."""
         full = optimizers.settings(self.optimizer, self.chosen)
         return {"optimizer": self.optimizer, **optimizers.with_flags(full)}
+
+
+def training_options(
+    params: ModelParams | None,
+    optimizer: str | None = None,
+    trainable: Sequence[str] = (),
+    **settings: optimizers.Choice,
+) -> TrainingOptions:
+    """The training of a model: ``optimizer`` (default: a params file's, else SGD) with
+    ``settings`` (those left out or None: a params file's for its own optimizer, else
+    torch.optim's defaults)."""
+    chosen = {k: v for k, v in settings.items() if v is not None}
+    if params is not None:
+        kind, given = optimizer_settings(params)
+        if optimizer is None or optimizer == kind:
+            chosen = {**given, **chosen}
+        optimizer = optimizer or kind
+    return TrainingOptions(optimizer or "sgd", trainable, **chosen)
 
 
 def pass_spec(p: ModulePass) -> str:
@@ -135,6 +158,10 @@ class Compilation:
         self.dumps = dumps
         self.ctx = context()
         self.applied: list[str] = []
+        self.program: Program | None = None
+        """The lowered program, once lowered."""
+        self.loss: tuple[float, str | None] = (1.0, None)
+        """For training: the backward seed and the loss's batch reduction (``loss_scale``)."""
         set_module_target(self.module, target)
         # verifying a large module costs as much as a pass: after every pass only when the IR
         # is dumped for reading, otherwise once at the end (the importer checks each op)
@@ -203,13 +230,14 @@ def batch_reduction(value: SSAValue) -> str | None:
     return None
 
 
-def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str | None]:
-    """The backward seed for ``num_csx`` systems, and the loss's batch reduction (None when it
-    cannot tell, which only one system can live with)."""
+def loss_scale(imported: ImportedModel, runs: int) -> tuple[float, str | None]:
+    """The backward seed of each of ``runs`` runs of the program that make a step (systems
+    times micro-batches), and the loss's batch reduction (None when it cannot tell, which only
+    a step of one run can live with)."""
     loss = main_function(imported.module).body.block.last_op.operands[0]  # type: ignore[union-attr]
     kind = batch_reduction(loss)
     if kind is None:
-        if num_csx > 1:
+        if runs > 1:
             owner = loss.owner
             where = (
                 wse.location_name(owner) or owner.name
@@ -219,19 +247,11 @@ def loss_scale(imported: ImportedModel, num_csx: int) -> tuple[float, str | None
             raise CgcError(
                 f"cannot tell whether the loss '{imported.outputs[0].name}' (from node {where}) "
                 "averages or sums over the batch, so its gradients cannot be split across "
-                "systems; end the loss with ReduceMean, ReduceSum or SoftmaxCrossEntropyLoss, "
-                "or train with --num-csx 1"
+                "systems or micro-batches; end the loss with ReduceMean, ReduceSum or "
+                "SoftmaxCrossEntropyLoss, or train with --num-csx 1 and a batch that fits"
             )
         return 1.0, None
-    return (1.0 / num_csx if kind == "mean" else 1.0), kind
-
-
-def _import(model, per_system_batch, shapes, values) -> ImportedModel:
-    if isinstance(model, ImportedModel):
-        return model
-    if isinstance(model, onnx.ModelProto):
-        return import_model(model, per_system_batch, shapes, values=values)
-    return import_onnx(model, per_system_batch, shapes, values)
+    return (1.0 / runs if kind == "mean" else 1.0), kind
 
 
 @contextlib.contextmanager
@@ -248,124 +268,319 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+STREAMED_FOR_TRAINING = "training streams weights from MemoryX"
+
+FRONT = (DecomposePass, FoldConstantsPass, ChannelsLastPass, FoldConstantsPass, FormLayersPass)
+"""The passes every compile starts with."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a compile was asked for, resolved against the model's own defaults."""
+
+    source: Source
+    target: Target
+    num_csx: int
+    per_system_batch: int | None
+    training: TrainingOptions | None
+    micro_batch_size: int | None
+    recompute: bool | None
+
+
 @_cyclic_gc_paused()
 def compile_model(
-    model: str | os.PathLike | onnx.ModelProto | ImportedModel,
+    model: str | os.PathLike | onnx.ModelProto | ImportedModel | ModelParams,
     mode: str = "auto",
     target: str | Target = "wse2",
     batch_size: int | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
-    num_csx: int = 1,
+    num_csx: int | None = None,
     dump_ir: str | os.PathLike | None = None,
     print_ir_after_all: Callable[[str], None] | None = None,
     training: TrainingOptions | None = None,
     values: Mapping[str, np.ndarray] | None = None,
+    no_weights: bool = False,
+    micro_batch_size: int | None = None,
+    recompute: bool | None = None,
+    init_seed: int | None = None,
 ) -> Artifact:
-    """Compiles a model into an artifact. ``batch_size`` is the global batch, split evenly
-    over ``num_csx`` systems; ``print_ir_after_all`` receives the IR text after every pass;
-    ``values`` fixes graph inputs to compile-time arrays (see ``import_model``)."""
+    """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
+    ``ModelParams``) into an artifact. ``batch_size`` is the global batch, split evenly over
+    ``num_csx`` systems (both default to a params file's, else to the model's declared batch
+    and 1); ``print_ir_after_all`` receives the IR text after every pass; ``values`` fixes
+    graph inputs to compile-time arrays (see ``import_model``); ``no_weights`` declares an
+    ONNX model's float initializers without reading their data; ``micro_batch_size`` and
+    ``recompute`` fix what the weight-streaming memory plan would choose
+    (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights."""
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
-    if num_csx < 1:
-        raise CgcError(f"--num-csx {num_csx}: must be at least 1")
-    if batch_size is not None and (batch_size < 1 or batch_size % num_csx):
+    source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
+    systems = num_csx if num_csx is not None else (source.num_csx or 1)
+    if systems < 1:
+        raise CgcError(f"--num-csx {systems}: must be at least 1")
+    batch = batch_size if batch_size is not None else source.batch_size
+    if batch is not None and (batch < 1 or batch % systems):
         raise CgcError(
-            f"--batch-size {batch_size} does not split evenly over --num-csx {num_csx} systems"
+            f"--batch-size {batch} does not split evenly over --num-csx {systems} systems"
         )
     if training is not None and mode == "pipelined":
         raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
-    tgt = resolve(target)
-    per_system = None if batch_size is None else batch_size // num_csx
-    imported = _import(model, per_system, shapes, values)
-    c = Compilation(imported, tgt, IRDumps(dump_ir, print_ir_after_all))
-    scale, reduction = loss_scale(imported, num_csx) if training else (1.0, None)
-    c.run(
-        DecomposePass(),
-        FoldConstantsPass(),
-        ChannelsLastPass(),
-        FoldConstantsPass(),
-        FormLayersPass(),
+    if mode == "pipelined" and (micro_batch_size is not None or recompute is not None):
+        raise CgcError("--micro-batch-size and --recompute apply to weight-streaming mode")
+    request = Request(
+        source,
+        resolve(target),
+        systems,
+        None if batch is None else batch // systems,
+        training,
+        micro_batch_size,
+        recompute,
     )
+    dumps = IRDumps(dump_ir, print_ir_after_all)
+    if mode == "weight_streaming" or training is not None:
+        asked = "training streams weights from MemoryX" if training else "requested with --mode"
+        return StreamingCompiler().artifact(
+            request, asked.replace("--mode", f"--mode {mode}"), dumps
+        )
+    imported = source.imported(request.per_system_batch)
+    c = Compilation(imported, request.target, dumps)
+    c.run(*(p() for p in FRONT))
+    if mode == "pipelined":
+        c.run(PlaceLayersPass(), RouteTensorsPass())
+        return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
+    weights = sum(spec.nbytes for spec in imported.weight_specs.values())
+    tgt = request.target
+    if weights > tgt.sram_bytes:
+        why: str | None = (
+            f"the weights ({human_bytes(weights)}) exceed the SRAM of {tgt.name} "
+            f"({human_bytes(tgt.sram_bytes)})"
+        )
+    else:
+        why = c.try_place()
+    if why is None:
+        reason = (
+            f"the weights ({human_bytes(weights)}) and buffers fit in the SRAM of "
+            f"{tgt.name} ({human_bytes(tgt.sram_bytes)})"
+        )
+        return _artifact(c, request, "pipelined", reason, None)
+    reason = why.replace("; use --mode weight_streaming", "")
+    return StreamingCompiler().artifact(request, reason, dumps)
+
+
+def _streaming_compilation(
+    request: Request,
+    micro_batch: int | None,
+    recompute: bool,
+    blocks: int | None,
+    dumps: IRDumps,
+) -> Compilation:
+    """The weight-streaming pipeline on the model at ``micro_batch`` samples per run."""
+    imported = request.source.imported(micro_batch, blocks)
+    c = Compilation(imported, request.target, dumps)
+    training = request.training
     if training is not None:
-        c.run(AutodiffPass(training.trainable, scale), FoldConstantsPass())
-    chosen, reason = _choose_mode(c, mode, training)
+        per_system = request.per_system_batch or 1
+        runs = request.num_csx * (per_system // (micro_batch or per_system))
+        c.loss = loss_scale(imported, runs)
+    c.run(*(p() for p in FRONT))
+    if training is not None:
+        c.run(AutodiffPass(training.trainable, c.loss[0]), FoldConstantsPass())
+        if recompute:
+            c.run(RecomputeActivationsPass(segments=imported.recompute_segments or ""))
+    c.run(ScheduleStreamsPass(**(training.step_options() if training else {})))
+    return c
+
+
+def _recompute_choices(request: Request) -> tuple[bool, ...]:
+    """Whether the plan may, must or must not recompute activations."""
+    segmented = request.training is not None and request.source.segmented
+    if request.recompute and not segmented:
+        raise CgcError(
+            "--recompute: the model has no segments to recompute (training of a params-file "
+            "model has: its transformer blocks)"
+        )
+    if request.recompute is not None:
+        return (request.recompute,)
+    return (False, True) if segmented else (False,)
+
+
+class StreamingCompiler:
+    """Compiles one model for weight streaming: plans how it fits the wafer
+    (``cgc.compiler.memory``) and compiles it by the plan, remembering every program it
+    builds by micro-batch, recomputing or not, and blocks.
+
+    A compiler ``shared`` between requests (a scaling study of one model on several cluster
+    sizes) builds each program once for all of them: the programs of two cluster sizes differ
+    only in the value of the backward pass's seed (``loss_scale``), which changes no timing;
+    the artifacts it makes are for timing-only runs.
+    """
+
+    def __init__(self, shared: bool = False):
+        self.shared = shared
+        self.compiled: dict[tuple[object, ...], Compilation] = {}
+
+    def build(
+        self, request: Request, micro_batch: int | None, recompute: bool, blocks: int | None
+    ) -> Compilation:
+        """The compilation of the model at ``micro_batch`` samples per run (cached)."""
+        key: tuple[object, ...] = (micro_batch, recompute, blocks)
+        if not self.shared:
+            key += (request.num_csx, request.per_system_batch)
+        if key not in self.compiled:
+            c = _streaming_compilation(request, micro_batch, recompute, blocks, IRDumps(None, None))
+            c.program = lower(c.module, request.target.whole)
+            self.compiled[key] = c
+        return self.compiled[key]
+
+    def planner(self, request: Request) -> Planner:
+        """The memory planner of ``request``, building through this compiler."""
+
+        def program(micro_batch: int | None, recompute: bool, blocks: int | None) -> Program:
+            built = self.build(request, micro_batch, recompute, blocks).program
+            assert built is not None
+            return built
+
+        batch = request.per_system_batch
+        choices = _recompute_choices(request)
+        if batch is None or not request.source.rebatchable:
+            fixed = batch or 1
+            return Planner(
+                lambda _m, r, b: program(batch, r, b), request.target, fixed, None, choices, fixed
+            )
+        return Planner(
+            program,
+            request.target,
+            batch,
+            request.source.blocks,
+            choices,
+            request.micro_batch_size,
+        )
+
+    def artifact(self, request: Request, reason: str, dumps: IRDumps | None = None) -> Artifact:
+        """The artifact of ``request`` by its memory plan."""
+        plan, _ = self.planner(request).plan()
+        batch = request.per_system_batch
+        micro_batch = (
+            plan.micro_batch if batch is not None and request.source.rebatchable else batch
+        )
+        final = self.build(request, micro_batch, plan.recompute, None)
+        if dumps is not None and dumps.active:  # again, with the IR written after every pass
+            dumps.count = 0  # an auto-mode trial of placement may have dumped before
+            final = _streaming_compilation(request, micro_batch, plan.recompute, None, dumps)
+            final.program = lower(final.module, request.target.whole)
+        return _artifact(final, request, "weight_streaming", reason, plan)
+
+
+def _artifact(
+    c: Compilation, request: Request, mode: str, reason: str, plan: MemoryPlan | None
+) -> Artifact:
+    """The artifact of a finished compilation."""
     c.verify()
-    program = lower(c.module, tgt.whole)
+    tgt = request.target
+    program = c.program if c.program is not None else lower(c.module, tgt.whole)
+    imported = c.imported
     costs = program_costs(program, tgt)
-    manifest = {
+    manifest: dict = {
         "format_version": FORMAT_VERSION,
         "cgc_version": __version__,
         "source": Path(imported.source).name,
-        "mode": chosen,
-        "mode_reason": reason,
+        "mode": mode,
+        "mode_reason": "; ".join([reason, *([plan.reason] if plan and plan.reason else [])]),
         "target": tgt.to_json(),
-        "num_csx": num_csx,
+        "num_csx": request.num_csx,
         "per_system_batch": _per_system_batch(imported),
+        "micro_batches": plan.micro_batches if plan is not None else 1,
+        "memory_plan": plan.to_json() if plan is not None else None,
+        "tokens_per_sample": imported.tokens_per_sample,
         "inputs": [dataclasses.asdict(s) for s in imported.inputs],
         "outputs": [dataclasses.asdict(s) for s in imported.outputs],
         "pipeline": ",".join(c.applied),
         "layers": [
-            {
-                "name": cost.name,
-                "rect": list(cost.rect),
-                "weights": list(info.weights),
-                "weight_bytes": cost.weight_bytes,
-                "cycles": cost.cycles,
-                "compute_cycles": cost.compute_cycles,
-                "movement_cycles": cost.movement_cycles,
-                "arrival_cycles": cost.arrival_cycles,
-                "link_wavelets": cost.link_wavelets,
-                "flops": cost.flops,
-                "sram_bytes_per_pe": cost.sram_bytes_per_pe,
-                "stream_in_bytes": cost.stream_in_bytes,
-                "stream_out_bytes": cost.stream_out_bytes,
-                "host_bytes": cost.host_bytes,
-                "activation_in_bytes": cost.activation_in_bytes,
-                "activation_out_bytes": cost.activation_out_bytes,
-            }
-            for cost, info in zip(costs, program.layers, strict=True)
+            _layer_entry(cost, info) for cost, info in zip(costs, program.layers, strict=True)
         ],
         "training": None,
     }
-    if training is not None:
-        trained = sorted(
-            {i.attrs["name"] for i in program.instructions if i.opcode == Opcode.STREAM_GRADIENT}
+    if request.training is not None:
+        scale, reduction = c.loss
+        manifest["training"] = _training_entry(
+            imported, program, request.training, scale, reduction
         )
-        manifest["training"] = {
-            "loss": imported.outputs[0].name,
-            "loss_scale": scale,
-            "batch_reduction": reduction,
-            "optimizer": training.manifest(),
-            "trainable": trained,
-            "initializers": list(imported.initializers),
-        }
     used = {name for layer in program.layers for name in layer.weights}
     weights = {k: v for k, v in imported.weights.items() if k in used}
+    declared = {k: v.to_json() for k, v in sorted(imported.declared.items()) if k in used}
+    if declared:
+        manifest[DECLARED] = declared
+    _check_memoryx(imported, manifest, tgt)
     # the manifest a loaded artifact has: plain JSON values (lists, not tuples)
     manifest = json.loads(json.dumps(manifest))
-    return Artifact(manifest, program, print_module(c.module), weights)
+    module = c.module
+    return Artifact(manifest, program, lambda: print_module(module), weights)
 
 
-def _choose_mode(c: Compilation, mode: str, training: TrainingOptions | None):
-    tgt = c.target
-    if mode == "pipelined":
-        c.run(PlaceLayersPass(), RouteTensorsPass())
-        return "pipelined", "requested with --mode pipelined"
-    if mode == "auto" and training is None:
-        why_not = c.try_place()
-        if why_not is None:
-            weights = sum(v.nbytes for v in c.imported.weights.values())
-            return "pipelined", (
-                f"the weights ({human_bytes(weights)}) and buffers fit in the SRAM of "
-                f"{tgt.name} ({human_bytes(tgt.sram_bytes)})"
-            )
-        reason = why_not.replace("; use --mode weight_streaming", "")
-    elif training is not None:
-        reason = "training streams weights from MemoryX"
+def _layer_entry(cost: LayerCost, info: LayerInfo) -> dict:
+    return {
+        "name": cost.name,
+        "rect": list(cost.rect),
+        "weights": list(info.weights),
+        "weight_bytes": cost.weight_bytes,
+        "cycles": cost.cycles,
+        "compute_cycles": cost.compute_cycles,
+        "movement_cycles": cost.movement_cycles,
+        "arrival_cycles": cost.arrival_cycles,
+        "link_wavelets": cost.link_wavelets,
+        "flops": cost.flops,
+        "sram_bytes_per_pe": cost.sram_bytes_per_pe,
+        "stream_in_bytes": cost.stream_in_bytes,
+        "stream_out_bytes": cost.stream_out_bytes,
+        "host_bytes": cost.host_bytes,
+        "activation_in_bytes": cost.activation_in_bytes,
+        "activation_out_bytes": cost.activation_out_bytes,
+    }
+
+
+def _training_entry(
+    imported: ImportedModel,
+    program: Program,
+    training: TrainingOptions,
+    scale: float,
+    reduction: str | None,
+) -> dict:
+    trained = sorted(
+        {i.attrs["name"] for i in program.instructions if i.opcode == Opcode.STREAM_GRADIENT}
+    )
+    return {
+        "loss": imported.outputs[0].name,
+        "loss_scale": scale,
+        "batch_reduction": reduction,
+        "optimizer": training.manifest(),
+        "trainable": trained,
+        "initializers": list(imported.initializers),
+    }
+
+
+def _check_memoryx(imported: ImportedModel, manifest: dict, target: Target) -> None:
+    """A model whose weights, gradients and optimizer state exceed MemoryX is an error
+    naming the bytes and the largest weight."""
+    specs = imported.weight_specs
+    training = manifest["training"]
+    stored = {name: spec.nbytes for name, spec in specs.items()}
+    if training is None:
+        need = optimizers.footprint(stored, [], None, {})
     else:
-        reason = "requested with --mode weight_streaming"
-    c.run(ScheduleStreamsPass(**(training.step_options() if training else {})))
-    return "weight_streaming", reason
+        optimizer = training["optimizer"]
+        config = {k: v for k, v in optimizer.items() if k != "optimizer"}
+        need = optimizers.footprint(stored, training["trainable"], optimizer["optimizer"], config)
+    capacity = target.memoryx_capacity_bytes
+    if need.total <= capacity:
+        return
+    largest = max(specs, key=lambda name: specs[name].nbytes)
+    raise CgcError(
+        f"{imported.source} does not fit MemoryX: it needs {human_bytes(need.total)} "
+        f"(weights {human_bytes(need.weights)}, gradients {human_bytes(need.gradients)}, "
+        f"optimizer state {human_bytes(need.optimizer_state)}), {target.name}'s MemoryX holds "
+        f"{human_bytes(capacity)} (memoryx_capacity_bytes); the largest weight is '{largest}' "
+        f"({human_bytes(specs[largest].nbytes)})"
+    )
 
 
 def _per_system_batch(imported: ImportedModel) -> int | None:

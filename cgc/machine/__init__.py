@@ -21,9 +21,19 @@ The public questions::
     cost = layer_cost(program, index, rect, get_target("wse2"))
     cost.cycles, cost.compute_cycles, cost.movement_cycles, cost.arrival_cycles
     cost.sram_bytes_per_pe, cost.link_wavelets
+    program_peak(program, get_target("wse2")).bytes_per_pe   # the whole program's SRAM
 """
 
-from cgc.machine.cost import LayerCost, LayerCosts, layer_cost, program_costs
+from cgc.machine.cost import LayerCost, LayerCosts, Peak, layer_cost, program_costs, program_peak
 from cgc.machine.target import Target, get_target
 
-__all__ = ["LayerCost", "LayerCosts", "Target", "get_target", "layer_cost", "program_costs"]
+__all__ = [
+    "LayerCost",
+    "LayerCosts",
+    "Peak",
+    "Target",
+    "get_target",
+    "layer_cost",
+    "program_costs",
+    "program_peak",
+]

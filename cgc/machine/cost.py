@@ -506,3 +506,27 @@ def program_costs(program: Program, target: Target) -> list[LayerCost]:
     """Every layer of ``program`` on the rectangle it was given."""
     costs = LayerCosts(target)
     return [costs(program, i, layer.rect) for i, layer in enumerate(program.layers)]
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The most SRAM a PE holds over a program's runs, and where."""
+
+    bytes_per_pe: int
+    layer: str
+    """The layer that was running when a PE first held that much."""
+
+
+def program_peak(program: Program, target: Target, deliver: bool = False) -> Peak:
+    """The peak SRAM per PE of ``program`` run twice on one system (the second run finds the
+    first's weights and constants pinned, as every later run does), without stopping at the
+    target's limit; ``deliver`` as for a pipelined run (see ``Timing``)."""
+    sram = Sram(target, strict=False)
+    peak = Peak(0, "")
+    for _ in range(2):
+        timing = Timing(program, target, sram, deliver)
+        for ins in program.instructions:
+            timing.step(ins)
+            if sram.peak > peak.bytes_per_pe:
+                peak = Peak(sram.peak, timing.record.name)
+    return peak

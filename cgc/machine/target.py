@@ -13,10 +13,11 @@ The named targets carry the published numbers (``reference/wse-hardware.md``):
   CS-2's. Cerebras does not publish its clock; cgc assumes the CS-2's 850 MHz.
 * ``meshRxC`` (e.g. ``mesh8x8``): R rows and C columns of WSE-2 PEs, for tests and studies.
 
-MemoryX and SwarmX performance is not published. cgc assumes MemoryX streams at the system's
-I/O rate ("can match or exceed the I/O bandwidth of a CS-2"), SwarmX links carry a system's
-12 x 100 GbE (150 GB/s) with a fan-out of 4 and 1 us per hop, and MemoryX updates 20 billion
-parameters per second.
+The SwarmX model is the published one: a tree of 1:4 broadcast-reduce nodes between MemoryX
+and the systems, summing gradients at line rate, each system fed at its 1.2 Tb/s (12 x 100 GbE,
+150 GB/s). MemoryX and SwarmX performance is otherwise not published; ``ASSUMED`` lists every
+figure that is an assumption, and ``--set FIGURE=VALUE`` (``with_figures``) changes any figure
+for a what-if study.
 
 Per-element costs of the vector ops are modelling choices, not published numbers: a PE does one
 simple float op per element per SIMD lane per cycle and spends ``TRANSCENDENTAL_CYCLES`` on an
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -138,6 +140,32 @@ def checked(target: Target) -> Target:
             "needs at least 2 children"
         )
     return Target.from_json({"name": target.name, **values})
+
+
+ASSUMED: dict[str, str] = {
+    "clock_hz": "the SDK's 850 MHz; the shipping clock is not published (design maximum 1.1 GHz)",
+    "memoryx_bytes_per_s": "MemoryX streams at a system's I/O rate (it 'can match or exceed' it)",
+    "memoryx_update_params_per_s": "MemoryX's optimizer updates 20 billion parameters a second",
+    "swarmx_hop_seconds": "a SwarmX node adds 1 us to a stream",
+}
+"""The figures of the named targets that are not published, and what cgc assumes of them."""
+
+
+def with_figures(target: Target, assignments: Sequence[str]) -> Target:
+    """``target`` with figures changed by ``FIGURE=VALUE`` assignments (``--set``), checked."""
+    given: dict[str, int | float] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or key not in FIGURES:
+            known = ", ".join(FIGURES)
+            raise CgcError(f"--set {assignment}: expected FIGURE=VALUE, FIGURE one of {known}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise CgcError(f"--set {assignment}: {text!r} is not a number") from None
+        given[key] = int(value) if key in _INTEGRAL and value.is_integer() else value
+    return checked(Target.from_json({**target.to_json(), **given}))
 
 
 def target_from_figures(name: str, given: dict[str, int | float]) -> Target:

@@ -13,6 +13,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     from cgc.passes.fold_constants import FoldConstantsPass
     from cgc.passes.form_layers import FormLayersPass
     from cgc.passes.place_layers import PlaceLayersPass
+    from cgc.passes.recompute_activations import RecomputeActivationsPass
     from cgc.passes.route_tensors import RouteTensorsPass
     from cgc.passes.schedule_streams import ScheduleStreamsPass
 
@@ -22,6 +23,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
         ChannelsLastPass,
         FormLayersPass,
         AutodiffPass,
+        RecomputeActivationsPass,
         PlaceLayersPass,
         RouteTensorsPass,
         ScheduleStreamsPass,

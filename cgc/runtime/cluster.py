@@ -26,16 +26,16 @@ from typing import Any
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine import dtypes
+from cgc.machine import dtypes, streaming
 from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Opcode
 from cgc.machine.cost import LayerRecord, Sram
 from cgc.machine.optimizers import Footprint
+from cgc.machine.streaming import Span
 from cgc.machine.target import Target
-from cgc.runtime import pipeline, streaming
+from cgc.runtime import pipeline
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
-from cgc.runtime.trace import Span
 from cgc.runtime.vm import Executor, System
 
 RECOMPUTED = ".recompute"

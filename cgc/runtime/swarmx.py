@@ -12,37 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cgc.machine.target import Target
+from cgc.machine.streaming import Tree
 
 
-def tree_depth(systems: int, fanout: int) -> int:
-    """Levels of reduce nodes between MemoryX and ``systems`` leaves."""
-    depth, reach = 0, 1
-    while reach < systems:
-        reach *= fanout
-        depth += 1
-    return depth
-
-
-class SwarmX:
-    """The tree for one cluster of ``systems`` systems."""
-
-    def __init__(self, systems: int, target: Target):
-        self.systems = systems
-        self.fanout = target.swarmx_fanout
-        self.target = target
-        self.depth = tree_depth(systems, self.fanout)
-
-    def link_seconds(self, nbytes: float) -> float:
-        """How long ``nbytes`` occupy the path between MemoryX and a system: the stream runs at
-        the slowest of MemoryX, the tree links and the system's ingress."""
-        t = self.target
-        return nbytes / min(t.memoryx_bytes_per_s, t.swarmx_link_bytes_per_s, t.io_bytes_per_s)
-
-    @property
-    def latency_seconds(self) -> float:
-        """Time of flight through every level of the tree."""
-        return (self.depth + 1) * self.target.swarmx_hop_seconds
+class SwarmX(Tree):
+    """The tree for one cluster of ``systems`` systems, and its sums."""
 
     def reduce(self, streams: Sequence[np.ndarray]) -> np.ndarray:
         """Sums one gradient stream per system through the tree, in a fixed order."""

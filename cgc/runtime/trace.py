@@ -9,17 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Span:
-    """One interval on a timeline track, in seconds."""
-
-    track: str
-    name: str
-    start: float
-    end: float
+from cgc.machine.streaming import Span
 
 
 def chrome_trace(spans: Sequence[Span]) -> dict:

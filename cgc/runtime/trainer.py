@@ -23,9 +23,9 @@ from cgc.errors import CgcError
 from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.files import write_atomically
 from cgc.machine.optimizers import Schedule
+from cgc.machine.streaming import Span
 from cgc.runtime import checkpoint
 from cgc.runtime.cluster import Cluster
-from cgc.runtime.trace import Span
 
 
 @dataclass

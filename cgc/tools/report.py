@@ -6,11 +6,15 @@ per-system batch, stored in the manifest.
 
 from __future__ import annotations
 
+import re
+
 from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Route
 from cgc.machine.target import Target
 from cgc.machine.units import human_bytes
 from cgc.runtime import pipeline
+from cgc.runtime.cluster import RunStats
+from cgc.runtime.simulation import Simulation
 from cgc.runtime.swarmx import SwarmX
 
 
@@ -184,4 +188,78 @@ def summary_text(artifact: Artifact) -> str:
             f"training: loss '{tr['loss']}' ({reduction} over the batch), "
             f"{tr['optimizer']}, trains {', '.join(tr['trainable'])}"
         )
+    return "\n".join(lines) + "\n"
+
+
+BLOCK_INDEX = re.compile(r"\.\d+\.")
+"""The index of a repeated block in a layer name (``h.3.attn.q_proj``)."""
+PARTS = (
+    ("compute_seconds", "compute"),
+    ("weight_stream_seconds", "weights"),
+    ("gradient_stream_seconds", "gradients"),
+    ("swarmx_seconds", "SwarmX"),
+    ("memoryx_update_seconds", "update"),
+)
+
+
+def layer_groups(stats: RunStats, every_layer: bool) -> list[dict]:
+    """The weight-streaming per-layer figures of one step (the layers' runs times the
+    micro-batches, MemoryX's update once), the layers of repeated blocks added up under one
+    name (``h.*.attn.q_proj``) unless ``every_layer``."""
+    groups: dict[str, dict] = {}
+    for layer in stats.layers:
+        if "compute_seconds" not in layer:
+            continue
+        key = layer["name"] if every_layer else BLOCK_INDEX.sub(".*.", layer["name"])
+        group = groups.setdefault(key, {"name": key, "count": 0, **{k: 0.0 for k, _ in PARTS}})
+        group["count"] += 1
+        for part, _ in PARTS:
+            runs = 1 if part == "memoryx_update_seconds" else stats.micro_batches
+            group[part] += runs * layer[part]
+    for group in groups.values():
+        parts = {label: group[part] for part, label in PARTS[:3]}
+        group["bound"] = max(parts, key=parts.__getitem__)
+    return list(groups.values())
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.3f} ms" if value < 1 else f"{value:.3f} s"
+
+
+def simulation_text(sim: Simulation, every_layer: bool = False) -> str:
+    """What a timing-only simulation found, for people: the step, the per-layer table, the
+    memory, and the assumptions it rests on."""
+    stats = sim.stats
+    what, whats = ("training step", "training steps") if sim.training else ("batch", "batches")
+    lines = [
+        f"{sim.steps} {what if sim.steps == 1 else whats} of {stats.batch_size} samples on "
+        f"{stats.num_csx} x {stats.target} ({stats.mode}), timing only",
+        f"per {what}: {_seconds(stats.simulated_seconds)}, "
+        f"{stats.samples_per_second:.4g} samples/s"
+        + (f", {stats.tokens_per_second:.4g} tokens/s" if stats.tokens_per_second else "")
+        + f", MFU {stats.mfu:.1%} of {stats.peak_flops_per_second / 1e15:.3g} PFLOP/s",
+        f"micro-batches: {stats.micro_batches} of {stats.per_system_batch} per system; "
+        f"bound: {stats.bound or 'the pipeline'}",
+        f"peak SRAM per PE: {human_bytes(stats.peak_pe_sram_bytes)}",
+    ]
+    if stats.memoryx is not None:
+        mx = stats.memoryx
+        lines.append(
+            f"MemoryX: {human_bytes(mx.total)} of {human_bytes(stats.memoryx_capacity_bytes)} "
+            f"(weights {human_bytes(mx.weights)}, gradients {human_bytes(mx.gradients)}, "
+            f"optimizer state {human_bytes(mx.optimizer_state)})"
+        )
+    if sim.steps > 1:
+        lines.append(f"all {sim.steps} {whats}: {_seconds(sim.seconds)}")
+    groups = layer_groups(stats, every_layer)
+    if groups:
+        width = max(len(g["name"]) for g in groups)
+        header = "  ".join(f"{label:>10}" for _, label in PARTS)
+        lines.append(f"per {what}, by layer:")
+        lines.append(f"  {'layer':<{width}}  {'count':>5}  {header}  bound")
+        for g in groups:
+            figures = "  ".join(f"{_seconds(g[part]):>10}" for part, _ in PARTS)
+            lines.append(f"  {g['name']:<{width}}  {g['count']:>5}  {figures}  {g['bound']}")
+    assumed = ", ".join(f"{name} = {value:g}" for name, value in sim.assumed.items())
+    lines.append(f"assumed (not published): {assumed}")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects.builtin import Float16Type, Float32Type, Float64Type
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Float64Type
 from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import wse
@@ -30,7 +30,9 @@ Rule = Callable[..., Grads]
 
 def is_float(value: SSAValue) -> bool:
     """Whether gradients flow through ``value``."""
-    return isinstance(wse.element_type(value), Float16Type | Float32Type | Float64Type)
+    return isinstance(
+        wse.element_type(value), BFloat16Type | Float16Type | Float32Type | Float64Type
+    )
 
 
 def unbroadcast(emit: Emitter, g: SSAValue, shape: tuple[int, ...]) -> SSAValue:

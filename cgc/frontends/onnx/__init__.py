@@ -7,6 +7,7 @@ node, ``builders`` the small helpers the op importers share (building IR, readin
 and compile-time inputs); each family module registers the importers of its ONNX ops.
 """
 
+from cgc.frontends.imported import ImportedModel, TensorSpec
 from cgc.frontends.onnx import (  # noqa: F401  (each module registers its importers)
     activations,
     attention,
@@ -30,7 +31,6 @@ from cgc.frontends.onnx import (  # noqa: F401  (each module registers its impor
     slicing,
 )
 from cgc.frontends.onnx.importer import OPS, import_model, import_onnx
-from cgc.frontends.onnx.model import ImportedModel, TensorSpec
 
 SUPPORTED_OPS = tuple(sorted(OPS))
 """Every ONNX op type the frontend imports."""

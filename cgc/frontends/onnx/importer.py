@@ -40,9 +40,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import NeedsInputValuesError
+from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx.model import (
     SUPPORTED_DTYPES,
-    ImportedModel,
     ModelInterface,
     load_model,
     short_reason,
@@ -56,6 +56,7 @@ from cgc.frontends.onnx.nodes import (
     attribute_value,
 )
 from cgc.machine import dtypes, reference
+from cgc.machine.artifact import WeightSpec
 from cgc.machine.bytecode import PRIMITIVES
 
 INLINE_LIMIT = 64
@@ -67,11 +68,13 @@ def import_onnx(
     batch_size: int | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
     values: Mapping[str, np.ndarray] | None = None,
+    no_weights: bool = False,
 ) -> ImportedModel:
-    """Reads an ``.onnx`` file (with its external data) and imports it."""
+    """Reads an ``.onnx`` file (with its external data: with ``no_weights``, without that of
+    the float initializers, which may be absent) and imports it."""
     source = os.path.basename(os.fspath(path))
-    model = load_model(Path(path), source)
-    return import_model(model, batch_size, shapes, source, values)
+    model = load_model(Path(path), source, no_weights)
+    return import_model(model, batch_size, shapes, source, values, no_weights)
 
 
 def import_model(
@@ -80,6 +83,7 @@ def import_model(
     shapes: Mapping[str, Sequence[int]] | None = None,
     source: str = "<model>",
     values: Mapping[str, np.ndarray] | None = None,
+    no_weights: bool = False,
 ) -> ImportedModel:
     """Imports an in-memory ONNX model.
 
@@ -87,8 +91,12 @@ def import_model(
     by input name and wins over the declared ones; ``values`` fixes graph inputs to arrays
     known at compile time, as if they were initializers (for inputs that decide shapes, such
     as a Reshape's target shape fed at run time): they leave the compiled model's inputs.
+    With ``no_weights`` the float initializers are declared by shape and type, without their
+    data (``ImportedModel.declared``).
     """
-    return Importer(model, source, batch_size, dict(shapes or {}), dict(values or {})).run()
+    return Importer(
+        model, source, batch_size, dict(shapes or {}), dict(values or {}), no_weights
+    ).run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,6 +129,7 @@ class Importer(ModelInterface):
         batch_size: int | None,
         shapes: dict[str, Sequence[int]],
         values: dict[str, np.ndarray] | None = None,
+        no_weights: bool = False,
     ):
         self.model = model
         self.graph = model.graph
@@ -133,6 +142,8 @@ class Importer(ModelInterface):
         self.input_names: list[str] = []
         """The graph inputs fed at run time, in the order of the function's arguments."""
         self.weights: dict[str, np.ndarray] = {}
+        self.declared: dict[str, WeightSpec] = {}
+        self.no_weights = no_weights
         self.used_initializers: set[str] = set()
         self.used = {name for node in self.graph.node for name in node.input if name}
         self.used |= {vi.name for vi in self.graph.output}
@@ -178,6 +189,7 @@ class Importer(ModelInterface):
             initializers=[n for n in initializer_names if n in self.used_initializers],
             opset=self.opset,
             source=self.source,
+            declared=self.declared,
         )
 
     def _check_ops(self) -> None:
@@ -252,6 +264,11 @@ class Importer(ModelInterface):
         Constant node, or anything computed from those (shape arithmetic folds away)."""
         entry = self.entry(node, index)
         if isinstance(entry, Lazy):
+            if entry.declared:
+                raise NodeError(
+                    f"input '{self._label(node, index)}' must be known at compile time, but "
+                    f"initializer '{entry.name}' was read without its data (--no-weights)"
+                )
             return entry.array
         if entry in self.known:
             return self.known[entry]
@@ -290,7 +307,7 @@ class Importer(ModelInterface):
         """The compile-time array of an input, if it has one."""
         entry = self.entry(node, index)
         if isinstance(entry, Lazy):
-            return entry.array
+            return None if entry.declared else entry.array
         return self.known.get(entry)
 
     def optional_static(self, node: Node, index: int) -> np.ndarray | None:
@@ -312,7 +329,10 @@ class Importer(ModelInterface):
             )
         if lazy.initializer and dtypes.is_float(array.dtype):
             # float initializers are the parameters; integer ones (shapes, indices) are data
-            self.weights[lazy.name] = array
+            if lazy.declared:
+                self.declared[lazy.name] = WeightSpec.of(array)
+            else:
+                self.weights[lazy.name] = array
             self.used_initializers.add(lazy.name)
             ty = TensorType(wse.element_of_numpy(array.dtype), array.shape)
             return self.emit(wse.WeightOp(lazy.name, ty))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +21,14 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from onnx.external_data_helper import (
     ExternalDataInfo,
-    load_external_data_for_model,
+    load_external_data_for_tensor,
     uses_external_data,
 )
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
+from cgc.frontends.imported import TensorSpec
 from cgc.frontends.onnx.nodes import Entry, Lazy, bad_attr
 from cgc.machine import dtypes
 
@@ -77,43 +76,14 @@ def dtype_attribute(name: str, code: int, allowed: Sequence[str] | None = None) 
     return dtypes.dtype(dtype)
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """A graph input or output: its name, static shape and numpy dtype name."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    batch_axis: int | None
-    """0 when axis 0 is the batch dimension bound by ``batch_size``, else None."""
-
-
-@dataclass
-class ImportedModel:
-    """The result of an import: the IR, its side store of weights, and the graph's interface."""
-
-    module: ModuleOp
-    """A ``builtin.module`` holding one ``func.func @main``."""
-    weights: dict[str, np.ndarray]
-    """The side store: the initializers used as tensors and the large constants, by name."""
-    inputs: list[TensorSpec]
-    """The graph inputs that are not initializers, in graph order."""
-    outputs: list[TensorSpec]
-    """The graph outputs, in order."""
-    initializers: list[str]
-    """The initializers that became ``wse.weight`` ops (the trainable candidates), graph order."""
-    opset: int
-    """The default-domain opset of the model."""
-    source: str
-    """The file name, or ``"<model>"``."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
 
 
-def load_model(path: Path, source: str) -> onnx.ModelProto:
+def load_model(path: Path, source: str, no_weights: bool = False) -> onnx.ModelProto:
+    """Reads an ONNX file and the external data of its tensors; with ``no_weights``, not the
+    external data of its float initializers (the weights), which may then be absent."""
     if not path.is_file():
         raise CgcError(f"{source}: no such file")
     try:
@@ -123,18 +93,39 @@ def load_model(path: Path, source: str) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise CgcError(f"{source}: not a valid ONNX model (no graph)")
     base = path.parent
-    for tensor in _stored_tensors(model):
-        if uses_external_data(tensor):
-            location = ExternalDataInfo(tensor).location
-            if not (base / location).is_file():
-                raise CgcError(f"{source}: external data file '{location}' is missing")
+    needed = [
+        tensor
+        for tensor in _stored_tensors(model)
+        if uses_external_data(tensor) and not (no_weights and _is_weight(tensor))
+    ]
+    for tensor in needed:
+        location = ExternalDataInfo(tensor).location
+        if not (base / location).is_file():
+            hint = " (--no-weights compiles the graph without them)" if _is_weight(tensor) else ""
+            raise CgcError(
+                f"{source}: external data file '{location}' of tensor '{tensor.name}' is "
+                f"missing{hint}"
+            )
     try:
-        load_external_data_for_model(model, os.fspath(base))
+        for tensor in needed:
+            load_external_data_for_tensor(tensor, os.fspath(base))
     except Exception as e:
         raise CgcError(
             f"{source}: not a valid ONNX model (external data: {short_reason(e)})"
         ) from None
     return model
+
+
+def _is_weight(tensor: TensorProto) -> bool:
+    """Whether an initializer holds floats: a parameter, not data such as a shape."""
+    name = ONNX_DTYPES.get(tensor.data_type)
+    return name is not None and dtypes.is_float(name)
+
+
+def declared_array(tensor: TensorProto) -> np.ndarray:
+    """A stand-in of ``tensor``'s shape and type that takes no memory (its values unknown)."""
+    dtype = dtypes.dtype(ONNX_DTYPES[tensor.data_type])
+    return np.broadcast_to(np.zeros((), dtype), tuple(tensor.dims))
 
 
 def _stored_tensors(model: onnx.ModelProto) -> list[TensorProto]:
@@ -171,6 +162,7 @@ class ModelInterface:
     shapes: dict[str, Sequence[int]]
     values: dict[str, np.ndarray]
     env: dict[str, Entry]
+    no_weights: bool
 
     def error(self, message: str) -> CgcError:
         return CgcError(f"{self.source}: {message}")
@@ -203,13 +195,17 @@ class ModelInterface:
             )
         names = []
         for tensor in self.graph.initializer:
+            names.append(tensor.name)
+            if self.no_weights and _is_weight(tensor):
+                lazy = Lazy(declared_array(tensor), tensor.name, True, declared=True)
+                self.env[tensor.name] = lazy
+                continue
             if uses_external_data(tensor):
                 raise self.error(
                     f"initializer '{tensor.name}' keeps its data in an external file; "
                     "import the model from its file"
                 )
             self.env[tensor.name] = Lazy(numpy_helper.to_array(tensor), tensor.name, True)
-            names.append(tensor.name)
         return names
 
     def _bind_values(self, initializer_names: set[str]) -> None:

@@ -87,6 +87,9 @@ class Lazy:
     initializer: bool
     loc: NameLoc | None = None
     value: SSAValue | None = None
+    declared: bool = False
+    """An initializer read without its data (``no_weights``): ``array`` has its shape and
+    type only (a broadcast zero, no memory), and its values are unknown."""
 
 
 Entry = SSAValue | Lazy

@@ -1,5 +1,10 @@
-"""The weight-streaming mode's timing: one system's layers, their weight and gradient streams,
-and MemoryX's update at the end of a training step.
+"""The weight-streaming mode's timing: one system's layers, their weight and gradient streams
+through the SwarmX tree, and MemoryX's update at the end of a training step.
+
+The SwarmX tree (``Tree``): nodes of ``swarmx_fanout`` children between MemoryX and the K
+systems, depth ``ceil(log_fanout K)``; a stream runs at the slowest rate on its path (MemoryX's,
+a tree link's, the system's I/O), weights broadcast down and gradients summed up at line rate,
+and arrives ``depth + 1`` hops after it leaves.
 
 Layers run one after another on the whole wafer. MemoryX sends a layer's weights down the
 SwarmX tree while the layer before it computes (one layer of look-ahead buffer: a layer's
@@ -21,11 +26,50 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cgc.machine.target import Target
-from cgc.runtime.swarmx import SwarmX
-from cgc.runtime.trace import Span
 
 BOUNDS = ("compute", "weight stream", "gradient stream", "SwarmX", "MemoryX")
 """What can bound a layer or a step."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """One interval on a timeline track, in seconds."""
+
+    track: str
+    name: str
+    start: float
+    end: float
+
+
+def tree_depth(systems: int, fanout: int) -> int:
+    """Levels of broadcast-reduce nodes between MemoryX and ``systems`` leaves."""
+    depth, reach = 0, 1
+    while reach < systems:
+        reach *= fanout
+        depth += 1
+    return depth
+
+
+class Tree:
+    """The SwarmX tree between MemoryX and ``systems`` systems of ``target``: what a stream
+    through it costs."""
+
+    def __init__(self, systems: int, target: Target):
+        self.systems = systems
+        self.fanout = target.swarmx_fanout
+        self.target = target
+        self.depth = tree_depth(systems, self.fanout)
+
+    def link_seconds(self, nbytes: float) -> float:
+        """How long ``nbytes`` occupy the path between MemoryX and a system: the stream runs at
+        the slowest of MemoryX, the tree links and the system's ingress."""
+        t = self.target
+        return nbytes / min(t.memoryx_bytes_per_s, t.swarmx_link_bytes_per_s, t.io_bytes_per_s)
+
+    @property
+    def latency_seconds(self) -> float:
+        """Time of flight through every level of the tree."""
+        return (self.depth + 1) * self.target.swarmx_hop_seconds
 
 
 @dataclass(frozen=True)
@@ -121,7 +165,7 @@ class _Clock:
 def simulate(
     layers: Sequence[Layer],
     target: Target,
-    swarmx: SwarmX,
+    swarmx: Tree,
     runs: int,
     training: bool,
     track: str,
@@ -149,7 +193,7 @@ def simulate(
 def _layer(
     layer: Layer,
     target: Target,
-    swarmx: SwarmX,
+    swarmx: Tree,
     clock: _Clock,
     spans: list[Span],
     track: str,

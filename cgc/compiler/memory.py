@@ -1,0 +1,246 @@
+"""The weight-streaming memory plan: how a model's activations fit in the wafer's SRAM.
+
+In weight-streaming mode a system keeps on the wafer every activation of its batch that a
+later layer still needs (for training, those the backward pass reads), plus the working set
+of the layer running. When that exceeds the SRAM the compiler does what a real weight-streaming
+compiler does instead of refusing the model:
+
+* it splits the per-system batch into micro-batches, each a run of the program with its weights
+  streamed again and its gradients summed in MemoryX (gradient accumulation);
+* for a model built of segments (transformer blocks) it may compute each segment's activations
+  again for its backward pass (``recompute-activations``), keeping only what crosses the
+  segments: the extra forward pass and weight stream buy a far larger micro-batch.
+
+The plan takes the largest micro-batch that fits (a divisor of the per-system batch) for each
+choice about recomputing, and of those the one whose step the machine's timing engine finds
+fastest. For a model of repeated blocks the search measures small copies of it (one and two
+blocks, micro-batches of one and two samples) and extrapolates, which is exact for the SRAM of
+identical blocks and close for the time; the chosen plan is then compiled whole and checked
+exactly, taking a smaller micro-batch while it does not fit. What does not fit even one sample
+at a time is an error naming the layer and the bytes a PE would need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cgc.errors import CgcError
+from cgc.machine import streaming
+from cgc.machine.bytecode import Program
+from cgc.machine.cost import Peak, Sram, Timing
+from cgc.machine.target import Target
+from cgc.machine.units import human_bytes
+
+Build = Callable[[int, bool, int | None], Program]
+"""``build(micro_batch, recompute, blocks)``: the program of the model at a micro-batch of that
+many samples per system, recomputing segment activations or not, with that many blocks (None:
+all of them)."""
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How a weight-streaming program fits the wafer."""
+
+    micro_batch: int
+    """Samples per run of the program on one system."""
+    micro_batches: int
+    """Runs per training step (or per batch) on one system."""
+    recompute: bool
+    """Whether segment activations are computed again for the backward pass."""
+    peak_bytes_per_pe: int
+    reason: str
+    """Why, for people (empty when the whole batch fits as it is)."""
+
+    def to_json(self) -> dict[str, int | bool | str]:
+        """The manifest's ``memory_plan``."""
+        return {
+            "micro_batch": self.micro_batch,
+            "micro_batches": self.micro_batches,
+            "recompute": self.recompute,
+            "peak_sram_bytes_per_pe": self.peak_bytes_per_pe,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A program's peak SRAM and the time of its runs on one system."""
+
+    peak: Peak
+    seconds: float
+
+
+def measure(program: Program, target: Target, runs: int) -> Measure:
+    """The peak SRAM per PE of ``program`` (run twice, for the steady state) and the time of
+    ``runs`` runs back to back on one system (the weight-streaming timeline, without the
+    optimizer's update, which every plan shares)."""
+    sram = Sram(target, strict=False)
+    peak = Peak(0, "")
+    timing = Timing(program, target, sram)
+    for _ in range(2):
+        timing = Timing(program, target, sram)
+        for ins in program.instructions:
+            timing.step(ins)
+            if sram.peak > peak.bytes_per_pe:
+                peak = Peak(sram.peak, timing.record.name)
+    layers = [
+        streaming.Layer(
+            r.name, r.cycles, r.host_in_bytes, r.host_out_bytes, r.stream_in_bytes,
+            r.stream_out_bytes,
+        )
+        for r in timing.records
+    ]  # fmt: skip
+    timeline = streaming.simulate(layers, target, streaming.Tree(1, target), runs, False, "")
+    return Measure(peak, timeline.seconds)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, largest first."""
+    return [d for d in range(n, 0, -1) if n % d == 0]
+
+
+class Planner:
+    """Finds the memory plan of one model (see the module's doc)."""
+
+    def __init__(
+        self,
+        build: Build,
+        target: Target,
+        per_system_batch: int,
+        blocks: int | None,
+        recompute_choices: tuple[bool, ...],
+        micro_batch: int | None,
+    ):
+        self.build = build
+        self.target = target
+        self.batch = per_system_batch
+        self.blocks = blocks
+        """The model's repeated blocks, if it can be built with fewer (then the search
+        measures small copies); None: every trial compiles the whole model."""
+        self.choices = recompute_choices
+        self.forced = micro_batch
+        self.probes: dict[tuple[int, bool, int], Measure] = {}
+        if micro_batch is not None and (micro_batch < 1 or per_system_batch % micro_batch):
+            raise CgcError(
+                f"--micro-batch-size {micro_batch} does not divide the per-system batch "
+                f"{per_system_batch}"
+            )
+
+    @property
+    def capacity(self) -> int:
+        return self.target.sram_bytes_per_pe
+
+    def candidates(self) -> list[int]:
+        """Micro-batch sizes to consider, largest first."""
+        return [self.forced] if self.forced is not None else divisors(self.batch)
+
+    def plan(self) -> tuple[MemoryPlan, Program]:
+        """The plan, and the whole program compiled by it (checked to fit)."""
+        if self.blocks is None:
+            return self._first_fitting()
+        estimates = [e for e in (self._estimate(choice) for choice in self.choices) if e]
+        if not estimates:
+            return self._refuse(min(self.candidates()))
+        _, micro_batch, recompute = min(estimates)
+        return self._settle(micro_batch, recompute)
+
+    def _first_fitting(self) -> tuple[MemoryPlan, Program]:
+        """Whole-program trials, for each choice in order until one fits."""
+        for choice in self.choices[:-1]:
+            try:
+                return self._search_whole(choice)
+            except CgcError:
+                continue
+        return self._search_whole(self.choices[-1])
+
+    def _program(self, micro_batch: int, recompute: bool) -> tuple[Program, Peak]:
+        program = self.build(micro_batch, recompute, None)
+        return program, measure(program, self.target, 1).peak
+
+    def _settle(self, micro_batch: int, recompute: bool) -> tuple[MemoryPlan, Program]:
+        """The whole program at ``micro_batch`` (or the next smaller size that fits)."""
+        for size in [m for m in self.candidates() if m <= micro_batch]:
+            program, peak = self._program(size, recompute)
+            if peak.bytes_per_pe <= self.capacity:
+                return self._plan(size, recompute, peak), program
+        return self._refuse(min(self.candidates()), recompute)
+
+    def _search_whole(self, recompute: bool) -> tuple[MemoryPlan, Program]:
+        """Without small copies to measure: the whole program at the full batch, else at one
+        sample and then the size the two suggest, stepping down while it does not fit."""
+        sizes = self.candidates()
+        program, peak = self._program(sizes[0], recompute)
+        if peak.bytes_per_pe <= self.capacity:
+            return self._plan(sizes[0], recompute, peak), program
+        if len(sizes) == 1:
+            return self._refuse(sizes[0], recompute, peak)
+        _, smallest = self._program(1, recompute)
+        if smallest.bytes_per_pe > self.capacity:
+            return self._refuse(1, recompute, smallest)
+        slope = (peak.bytes_per_pe - smallest.bytes_per_pe) / (sizes[0] - 1)
+        room = (self.capacity - smallest.bytes_per_pe) / slope if slope > 0 else len(sizes)
+        guess = next(m for m in sizes if m - 1 <= room)
+        return self._settle(guess, recompute)
+
+    def _probe(self, micro_batch: int, recompute: bool, blocks: int) -> Measure:
+        key = (micro_batch, recompute, blocks)
+        if key not in self.probes:
+            program = self.build(micro_batch, recompute, blocks)
+            self.probes[key] = measure(program, self.target, self.batch // micro_batch)
+        return self.probes[key]
+
+    def _estimate(self, recompute: bool) -> tuple[float, int, bool] | None:
+        """The step time, micro-batch and choice that the small copies predict for
+        ``recompute``; None if not even one sample fits."""
+        assert self.blocks is not None
+        full = self.blocks
+
+        def peak(blocks: int, micro_batch: int) -> float:
+            """SRAM per PE: linear in the blocks (identical blocks add the same activations)
+            and in the micro-batch."""
+            one = self._probe(1, recompute, blocks).peak.bytes_per_pe
+            if self.batch == 1:
+                return one
+            two = self._probe(2, recompute, blocks).peak.bytes_per_pe
+            return one + (micro_batch - 1) * (two - one)
+
+        def at(micro_batch: int) -> float:
+            first, second = peak(1, micro_batch), peak(min(2, full), micro_batch)
+            return first + (full - 1) * (second - first) if full > 1 else first
+
+        fitting = [m for m in self.candidates() if at(m) <= self.capacity]
+        if not fitting:
+            return None
+        chosen = fitting[0]
+        first = self._probe(chosen, recompute, 1).seconds
+        second = self._probe(chosen, recompute, min(2, full)).seconds
+        seconds = first + (full - 1) * (second - first) if full > 1 else first
+        return seconds, chosen, recompute
+
+    def _plan(self, micro_batch: int, recompute: bool, peak: Peak) -> MemoryPlan:
+        runs = self.batch // micro_batch
+        parts = []
+        if runs > 1:
+            parts.append(
+                f"{runs} micro-batches of {micro_batch} per system: a batch of "
+                f"{self.batch} does not fit the SRAM at once"
+            )
+        if recompute:
+            parts.append("activations recomputed per segment for the backward pass")
+        return MemoryPlan(micro_batch, runs, recompute, peak.bytes_per_pe, "; ".join(parts))
+
+    def _refuse(
+        self, micro_batch: int, recompute: bool | None = None, peak: Peak | None = None
+    ) -> tuple[MemoryPlan, Program]:
+        """The error for a model that does not fit even ``micro_batch`` samples at a time."""
+        choice = self.choices[-1] if recompute is None else recompute
+        if peak is None:
+            _, peak = self._program(micro_batch, choice)
+        how = " with activations recomputed per segment" if choice else ""
+        raise CgcError(
+            f"the model does not fit the SRAM of {self.target.name} even {micro_batch} "
+            f"sample{'s' if micro_batch > 1 else ''} at a time{how}: layer '{peak.layer}' "
+            f"needs {peak.bytes_per_pe} bytes ({human_bytes(peak.bytes_per_pe)}) of SRAM per "
+            f"PE, a PE has {self.capacity} ({human_bytes(self.capacity)})"
+        )

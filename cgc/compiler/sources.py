@@ -1,0 +1,174 @@
+"""What the compiler can be given to compile: an ONNX model, or a params file.
+
+A ``Source`` imports its model at any per-system batch, which is what lets the memory plan
+(``cgc.compiler.memory``) split a batch into micro-batches; a params-file model can also be
+built with fewer of its repeated blocks, which is what lets the plan measure small copies of
+a very large model.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from cgc.errors import CgcError
+from cgc.frontends import transformer
+from cgc.frontends.imported import ImportedModel
+from cgc.frontends.onnx import import_model, import_onnx
+from cgc.frontends.params import ModelParams, is_params_source, load_params
+
+
+class Source(abc.ABC):
+    """A model to compile."""
+
+    name: str
+    """For messages: the file name or ``zoo:NAME``."""
+
+    @property
+    def batch_size(self) -> int | None:
+        """The global batch the model comes with, if any."""
+        return None
+
+    @property
+    def num_csx(self) -> int | None:
+        """The systems the model comes with, if any."""
+        return None
+
+    @property
+    def blocks(self) -> int | None:
+        """Its repeated blocks, if ``imported`` can build it with fewer."""
+        return None
+
+    @property
+    def rebatchable(self) -> bool:
+        """Whether ``imported`` takes any batch (else only the one it was given with)."""
+        return True
+
+    @property
+    def segmented(self) -> bool:
+        """Whether its model names segments whose activations may be recomputed."""
+        return False
+
+    @abc.abstractmethod
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        """The model at a per-system batch of ``batch`` (None: as declared), with ``blocks``
+        of its repeated blocks (None: all)."""
+
+
+class OnnxSource(Source):
+    """An ONNX file or ``ModelProto``."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | onnx.ModelProto,
+        shapes: Mapping[str, Sequence[int]] | None,
+        values: Mapping[str, np.ndarray] | None,
+        no_weights: bool,
+    ):
+        self.model = model
+        self.shapes = shapes
+        self.values = values
+        self.no_weights = no_weights
+        self.name = "<model>" if isinstance(model, onnx.ModelProto) else Path(model).name
+
+    @property
+    def rebatchable(self) -> bool:
+        # a whole shape given by --shape fixes the batch too
+        return not self.shapes
+
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        if isinstance(self.model, onnx.ModelProto):
+            return import_model(
+                self.model, batch, self.shapes, values=self.values, no_weights=self.no_weights
+            )
+        return import_onnx(self.model, batch, self.shapes, self.values, self.no_weights)
+
+
+class ImportedSource(Source):
+    """A model imported already (at one batch)."""
+
+    def __init__(self, model: ImportedModel):
+        self.model = model
+        self.name = model.source
+
+    @property
+    def rebatchable(self) -> bool:
+        return False
+
+    @property
+    def segmented(self) -> bool:
+        return self.model.recompute_segments is not None
+
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        return self.model
+
+
+class ParamsSource(Source):
+    """A params file (or ``zoo:NAME``): a GPT-class model built in the WSE dialect, its
+    weights declared, or drawn from ``init_seed``."""
+
+    def __init__(self, params: ModelParams, training: bool, init_seed: int | None):
+        self.params = params
+        self.training = training
+        self.init_seed = init_seed
+        self.name = params.source
+        transformer.check_supported(params)
+
+    @property
+    def batch_size(self) -> int:
+        return self.params.train_input.batch_size
+
+    @property
+    def num_csx(self) -> int:
+        return self.params.runconfig.num_csx
+
+    @property
+    def blocks(self) -> int:
+        return self.params.model.num_hidden_layers
+
+    @property
+    def segmented(self) -> bool:
+        return True
+
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        return transformer.build(
+            self.params,
+            batch or 1,
+            self.training,
+            blocks,
+            materialize=self.init_seed is not None,
+            seed=self.init_seed or 0,
+        )
+
+
+def source_of(
+    model: str | os.PathLike[str] | onnx.ModelProto | ImportedModel | ModelParams,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    values: Mapping[str, np.ndarray] | None = None,
+    no_weights: bool = False,
+    training: bool = False,
+    init_seed: int | None = None,
+) -> Source:
+    """The source a model argument names: an ONNX file or ModelProto, an imported model, a
+    ``ModelParams``, or a params file or ``zoo:NAME``."""
+    if isinstance(model, ImportedModel):
+        return ImportedSource(model)
+    if isinstance(model, ModelParams):
+        params = model
+    elif not isinstance(model, onnx.ModelProto) and is_params_source(model):
+        params = load_params(model)
+    else:
+        if init_seed is not None:
+            raise CgcError("--init-seed draws the weights of a params-file model only")
+        return OnnxSource(model, shapes, values, no_weights)
+    if shapes or values:
+        raise CgcError(
+            f"{params.source}: --shape and fixed input values apply to ONNX models; a "
+            "params-file model takes --batch-size (its sequence length is in the file)"
+        )
+    return ParamsSource(params, training, init_seed)

@@ -1,0 +1,62 @@
+"""What a frontend hands the compiler: the IR of a model, its weights and its interface.
+
+Every frontend (the ONNX importer, the params-file builder) returns an ``ImportedModel``: a
+``builtin.module`` holding ``func.func @main`` of ``wse`` ops, the side store of the weights
+its ``wse.weight`` ops name (arrays, or shapes and types alone for weights declared without
+data), and a ``TensorSpec`` for every graph input and output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from cgc.machine.artifact import WeightSpec
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output: its name, static shape and numpy dtype name."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    batch_axis: int | None
+    """0 when axis 0 is the batch dimension bound by ``batch_size``, else None."""
+
+
+@dataclass
+class ImportedModel:
+    """The result of an import: the IR, its side store of weights, and the graph's interface."""
+
+    module: ModuleOp
+    """A ``builtin.module`` holding one ``func.func @main``."""
+    weights: dict[str, np.ndarray]
+    """The side store: the initializers used as tensors and the large constants, by name."""
+    inputs: list[TensorSpec]
+    """The graph inputs that are not initializers, in graph order."""
+    outputs: list[TensorSpec]
+    """The graph outputs, in order."""
+    initializers: list[str]
+    """The initializers that became ``wse.weight`` ops (the trainable candidates), graph order."""
+    opset: int
+    """The default-domain opset of the model (0 for a model that is not ONNX)."""
+    source: str
+    """The file name, ``zoo:NAME``, or ``"<model>"``."""
+    declared: dict[str, WeightSpec] = field(default_factory=dict)
+    """Weights known by shape and type only (no data): a params-file model, or an ONNX graph
+    imported with ``no_weights``. A weight is in ``weights`` or here, never both."""
+    tokens_per_sample: int | None = None
+    """For a model of sequences: the tokens each sample holds (its sequence length)."""
+    recompute_segments: str | None = None
+    """A regular expression whose match at the start of a layer's name gives the segment the
+    layer belongs to (a transformer block): the unit whose activations the compiler may
+    compute again in the backward pass instead of keeping them. None: no segments."""
+
+    @property
+    def weight_specs(self) -> dict[str, WeightSpec]:
+        """Every weight's shape and type, stored or declared."""
+        specs = {name: WeightSpec.of(array) for name, array in self.weights.items()}
+        return {**specs, **self.declared}

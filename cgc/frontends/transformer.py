@@ -1,0 +1,406 @@
+"""The params-file frontend: a GPT-class language model built directly in the WSE dialect.
+
+``build(params, batch)`` turns a ``ModelParams`` (``cgc.frontends.params``) into the same
+``ImportedModel`` the ONNX importer returns: ``@main`` takes ``input_ids`` [B, S] (and, for
+training, ``labels`` [B, S]) and returns the mean next-token cross-entropy (training) or the
+logits [B, S, V]. No ONNX file is written on the way and no weight is allocated: the weights
+are declared by name, shape and type, and the artifact runs timing-only. With
+``materialize=True`` the weights are drawn instead (normal, std 0.02; norms at one, biases at
+zero; the rotary tables and the causal mask computed), for tests on small configs.
+
+The residual stream is [B*S, H]: tokens along the wafer's rows, the hidden dimension along
+its columns, as the Cerebras weight-streaming layout keeps activations. Attention reshapes it
+to heads [B, heads, S, head_dim]. The blocks follow the config: pre-norm sequential blocks
+(GPT-2/3) or parallel attention and MLP (GPT-J with one shared norm, GPT-NeoX with two);
+LayerNorm or RMSNorm; learned positions or rotary embeddings (``rotate_half`` on the first
+``rotary_dim`` dimensions of each head); GELU, ReLU or SwiGLU MLPs; grouped-query attention
+(key and value heads repeated over their groups); a tied or separate LM head.
+
+Mixed precision (``runconfig.precision`` float16 or bfloat16): weights and activations on the
+wafer are 16-bit, the declared (master) weights float32 in MemoryX, the loss float32.
+
+Every op carries a location named like the module's ``state_dict``: ``h.3.attn.q_proj``,
+``h.3.mlp.fc_in``; the weights are ``h.3.attn.q_proj.weight`` and so on, and the blocks are
+the segments (``h.N.``) whose activations the compiler may compute again in the backward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.builder import Builder
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    FunctionType,
+    ModuleOp,
+    NameLoc,
+    NoneAttr,
+    StringAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from cgc.dialects import wse
+from cgc.errors import CgcError
+from cgc.frontends.imported import ImportedModel, TensorSpec
+from cgc.frontends.params import ModelConfig, ModelParams
+from cgc.machine import dtypes
+from cgc.machine.artifact import WeightSpec
+
+TOKEN_DTYPE = "int32"
+"""The element type of token ids and labels."""
+MASTER_DTYPE = "float32"
+"""MemoryX's copies of the trained weights."""
+MASK_VALUE = {"float32": -1e9, "bfloat16": -1e9, "float16": -1e4}
+"""The additive causal mask's value for a future position, by activation type: far below any
+score, and finite in the type."""
+ROTARY_BASE = 10000.0
+INIT_STD = 0.02
+SEGMENTS = r"h\.\d+\."
+"""Layer names that start with this belong to a transformer block (see the module's doc)."""
+
+
+def check_supported(params: ModelParams) -> None:
+    """Raises a CgcError naming the key of a config this frontend cannot build."""
+    model = params.model
+    for key in ("embedding_dropout_rate", "attention_dropout_rate", "dropout_rate"):
+        if getattr(model, key):
+            raise CgcError(
+                f"{params.source}: model.{key}: dropout {getattr(model, key):g} is not "
+                "supported (cgc generates no random numbers on the wafer); set it to 0.0"
+            )
+
+
+@dataclass
+class _Model:
+    """A model under construction: its ops, weights and the names it used."""
+
+    params: ModelParams
+    batch: int
+    materialize: bool
+    rng: np.random.Generator
+    builder: Builder
+    act: str
+    """The activations' numpy dtype."""
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    declared: dict[str, WeightSpec] = field(default_factory=dict)
+    trainable: list[str] = field(default_factory=list)
+    location: NameLoc = field(default_factory=lambda: _loc("main"))
+    cache: dict[str, SSAValue] = field(default_factory=dict)
+    """Frozen tables built once (the causal mask, the rotary tables)."""
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.params.model
+
+    @property
+    def seq(self) -> int:
+        return self.params.train_input.max_sequence_length
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    # -- building ops ---------------------------------------------------------------------
+
+    def at(self, name: str) -> None:
+        """Ops from now on carry location ``name``."""
+        self.location = _loc(name)
+
+    def op(self, operation: Operation) -> SSAValue:
+        """Inserts ``operation`` at the current location; its first result."""
+        operation.location = self.location
+        self.builder.insert(operation)
+        return operation.results[0]
+
+    def scalar(self, value: float, like: SSAValue) -> SSAValue:
+        """A rank-0 constant of ``like``'s element type."""
+        array = np.asarray(value, dtype=wse.numpy_dtype(wse.element_type(like)))
+        return self.op(wse.ConstantOp(wse.dense_attr(array)))
+
+    def weight(
+        self, name: str, shape: tuple[int, ...], init: Callable[[tuple[int, ...]], np.ndarray]
+    ) -> SSAValue:
+        """A trained parameter: 16-bit on the wafer under mixed precision, float32 in
+        MemoryX."""
+        if name not in self.weights and name not in self.declared:
+            self.trainable.append(name)
+            self._store(name, shape, MASTER_DTYPE, init)
+        return self.op(wse.WeightOp(name, _tensor(shape, self.act)))
+
+    def frozen(
+        self, name: str, shape: tuple[int, ...], table: Callable[[], np.ndarray]
+    ) -> SSAValue:
+        """A buffer computed from the config (not trained), in the activations' type."""
+        if name not in self.cache:
+            self._store(name, shape, self.act, lambda _: table())
+            self.cache[name] = self.op(wse.WeightOp(name, _tensor(shape, self.act), frozen=True))
+        return self.cache[name]
+
+    def _store(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: str,
+        init: Callable[[tuple[int, ...]], np.ndarray],
+    ) -> None:
+        if self.materialize:
+            self.weights[name] = np.asarray(init(shape)).astype(dtypes.dtype(dtype))
+        else:
+            self.declared[name] = WeightSpec(shape, dtype)
+
+    def normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self.rng.normal(0.0, INIT_STD, shape)
+
+    # -- layers ---------------------------------------------------------------------------
+
+    def linear(self, x: SSAValue, name: str, width: int, bias: bool) -> SSAValue:
+        """``x @ W (+ b)`` with ``W`` [in, out] named ``name.weight``."""
+        self.at(name)
+        inner = wse.tensor_shape(x)[-1]
+        w = self.weight(f"{name}.weight", (inner, width), self.normal)
+        y = self.op(wse.MatmulOp(x, w))
+        if bias:
+            b = self.weight(f"{name}.bias", (width,), np.zeros)
+            y = self.op(wse.AddOp(y, b))
+        return y
+
+    def norm(self, x: SSAValue, name: str) -> SSAValue:
+        """LayerNorm (weight and bias) or RMSNorm (weight) over the hidden dimension."""
+        self.at(name)
+        width = wse.tensor_shape(x)[-1]
+        eps = self.config.layer_norm_epsilon
+        gamma = self.weight(f"{name}.weight", (width,), np.ones)
+        if self.config.norm_type == "layernorm":
+            beta = self.weight(f"{name}.bias", (width,), np.zeros)
+            return self.op(wse.LayerNormOp(x, gamma, beta, 1, eps))
+        square = self.op(wse.MulOp(x, x))
+        mean = self.op(wse.ReduceMeanOp(square, [1], True))
+        rms = self.op(wse.SqrtOp(self.op(wse.AddOp(mean, self.scalar(eps, x)))))
+        return self.op(wse.MulOp(self.op(wse.DivOp(x, rms)), gamma))
+
+    def activation(self, x: SSAValue, name: str) -> SSAValue:
+        """GELU (the erf form) or ReLU."""
+        self.at(name)
+        if self.config.nonlinearity == "relu":
+            return self.op(wse.ReluOp(x))
+        scaled = self.op(wse.MulOp(x, self.scalar(1 / np.sqrt(2.0), x)))
+        erf = self.op(wse.ErfOp(scaled))
+        half = self.op(wse.MulOp(x, self.scalar(0.5, x)))
+        return self.op(wse.MulOp(half, self.op(wse.AddOp(erf, self.scalar(1.0, x)))))
+
+    def mlp(self, x: SSAValue, prefix: str) -> SSAValue:
+        """The block's MLP on the normalized stream ``x`` [T, H]."""
+        c = self.config
+        if c.nonlinearity == "swiglu":
+            gate = self.linear(x, f"{prefix}.gate_proj", c.filter_size, c.use_bias)
+            up = self.linear(x, f"{prefix}.up_proj", c.filter_size, c.use_bias)
+            self.at(f"{prefix}.act")
+            silu = self.op(wse.MulOp(gate, self.op(wse.SigmoidOp(gate))))
+            hidden = self.op(wse.MulOp(silu, up))
+            return self.linear(hidden, f"{prefix}.down_proj", c.hidden_size, c.use_bias)
+        inner = self.linear(x, f"{prefix}.fc_in", c.filter_size, c.use_bias)
+        hidden = self.activation(inner, f"{prefix}.act")
+        return self.linear(hidden, f"{prefix}.fc_out", c.hidden_size, c.use_bias)
+
+    def heads(self, x: SSAValue, count: int, name: str) -> SSAValue:
+        """[T, count * d] to [B, count, S, d]."""
+        self.at(name)
+        d = self.config.head_dim
+        split = self.op(wse.ReshapeOp(x, (self.batch, self.seq, count, d)))
+        return self.op(wse.TransposeOp(split, (0, 2, 1, 3)))
+
+    def rotate(self, x: SSAValue, name: str) -> SSAValue:
+        """Rotary position embedding of the first ``rotary_dim`` dims of every head of ``x``
+        [B, heads, S, d] (``rotate_half``: the second half of those dims rotates into the
+        first)."""
+        self.at(name)
+        b, h, s, d = wse.tensor_shape(x)
+        r = self.config.rotary_dim
+        cos = self.frozen("rotary.cos", (s, r), lambda: _rotary(s, r)[0])
+        sin = self.frozen("rotary.sin", (s, r), lambda: _rotary(s, r)[1])
+        part = self.op(wse.SliceOp(x, (0, 0, 0, 0), (b, h, s, r), (1, 1, 1, 1))) if r < d else x
+        first = self.op(wse.SliceOp(part, (0, 0, 0, 0), (b, h, s, r // 2), (1, 1, 1, 1)))
+        second = self.op(wse.SliceOp(part, (0, 0, 0, r // 2), (b, h, s, r), (1, 1, 1, 1)))
+        turned = self.op(wse.ConcatOp([self.op(wse.NegOp(second)), first], 3))
+        rotated = self.op(wse.AddOp(self.op(wse.MulOp(part, cos)), self.op(wse.MulOp(turned, sin))))
+        if r == d:
+            return rotated
+        rest = self.op(wse.SliceOp(x, (0, 0, 0, r), (b, h, s, d), (1, 1, 1, 1)))
+        return self.op(wse.ConcatOp([rotated, rest], 3))
+
+    def repeat_kv(self, x: SSAValue, name: str) -> SSAValue:
+        """Key or value heads [B, kv, S, d] repeated over their query groups: [B, heads, S, d]."""
+        c = self.config
+        if c.num_kv_heads == c.num_heads:
+            return x
+        self.at(name)
+        b, kv, s, d = wse.tensor_shape(x)
+        groups = c.num_heads // kv
+        lifted = self.op(wse.ReshapeOp(x, (b, kv, 1, s, d)))
+        spread = self.op(wse.BroadcastToOp(lifted, (b, kv, groups, s, d)))
+        return self.op(wse.ReshapeOp(spread, (b, c.num_heads, s, d)))
+
+    def attention(self, x: SSAValue, prefix: str) -> SSAValue:
+        """Causal multi-head (or grouped-query) self-attention on the normalized stream."""
+        c = self.config
+        d, kv_width = c.head_dim, c.num_kv_heads * c.head_dim
+        q = self.heads(self.linear(x, f"{prefix}.q_proj", c.hidden_size, c.use_bias),
+                       c.num_heads, f"{prefix}.q_heads")  # fmt: skip
+        k = self.heads(self.linear(x, f"{prefix}.k_proj", kv_width, c.use_bias),
+                       c.num_kv_heads, f"{prefix}.k_heads")  # fmt: skip
+        v = self.heads(self.linear(x, f"{prefix}.v_proj", kv_width, c.use_bias),
+                       c.num_kv_heads, f"{prefix}.v_heads")  # fmt: skip
+        if c.position_embedding_type == "rotary":
+            q, k = self.rotate(q, f"{prefix}.q_rotary"), self.rotate(k, f"{prefix}.k_rotary")
+        k, v = self.repeat_kv(k, f"{prefix}.k_repeat"), self.repeat_kv(v, f"{prefix}.v_repeat")
+        self.at(f"{prefix}.scores")
+        keys = self.op(wse.TransposeOp(k, (0, 1, 3, 2)))
+        scores = self.op(wse.MatmulOp(q, keys))
+        scores = self.op(wse.MulOp(scores, self.scalar(1 / np.sqrt(d), scores)))
+        mask = self.frozen("causal_mask", (self.seq, self.seq), lambda: self.mask())
+        probs = self.op(wse.SoftmaxOp(self.op(wse.AddOp(scores, mask)), 3))
+        self.at(f"{prefix}.context")
+        context = self.op(wse.MatmulOp(probs, v))
+        merged = self.op(wse.TransposeOp(context, (0, 2, 1, 3)))
+        flat = self.op(wse.ReshapeOp(merged, (self.tokens, c.hidden_size)))
+        return self.linear(flat, f"{prefix}.out_proj", c.hidden_size, c.use_bias)
+
+    def mask(self) -> np.ndarray:
+        """The additive causal mask [S, S]."""
+        future = np.triu(np.ones((self.seq, self.seq), dtype=bool), 1)
+        return np.where(future, MASK_VALUE[self.act], 0.0)
+
+    def block(self, x: SSAValue, index: int) -> SSAValue:
+        """Transformer block ``index`` on the residual stream ``x`` [T, H]."""
+        c, p = self.config, f"h.{index}"
+        if c.parallel_attention:
+            first = self.norm(x, f"{p}.ln_1")
+            second = self.norm(x, f"{p}.ln_2") if c.use_untied_layer_norm else first
+            attended = self.attention(first, f"{p}.attn")
+            transformed = self.mlp(second, f"{p}.mlp")
+            self.at(f"{p}.residual")
+            return self.op(wse.AddOp(self.op(wse.AddOp(x, attended)), transformed))
+        attended = self.attention(self.norm(x, f"{p}.ln_1"), f"{p}.attn")
+        self.at(f"{p}.residual_1")
+        x = self.op(wse.AddOp(x, attended))
+        transformed = self.mlp(self.norm(x, f"{p}.ln_2"), f"{p}.mlp")
+        self.at(f"{p}.residual_2")
+        return self.op(wse.AddOp(x, transformed))
+
+    def embed(self, ids: SSAValue) -> SSAValue:
+        """Token (and learned position) embeddings of ``ids`` [B, S]: [T, H]."""
+        c = self.config
+        self.at("wte")
+        table = self.weight("wte.weight", (c.vocab_size, c.hidden_size), self.normal)
+        flat = self.op(wse.ReshapeOp(ids, (self.tokens,)))
+        x = self.op(wse.GatherOp(table, flat, 0))
+        if c.position_embedding_type != "learned":
+            return x
+        self.at("wpe")
+        positions = self.weight("wpe.weight", (c.max_position_embeddings, c.hidden_size),
+                                self.normal)  # fmt: skip
+        used = self.op(wse.SliceOp(positions, (0, 0), (self.seq, c.hidden_size), (1, 1)))
+        grid = self.op(wse.ReshapeOp(x, (self.batch, self.seq, c.hidden_size)))
+        placed = self.op(wse.AddOp(grid, used))
+        return self.op(wse.ReshapeOp(placed, (self.tokens, c.hidden_size)))
+
+    def head(self, x: SSAValue) -> SSAValue:
+        """The final norm and the LM head: logits [T, V]."""
+        c = self.config
+        x = self.norm(x, "ln_f")
+        self.at("lm_head")
+        shape = (c.hidden_size, c.vocab_size)
+        if c.share_embedding_weights:
+            w = self.op(wse.WeightOp("wte.weight", _tensor(shape, self.act), perm=(1, 0)))
+        else:
+            w = self.weight("lm_head.weight", shape, self.normal)
+        logits = self.op(wse.MatmulOp(x, w))
+        if c.use_bias_in_output:
+            logits = self.op(wse.AddOp(logits, self.weight("lm_head.bias", (c.vocab_size,),
+                                                           np.zeros)))  # fmt: skip
+        return logits
+
+    def loss(self, logits: SSAValue, labels: SSAValue) -> SSAValue:
+        """Mean next-token cross-entropy, in float32."""
+        self.at("loss")
+        scores = logits
+        if self.act != "float32":
+            scores = self.op(wse.CastOp(logits, wse.element_of_numpy("float32")))
+        flat = self.op(wse.ReshapeOp(labels, (self.tokens,)))
+        return self.op(wse.SoftmaxCrossEntropyOp(scores, flat, None, "mean", None))
+
+
+def build(
+    params: ModelParams,
+    batch: int,
+    training: bool,
+    blocks: int | None = None,
+    materialize: bool = False,
+    seed: int = 0,
+) -> ImportedModel:
+    """The model of ``params`` for a per-system batch of ``batch`` sequences, with the loss
+    for ``training`` (else the logits), ``blocks`` transformer blocks (default: the config's),
+    its weights declared or, with ``materialize``, drawn from ``seed``."""
+    check_supported(params)
+    if batch < 1:
+        raise CgcError(f"{params.source}: the batch must be at least 1, got {batch}")
+    seq = params.train_input.max_sequence_length
+    act = params.runconfig.precision
+    ids_type = _tensor((batch, seq), TOKEN_DTYPE)
+    inputs = [TensorSpec("input_ids", (batch, seq), TOKEN_DTYPE, 0)]
+    if training:
+        inputs.append(TensorSpec("labels", (batch, seq), TOKEN_DTYPE, 0))
+    fn = func.FuncOp("main", ([ids_type] * len(inputs), []))
+    module = ModuleOp([fn])
+    for spec, arg in zip(inputs, fn.body.block.args, strict=True):
+        arg.name_hint = spec.name.replace("_", "")
+    m = _Model(params, batch, materialize, np.random.default_rng(seed),
+               Builder(InsertPoint.at_end(fn.body.block)), act)  # fmt: skip
+    x = m.embed(fn.body.block.args[0])
+    for index in range(params.model.num_hidden_layers if blocks is None else blocks):
+        x = m.block(x, index)
+    logits = m.head(x)
+    if training:
+        result = m.loss(logits, fn.body.block.args[1])
+        outputs = [TensorSpec("loss", (), "float32", None)]
+    else:
+        m.at("logits")
+        result = m.op(wse.ReshapeOp(logits, (batch, seq, params.model.vocab_size)))
+        outputs = [TensorSpec("logits", (batch, seq, params.model.vocab_size), act, 0)]
+    ret = func.ReturnOp(result)
+    m.builder.insert(ret)
+    fn.function_type = FunctionType.from_lists([a.type for a in fn.body.block.args],
+                                               [result.type])  # fmt: skip
+    return ImportedModel(
+        module=module,
+        weights=m.weights,
+        inputs=inputs,
+        outputs=outputs,
+        initializers=m.trainable,
+        opset=0,
+        source=params.source,
+        declared=m.declared,
+        tokens_per_sample=seq,
+        recompute_segments=SEGMENTS,
+    )
+
+
+def _loc(name: str) -> NameLoc:
+    return NameLoc(StringAttr(name), NoneAttr())
+
+
+def _tensor(shape: tuple[int, ...], dtype: str) -> TensorType[Attribute]:
+    return TensorType(wse.element_of_numpy(dtype), shape)
+
+
+def _rotary(seq: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cos`` and ``sin`` [S, dims] of the rotary embedding (``rotate_half`` layout: the
+    frequencies of the first half repeated for the second)."""
+    inverse = ROTARY_BASE ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+    angles = np.outer(np.arange(seq, dtype=np.float64), inverse)
+    both = np.concatenate([angles, angles], axis=1)
+    return np.cos(both), np.sin(both)

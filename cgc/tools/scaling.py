@@ -1,0 +1,206 @@
+"""A scaling study: one model's training step on clusters of 1 to K systems, timing only.
+
+For each cluster size the model is compiled for its per-system batch (the global batch split
+over the systems, or a fixed batch per system), with the memory plan that fits it, and one
+training step is simulated on shapes. The programs are built once for all sizes
+(``StreamingCompiler(shared=True)``): sizes that share a micro-batch share a program, which
+only the number of its runs per step and the SwarmX tree around it tell apart.
+
+Throughput is samples per second; the speed-up of K systems is their throughput over one
+system's with the same per-system batch policy, the efficiency the speed-up over K, and the
+ideal line K times one system's throughput.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
+from cgc.compiler.sources import Source
+from cgc.errors import CgcError
+from cgc.machine.target import ASSUMED, Target
+from cgc.runtime.simulation import simulate
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cluster size of a scaling study."""
+
+    systems: int
+    global_batch: int
+    per_system_batch: int
+    micro_batch: int
+    micro_batches: int
+    recompute: bool
+    step_seconds: float
+    samples_per_second: float
+    tokens_per_second: float | None
+    mfu: float
+    bound: str
+    speedup: float = 0.0
+    """Throughput over one system's."""
+    efficiency: float = 0.0
+    """Speed-up over the systems."""
+    ideal_samples_per_second: float = 0.0
+    """The systems times one system's throughput."""
+
+
+def per_system_batches(
+    systems: Sequence[int], per_system_batch: int | None, global_batch: int | None
+) -> list[int]:
+    """The per-system batch of each cluster size: fixed, or the global batch split evenly."""
+    if (per_system_batch is None) == (global_batch is None):
+        raise CgcError("give one of --per-system-batch and --global-batch")
+    if not systems or any(k < 1 for k in systems):
+        raise CgcError(f"--num-csx {','.join(map(str, systems))}: every size must be >= 1")
+    if per_system_batch is not None:
+        if per_system_batch < 1:
+            raise CgcError(f"--per-system-batch {per_system_batch}: must be at least 1")
+        return [per_system_batch] * len(systems)
+    assert global_batch is not None
+    uneven = [k for k in systems if global_batch < 1 or global_batch % k]
+    if uneven:
+        raise CgcError(
+            f"--global-batch {global_batch} does not split evenly over {uneven[0]} systems"
+        )
+    return [global_batch // k for k in systems]
+
+
+def study(
+    source: Source,
+    target: Target,
+    training: TrainingOptions,
+    systems: Sequence[int],
+    per_system_batch: int | None = None,
+    global_batch: int | None = None,
+    micro_batch_size: int | None = None,
+    recompute: bool | None = None,
+) -> list[Point]:
+    """One timing-only training step per cluster size, in the order given, with speed-ups and
+    efficiencies against one system (simulated too if 1 is not among the sizes)."""
+    if per_system_batch is None and global_batch is None:
+        global_batch = source.batch_size
+    batches = per_system_batches(systems, per_system_batch, global_batch)
+    compiler = StreamingCompiler(shared=True)
+
+    def point(k: int, batch: int) -> Point:
+        request = Request(source, target, k, batch, training, micro_batch_size, recompute)
+        artifact = compiler.artifact(request, STREAMED_FOR_TRAINING)
+        stats = simulate(artifact).stats
+        plan = artifact.manifest["memory_plan"]
+        return Point(
+            systems=k,
+            global_batch=k * batch,
+            per_system_batch=batch,
+            micro_batch=plan["micro_batch"],
+            micro_batches=plan["micro_batches"],
+            recompute=plan["recompute"],
+            step_seconds=stats.simulated_seconds,
+            samples_per_second=stats.samples_per_second,
+            tokens_per_second=stats.tokens_per_second,
+            mfu=stats.mfu,
+            bound=stats.bound or "compute",
+        )
+
+    points = [point(k, b) for k, b in zip(systems, batches, strict=True)]
+    one = next((p for p in points if p.systems == 1), None)
+    if one is None:
+        single = batches[0] if per_system_batch is not None else (global_batch or 1)
+        one = point(1, single)
+    return [_relative(p, one) for p in points]
+
+
+def _relative(p: Point, one: Point) -> Point:
+    speedup = p.samples_per_second / one.samples_per_second if one.samples_per_second else 0.0
+    return Point(
+        **{
+            **asdict(p),
+            "speedup": speedup,
+            "efficiency": speedup / p.systems,
+            "ideal_samples_per_second": p.systems * one.samples_per_second,
+        }
+    )
+
+
+COLUMNS = (
+    ("systems", "systems", "{}"),
+    ("step_seconds", "step (s)", "{:.4g}"),
+    ("samples_per_second", "samples/s", "{:.4g}"),
+    ("tokens_per_second", "tokens/s", "{:.4g}"),
+    ("speedup", "speed-up", "{:.3f}"),
+    ("efficiency", "efficiency", "{:.1%}"),
+    ("mfu", "MFU", "{:.1%}"),
+    ("micro_batches", "micro-batches", "{}"),
+    ("bound", "bound", "{}"),
+)
+
+
+def _cell(value: object, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table_text(points: Sequence[Point], target: Target) -> str:
+    """The study as a table for people, with the assumptions it rests on."""
+    rows = [[_cell(getattr(p, key), fmt) for key, _, fmt in COLUMNS] for p in points]
+    headers = [label for _, label, _ in COLUMNS]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    figures = target.to_json()
+    assumed = ", ".join(f"{name} = {figures[name]:g}" for name in ASSUMED)
+    lines.append(f"assumed (not published): {assumed}")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(points: Sequence[Point], target: Target, model: str) -> dict[str, Any]:
+    """The study as JSON."""
+    figures = target.to_json()
+    return {
+        "model": model,
+        "target": figures,
+        "assumed": {name: figures[name] for name in ASSUMED},
+        "points": [asdict(p) for p in points],
+    }
+
+
+def to_csv(points: Sequence[Point]) -> str:
+    """The study as CSV, one row per cluster size."""
+    stream = io.StringIO()
+    writer = csv.DictWriter(stream, fieldnames=list(asdict(points[0])), lineterminator="\n")
+    writer.writeheader()
+    for p in points:
+        writer.writerow(asdict(p))
+    return stream.getvalue()
+
+
+def save_png(points: Sequence[Point], path: str | os.PathLike[str], title: str) -> None:
+    """Throughput and efficiency against the number of systems, the ideal line beside."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cgc.machine.files import write_atomically
+
+    systems = [p.systems for p in points]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    left.plot(systems, [p.samples_per_second for p in points], "o-", label="cgc")
+    left.plot(systems, [p.ideal_samples_per_second for p in points], "--", label="ideal")
+    left.set(xscale="log", yscale="log", xlabel="systems", ylabel="samples / s")
+    left.set_xticks(systems, [str(k) for k in systems])
+    left.legend()
+    right.plot(systems, [p.efficiency for p in points], "o-")
+    right.axhline(1.0, linestyle="--", color="gray")
+    right.set(xscale="log", xlabel="systems", ylabel="efficiency", ylim=(0, 1.05))
+    right.set_xticks(systems, [str(k) for k in systems])
+    figure.suptitle(title)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(figure)
+    write_atomically(path, buffer.getvalue())

@@ -1,0 +1,570 @@
+"""Params files: the built-in models, reading and defaults, the closed-form parameter count,
+and every check with its one-line message."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cgc.errors import CgcError
+from cgc.frontends.params import (
+    ModelConfig,
+    ModelParams,
+    OptimizerConfig,
+    RunConfig,
+    TrainInput,
+    is_params_source,
+    load_params,
+    parameter_count,
+    zoo_names,
+)
+
+ZOO = [
+    "cerebras-gpt-1.3b",
+    "cerebras-gpt-111m",
+    "cerebras-gpt-13b",
+    "cerebras-gpt-2.7b",
+    "cerebras-gpt-256m",
+    "cerebras-gpt-590m",
+    "cerebras-gpt-6.7b",
+    "gpt-neox-20b",
+    "gpt3-175b",
+    "gptj-6b",
+    "llama-70b",
+    "llama-7b",
+]
+
+# The size each name gives, and how close the count must come to it.
+NAMED_SIZES = {
+    "cerebras-gpt-111m": (111e6, 0.03),
+    "cerebras-gpt-256m": (256e6, 0.03),
+    "cerebras-gpt-590m": (590e6, 0.03),
+    "cerebras-gpt-1.3b": (1.3e9, 0.03),
+    "cerebras-gpt-2.7b": (2.7e9, 0.03),
+    "cerebras-gpt-6.7b": (6.7e9, 0.03),
+    "cerebras-gpt-13b": (13e9, 0.03),
+    "gptj-6b": (6e9, 0.03),
+    "gpt-neox-20b": (20e9, 0.03),
+    # Llama 2 "7B" has 6.74B parameters: 3.7 % below its name, so the published 6.74B.
+    "llama-7b": (6.74e9, 0.03),
+    "llama-70b": (68.98e9, 0.01),
+    "gpt3-175b": (174.6e9, 0.01),
+}
+
+# Exact counts the model cards and the Hugging Face implementations publish.
+EXACT_COUNTS = {
+    "llama-7b": 6_738_415_616,
+    "llama-70b": 68_976_648_192,
+    "gpt-neox-20b": 20_554_567_680,
+    # Hugging Face's GPT-J has 6,050,882,784; cgc's one bias switch adds its 28 blocks' four
+    # attention biases (see the file's header).
+    "gptj-6b": 6_050_882_784 + 28 * 4 * 4096,
+}
+
+# A valid file with every required key, as a dict to mutate and dump.
+MINIMAL: dict[str, dict[str, Any]] = {
+    "model": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4, "vocab_size": 100},
+    "train_input": {"batch_size": 8, "max_sequence_length": 16},
+}
+
+
+def write(tmp_path: Path, document: object, name: str = "gpt.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document) if not isinstance(document, str) else document)
+    return path
+
+
+def error(tmp_path: Path, document: object, name: str = "gpt.yaml") -> str:
+    """The message of loading ``document``, which must fail."""
+    with pytest.raises(CgcError) as raised:
+        load_params(write(tmp_path, document, name))
+    message = str(raised.value)
+    assert "\n" not in message
+    return message
+
+
+def mutated(**sections: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """MINIMAL with some keys set (``None`` deletes one), section by section."""
+    document = copy.deepcopy(MINIMAL)
+    for section, changes in sections.items():
+        values = document.setdefault(section, {})
+        for key, value in changes.items():
+            if value is None:
+                del values[key]
+            else:
+                values[key] = value
+    return document
+
+
+# ---- the built-in models
+
+
+def test_zoo_names():
+    assert zoo_names() == ZOO
+
+
+def test_configs_ship_as_package_data():
+    directory = resources.files("cgc.frontends").joinpath("configs")
+    assert sorted(entry.name for entry in directory.iterdir()) == [f"{n}.yaml" for n in ZOO]
+    text = directory.joinpath("llama-70b.yaml").read_text()
+    assert "num_kv_groups: 8" in text
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_builtin_loads(name: str):
+    params = load_params(f"zoo:{name}")
+    assert (params.name, params.source) == (name, f"zoo:{name}")
+    size, tolerance = NAMED_SIZES[name]
+    assert parameter_count(params.model) == pytest.approx(size, rel=tolerance)
+    if name in EXACT_COUNTS:
+        assert parameter_count(params.model) == EXACT_COUNTS[name]
+    assert params.train_input.batch_size % params.runconfig.num_csx == 0
+
+
+def test_builtin_details():
+    llama = load_params("zoo:llama-70b").model
+    assert (llama.num_heads, llama.num_kv_heads, llama.head_dim) == (64, 8, 128)
+    assert (llama.norm_type, llama.nonlinearity, llama.rotary_dim) == ("rmsnorm", "swiglu", 128)
+    neox = load_params("zoo:gpt-neox-20b").model
+    assert (neox.rotary_dim, neox.parallel_attention, neox.use_untied_layer_norm) == (
+        24,
+        True,
+        True,
+    )
+    gptj = load_params("zoo:gptj-6b").model
+    assert (gptj.rotary_dim, gptj.use_untied_layer_norm, gptj.use_bias_in_output) == (
+        64,
+        False,
+        True,
+    )
+    gpt3 = load_params("zoo:gpt3-175b")
+    assert gpt3.optimizer == OptimizerConfig("adamw", 6e-5, (0.9, 0.95), 1e-8, 0.1, 0.0, 1.0)
+    assert gpt3.runconfig == RunConfig(num_csx=16, precision="float16")
+    small = load_params("zoo:cerebras-gpt-111m").model
+    assert small.share_embedding_weights and small.position_embedding_type == "learned"
+    assert small.rotary_dim == 0
+
+
+def test_unknown_zoo_name_lists_the_known_ones():
+    with pytest.raises(CgcError) as raised:
+        load_params("zoo:gpt5")
+    assert str(raised.value) == (
+        f"zoo:gpt5: no built-in model of that name (known: {', '.join(ZOO)})"
+    )
+
+
+def as_yaml_text(params: ModelParams) -> str:
+    """``params`` written back in params-file keys."""
+    model = dataclasses.asdict(params.model)
+    model["extra_attention_params"] = {"num_kv_groups": model.pop("num_kv_heads")}
+    optimizer = dataclasses.asdict(params.optimizer)
+    optimizer["betas"] = list(optimizer["betas"])
+    if optimizer["optimizer_type"] == "sgd":
+        del optimizer["betas"], optimizer["eps"]
+    else:
+        del optimizer["momentum"]
+    if model["position_embedding_type"] == "learned":
+        del model["rotary_dim"]
+    document = {
+        "model": model,
+        "train_input": dataclasses.asdict(params.train_input),
+        "optimizer": optimizer,
+        "runconfig": dataclasses.asdict(params.runconfig),
+    }
+    return yaml.safe_dump(document)
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_round_trip(tmp_path: Path, name: str):
+    params = load_params(f"zoo:{name}")
+    again = load_params(write(tmp_path, as_yaml_text(params), f"{name}.yaml"))
+    assert again == dataclasses.replace(params, source=f"{name}.yaml")
+
+
+def test_round_trip_of_written_text(tmp_path: Path):
+    text = """\
+model:
+  hidden_size: 128
+  num_hidden_layers: 3
+  num_heads: 8
+  extra_attention_params: {num_kv_groups: 2}
+  filter_size: 344
+  vocab_size: 1000
+  position_embedding_type: Rotary
+  rotary_dim: 8
+  norm_type: RMSNorm
+  nonlinearity: swiglu
+  share_embedding_weights: false
+  use_projection_bias_in_attention: false
+  use_ffn_bias_in_attention: false
+  use_ffn_bias: false
+train_input: {batch_size: 32, max_sequence_length: 64}
+optimizer:
+  optimizer_type: SGD
+  learning_rate: 0.05
+  momentum: 0.9
+  weight_decay_rate: 1.0e-4
+runconfig: {num_csx: 4, precision: bfloat16}
+"""
+    params = load_params(write(tmp_path, text, "small.yml"))
+    assert params == ModelParams(
+        name="small",
+        source="small.yml",
+        model=ModelConfig(
+            hidden_size=128,
+            num_hidden_layers=3,
+            num_heads=8,
+            num_kv_heads=2,
+            filter_size=344,
+            vocab_size=1000,
+            max_position_embeddings=64,
+            position_embedding_type="rotary",
+            rotary_dim=8,
+            norm_type="rmsnorm",
+            layer_norm_epsilon=1e-5,
+            nonlinearity="swiglu",
+            share_embedding_weights=False,
+            use_bias=False,
+            use_bias_in_output=False,
+            parallel_attention=False,
+            use_untied_layer_norm=False,
+            embedding_dropout_rate=0.0,
+            attention_dropout_rate=0.0,
+            dropout_rate=0.0,
+        ),
+        train_input=TrainInput(batch_size=32, max_sequence_length=64),
+        optimizer=OptimizerConfig("sgd", 0.05, (0.9, 0.999), 1e-8, 1e-4, 0.9, None),
+        runconfig=RunConfig(num_csx=4, precision="bfloat16"),
+    )
+    assert load_params(write(tmp_path, as_yaml_text(params), "again.yaml")).model == params.model
+
+
+def test_defaults(tmp_path: Path):
+    params = load_params(write(tmp_path, MINIMAL))
+    model = params.model
+    assert (model.num_kv_heads, model.filter_size, model.max_position_embeddings) == (4, 256, 16)
+    assert (model.position_embedding_type, model.rotary_dim, model.norm_type) == (
+        "learned",
+        0,
+        "layernorm",
+    )
+    assert (model.layer_norm_epsilon, model.nonlinearity) == (1e-5, "gelu")
+    assert model.share_embedding_weights and model.use_bias and not model.use_bias_in_output
+    assert not model.parallel_attention and not model.use_untied_layer_norm
+    assert model.embedding_dropout_rate == model.attention_dropout_rate == model.dropout_rate == 0
+    assert params.optimizer == OptimizerConfig("adamw", 1e-3, (0.9, 0.999), 1e-8, 0.01, 0.0, None)
+    assert params.runconfig == RunConfig(num_csx=1, precision="float32")
+    adam = load_params(write(tmp_path, mutated(optimizer={"optimizer_type": "adam"})))
+    assert adam.optimizer.weight_decay == 0.0
+    rotary = load_params(write(tmp_path, mutated(model={"position_embedding_type": "rotary"})))
+    assert rotary.model.rotary_dim == 16
+
+
+def test_spellings(tmp_path: Path):
+    document = mutated(
+        optimizer={"beta1": 0.8, "beta2": 0.9, "weight_decay_rate": 0.2, "max_gradient_norm": 2},
+        model={"use_bias": True, "use_ffn_bias": True, "share_embedding_weights": False},
+    )
+    params = load_params(write(tmp_path, document))
+    assert params.optimizer.betas == (0.8, 0.9)
+    assert params.optimizer.weight_decay == 0.2
+    assert params.optimizer.max_gradient_norm == 2.0
+    assert params.model.use_bias and not params.model.share_embedding_weights
+    assert load_params(write(tmp_path, mutated(optimizer={"eps": 1})))  # an int is a float
+
+
+def test_is_params_source():
+    assert is_params_source("zoo:llama-7b")
+    assert is_params_source("gpt.yaml") and is_params_source(Path("dir/GPT.YML"))
+    assert not is_params_source("model.onnx")
+    assert not is_params_source("yaml")
+
+
+# ---- the closed form against the parameters listed one by one
+
+
+def tensor_shapes(m: ModelConfig) -> Iterator[tuple[int, ...]]:
+    """Every trainable tensor of the model, as a Hugging Face-style implementation has them."""
+    d, kv = m.hidden_size, m.num_kv_heads * m.head_dim
+    norm: list[tuple[int, ...]] = [(d,), (d,)] if m.norm_type == "layernorm" else [(d,)]
+    yield (m.vocab_size, d)
+    if m.position_embedding_type == "learned":
+        yield (m.max_position_embeddings, d)
+    for _ in range(m.num_hidden_layers):
+        shared_norm = m.parallel_attention and not m.use_untied_layer_norm
+        yield from norm * (1 if shared_norm else 2)
+        projections = [(d, d), (kv, d), (kv, d), (d, d)]  # q, k, v, output: (out, in)
+        ups = 2 if m.nonlinearity == "swiglu" else 1
+        projections += [(m.filter_size, d)] * ups + [(d, m.filter_size)]
+        for out_features, in_features in projections:
+            yield (out_features, in_features)
+            if m.use_bias:
+                yield (out_features,)
+    yield from norm
+    if not m.share_embedding_weights:
+        yield (m.vocab_size, d)
+    if m.use_bias_in_output:
+        yield (m.vocab_size,)
+
+
+VARIANTS: list[dict[str, Any]] = [
+    {},
+    {"norm_type": "rmsnorm", "nonlinearity": "swiglu", "use_bias": False},
+    {"num_kv_heads": 2, "position_embedding_type": "rotary", "rotary_dim": 8},
+    {"parallel_attention": True, "share_embedding_weights": False, "use_bias_in_output": True},
+    {"parallel_attention": True, "use_untied_layer_norm": True, "nonlinearity": "relu"},
+]
+
+
+@pytest.mark.parametrize("changes", VARIANTS)
+def test_parameter_count_matches_the_tensors(tmp_path: Path, changes: dict[str, Any]):
+    model = dataclasses.replace(load_params(write(tmp_path, MINIMAL)).model, **changes)
+    expected = sum(dims[0] * (dims[1] if len(dims) > 1 else 1) for dims in tensor_shapes(model))
+    assert parameter_count(model) == expected
+
+
+# ---- every check, with its message
+
+
+def test_no_such_file(tmp_path: Path):
+    with pytest.raises(CgcError, match=r"^gpt\.yaml: no such file$"):
+        load_params(tmp_path / "gpt.yaml")
+
+
+def test_not_a_params_file(tmp_path: Path):
+    with pytest.raises(CgcError, match=r"^gpt\.txt: not a params file"):
+        load_params(tmp_path / "gpt.txt")
+
+
+def test_invalid_yaml(tmp_path: Path):
+    text = "model:\n  hidden_size: 768\n num_heads: 12\n"
+    assert error(tmp_path, text) == (
+        "gpt.yaml: line 3: not valid YAML (expected <block end>, but found '<block mapping start>')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("", "got an empty file"),
+        ("[1, 2]\n", "got [1, 2]"),
+        ("just text\n", "got the string 'just text'"),
+    ],
+)
+def test_top_level_not_a_mapping(tmp_path: Path, document: str, message: str):
+    assert error(tmp_path, document) == (
+        "gpt.yaml: expected a mapping of sections (model, train_input, optimizer, runconfig) "
+        f"at the top level, {message}"
+    )
+
+
+def test_unknown_section(tmp_path: Path):
+    document = {**MINIMAL, "modle": {}}
+    assert error(tmp_path, document) == "gpt.yaml: modle: unknown section (did you mean model?)"
+    document = {**MINIMAL, "data": {}}
+    assert error(tmp_path, document) == "gpt.yaml: data: unknown section"
+
+
+def test_missing_section(tmp_path: Path):
+    document = {"model": MINIMAL["model"]}
+    assert error(tmp_path, document) == "gpt.yaml: missing required section train_input"
+
+
+def test_section_not_a_mapping(tmp_path: Path):
+    assert error(tmp_path, {**MINIMAL, "model": [1]}) == (
+        "gpt.yaml: model: expected a mapping, got [1]"
+    )
+    assert error(tmp_path, {**MINIMAL, "optimizer": None}) == (
+        "gpt.yaml: optimizer: expected a mapping, got null"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        # keys
+        (
+            {"model": {"hiden_size": 64}},
+            "model.hiden_size: unknown key (did you mean hidden_size?)",
+        ),
+        ({"runconfig": {"mode": "x"}}, "runconfig.mode: unknown key"),
+        (
+            {"model": {"extra_attention_params": {"num_kv_group": 2}}},
+            "model.extra_attention_params.num_kv_group: unknown key (did you mean num_kv_groups?)",
+        ),
+        (
+            {"train_input": {"max_sequence_length": None}},
+            "train_input: missing required key max_sequence_length",
+        ),
+        ({"model": {"vocab_size": None}}, "model: missing required key vocab_size"),
+        # integers
+        ({"model": {"hidden_size": -3}}, "model.hidden_size: expected a positive integer, got -3"),
+        (
+            {"model": {"num_hidden_layers": 0}},
+            "model.num_hidden_layers: expected a positive integer, got 0",
+        ),
+        ({"model": {"num_heads": True}}, "model.num_heads: expected a positive integer, got true"),
+        ({"model": {"vocab_size": 1.5}}, "model.vocab_size: expected a positive integer, got 1.5"),
+        (
+            {"train_input": {"batch_size": 8.0}},
+            "train_input.batch_size: expected a positive integer, got 8.0",
+        ),
+        (
+            {"train_input": {"batch_size": "8"}},
+            "train_input.batch_size: expected a positive integer, got the string '8'",
+        ),
+        ({"model": {"filter_size": -1}}, "model.filter_size: expected a positive integer, got -1"),
+        # shapes
+        (
+            {"model": {"hidden_size": 1000, "num_heads": 12}},
+            "model.num_heads: 12 does not divide hidden_size 1000",
+        ),
+        (
+            {"model": {"extra_attention_params": {"num_kv_groups": 3}}},
+            "model.extra_attention_params.num_kv_groups: 3 does not divide num_heads 4",
+        ),
+        (
+            {"model": {"position_embedding_type": "rotary", "rotary_dim": 7}},
+            "model.rotary_dim: expected an even number, got 7",
+        ),
+        (
+            {"model": {"position_embedding_type": "rotary", "rotary_dim": 32}},
+            "model.rotary_dim: 32 exceeds the head dimension 16 (hidden_size / num_heads)",
+        ),
+        (
+            {"model": {"rotary_dim": 8}},
+            "model.rotary_dim: only with position_embedding_type: rotary",
+        ),
+        (
+            {"model": {"max_position_embeddings": 8}},
+            "model.max_position_embeddings: 8 is less than train_input.max_sequence_length 16 "
+            "(learned positions)",
+        ),
+        (
+            {"model": {"use_untied_layer_norm": True}},
+            "model.use_untied_layer_norm: only with parallel_attention: true",
+        ),
+        # booleans
+        (
+            {"model": {"share_embedding_weights": "true"}},
+            "model.share_embedding_weights: expected true or false, got the string 'true'",
+        ),
+        ({"model": {"use_bias": 1}}, "model.use_bias: expected true or false, got 1"),
+        (
+            {"model": {"use_bias": True, "use_ffn_bias": False}},
+            "model.use_ffn_bias: false disagrees with use_bias: true "
+            "(cgc has one switch for the attention and MLP biases)",
+        ),
+        (
+            {"model": {"use_projection_bias_in_attention": False, "use_ffn_bias": True}},
+            "model.use_ffn_bias: true disagrees with use_projection_bias_in_attention: false "
+            "(cgc has one switch for the attention and MLP biases)",
+        ),
+        # names
+        (
+            {"model": {"position_embedding_type": "alibi"}},
+            "model.position_embedding_type: expected one of learned, rotary, "
+            "got the string 'alibi'",
+        ),
+        (
+            {"model": {"norm_type": "batchnorm"}},
+            "model.norm_type: expected one of layernorm, rmsnorm, got the string 'batchnorm'",
+        ),
+        (
+            {"model": {"nonlinearity": "gelu_new"}},
+            "model.nonlinearity: expected one of gelu, relu, swiglu, got the string 'gelu_new'",
+        ),
+        (
+            {"optimizer": {"optimizer_type": "lamb"}},
+            "optimizer.optimizer_type: expected one of sgd, adam, adamw, got the string 'lamb'",
+        ),
+        (
+            {"runconfig": {"precision": "fp16"}},
+            "runconfig.precision: expected one of float32, float16, bfloat16, "
+            "got the string 'fp16'",
+        ),
+        # floats
+        (
+            {"model": {"dropout_rate": 1.0}},
+            "model.dropout_rate: expected a number in [0, 1), got 1.0",
+        ),
+        (
+            {"model": {"attention_dropout_rate": -0.1}},
+            "model.attention_dropout_rate: expected a number in [0, 1), got -0.1",
+        ),
+        (
+            {"model": {"embedding_dropout_rate": False}},
+            "model.embedding_dropout_rate: expected a number in [0, 1), got false",
+        ),
+        (
+            {"model": {"layer_norm_epsilon": 0}},
+            "model.layer_norm_epsilon: expected a positive number, got 0",
+        ),
+        (
+            {"optimizer": {"learning_rate": 0.0}},
+            "optimizer.learning_rate: expected a positive number, got 0.0",
+        ),
+        (
+            {"optimizer": {"learning_rate": float("inf")}},
+            "optimizer.learning_rate: expected a positive number, got inf",
+        ),
+        ({"optimizer": {"eps": -1.0e-8}}, "optimizer.eps: expected a positive number, got -1e-08"),
+        (
+            {"optimizer": {"weight_decay": -0.1}},
+            "optimizer.weight_decay: expected a non-negative number, got -0.1",
+        ),
+        (
+            {"optimizer": {"max_gradient_norm": 0}},
+            "optimizer.max_gradient_norm: expected a positive number, got 0",
+        ),
+        (
+            {"optimizer": {"betas": [0.9, 1.0]}},
+            "optimizer.betas: expected a number in [0, 1), got 1.0",
+        ),
+        (
+            {"optimizer": {"betas": [0.9]}},
+            "optimizer.betas: expected a list of two numbers, got [0.9]",
+        ),
+        ({"optimizer": {"beta2": 1}}, "optimizer.beta2: expected a number in [0, 1), got 1"),
+        (
+            {"optimizer": {"optimizer_type": "sgd", "momentum": 1.5}},
+            "optimizer.momentum: expected a number in [0, 1), got 1.5",
+        ),
+        # optimizer options
+        (
+            {"optimizer": {"betas": [0.9, 0.95], "beta1": 0.9}},
+            "optimizer.beta1: give either betas or beta1 and beta2, not both",
+        ),
+        (
+            {"optimizer": {"weight_decay": 0.1, "weight_decay_rate": 0.1}},
+            "optimizer.weight_decay_rate: give either weight_decay or it, not both",
+        ),
+        ({"optimizer": {"momentum": 0.9}}, "optimizer.momentum: not an option of adamw"),
+        (
+            {"optimizer": {"optimizer_type": "SGD", "betas": [0.9, 0.95]}},
+            "optimizer.betas: not an option of sgd",
+        ),
+        # the cluster
+        (
+            {"runconfig": {"num_csx": 3}},
+            "runconfig.num_csx: 3 systems do not split train_input.batch_size 8 evenly",
+        ),
+    ],
+)
+def test_check(tmp_path: Path, sections: dict[str, dict[str, Any]], message: str):
+    assert error(tmp_path, mutated(**sections)) == f"gpt.yaml: {message}"
+
+
+def test_float_without_decimal_point(tmp_path: Path):
+    text = yaml.safe_dump(MINIMAL) + "optimizer:\n  learning_rate: 6e-4\n"
+    assert error(tmp_path, text) == (
+        "gpt.yaml: optimizer.learning_rate: expected a positive number, got the string '6e-4' "
+        "(YAML needs a decimal point: write 6.0e-4)"
+    )
