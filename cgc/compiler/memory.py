@@ -222,12 +222,15 @@ class Planner:
         runs = self.batch // micro_batch
         parts = []
         if runs > 1:
-            parts.append(
-                f"{runs} micro-batches of {micro_batch} per system: a batch of "
-                f"{self.batch} does not fit the SRAM at once"
+            why = (
+                "as --micro-batch-size asks"
+                if self.forced is not None
+                else f"a batch of {self.batch} does not fit the SRAM at once"
             )
+            parts.append(f"{runs} micro-batches of {micro_batch} per system: {why}")
         if recompute:
-            parts.append("activations recomputed per segment for the backward pass")
+            chosen = " (--recompute)" if self.choices == (True,) else ""
+            parts.append(f"activations recomputed per segment for the backward pass{chosen}")
         return MemoryPlan(micro_batch, runs, recompute, peak.bytes_per_pe, "; ".join(parts))
 
     def _refuse(

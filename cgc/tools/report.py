@@ -223,7 +223,11 @@ def layer_groups(stats: RunStats, every_layer: bool) -> list[dict]:
 
 
 def _seconds(value: float) -> str:
-    return f"{value * 1e3:.3f} ms" if value < 1 else f"{value:.3f} s"
+    """A duration in the unit that reads best."""
+    for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value * 1e9:.3g} ns" if value else "0"
 
 
 def simulation_text(sim: Simulation, every_layer: bool = False) -> str:

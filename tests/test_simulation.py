@@ -1,0 +1,237 @@
+"""Timing-only simulation: the same time as a run with numbers, without inputs or weight data;
+weights declared by shape; params-file models end to end on the command line; --set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import cgc
+from cgc.cli import main
+from cgc.frontends import zoo
+from cgc.runtime.cluster import Cluster
+
+TINY = """\
+model:
+  hidden_size: 32
+  num_hidden_layers: 2
+  num_heads: 4
+  filter_size: 64
+  vocab_size: 50
+  max_position_embeddings: 16
+train_input:
+  batch_size: 8
+  max_sequence_length: 16
+optimizer:
+  optimizer_type: adamw
+  learning_rate: 1.0e-3
+runconfig:
+  num_csx: 2
+  precision: float32
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A params file of a two-block GPT small enough to run with numbers."""
+    path = tmp_path_factory.mktemp("params") / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def token_batch(samples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 50, (samples, 16)).astype(np.int32)
+    return {"input_ids": ids, "labels": np.roll(ids, -1, axis=1)}
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+# --------------------------------------------------------------------------- the same time
+
+
+@pytest.mark.parametrize(("micro_batch", "systems"), [(4, 2), (2, 2), (1, 1)])
+def test_timing_only_training_step_equals_the_numeric_one(tiny, micro_batch, systems):
+    """Whatever the systems and micro-batches, a step without numbers takes exactly the time,
+    SRAM and layer costs of the step with them."""
+    artifact = cgc.prepare_training(
+        str(tiny),
+        num_csx=systems,
+        micro_batch_size=micro_batch,
+        target="mesh8x8",
+        init_seed=0,
+    )[0]
+    plan = artifact.manifest["memory_plan"]
+    assert plan["micro_batch"] == micro_batch
+    assert plan["micro_batches"] == 8 // systems // micro_batch
+    loss, numeric = Cluster(artifact).train_step(token_batch(8))
+    assert np.isfinite(loss)
+    _, timed = Cluster(artifact, numerics=False).train_step()
+    assert timed.simulated_seconds == numeric.simulated_seconds > 0
+    assert timed.layers == numeric.layers
+    assert timed.peak_pe_sram_bytes == numeric.peak_pe_sram_bytes
+    assert timed.model_flops == numeric.model_flops
+    assert timed.spans == numeric.spans
+    simulated = cgc.simulate(artifact)
+    assert simulated.stats.simulated_seconds == numeric.simulated_seconds
+    assert simulated.to_json()["steps"] == 1
+
+
+def test_micro_batches_run_back_to_back_and_update_once(tiny):
+    artifact = cgc.prepare_training(str(tiny), num_csx=1, micro_batch_size=2, target="mesh8x8")[0]
+    stats = cgc.simulate(artifact).stats
+    assert stats.micro_batches == 4
+    systems = [s for s in stats.spans if s.track == "system 0"]
+    assert {s.name.rsplit(" (", 1)[-1] for s in systems} == {f"micro-batch {k})" for k in (1, 2, 3, 4)}
+    updates = [s for s in stats.spans if s.track == "MemoryX"]
+    assert len(updates) == 1 and updates[0].end == pytest.approx(stats.simulated_seconds)
+    # four runs of the program take about four times one: nothing but the update is shared
+    single = cgc.simulate(
+        cgc.prepare_training(str(tiny), num_csx=4, micro_batch_size=2, target="mesh8x8")[0]
+    ).stats
+    assert 3 < (stats.simulated_seconds - stats.update_seconds) / (
+        single.simulated_seconds - single.update_seconds
+    ) <= 4.0001
+
+
+def test_simulated_steps_are_copies_on_the_timeline(tiny):
+    artifact = cgc.prepare_training(str(tiny), target="mesh8x8")[0]
+    sim = cgc.simulate(artifact, steps=3)
+    assert sim.seconds == pytest.approx(3 * sim.stats.simulated_seconds)
+    spans = sim.spans()
+    assert len(spans) == 3 * len(sim.stats.spans)
+    assert max(s.end for s in spans) == pytest.approx(sim.seconds)
+    with pytest.raises(cgc.CgcError, match="--steps 0"):
+        cgc.simulate(artifact, steps=0)
+
+
+def test_figures_of_a_step(tiny):
+    stats = cgc.simulate(cgc.prepare_training(str(tiny), target="mesh8x8")[0]).stats
+    assert stats.tokens_per_second == pytest.approx(16 * stats.samples_per_second)
+    assert 0 < stats.mfu <= 1
+    assert stats.bound in ("compute", "weight stream", "gradient stream", "SwarmX", "MemoryX")
+    mx = stats.memoryx
+    assert mx is not None and mx.optimizer_state == 2 * mx.gradients > 0  # AdamW: two moments
+    assert mx.total < stats.memoryx_capacity_bytes
+    timed = [layer for layer in stats.layers if "compute_seconds" in layer]
+    assert len(timed) == len(stats.layers) > 0
+    assert {layer["bound"] for layer in timed} <= {"compute", "weight stream", "gradient stream"}
+
+
+# --------------------------------------------------------------------------- declared weights
+
+
+def test_a_params_model_declares_its_weights_and_runs_timing_only(tiny, tmp_path):
+    artifact = cgc.compile(str(tiny), mode="weight_streaming", target="mesh8x8")
+    assert artifact.weights == {}
+    declared = artifact.declared
+    assert "wte.weight" in declared and declared["wte.weight"].shape == (50, 32)
+    assert {spec.dtype for spec in declared.values()} <= {"float32"}
+    path = tmp_path / "tiny.cgc"
+    artifact.save(path)
+    again = cgc.load(path)
+    assert again.declared == declared
+    with pytest.raises(cgc.CgcError, match="--timing-only"):
+        cgc.run(again, {"input_ids": token_batch(4)["input_ids"]})
+    stats = cgc.simulate(again, num_csx=2).stats
+    assert stats.batch_size == 8 and stats.num_csx == 2
+
+
+def test_a_declared_model_of_a_billion_parameters_is_a_small_file(tmp_path):
+    artifact = cgc.compile("zoo:cerebras-gpt-1.3b", mode="weight_streaming", batch_size=16,
+                           num_csx=16, micro_batch_size=1)  # fmt: skip
+    path = tmp_path / "big.cgc"
+    artifact.save(path)
+    parameters = sum(spec.size for spec in artifact.declared.values())
+    assert parameters > 1.3e9
+    assert path.stat().st_size < 5 * 2**20  # the weights would take 5 GB
+
+
+def test_onnx_without_its_weights(tmp_path):
+    """A model whose external data is absent compiles with --no-weights and runs timing only."""
+    model = zoo.mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(), path, save_as_external_data=True, location="mlp.bin", size_threshold=0)
+    (tmp_path / "mlp.bin").unlink()
+    with pytest.raises(cgc.CgcError, match="--no-weights"):
+        cgc.compile(path, mode="weight_streaming", target="mesh8x8", batch_size=4)
+    artifact = cgc.compile(
+        path, mode="weight_streaming", target="mesh8x8", batch_size=4, no_weights=True
+    )
+    assert artifact.weights == {}
+    assert artifact.declared["fc1.weight"].shape == (32, 64)
+    full = cgc.compile(model, mode="weight_streaming", target="mesh8x8", batch_size=4)
+    declared_run = cgc.simulate(artifact).stats
+    numeric = cgc.run_with_stats(full, zoo.sample_inputs(model, 4))[1]
+    assert declared_run.simulated_seconds == numeric.simulated_seconds
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_train_timing_only(tiny, tmp_path):
+    stats, trace, run = tmp_path / "s.json", tmp_path / "t.json", tmp_path / "run"
+    result = invoke("train", tiny, "--timing-only", "--steps", 3, "--target", "mesh8x8",
+                    "--stats-json", stats, "--trace", trace, "--model-dir", run)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "3 training steps of 8 samples on 2 x mesh8x8" in result.output
+    assert "MFU" in result.output and "tokens/s" in result.output
+    assert "h.*.attn.q_proj" in result.output  # the blocks' layers added up
+    assert "assumed (not published): clock_hz" in result.output
+    data = json.loads(stats.read_text())
+    assert data["timing_only"] and data["steps"] == 3 and data["num_csx"] == 2
+    assert data["total_simulated_seconds"] == pytest.approx(3 * data["simulated_seconds"])
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert "loss" not in lines[0]
+    names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert "optimizer update (step 3)" in names
+
+
+def test_cli_run_timing_only_needs_no_inputs(tiny, tmp_path):
+    art = tmp_path / "tiny.cgc"
+    result = invoke("compile", tiny, "-o", art, "--target", "mesh8x8", "--mode", "weight_streaming")
+    assert result.exit_code == 0, result.output
+    result = invoke("run", art, "--timing-only", "--num-csx", 4, "--stats-json", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    assert "1 batch of 16 samples on 4 x mesh8x8" in result.output
+    result = invoke("run", art)
+    assert result.exit_code == 2 and "--inputs is required" in result.output
+    result = invoke("run", art, "--inputs", tmp_path / "none.npz")
+    assert result.exit_code == 2
+
+
+def test_set_changes_figures_and_names_bad_ones(tiny, tmp_path):
+    art = tmp_path / "tiny.cgc"
+    result = invoke("compile", tiny, "-o", art, "--target", "mesh8x8", "--mode",
+                    "weight_streaming", "--set", "memoryx_bytes_per_s=3e9")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert cgc.load(art).manifest["target"]["memoryx_bytes_per_s"] == 3e9
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    result = invoke("run", art, "--timing-only", "--set", "clock_hz=4.25e8", "--stats-json", slow)
+    assert result.exit_code == 0, result.output
+    assert "clock_hz = 4.25e+08" in result.output
+    assert invoke("run", art, "--timing-only", "--stats-json", fast).exit_code == 0
+    half, full = json.loads(slow.read_text()), json.loads(fast.read_text())
+    # the program's kernels take the same cycles, which now last twice as long
+    assert [x["cycles"] for x in half["layers"]] == [x["cycles"] for x in full["layers"]]
+    assert half["layers"][1]["compute_seconds"] == pytest.approx(
+        2 * full["layers"][1]["compute_seconds"]
+    )
+    assert half["simulated_seconds"] > full["simulated_seconds"]
+    for args, message in [
+        (("--set", "rows=4"), "--set rows=4: the compiled program depends on it"),
+        (("--set", "clock=1"), "--set clock=1: expected FIGURE=VALUE"),
+        (("--set", "clock_hz=fast"), "'fast' is not a number"),
+        (("--set", "clock_hz=-1"), "clock_hz must be positive"),
+    ]:
+        result = invoke("run", art, "--timing-only", *args)
+        assert result.exit_code == 2, result.output
+        assert message in result.output
