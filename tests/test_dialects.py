@@ -88,6 +88,11 @@ def _stream_gradients(g):
     return []
 
 
+def _attention_grad(q, k, v, out, dout):
+    forward = wse.AttentionOp(q, k, v, 6, 4, 2, False, 0.25)
+    return list(wse.AttentionGradOp([q, k, v, out, dout], forward).results)
+
+
 def _optimizer_step():
     ws.OptimizerStepOp("adam", {"lr": 1e-3, "beta1": 0.9})
     return []
@@ -271,6 +276,18 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
     "wse.softmax_cross_entropy/none-rank3": (
         [T(2, 5, 3), T(2, 3, el=i64)],
         lambda s, lab: [wse.SoftmaxCrossEntropyOp(s, lab, None, "none", None).result],
+    ),
+    "wse.matmul_transpose_a": (
+        [T(5, 3), T(5, 4)], lambda a, b: [wse.MatmulTransposeAOp(a, b).result]
+    ),
+    "wse.attention": (
+        [T(12, 8), T(12, 4), T(12, 4)],
+        lambda q, k, v: [wse.AttentionOp(q, k, v, 6, 4, 2, True, 0.5).result],
+    ),
+    "wse.attention_grad": ([T(12, 8), T(12, 4), T(12, 4), T(12, 8), T(12, 8)], _attention_grad),
+    "wse.rotary": (
+        [T(12, 8), T(6, 2), T(6, 2)],
+        lambda x, c, s: [wse.RotaryOp(x, c, s, 4, inverse=True).result],
     ),
     "wse.layer": ([T(2, 3)], _layer),
     "wse.yield": ([T(2, 3)], _empty_layer),

@@ -838,8 +838,16 @@ def test_missing_external_data(tmp_path):
         size_threshold=0,
     )
     (tmp_path / "w.bin").unlink()
-    with pytest.raises(CgcError, match=r"^model\.onnx: external data file 'w\.bin' is missing$"):
+    with pytest.raises(
+        CgcError,
+        match=r"^model\.onnx: external data file 'w\.bin' of tensor 'fc1\.weight' is missing "
+        r"\(--no-weights compiles the graph without them\)$",
+    ):
         import_onnx(path, batch_size=2)
+    # without its weights the graph imports, the float initializers declared by shape
+    imported = import_onnx(path, batch_size=2, no_weights=True)
+    assert imported.weights == {}
+    assert imported.declared["fc1.weight"].shape == (32, 64)
 
 
 def _relu_model(shape, dtype=F):

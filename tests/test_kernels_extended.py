@@ -1213,24 +1213,3 @@ def test_integer_pow_with_negative_exponents_truncates():
     exponent = np.array([[-1, -1, -2, -2, 2, 0]], dtype=np.int32)
     got, _ = execute("pow", [base, exponent], {}, base.shape, "int32")
     same(got, np.array([[0, -1, 1, 1, 9, 1]], dtype=np.int32))
-
-
-@pytest.mark.parametrize(
-    ("name", "shape", "attrs", "out_shape"),
-    [
-        ("im2col", (1, 6, 6, 4), {"kernel": [3, 3], "strides": [1, 1], "pads": [1] * 4,
-                                  "dilations": [1, 1], "group": 1, "channels_last": True},
-         (1, 36, 36)),
-        ("max_pool", (1, 3, 8, 8), {"kernel": [2, 2], "strides": [2, 2], "pads": [0] * 4,
-                                    "dilations": [1, 1]}, (1, 3, 4, 4)),
-        ("transpose", (5, 7), {"perm": [1, 0]}, (7, 5)),
-    ],
-)  # fmt: skip
-def test_memory_only_plans_keep_the_layouts_and_drop_the_gathers(name, shape, attrs, out_shape):
-    operand = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", OTHER))
-    results = [(out_shape, "float32")]
-    exact = plans.plan(name, T, RECT, [operand], attrs, results)
-    memory = plans.plan(name, T, RECT, [operand], attrs, results, count_gathers=False)
-    assert (memory.inputs, memory.outputs) == (exact.inputs, exact.outputs)
-    assert memory.cost.scratch_bytes == exact.cost.scratch_bytes
-    assert exact.cost.traffic.wavelet_hops > memory.cost.traffic.wavelet_hops

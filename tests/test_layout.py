@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 
 import cgc.machine.traffic as traffic_module
+from cgc.machine.flows import regrid_traffic
 from cgc.machine.layout import Layout, grid_extent, matrix_dims
-from cgc.machine.traffic import (
-    NO_TRAFFIC,
-    Traffic,
-    edge_traffic,
-    gather_traffic,
-    regrid_traffic,
-    route,
-)
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, edge_traffic, gather_traffic, route
 from cgc.runtime.tiles import DistTensor
 
 

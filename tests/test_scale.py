@@ -59,7 +59,8 @@ def test_efficiency_and_the_ideal_line(strong):
     for point in strong:
         assert 0 < point.efficiency <= 1 + 1e-12
         assert point.speedup == pytest.approx(point.samples_per_second / one.samples_per_second)
-        assert point.ideal_samples_per_second == pytest.approx(point.systems * one.samples_per_second)
+        ideal = point.systems * one.samples_per_second
+        assert point.ideal_samples_per_second == pytest.approx(ideal)
         assert point.samples_per_second <= point.ideal_samples_per_second * (1 + 1e-12)
     # more systems never make a step of the same global batch slower here
     seconds = [p.step_seconds for p in strong]

@@ -393,7 +393,7 @@ def _streaming_compilation(
 
 def _recompute_choices(request: Request) -> tuple[bool, ...]:
     """Whether the plan may, must or must not recompute activations."""
-    segmented = request.training is not None and request.source.segmented
+    segmented = request.training is not None and request.source.segments is not None
     if request.recompute and not segmented:
         raise CgcError(
             "--recompute: the model has no segments to recompute (training of a params-file "
@@ -454,6 +454,7 @@ class StreamingCompiler:
             request.source.blocks,
             choices,
             request.micro_batch_size,
+            request.source.segments,
         )
 
     def artifact(self, request: Request, reason: str, dumps: IRDumps | None = None) -> Artifact:

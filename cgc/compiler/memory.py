@@ -22,13 +22,14 @@ at a time is an error naming the layer and the bytes a PE would need.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from cgc.errors import CgcError
 from cgc.machine import streaming
 from cgc.machine.bytecode import Program
-from cgc.machine.cost import Peak, Sram, Timing
+from cgc.machine.cost import LayerSram, Peak, profile
 from cgc.machine.target import Target
 from cgc.machine.units import human_bytes
 
@@ -65,34 +66,54 @@ class MemoryPlan:
 
 @dataclass(frozen=True)
 class Measure:
-    """A program's peak SRAM and the time of its runs on one system."""
+    """A program's SRAM (peak, and per layer) and the time of its runs on one system."""
 
     peak: Peak
+    layers: list[LayerSram]
     seconds: float
 
 
 def measure(program: Program, target: Target, runs: int) -> Measure:
-    """The peak SRAM per PE of ``program`` (run twice, for the steady state) and the time of
-    ``runs`` runs back to back on one system (the weight-streaming timeline, without the
-    optimizer's update, which every plan shares)."""
-    sram = Sram(target, strict=False)
-    peak = Peak(0, "")
-    timing = Timing(program, target, sram)
-    for _ in range(2):
-        timing = Timing(program, target, sram)
-        for ins in program.instructions:
-            timing.step(ins)
-            if sram.peak > peak.bytes_per_pe:
-                peak = Peak(sram.peak, timing.record.name)
+    """The SRAM of ``program`` in the steady state of its runs (``cgc.machine.profile``) and
+    the time of ``runs`` runs back to back on one system (the weight-streaming timeline,
+    without the optimizer's update, which every plan shares)."""
+    found = profile(program, target)
     layers = [
         streaming.Layer(
             r.name, r.cycles, r.host_in_bytes, r.host_out_bytes, r.stream_in_bytes,
             r.stream_out_bytes,
         )
-        for r in timing.records
+        for r in found.records
     ]  # fmt: skip
     timeline = streaming.simulate(layers, target, streaming.Tree(1, target), runs, False, "")
-    return Measure(peak, timeline.seconds)
+    return Measure(found.peak, found.layers, timeline.seconds)
+
+
+def extrapolated(one: Measure, two: Measure, blocks: int, segments: re.Pattern[str]) -> float:
+    """The peak SRAM of a model of ``blocks`` identical blocks, measured with one and two.
+
+    Each block leaves its activations for the backward pass to the layers after it (those of
+    the first block's segment excepted), so a copy of two blocks shows every layer of the
+    whole model, the layers between the first block's forward and backward layers holding one
+    block where the whole holds ``blocks - 1``. A block's share is what the layers outside
+    every block (the head, between the forward and the backward pass) hold in the copy of two
+    beyond the copy of one.
+    """
+    if blocks == 1:
+        return float(one.peak.bytes_per_pe)
+    names = [layer.name for layer in two.layers]
+    first = next((m.group(0) for n in names if (m := segments.match(n))), None)
+    if first is None:
+        return float(two.peak.bytes_per_pe)
+    own = [n.startswith(first) for n in names]
+    forward_end = own.index(False)
+    back = own.index(True, forward_end) if True in own[forward_end:] else len(names)
+    held = {x.name: x.held for x in one.layers if not segments.match(x.name)}
+    shared = [x.held - held[x.name] for x in two.layers if x.name in held]
+    growth = max(shared, default=0)
+    inner = [x.peak for x in two.layers[forward_end:back]]
+    outer = [x.peak for x in two.layers[:forward_end] + two.layers[back:]]
+    return float(max(max(outer, default=0), max(inner, default=0) + (blocks - 2) * growth))
 
 
 def divisors(n: int) -> list[int]:
@@ -111,6 +132,7 @@ class Planner:
         blocks: int | None,
         recompute_choices: tuple[bool, ...],
         micro_batch: int | None,
+        segments: str | None = None,
     ):
         self.build = build
         self.target = target
@@ -119,6 +141,9 @@ class Planner:
         """The model's repeated blocks, if it can be built with fewer (then the search
         measures small copies); None: every trial compiles the whole model."""
         self.choices = recompute_choices
+        self.segments = re.compile(segments or "(?!)")
+        """Where the blocks' names begin (a pattern that matches nothing for a model without
+        blocks)."""
         self.forced = micro_batch
         self.probes: dict[tuple[int, bool, int], Measure] = {}
         if micro_batch is not None and (micro_batch < 1 or per_system_batch % micro_batch):
@@ -196,18 +221,15 @@ class Planner:
         assert self.blocks is not None
         full = self.blocks
 
-        def peak(blocks: int, micro_batch: int) -> float:
-            """SRAM per PE: linear in the blocks (identical blocks add the same activations)
-            and in the micro-batch."""
-            one = self._probe(1, recompute, blocks).peak.bytes_per_pe
-            if self.batch == 1:
-                return one
-            two = self._probe(2, recompute, blocks).peak.bytes_per_pe
-            return one + (micro_batch - 1) * (two - one)
+        def whole(micro_batch: int) -> float:
+            """The whole model's SRAM per PE at a micro-batch (``extrapolated``)."""
+            one, two = (self._probe(micro_batch, recompute, b) for b in (1, min(2, full)))
+            return extrapolated(one, two, full, self.segments)
 
         def at(micro_batch: int) -> float:
-            first, second = peak(1, micro_batch), peak(min(2, full), micro_batch)
-            return first + (full - 1) * (second - first) if full > 1 else first
+            """Linear in the micro-batch, from one and two samples."""
+            single = whole(1)
+            return single if self.batch == 1 else single + (micro_batch - 1) * (whole(2) - single)
 
         fitting = [m for m in self.candidates() if at(m) <= self.capacity]
         if not fitting:

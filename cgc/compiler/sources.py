@@ -50,9 +50,9 @@ class Source(abc.ABC):
         return True
 
     @property
-    def segmented(self) -> bool:
-        """Whether its model names segments whose activations may be recomputed."""
-        return False
+    def segments(self) -> str | None:
+        """The pattern of its blocks' names (``ImportedModel.recompute_segments``), if any."""
+        return None
 
     @abc.abstractmethod
     def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
@@ -101,8 +101,8 @@ class ImportedSource(Source):
         return False
 
     @property
-    def segmented(self) -> bool:
-        return self.model.recompute_segments is not None
+    def segments(self) -> str | None:
+        return self.model.recompute_segments
 
     def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
         return self.model
@@ -132,8 +132,8 @@ class ParamsSource(Source):
         return self.params.model.num_hidden_layers
 
     @property
-    def segmented(self) -> bool:
-        return True
+    def segments(self) -> str:
+        return transformer.SEGMENTS
 
     def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
         return transformer.build(

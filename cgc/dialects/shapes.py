@@ -51,6 +51,16 @@ def matmul(a: Sequence[int], b: Sequence[int]) -> Shape:
     return (*broadcast(a[:-2], b[:-2]), a[-2], b[-1])
 
 
+def matmul_transpose_a(a: Sequence[int], b: Sequence[int]) -> Shape:
+    """The result shape of ``a^T @ b`` over the last two axes (``a`` ``[..., R, M]``, ``b``
+    ``[..., R, N]``: ``[..., M, N]``), batch dims broadcast."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"matmul operands need rank >= 2, got {tuple(a)} and {tuple(b)}")
+    if a[-2] != b[-2]:
+        raise ValueError(f"matmul_transpose_a contraction mismatch: {tuple(a)} x {tuple(b)}")
+    return (*broadcast(a[:-2], b[:-2]), a[-1], b[-1])
+
+
 def window_output(
     size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int
 ) -> int:

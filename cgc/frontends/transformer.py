@@ -6,15 +6,17 @@ training, ``labels`` [B, S]) and returns the mean next-token cross-entropy (trai
 logits [B, S, V]. No ONNX file is written on the way and no weight is allocated: the weights
 are declared by name, shape and type, and the artifact runs timing-only. With
 ``materialize=True`` the weights are drawn instead (normal, std 0.02; norms at one, biases at
-zero; the rotary tables and the causal mask computed), for tests on small configs.
+zero; the rotary tables computed), for tests on small configs.
 
 The residual stream is [B*S, H]: tokens along the wafer's rows, the hidden dimension along
-its columns, as the Cerebras weight-streaming layout keeps activations. Attention reshapes it
-to heads [B, heads, S, head_dim]. The blocks follow the config: pre-norm sequential blocks
+its columns, as the Cerebras weight-streaming layout keeps activations; attention is one fused
+causal op on those token-major tensors (``wse.attention``), so no head is ever transposed into
+a layout of its own. The blocks follow the config: pre-norm sequential blocks
 (GPT-2/3) or parallel attention and MLP (GPT-J with one shared norm, GPT-NeoX with two);
-LayerNorm or RMSNorm; learned positions or rotary embeddings (``rotate_half`` on the first
-``rotary_dim`` dimensions of each head); GELU, ReLU or SwiGLU MLPs; grouped-query attention
-(key and value heads repeated over their groups); a tied or separate LM head.
+LayerNorm or RMSNorm; learned positions or rotary embeddings (``wse.rotary``: ``rotate_half``
+on the first ``rotary_dim`` dimensions of each head); GELU, ReLU or SwiGLU MLPs; grouped-query
+attention (each key and value head shared by a group of query heads); a tied or separate LM
+head.
 
 Mixed precision (``runconfig.precision`` float16 or bfloat16): weights and activations on the
 wafer are 16-bit, the declared (master) weights float32 in MemoryX, the loss float32.
@@ -54,9 +56,6 @@ TOKEN_DTYPE = "int32"
 """The element type of token ids and labels."""
 MASTER_DTYPE = "float32"
 """MemoryX's copies of the trained weights."""
-MASK_VALUE = {"float32": -1e9, "bfloat16": -1e9, "float16": -1e4}
-"""The additive causal mask's value for a future position, by activation type: far below any
-score, and finite in the type."""
 ROTARY_BASE = 10000.0
 INIT_STD = 0.02
 SEGMENTS = r"h\.\d+\."
@@ -90,7 +89,7 @@ class _Model:
     trainable: list[str] = field(default_factory=list)
     location: NameLoc = field(default_factory=lambda: _loc("main"))
     cache: dict[str, SSAValue] = field(default_factory=dict)
-    """Frozen tables built once (the causal mask, the rotary tables)."""
+    """Frozen tables built once (the rotary tables)."""
 
     @property
     def config(self) -> ModelConfig:
@@ -206,73 +205,32 @@ class _Model:
         hidden = self.activation(inner, f"{prefix}.act")
         return self.linear(hidden, f"{prefix}.fc_out", c.hidden_size, c.use_bias)
 
-    def heads(self, x: SSAValue, count: int, name: str) -> SSAValue:
-        """[T, count * d] to [B, count, S, d]."""
+    def rotate(self, x: SSAValue, heads: int, name: str) -> SSAValue:
+        """Rotary position embedding of the first ``rotary_dim`` dimensions of every head of
+        ``x`` [T, heads * d] (``rotate_half`` layout)."""
         self.at(name)
-        d = self.config.head_dim
-        split = self.op(wse.ReshapeOp(x, (self.batch, self.seq, count, d)))
-        return self.op(wse.TransposeOp(split, (0, 2, 1, 3)))
-
-    def rotate(self, x: SSAValue, name: str) -> SSAValue:
-        """Rotary position embedding of the first ``rotary_dim`` dims of every head of ``x``
-        [B, heads, S, d] (``rotate_half``: the second half of those dims rotates into the
-        first)."""
-        self.at(name)
-        b, h, s, d = wse.tensor_shape(x)
-        r = self.config.rotary_dim
+        s, r = self.seq, self.config.rotary_dim
         cos = self.frozen("rotary.cos", (s, r), lambda: _rotary(s, r)[0])
         sin = self.frozen("rotary.sin", (s, r), lambda: _rotary(s, r)[1])
-        part = self.op(wse.SliceOp(x, (0, 0, 0, 0), (b, h, s, r), (1, 1, 1, 1))) if r < d else x
-        first = self.op(wse.SliceOp(part, (0, 0, 0, 0), (b, h, s, r // 2), (1, 1, 1, 1)))
-        second = self.op(wse.SliceOp(part, (0, 0, 0, r // 2), (b, h, s, r), (1, 1, 1, 1)))
-        turned = self.op(wse.ConcatOp([self.op(wse.NegOp(second)), first], 3))
-        rotated = self.op(wse.AddOp(self.op(wse.MulOp(part, cos)), self.op(wse.MulOp(turned, sin))))
-        if r == d:
-            return rotated
-        rest = self.op(wse.SliceOp(x, (0, 0, 0, r), (b, h, s, d), (1, 1, 1, 1)))
-        return self.op(wse.ConcatOp([rotated, rest], 3))
-
-    def repeat_kv(self, x: SSAValue, name: str) -> SSAValue:
-        """Key or value heads [B, kv, S, d] repeated over their query groups: [B, heads, S, d]."""
-        c = self.config
-        if c.num_kv_heads == c.num_heads:
-            return x
-        self.at(name)
-        b, kv, s, d = wse.tensor_shape(x)
-        groups = c.num_heads // kv
-        lifted = self.op(wse.ReshapeOp(x, (b, kv, 1, s, d)))
-        spread = self.op(wse.BroadcastToOp(lifted, (b, kv, groups, s, d)))
-        return self.op(wse.ReshapeOp(spread, (b, c.num_heads, s, d)))
+        return self.op(wse.RotaryOp(x, cos, sin, heads))
 
     def attention(self, x: SSAValue, prefix: str) -> SSAValue:
-        """Causal multi-head (or grouped-query) self-attention on the normalized stream."""
+        """Causal multi-head (or grouped-query) self-attention on the normalized stream, as
+        one fused op on token-major tensors."""
         c = self.config
-        d, kv_width = c.head_dim, c.num_kv_heads * c.head_dim
-        q = self.heads(self.linear(x, f"{prefix}.q_proj", c.hidden_size, c.use_bias),
-                       c.num_heads, f"{prefix}.q_heads")  # fmt: skip
-        k = self.heads(self.linear(x, f"{prefix}.k_proj", kv_width, c.use_bias),
-                       c.num_kv_heads, f"{prefix}.k_heads")  # fmt: skip
-        v = self.heads(self.linear(x, f"{prefix}.v_proj", kv_width, c.use_bias),
-                       c.num_kv_heads, f"{prefix}.v_heads")  # fmt: skip
+        kv_width = c.num_kv_heads * c.head_dim
+        q = self.linear(x, f"{prefix}.q_proj", c.hidden_size, c.use_bias)
+        k = self.linear(x, f"{prefix}.k_proj", kv_width, c.use_bias)
+        v = self.linear(x, f"{prefix}.v_proj", kv_width, c.use_bias)
         if c.position_embedding_type == "rotary":
-            q, k = self.rotate(q, f"{prefix}.q_rotary"), self.rotate(k, f"{prefix}.k_rotary")
-        k, v = self.repeat_kv(k, f"{prefix}.k_repeat"), self.repeat_kv(v, f"{prefix}.v_repeat")
-        self.at(f"{prefix}.scores")
-        keys = self.op(wse.TransposeOp(k, (0, 1, 3, 2)))
-        scores = self.op(wse.MatmulOp(q, keys))
-        scores = self.op(wse.MulOp(scores, self.scalar(1 / np.sqrt(d), scores)))
-        mask = self.frozen("causal_mask", (self.seq, self.seq), lambda: self.mask())
-        probs = self.op(wse.SoftmaxOp(self.op(wse.AddOp(scores, mask)), 3))
-        self.at(f"{prefix}.context")
-        context = self.op(wse.MatmulOp(probs, v))
-        merged = self.op(wse.TransposeOp(context, (0, 2, 1, 3)))
-        flat = self.op(wse.ReshapeOp(merged, (self.tokens, c.hidden_size)))
-        return self.linear(flat, f"{prefix}.out_proj", c.hidden_size, c.use_bias)
-
-    def mask(self) -> np.ndarray:
-        """The additive causal mask [S, S]."""
-        future = np.triu(np.ones((self.seq, self.seq), dtype=bool), 1)
-        return np.where(future, MASK_VALUE[self.act], 0.0)
+            q = self.rotate(q, c.num_heads, f"{prefix}.q_rotary")
+            k = self.rotate(k, c.num_kv_heads, f"{prefix}.k_rotary")
+        self.at(f"{prefix}.attention")
+        scale = 1 / np.sqrt(c.head_dim)
+        context = self.op(
+            wse.AttentionOp(q, k, v, self.seq, c.num_heads, c.num_kv_heads, True, scale)
+        )
+        return self.linear(context, f"{prefix}.out_proj", c.hidden_size, c.use_bias)
 
     def block(self, x: SSAValue, index: int) -> SSAValue:
         """Transformer block ``index`` on the residual stream ``x`` [T, H]."""

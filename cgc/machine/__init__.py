@@ -24,16 +24,27 @@ The public questions::
     program_peak(program, get_target("wse2")).bytes_per_pe   # the whole program's SRAM
 """
 
-from cgc.machine.cost import LayerCost, LayerCosts, Peak, layer_cost, program_costs, program_peak
+from cgc.machine.cost import (
+    LayerCost,
+    LayerCosts,
+    Peak,
+    Profile,
+    layer_cost,
+    profile,
+    program_costs,
+    program_peak,
+)
 from cgc.machine.target import Target, get_target
 
 __all__ = [
     "LayerCost",
     "LayerCosts",
     "Peak",
+    "Profile",
     "Target",
     "get_target",
     "layer_cost",
+    "profile",
     "program_costs",
     "program_peak",
 ]

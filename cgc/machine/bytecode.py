@@ -67,7 +67,8 @@ PRIMITIVES: tuple[str, ...] = (
     "fmod", "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor", "shift_left",
     "shift_right", "reduce_prod", "argmax_pool", "gather", "gather_elements", "gather_nd",
     "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile", "bitcast",
-    "cumprod", "col2im",
+    "cumprod", "col2im", "attention", "attention_grad", "rotary",
+    "matmul_transpose_a",
 )  # fmt: skip
 """Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
 KERNEL_BASE = 64

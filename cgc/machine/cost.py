@@ -69,7 +69,18 @@ class Sram:
         self.total = 0
         self.peak_total = 0
         """Most bytes the whole mesh has held."""
+        self.recent = 0
+        """Most bytes any PE has held since ``restart``."""
         self.pinned: set[tuple[str, Layout]] = set()
+
+    def held(self) -> int:
+        """Most bytes any PE holds now."""
+        return int(self.cells.max())
+
+    def restart(self) -> int:
+        """Starts ``recent`` afresh from what the PEs hold now; returns that."""
+        self.recent = self.held()
+        return self.recent
 
     def _cut(self, edges: list[int], at: int, axis: int) -> int:
         """The index of the cell edge at mesh row (or column) ``at``, cutting a cell in two
@@ -115,6 +126,7 @@ class Sram:
 
     def _check(self, layout: Layout, used: int) -> None:
         self.peak = max(self.peak, used)
+        self.recent = max(self.recent, used)
         if self.strict and used > self.target.sram_bytes_per_pe:
             raise SimulationError(
                 f"PE SRAM overflow: {used} bytes needed on the grid at row {layout.row0}, "
@@ -210,14 +222,11 @@ class Timing:
         target: Target,
         sram: Sram,
         deliver: bool = False,
-        count_gathers: bool = True,
     ):
         self.program = program
         self.target = target
         self.sram = sram
         self.deliver = deliver
-        self.count_gathers = count_gathers
-        """Whether plans count all data movement (see ``plans.Kernel.plan``)."""
         self.held: list[Held | None] = [None] * len(program.registers)
         self.arrived: dict[int, Layout] = {}
         """The current layer's copies of its inputs (when delivering)."""
@@ -365,7 +374,6 @@ class Timing:
             [_operand(h) for h in held],
             ins.attrs,
             [self.program.registers[r] for r in ins.results],
-            self.count_gathers,
         )
         self.record.add(plan.cost)
         for value, want in zip(held, plan.inputs, strict=True):
@@ -426,33 +434,28 @@ def _run_layer(
     index: int,
     rect: Rect,
     sram: Sram,
-    count_gathers: bool,
 ) -> Timing:
     """Layer ``index``'s instructions alone on ``rect``, its inputs delivered there."""
-    timing = Timing(program, target, sram, deliver=True, count_gathers=count_gathers)
+    timing = Timing(program, target, sram, deliver=True)
     timing.enter_layer(index, rect)
     for position in program.layer_spans[index][1:]:
         timing.step(program.instructions[position])
     return timing
 
 
-def layer_cost(
-    program: Program, index: int, rect: Rect, target: Target, count_gathers: bool = True
-) -> LayerCost:
+def layer_cost(program: Program, index: int, rect: Rect, target: Target) -> LayerCost:
     """Layer ``index`` of ``program`` alone on ``rect``; its inputs from other layers arrive
-    in their default layout there, as in a pipelined run. Without ``count_gathers`` the memory
-    is exact but the cycles leave out the data movement that is costly to work out (see
-    ``plans.Kernel.plan``).
+    in their default layout there, as in a pipelined run.
 
     The memory is the steady state of a run: every weight and constant the layer lays out
     stays pinned on its PEs from the first batch on, so a first pass finds them and the timed
     pass starts with them all in place.
     """
-    first = _run_layer(program, target, index, rect, Sram(target, False, rect), False)
+    first = _run_layer(program, target, index, rect, Sram(target, False, rect))
     warm = Sram(target, strict=False, region=rect)
     for key, layout in first.sram.pinned:
         warm.pin(key, layout)
-    timing = _run_layer(program, target, index, rect, warm, count_gathers)
+    timing = _run_layer(program, target, index, rect, warm)
     record = timing.records[-1]
     weight_bytes = sum(
         program.tensor_bytes(ins.results[0])
@@ -485,18 +488,15 @@ class LayerCosts:
     """``layer_cost`` remembered by layer signature and rectangle: the layers of a deep model
     repeat a few structures, and a placement asks about the same rectangles again."""
 
-    def __init__(self, target: Target, count_gathers: bool = True):
+    def __init__(self, target: Target):
         self.target = target
-        self.count_gathers = count_gathers
         self.known: dict[tuple[object, ...], LayerCost] = {}
 
     def __call__(self, program: Program, index: int, rect: Sequence[int]) -> LayerCost:
         x, y, w, h = rect
         key = (program.layer_signatures[index], x, y, w, h)
         if key not in self.known:
-            self.known[key] = layer_cost(
-                program, index, (x, y, w, h), self.target, self.count_gathers
-            )
+            self.known[key] = layer_cost(program, index, (x, y, w, h), self.target)
         name = program.layers[index].name
         cost = self.known[key]
         return cost if cost.name == name else replace(cost, name=name)
@@ -517,16 +517,51 @@ class Peak:
     """The layer that was running when a PE first held that much."""
 
 
-def program_peak(program: Program, target: Target, deliver: bool = False) -> Peak:
-    """The peak SRAM per PE of ``program`` run twice on one system (the second run finds the
-    first's weights and constants pinned, as every later run does), without stopping at the
-    target's limit; ``deliver`` as for a pipelined run (see ``Timing``)."""
+@dataclass(frozen=True)
+class LayerSram:
+    """What the busiest PE holds around one layer of a program."""
+
+    name: str
+    held: int
+    """Bytes held as the layer starts (what earlier layers left for later ones)."""
+    peak: int
+    """The most bytes held while it runs."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A program's SRAM over a run, layer by layer, and its layers' records."""
+
+    peak: Peak
+    layers: list[LayerSram]
+    records: list[LayerRecord]
+
+
+def profile(program: Program, target: Target, deliver: bool = False) -> Profile:
+    """The SRAM of ``program`` run twice on one system (the second run finds the first's
+    weights and constants pinned, as every later run does), without stopping at the target's
+    limit, and the second run's layers; ``deliver`` as for a pipelined run (``Timing``)."""
     sram = Sram(target, strict=False)
     peak = Peak(0, "")
-    for _ in range(2):
+    layers: list[LayerSram] = []
+    timing = Timing(program, target, sram, deliver)
+    for run in range(2):
         timing = Timing(program, target, sram, deliver)
+        held = sram.restart()
         for ins in program.instructions:
+            if ins.opcode == Opcode.LAYER and timing.records:
+                layers.append(LayerSram(timing.record.name, held, sram.recent))
+                held = sram.restart()
             timing.step(ins)
             if sram.peak > peak.bytes_per_pe:
                 peak = Peak(sram.peak, timing.record.name)
-    return peak
+        if timing.records:
+            layers.append(LayerSram(timing.record.name, held, sram.recent))
+        if run == 0:
+            layers.clear()
+    return Profile(peak, layers, timing.records)
+
+
+def program_peak(program: Program, target: Target, deliver: bool = False) -> Peak:
+    """The peak SRAM per PE of ``program`` in the steady state of its runs (``profile``)."""
+    return profile(program, target, deliver).peak

@@ -13,17 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from cgc.machine.flows import movement_traffic, regrid_traffic
 from cgc.machine.layout import Layout, Rect
 from cgc.machine.target import Target
-from cgc.machine.traffic import (
-    NO_TRAFFIC,
-    Traffic,
-    edge_traffic,
-    gather_traffic,
-    regrid_traffic,
-)
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, edge_traffic
 
 WAFER, RESIDENT, STREAM = "wafer", "resident", "stream"
 """Where an operand is when a kernel starts: on the wafer in some layout; a weight resident
@@ -142,7 +135,7 @@ def reshape_traffic(src: Layout, dst: Layout) -> Traffic:
         return NO_TRAFFIC
     if src.shape == dst.shape:
         return regrid_traffic(src, dst)
-    return gather_traffic(dst, [(src, np.arange(src.size))])
+    return movement_traffic("reshape", {}, [src], dst)
 
 
 @dataclass(frozen=True)
@@ -154,9 +147,6 @@ class Request:
     operands: tuple[Operand, ...]
     attrs: Attrs
     results: tuple[Spec, ...]
-    count_gathers: bool = True
-    """Without it, the plan leaves out the data movement that is costly to work out (general
-    gathers): enough to know the memory a layout needs."""
 
 
 class Kernel(abc.ABC):

@@ -1,4 +1,5 @@
-"""The plan of matmul: SUMMA, or the weight-streaming kernel when B streams in from MemoryX.
+"""The plans of matmul (SUMMA, or the weight-streaming kernel when B streams in from MemoryX)
+and of the weight gradient's ``a^T @ b``.
 
 SUMMA: step ``s`` broadcasts A's column block ``s`` along the rows and B's row block ``s``
 down the columns, then every PE multiply-accumulates. Weight streaming: each column receives
@@ -108,3 +109,53 @@ class Matmul(Kernel):
             arrival_cycles=moved.cycles + weights_arrive,
         )
         return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})
+
+
+class MatmulTransposeA(Kernel):
+    """``a^T @ b`` where ``a`` ``[.., R, M]`` and ``b`` ``[.., R, N]`` share their rows (the
+    tokens of a weight gradient): row ``m`` of the result at a time, the PE column that holds
+    column ``m`` of ``a`` multicasts it along the mesh rows, every PE multiply-accumulates it
+    with its block of ``b`` into a partial row, and the partial rows sum down the mesh columns
+    to where the result keeps row ``m``; the next row's arithmetic overlaps this one's
+    reduction. The contraction never leaves the rows, so nothing is transposed."""
+
+    def plan(self, q: Request) -> Plan:
+        a, b = q.operands
+        ((shape, dtype),) = q.results
+        out = Layout.on(shape, dtype, q.rect)
+        b_at = Layout.on(b.shape, b.dtype, q.rect)
+        a_at = Layout(
+            a.shape, a.dtype, b_at.row0, b_at.col0, b_at.h, grid_extent(a.shape[-1], q.rect[2])
+        )
+        nb = prod(shape[:-2])
+        rows, m, n = a.shape[-2], shape[-2], shape[-1]
+        macs = nb * b_at.rt * b_at.ct
+        compute = macs / q.target.fmacs(dtype)
+        column = nb * b_at.rt * a_at.words_per_element
+        partial = nb * b_at.ct * out.words_per_element
+        across = Traffic(
+            m * column * b_at.h * (b_at.w - 1),
+            m * column * (b_at.w > 1),
+            m * column,
+            m * column,
+            b_at.w - 1,
+        )
+        down = Traffic(
+            m * partial * (b_at.h - 1) * b_at.w,
+            m * partial * (b_at.h > 1),
+            m * partial,
+            m * partial,
+            b_at.h - 1,
+        )
+        moved = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
+        step = max(compute, column * (b_at.w > 1), partial * (b_at.h > 1))
+        cost = Cost(
+            cycles=moved + m * step + across.max_hops + down.max_hops,
+            flops=2.0 * nb * rows * m * n,
+            fmacs=m * macs * b_at.pes,
+            traffic=arrival(a, a_at) + arrival(b, b_at) + across + down,
+            scratch_bytes=(nb * b_at.rt + nb * b_at.ct) * out.itemsize,
+            compute_cycles=m * compute,
+            arrival_cycles=moved,
+        )
+        return Plan((a_at, b_at), (out,), cost, {"algorithm": "row-reduce", "steps": m})

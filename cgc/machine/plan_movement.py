@@ -1,9 +1,9 @@
 """The plans of data movement, pooling, col2im, gathers and scatters, scans and top-k.
 
 Data movement (reshape, transpose, broadcast, concat, slice, pad, im2col, one-hot, pooling
-windows): the op applied to arrays of element indices (``reference``) says where every result
-element comes from, and ``traffic.gather_traffic`` routes those flows. Where the indices are
-data (gathers, scatters), the plan counts the traffic of addresses spread uniformly.
+windows, col2im): ``flows`` counts exactly the flows that the op's index map makes, at a cost
+that does not grow with the tensors. Where the indices are data (gathers, scatters), the plan
+counts the traffic of addresses spread uniformly.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from math import prod
 import numpy as np
 
 from cgc.machine import reference
+from cgc.machine.flows import movement_traffic, regrid_traffic
 from cgc.machine.kernel import (
     WAFER,
     Attrs,
@@ -20,22 +21,17 @@ from cgc.machine.kernel import (
     Plan,
     Request,
     arrival,
+    multicast,
     phased_cost,
     reshape_traffic,
     vector_cycles,
 )
-from cgc.machine.layout import Layout
-from cgc.machine.traffic import (
-    NO_TRAFFIC,
-    Traffic,
-    gather_traffic,
-    regrid_traffic,
-    scattered_traffic,
-)
+from cgc.machine.layout import Layout, matrix_dims
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
 
 
 class Movement(Kernel):
-    """Reshape, transpose, broadcast, concat, slice, pad, im2col and one-hot."""
+    """Reshape, transpose, concat, slice, pad, reverse, tile and im2col."""
 
     def plan(self, q: Request) -> Plan:
         ((shape, dtype),) = q.results
@@ -47,29 +43,49 @@ class Movement(Kernel):
             at = at or Layout.on(operand.shape, operand.dtype, q.rect)
             arrive = arrive + arrival(operand, at)
             sources.append(at)
-        moved = self._traffic(tuple(sources), out, q.attrs) if q.count_gathers else NO_TRAFFIC
+        if self.name == "reshape":
+            moved = reshape_traffic(sources[0], out)
+        else:
+            moved = movement_traffic(self.name, q.attrs, sources, out)
         total = arrive + moved
         compute = vector_cycles(out.tile_elements, 1.0, dtype, q.target)
         cost = phased_cost(compute, arrive, total, out.tile_bytes)
         return Plan(tuple(sources), (out,), cost)
 
-    def _traffic(self, sources: tuple[Layout, ...], out: Layout, attrs: Attrs) -> Traffic:
-        if self.name == "reshape":
-            return reshape_traffic(sources[0], out)
-        index_attrs = {**attrs, "fill": -1, "value": -1}
-        maps: list[tuple[Layout, np.ndarray]] = []
-        for k, src in enumerate(sources):
-            ids = [
-                np.arange(s.size).reshape(s.shape) if i == k else np.full(s.shape, -1)
-                for i, s in enumerate(sources)
-            ]
-            maps.append((src, self._index_map(ids, index_attrs, out.shape)))
-        return gather_traffic(out, maps)
 
-    def _index_map(self, ids: list[np.ndarray], attrs: Attrs, shape: tuple[int, ...]) -> np.ndarray:
-        if self.name == "one_hot":
-            return np.broadcast_to(ids[0][..., None], shape)
-        return np.asarray(reference.movement(self.name, attrs, ids, shape))
+class Broadcast(Kernel):
+    """broadcast_to and one_hot: the source arrives laid out as the result sees it (its rows on
+    the result's rows, its columns on the result's columns, where it has them), then the
+    routers copy it along the mesh rows or columns it is missing, one stream a link, as an
+    elementwise op's broadcast operand; every PE makes its part of the result there."""
+
+    def plan(self, q: Request) -> Plan:
+        (operand,), ((shape, dtype),) = q.operands, q.results
+        out = Layout.on(shape, dtype, q.rect)
+        src = operand.layout if operand.source == WAFER else None
+        src = src or Layout.on(operand.shape, operand.dtype, q.rect)
+        arrive = arrival(operand, src)
+        seen = _as_seen(operand.shape, shape, self.name == "one_hot")
+        aligned = Layout(
+            seen,
+            operand.dtype,
+            out.row0,
+            out.col0,
+            out.h if matrix_dims(seen)[1] == out.rows else 1,
+            out.w if matrix_dims(seen)[2] == out.cols else 1,
+        )
+        spread = reshape_traffic(src, aligned) + multicast(aligned, out)
+        compute = vector_cycles(out.tile_elements, 1.0, dtype, q.target)
+        cost = phased_cost(compute, arrive, arrive + spread, aligned.tile_bytes)
+        return Plan((src,), (out,), cost)
+
+
+def _as_seen(source: tuple[int, ...], result: tuple[int, ...], one_hot: bool) -> tuple[int, ...]:
+    """The source's shape as the result sees it: one-hot indices gain the depth axis (of one);
+    a broadcast source gains leading axes of one."""
+    if one_hot:
+        return (*source, 1)
+    return (1,) * (len(result) - len(source)) + tuple(source)
 
 
 class Pool(Kernel):
@@ -80,11 +96,7 @@ class Pool(Kernel):
         (operand,), ((shape, dtype),) = q.operands, q.results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
         out = Layout.on(shape, dtype, q.rect)
-        if q.count_gathers:
-            taps = reference.pool_windows(np.arange(src.size).reshape(src.shape), q.attrs, -1)
-            windows = gather_traffic(out, [(src, taps)])
-        else:
-            windows = NO_TRAFFIC
+        windows = movement_traffic(self.name, q.attrs, [src], out)
         arrive = arrival(operand, src)
         total = arrive + windows
         window = prod(q.attrs["kernel"])
@@ -102,18 +114,38 @@ class Col2Im(Kernel):
         (operand,), ((shape, dtype),) = q.operands, q.results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
         out = Layout.on(shape, dtype, q.rect)
-        taps = patch_taps(tuple(shape), q.attrs)
-        moved = gather_traffic(out, [(src, taps)]) if q.count_gathers else NO_TRAFFIC
+        moved = movement_traffic(self.name, q.attrs, [src], out)
         arrive = arrival(operand, src)
         total = arrive + moved
-        compute = vector_cycles(out.tile_elements, taps.shape[-1], dtype, q.target)
+        taps = most_taps(tuple(shape), q.attrs)
+        compute = vector_cycles(out.tile_elements, taps, dtype, q.target)
         cost = phased_cost(compute, arrive, total, out.tile_bytes, flops=prod(operand.shape))
         return Plan((src,), (out,), cost)
 
 
+def most_taps(image: tuple[int, ...], attrs: Attrs) -> int:
+    """The most patch elements that one image element receives (at least one): the product
+    over the spatial axes of the most window positions that read one position."""
+    if not prod(image):
+        return 1
+    last = attrs.get("channels_last", False)
+    spatial = image[1:-1] if last else image[2:]
+    kernel, strides, pads, dilations = (
+        attrs[k] for k in ("kernel", "strides", "pads", "dilations")
+    )
+    most = 1
+    for i, (size, k) in enumerate(zip(spatial, kernel, strict=True)):
+        low, high = pads[i], pads[len(kernel) + i]
+        outs = max(0, (size + low + high - dilations[i] * (k - 1) - 1) // strides[i] + 1)
+        at = strides[i] * np.arange(outs)[:, None] + dilations[i] * np.arange(k)[None, :] - low
+        most *= int(np.bincount(at[(at >= 0) & (at < size)], minlength=size).max())
+    return max(1, most)
+
+
 def patch_taps(image: tuple[int, ...], attrs: Attrs) -> np.ndarray:
     """``[*image, taps]``: the flat indices of the patch elements read from each image
-    element (-1 where an element has fewer taps than the most-read one)."""
+    element (-1 where an element has fewer taps than the most-read one). Per element, so only
+    for small images: the index map of the per-element oracle ``traffic.gather_traffic``."""
     sources = reference.im2col_sources(image, attrs).ravel()
     inside = np.flatnonzero(sources >= 0)
     order = inside[np.argsort(sources[inside], kind="stable")]

@@ -14,8 +14,10 @@ This module is the entry point: it holds the registry of kernels (``KERNELS``) a
 * ``plan_elementwise``: elementwise ops (a broadcast operand is multicast) and reductions
   (local, then a chain along the mesh rows or columns);
 * ``plan_matmul``: SUMMA, or the weight-streaming kernel when B streams in from MemoryX;
-* ``plan_movement``: data movement (the op applied to arrays of element indices says where
-  every result element comes from), pooling, col2im, gathers and scatters, scans and top-k.
+* ``plan_attention``: fused attention and its gradient as a ring over the mesh rows, rotary
+  embeddings;
+* ``plan_movement``: data movement (``flows`` counts the flows of the op's index map),
+  pooling, col2im, gathers and scatters, scans and top-k.
 
 A kernel's cycles split three ways, in this order of precedence: its arithmetic (compute),
 bringing its operands where it needs them (arrival: relaid tensors, weights entering through
@@ -47,9 +49,19 @@ from cgc.machine.kernel import (
     vector_cycles,
 )
 from cgc.machine.layout import Rect
+from cgc.machine.plan_attention import Attention, AttentionGrad, Rotary
 from cgc.machine.plan_elementwise import OP_CYCLES, Elementwise, Reduce
-from cgc.machine.plan_matmul import Matmul
-from cgc.machine.plan_movement import Col2Im, Indexed, Movement, Pool, Scan, Sort, patch_taps
+from cgc.machine.plan_matmul import Matmul, MatmulTransposeA
+from cgc.machine.plan_movement import (
+    Broadcast,
+    Col2Im,
+    Indexed,
+    Movement,
+    Pool,
+    Scan,
+    Sort,
+    patch_taps,
+)
 from cgc.machine.target import Target
 
 __all__ = [
@@ -59,12 +71,14 @@ __all__ = [
     "STREAM",
     "WAFER",
     "Attrs",
+    "Broadcast",
     "Col2Im",
     "Cost",
     "Elementwise",
     "Indexed",
     "Kernel",
     "Matmul",
+    "MatmulTransposeA",
     "Movement",
     "Operand",
     "Plan",
@@ -89,7 +103,10 @@ KERNELS: dict[str, Kernel] = {
     "bitcast": Elementwise("bitcast"),
     **{name: Reduce(name) for name in reference.REDUCE},
     "matmul": Matmul("matmul"),
-    **{name: Movement(name) for name in (*reference.MOVEMENT, "one_hot")},
+    "matmul_transpose_a": MatmulTransposeA("matmul_transpose_a"),
+    **{name: Movement(name) for name in reference.MOVEMENT if name != "broadcast_to"},
+    "broadcast_to": Broadcast("broadcast_to"),
+    "one_hot": Broadcast("one_hot"),
     "max_pool": Pool("max_pool"),
     "avg_pool": Pool("avg_pool"),
     "argmax_pool": Pool("argmax_pool"),
@@ -101,6 +118,9 @@ KERNELS: dict[str, Kernel] = {
     "cumsum": Scan("cumsum"),
     "cumprod": Scan("cumprod"),
     "topk": Sort("topk"),
+    "attention": Attention("attention"),
+    "attention_grad": AttentionGrad("attention_grad"),
+    "rotary": Rotary("rotary"),
 }
 """Every primitive's kernel, by mnemonic."""
 
@@ -127,9 +147,8 @@ def _cached_plan(
     operands: tuple[Operand, ...],
     frozen_attrs: tuple[tuple[str, Any], ...],
     results: tuple[Spec, ...],
-    count_gathers: bool,
 ) -> Plan:
-    request = Request(target, rect, operands, _thaw(frozen_attrs), results, count_gathers)
+    request = Request(target, rect, operands, _thaw(frozen_attrs), results)
     return KERNELS[name].plan(request)
 
 
@@ -140,7 +159,6 @@ def plan(
     operands: Sequence[Operand],
     attrs: Attrs,
     results: Sequence[tuple[Sequence[int], str]],
-    count_gathers: bool = True,
 ) -> Plan:
     """The (cached) plan of primitive ``name`` (see ``Request``)."""
     x, y, w, h = rect
@@ -153,5 +171,4 @@ def plan(
         tuple(operands),
         frozen,
         tuple((tuple(s), d) for s, d in results),
-        count_gathers,
     )

@@ -12,7 +12,8 @@ This module is the entry point: it evaluates a primitive by mnemonic (``evaluate
   ``UNARY``, ``BINARY`` and ``REDUCE``, the extremes of a type and ``cast``;
 * ``ref_movement``: data movement (``movement``, ``MOVEMENT``), sliding windows, im2col and
   col2im, pooling, one-hot and the views of stored weights;
-* ``ref_indexing``: gathers, scatters, scans and top-k.
+* ``ref_indexing``: gathers, scatters, scans and top-k;
+* ``ref_attention``: fused attention, its gradient, and rotary position embeddings.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from cgc.machine import dtypes
+from cgc.machine.ref_attention import attention, attention_grad, rotary
 from cgc.machine.ref_indexing import (
     gather,
     gather_elements,
@@ -143,6 +145,7 @@ _SPECIAL: dict[str, Special] = {
     "cast": lambda a, xs, r: [cast(xs[0], dtypes.dtype(r[0][1]), a.get("saturate", True))],
     "bitcast": lambda a, xs, r: [np.ascontiguousarray(xs[0]).view(dtypes.dtype(r[0][1]))],
     "matmul": lambda a, xs, r: [np.matmul(xs[0], xs[1])],
+    "matmul_transpose_a": lambda a, xs, r: [np.matmul(np.swapaxes(xs[0], -1, -2), xs[1])],
     **{kind: _pooling(kind) for kind in ("max_pool", "avg_pool")},
     "col2im": lambda a, xs, r: [col2im(xs[0], r[0][0], a)],
     "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *pool_args(a), a.get("storage_order", 0))],
@@ -156,6 +159,9 @@ _SPECIAL: dict[str, Special] = {
     "scatter_nd": lambda a, xs, r: [scatter_nd(xs[0], xs[1], xs[2], a["reduction"])],
     **{kind: _scanning(kind) for kind in ("cumsum", "cumprod")},
     "topk": lambda a, xs, r: list(topk(xs[0], a["axis"], r[0][0][a["axis"]], a["largest"])),
+    "attention": lambda a, xs, r: [attention(xs[0], xs[1], xs[2], a)],
+    "attention_grad": lambda a, xs, r: attention_grad(xs[0], xs[1], xs[2], xs[3], xs[4], a),
+    "rotary": lambda a, xs, r: [rotary(xs[0], xs[1], xs[2], a)],
 }
 """Primitives with their own semantics (results: their shapes and dtype names)."""
 

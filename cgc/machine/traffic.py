@@ -3,7 +3,10 @@
 Data movement between layouts is routed dimension-ordered (along the row first, then down the
 column). ``Routes`` counts, exactly and without a Python loop over PEs or elements, the
 wavelets every link carries, what every PE injects and ejects, and the longest path; the
-cycles of a transfer follow from those counts.
+cycles of a transfer follow from those counts. The flows of a data movement between layouts
+(a relayout, a reshape, a transpose, the windows of a convolution) are counted in ``flows``,
+exactly and at a cost independent of the element count; ``gather_traffic`` is its
+per-element oracle.
 
 A tensor between two layers' rectangles crosses on parallel lanes (``lane_ends``), one per row
 or column the rectangles share.
@@ -170,35 +173,14 @@ def _pe_of_flat(layout: Layout, flat: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return layout.row_pe(i), layout.col_pe(j)
 
 
-def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
-    """Moving a tensor between two layouts of the same shape.
-
-    Rows and columns move independently, so the flows are the product of the row moves and
-    the column moves: linear in R + C, not in the element count.
-    """
-    if (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w):
-        return NO_TRAFFIC
-    i, j = np.arange(src.rows), np.arange(src.cols)
-    row_moves = np.unique(np.stack([src.row_pe(i), dst.row_pe(i)]), axis=1, return_counts=True)
-    col_moves = np.unique(np.stack([src.col_pe(j), dst.col_pe(j)]), axis=1, return_counts=True)
-    (rs, rd), rn = row_moves
-    (cs, cd), cn = col_moves
-    return route(
-        np.repeat(rs, len(cs)),
-        np.tile(cs, len(rs)),
-        np.repeat(rd, len(cd)),
-        np.tile(cd, len(rd)),
-        np.outer(rn, cn).ravel() * prod(src.batch),
-        src.words_per_element,
-    )
-
-
 GATHER_CHUNK = 1 << 22
 """Index entries ``gather_traffic`` handles at once (it bounds the memory it needs)."""
 
 
 def gather_traffic(dst: Layout, sources: Sequence[tuple[Layout, np.ndarray]]) -> Traffic:
-    """A general data movement into ``dst``.
+    """A general data movement into ``dst``, counted element by element: the exact oracle
+    that ``flows`` reproduces without the per-element cost (plans use ``flows``; this one is
+    for tests and small tensors).
 
     For each ``(src, index)``, ``index`` has ``dst.size`` rows (row-major over ``dst``); row
     ``k`` lists the elements of ``src`` that result element ``k`` needs, ``-1`` for none. A

@@ -4,7 +4,8 @@ A layer is what runs as one unit on the wafer: in pipelined mode one rectangle o
 weight-streaming mode one round of weight streaming. Walking the ops in program order, a new
 layer opens at a matmul, a pooling window or the patch gathering of a convolution once the
 current layer already holds a matmul or a pooling window; everything else (bias adds,
-activations, normalizations, reshapes) joins the layer being built. Each layer is named after
+activations, normalizations, reshapes) joins the layer being built. Fused attention counts as a
+matmul. Each layer is named after
 the source node of the op that opened it.
 
 Weights and constants are created inside every layer that uses them, so a layer's body is
@@ -27,7 +28,7 @@ from cgc.dialects import wse
 from cgc.dialects.ir import main_function
 from cgc.dialects.wse import location_name
 
-COMPUTE = (wse.MatmulOp, wse.MaxPoolOp, wse.AvgPoolOp)
+COMPUTE = (wse.MatmulOp, wse.MatmulTransposeAOp, wse.MaxPoolOp, wse.AvgPoolOp, wse.AttentionOp)
 """Ops that make a layer heavy."""
 OPENERS = (*COMPUTE, wse.Im2ColOp)
 """Ops that open a new layer once the current one is heavy."""

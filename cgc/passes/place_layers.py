@@ -139,7 +139,7 @@ class Placer:
         self.works = [work.program for work in works]
         self.target = target
         self.count = len(works)
-        self.quick = LayerCosts(target, count_gathers=False)
+        self.quick = LayerCosts(target)
         self.exact = LayerCosts(target)
         self.edges = [(a, b, w) for a, b, w in layer_graph(works).edges(data="wavelets")]
         """``(producer, consumer, wavelets)`` of every tensor between layers."""

@@ -10,7 +10,8 @@ vocabulary:
 - ``elementwise``: unary and binary math, ``select``, ``stop_gradient``, reductions, matmul;
 - ``shape``: reshape, transpose, broadcast, cast, reverse, tile, pad, slice, concat;
 - ``indexing``: gathers, scatters, ``cumsum`` and top-k;
-- ``windows``: im2col, col2im, average and max pooling.
+- ``windows``: im2col, col2im, average and max pooling;
+- ``attention``: fused attention and the rotary embedding.
 
 Ops that are not here have no gradient (integer and logic ops, comparisons, the composites that
 ``decompose`` lowers before autodiff, ...): reaching one is a ``CgcError`` naming the node.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from xdsl.ir import Operation
 
-from cgc.dialects.gradients import elementwise, indexing, shape, windows
+from cgc.dialects.gradients import attention, elementwise, indexing, shape, windows
 from cgc.dialects.gradients.base import Grads, Rule, is_float, not_differentiable, unbroadcast
 
 __all__ = ["RULES", "Grads", "Rule", "is_float", "not_differentiable", "rule_for", "unbroadcast"]
@@ -30,6 +31,7 @@ RULES: dict[type[Operation], Rule] = {
     **shape.RULES,
     **indexing.RULES,
     **windows.RULES,
+    **attention.RULES,
 }
 """Vector-Jacobian products: ``rule(op, emit, grad_of_result) -> grad per operand``."""
 

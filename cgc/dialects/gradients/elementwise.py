@@ -192,7 +192,7 @@ def _swap_last(emit: Emitter, v: SSAValue) -> SSAValue:
 def _matmul(op: wse.MatmulOp, emit: Emitter, g: SSAValue) -> Grads:
     a, b = op.lhs, op.rhs
     ga = emit(wse.MatmulOp(g, _swap_last(emit, b)))
-    gb = emit(wse.MatmulOp(_swap_last(emit, a), g))
+    gb = emit(wse.MatmulTransposeAOp(a, g))
     return _same_shape(op, emit, [ga, gb])
 
 

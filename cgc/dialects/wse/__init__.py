@@ -25,6 +25,7 @@ into the ``WSE`` dialect and re-exports every public name, so ``wse.AddOp`` and
 - ``nn``: reductions, matmul, pooling, im2col and col2im;
 - ``shape``: reshape, broadcast, transpose, concat, slice, pad, one-hot, tile, reverse;
 - ``indexing``: gathers, scatters, scans and top-k;
+- ``attention``: fused attention, its gradient, and rotary position embeddings;
 - ``composites``: the ops that ``decompose`` lowers (conv, softmax, normalizations, loss);
 - ``layer``: sources (``wse.weight``, ``wse.constant``), ``wse.layer`` and ``wse.yield``.
 """
@@ -33,6 +34,13 @@ from __future__ import annotations
 
 from xdsl.ir import Dialect
 
+from cgc.dialects.wse.attention import (
+    ATTENTION_OPS,
+    AttentionGradOp,
+    AttentionOp,
+    HeadsOp,
+    RotaryOp,
+)
 from cgc.dialects.wse.binary import (
     BINARY_OPS,
     LOGIC_OPS,
@@ -92,6 +100,7 @@ from cgc.dialects.wse.nn import (
     Col2ImOp,
     Im2ColOp,
     MatmulOp,
+    MatmulTransposeAOp,
     MaxPoolOp,
     PatchOp,
     PoolOp,
@@ -187,6 +196,7 @@ WSE = Dialect(
         BitcastOp,
         *REDUCE_OPS,
         MatmulOp,
+        MatmulTransposeAOp,
         ConvOp,
         MaxPoolOp,
         AvgPoolOp,
@@ -210,6 +220,9 @@ WSE = Dialect(
         TopKOp,
         ReverseOp,
         TileOp,
+        AttentionOp,
+        AttentionGradOp,
+        RotaryOp,
         SoftmaxOp,
         LogSoftmaxOp,
         LayerNormOp,
@@ -222,6 +235,7 @@ WSE = Dialect(
 )
 
 __all__ = [
+    "ATTENTION_OPS",
     "BINARY_OPS",
     "LOGIC_OPS",
     "MATH_OPS",
@@ -240,6 +254,8 @@ __all__ = [
     "AsinhOp",
     "AtanOp",
     "AtanhOp",
+    "AttentionGradOp",
+    "AttentionOp",
     "AvgPoolOp",
     "AxisOp",
     "BatchNormOp",
@@ -273,6 +289,7 @@ __all__ = [
     "GatherOp",
     "GreaterEqualOp",
     "GreaterOp",
+    "HeadsOp",
     "Im2ColOp",
     "IsInfOp",
     "IsNanOp",
@@ -281,6 +298,7 @@ __all__ = [
     "LogOp",
     "LogSoftmaxOp",
     "MatmulOp",
+    "MatmulTransposeAOp",
     "MaxOp",
     "MaxPoolOp",
     "MinOp",
@@ -306,6 +324,7 @@ __all__ = [
     "ReluOp",
     "ReshapeOp",
     "ReverseOp",
+    "RotaryOp",
     "RoundOp",
     "RouteAttr",
     "ScanOp",

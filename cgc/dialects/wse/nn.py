@@ -1,7 +1,8 @@
 """Reductions, matmul, pooling and the patches of a convolution (im2col, col2im).
 
 Reductions run over sorted ``axes`` and may keep them as size-1 axes. ``wse.matmul`` is
-numpy.matmul, broadcasting the batch dims. Pooling windows run over the spatial axes of
+numpy.matmul, broadcasting the batch dims; ``wse.matmul_transpose_a`` multiplies the transpose
+of its left operand. Pooling windows run over the spatial axes of
 (N, C, *spatial), or of (N, *spatial, C) with ``channels_last`` (max and average pooling
 only); ``pads`` holds the begin padding of every spatial axis, then the end padding (ONNX
 order). ``wse.im2col`` lays out the windows of a grouped convolution as matmul rows and
@@ -146,6 +147,17 @@ class MatmulOp(TwoOperandOp):
 
     name = "wse.matmul"
     SHAPE_RULE: ClassVar = staticmethod(shapes.matmul)
+
+
+@irdl_op_definition
+class MatmulTransposeAOp(TwoOperandOp):
+    """``lhs^T @ rhs`` over the last two axes (``[..., R, M]`` and ``[..., R, N]`` give
+    ``[..., M, N]``), broadcasting the batch dims: the weight gradient of a matmul, whose
+    contraction runs over the rows both operands share (the tokens) and whose result leaves
+    row by row."""
+
+    name = "wse.matmul_transpose_a"
+    SHAPE_RULE: ClassVar = staticmethod(shapes.matmul_transpose_a)
 
 
 def channels_first(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:

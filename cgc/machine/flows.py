@@ -1,0 +1,1083 @@
+"""Exact fabric traffic of regular data movement, at a cost that does not grow with the tensors.
+
+A data movement (a relayout, reshape, transpose, broadcast, concat, slice, pad, reverse, tile,
+one-hot, im2col, pooling windows, col2im) is an ``IndexMap``: the combinations of a few
+``digits`` (a refinement of the result's axes, and the taps of a window) enumerate its reads,
+and every coordinate of the element read, and of the reading element, is a function of some
+digits (``Affine`` or ``Lookup``). A flow is a pair (source element, destination PE), counted once
+however often the PE needs the element: the semantics of ``traffic.gather_traffic``, the
+per-element oracle, which this module reproduces exactly.
+
+Counting (``_flows``). The four PE coordinates of a flow (source row and column, destination
+row and column) are ``Block`` s of coordinates. Union-find on the digits that each coordinate
+ties together splits the digits into independent components; each component is enumerated
+alone (an axis, a matrix row or column: never the whole tensor), giving a ``Factor``: distinct
+flows per combination of the PE coordinates it touches. The flows between two PEs are the
+product of the factors: a ``Term``. A component too large to enumerate (an im2col's samples
+and channels tied to its windows), or cheaper to count so, is split by peeling a digit that the
+source element determines: its values fall into a few phase classes relative to the tiles, and
+within a class the flows are those of one representative shifted by whole PEs (``_peel``). The
+flows are then a short sum of terms.
+
+Routing (``_Fabric``). ``Traffic`` follows from the terms without multiplying them out: the
+load of a link is a prefix sum times a suffix sum of marginals (a difference array where one
+factor holds both ends of a leg), PE loads and hops come from two-coordinate marginals, and
+the longest path from a max-plus over the factors. The work is linear in the mesh box and in
+the factors' sizes.
+
+What stays inexact: a component that no peeling brings under ``ENUMERATION_LIMIT`` digit
+combinations within ``WORK_LIMIT`` (a tensor far larger than the limit whose reads tie one
+axis to another irregularly, such as flattening [B, S, H] to [B, S * H] for GPT-3 sizes).
+Its traffic is then ``traffic.scattered_traffic``'s estimate. Every index map of at most
+``ENUMERATION_LIMIT`` digit combinations is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, reduce
+from itertools import pairwise, product
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from cgc.machine.layout import Layout
+from cgc.machine.ref_movement import pad
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
+
+Attrs = Mapping[str, Any]
+"""An op's attributes: plain JSON values."""
+
+ENUMERATION_LIMIT = 1 << 20
+"""Digit combinations one component may enumerate at once."""
+WORK_LIMIT = 1 << 24
+"""Digit combinations the enumerations of one index map may add up to."""
+TERM_LIMIT = 64
+"""Terms a sum of flows may hold."""
+PEEL_OVERHEAD = 1 << 14
+"""What one peeled class costs beyond its enumerations, in digit combinations: a component
+this large or larger is peeled where that costs less than enumerating it."""
+CONVOLUTION_LIMIT = 1 << 20
+"""Entries a factor may have once it takes in the shifts of a peeled class; beyond, the
+shifts stay a factor of their own, one term per place they apply to."""
+
+DENSE_FACTOR = 16
+"""Counting distinct integers with an array over their range rather than by sorting them
+pays while the range is at most this many times their number..."""
+DENSE_LIMIT = 1 << 21
+"""... and the array stays this small."""
+
+MESH = np.int32
+"""The type of mesh coordinates in factors (half the memory of the default)."""
+
+SR, SC, DR, DC = range(4)
+"""The PE coordinates of a flow: source row, source column, destination row and column."""
+
+POOLS = ("max_pool", "avg_pool", "argmax_pool")
+"""The pooling ops: their reads are the windows of ``reference.pool_windows``."""
+
+Values = Mapping[int, np.ndarray]
+"""Digit values by digit: arrays that broadcast together (an open grid)."""
+
+
+class TooLarge(Exception):
+    """Counting exactly would enumerate more than the limits allow."""
+
+
+# --------------------------------------------------------------------------- coordinates
+
+
+@dataclass(frozen=True)
+class Affine:
+    """``((offset + sum of stride * digit) // divisor) % modulus``; -1 where ``offset + sum``
+    falls outside ``[0, bound)``."""
+
+    terms: tuple[tuple[int, int], ...] = ()
+    """``(digit, stride)`` pairs, each digit once."""
+    offset: int = 0
+    bound: int | None = None
+    divisor: int = 1
+    modulus: int | None = None
+
+    @property
+    def digits(self) -> tuple[int, ...]:
+        return tuple(d for d, _ in self.terms)
+
+    @property
+    def plain(self) -> bool:
+        """Whether the coordinate is the sum itself."""
+        return self.divisor == 1 and self.modulus is None
+
+    def __call__(self, values: Values) -> np.ndarray:
+        raw = np.asarray(self.offset, dtype=np.int64)
+        for digit, stride in self.terms:
+            raw = raw + stride * values[digit]
+        value = raw // self.divisor if self.divisor != 1 else raw
+        if self.modulus is not None:
+            value = value % self.modulus
+        if self.bound is None:
+            return value
+        return np.where((raw >= 0) & (raw < self.bound), value, -1)
+
+    def always_valid(self, sizes: Sequence[int]) -> bool:
+        """Whether no digit combination falls outside the bound."""
+        if self.bound is None:
+            return True
+        low = self.offset + sum(min(0, s * (sizes[d] - 1)) for d, s in self.terms)
+        high = self.offset + sum(max(0, s * (sizes[d] - 1)) for d, s in self.terms)
+        return low >= 0 and high < self.bound
+
+    def fix(self, digit: int, value: int) -> Affine:
+        """The coordinate with ``digit`` held at ``value``."""
+        stride = dict(self.terms).get(digit, 0)
+        kept = tuple(t for t in self.terms if t[0] != digit)
+        return replace(self, terms=kept, offset=self.offset + stride * value)
+
+    def recovers(self, digit: int, sizes: Sequence[int]) -> bool:
+        """Whether the coordinate's value determines ``digit``: it is a place of a mixed radix
+        (the smaller strides cannot reach it; the larger are multiples of its whole span)."""
+        strides = dict(self.terms)
+        if digit not in strides or not self.plain or min(strides.values()) <= 0:
+            return False
+        own = strides[digit]
+        others = [(d, s) for d, s in self.terms if d != digit]
+        below = sum(s * (sizes[d] - 1) for d, s in others if s <= own)
+        return below < own and all(s % (own * sizes[digit]) == 0 for _, s in others if s > own)
+
+
+@dataclass(frozen=True, eq=False)
+class Lookup:
+    """``table[digit]``: a coordinate given by a table (-1 for none)."""
+
+    digit: int
+    table: np.ndarray
+
+    @property
+    def digits(self) -> tuple[int, ...]:
+        return (self.digit,)
+
+    def __call__(self, values: Values) -> np.ndarray:
+        result: np.ndarray = self.table[values[self.digit]]
+        return result
+
+    def always_valid(self, sizes: Sequence[int]) -> bool:
+        """Whether the table names an element everywhere."""
+        return bool(self.table.min(initial=0) >= 0)
+
+    def fix(self, digit: int, value: int) -> Coord:
+        """The coordinate with ``digit`` held at ``value``."""
+        return Affine((), int(self.table[value])) if digit == self.digit else self
+
+    def recovers(self, digit: int, sizes: Sequence[int]) -> bool:
+        """Whether the coordinate's value determines ``digit`` (where it names an element)."""
+        named = self.table[self.table >= 0]
+        return digit == self.digit and np.unique(named).size == named.size
+
+
+Coord = Affine | Lookup
+"""An element coordinate as a function of digits."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """The mesh row (or column) of the PE holding matrix row (or column) ``coord``: ``base +
+    coord // tile``; -1 where ``coord`` is."""
+
+    coord: Coord
+    tile: int
+    base: int
+
+    @property
+    def digits(self) -> tuple[int, ...]:
+        return self.coord.digits
+
+    def __call__(self, values: Values) -> np.ndarray:
+        at = self.coord(values)
+        return np.where(at >= 0, self.base + at // self.tile, -1)
+
+    def fix(self, digit: int, value: int) -> Block:
+        """The PE coordinate with ``digit`` held at ``value``."""
+        return replace(self, coord=self.coord.fix(digit, value))
+
+    def recovers(self, digit: int, sizes: Sequence[int]) -> bool:
+        """Whether the PE coordinate determines ``digit``: one element per PE."""
+        return self.tile == 1 and self.coord.recovers(digit, sizes)
+
+
+# --------------------------------------------------------------------------- index maps
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """A tensor read by an index map: ``coords`` give each of its axes."""
+
+    layout: Layout
+    coords: tuple[Coord, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class IndexMap:
+    """A data movement into ``dst``: every combination of the ``digits`` (their sizes) is one
+    read, by the element of ``dst`` at ``dst_coords``, of the element at each source's
+    coordinates (where all are valid)."""
+
+    digits: tuple[int, ...]
+    dst: Layout
+    dst_coords: tuple[Coord, ...]
+    sources: tuple[Source, ...]
+
+
+class _Digits:
+    """Digit sizes handed out one at a time."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def new(self, size: int) -> int:
+        self.sizes.append(size)
+        return len(self.sizes) - 1
+
+
+def _identity(digit: int) -> Affine:
+    return Affine(((digit, 1),))
+
+
+def movement_map(name: str, attrs: Attrs, sources: Sequence[Layout], out: Layout) -> IndexMap:
+    """The index map of data-movement op ``name`` (a ``reference.MOVEMENT`` op, one_hot, a
+    pooling window, col2im) from ``sources`` into ``out``."""
+    if name == "reshape":
+        return reshape_map(sources[0], out)
+    if name in POOLS:
+        return pool_map(sources[0], out, attrs)
+    if name == "im2col":
+        digits, patches, image = _im2col_digits(sources[0].shape, attrs)
+        return IndexMap(digits, out, patches, (Source(sources[0], image),))
+    if name == "col2im":
+        digits, patches, image = _im2col_digits(out.shape, attrs)
+        return IndexMap(digits, out, image, (Source(sources[0], patches),))
+    maps = tuple(
+        Source(src, _axis_coords(name, attrs, k, [s.shape for s in sources], out.shape))
+        for k, src in enumerate(sources)
+    )
+    return IndexMap(out.shape, out, tuple(map(_identity, range(len(out.shape)))), maps)
+
+
+def _axis_coords(
+    name: str, attrs: Attrs, k: int, shapes: Sequence[tuple[int, ...]], result: tuple[int, ...]
+) -> tuple[Coord, ...]:
+    """Source ``k``'s coordinates for an op that reads every source axis from one result
+    axis (the result's axes are the digits)."""
+    shape, rank = shapes[k], len(result)
+    lead = rank - len(shape)
+    if name == "transpose":
+        return tuple(_identity(int(a)) for a in np.argsort(attrs["perm"]))
+    if name in ("slice", "pad", "reverse"):
+        return tuple(Lookup(a, _axis_table(name, attrs, a, shape)) for a in range(len(shape)))
+    if name == "tile":
+        return tuple(Affine(((lead + a, 1),), modulus=n) for a, n in enumerate(shape))
+    if name == "broadcast_to":
+        return tuple(Affine() if n == 1 else _identity(lead + a) for a, n in enumerate(shape))
+    if name == "one_hot":
+        return tuple(map(_identity, range(len(shape))))
+    if name == "concat":
+        axis = attrs["axis"] % rank
+        start = sum(s[axis] for s in shapes[:k])
+        along = Affine(((axis, 1),), -start, bound=shape[axis])
+        return tuple(along if a == axis else _identity(a) for a in range(rank))
+    raise KeyError(name)
+
+
+def _axis_table(name: str, attrs: Attrs, axis: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The source index of every result index along ``axis`` (-1 for none): the op applied to
+    the indices of that axis."""
+    ids = np.arange(shape[axis])
+    if name == "slice":
+        return ids[slice(attrs["starts"][axis], attrs["limits"][axis], attrs["strides"][axis])]
+    if name == "pad":
+        low, high = [attrs["low"][axis]], [attrs["high"][axis]]
+        return pad(ids, low, high, -1, attrs.get("mode", "constant"))
+    flipped = {a % len(shape) for a in attrs["axes"]}
+    return ids[::-1] if axis in flipped else ids
+
+
+def reshape_map(src: Layout, dst: Layout) -> IndexMap:
+    """The index map of a reshape: the axes of both shapes as mixed radices over the digits of
+    one refinement."""
+    places = _places(src.shape, dst.shape)
+    digits = tuple(high // low for low, high in pairwise(places))
+    source = Source(src, _radix_coords(src.shape, places))
+    return IndexMap(digits, dst, _radix_coords(dst.shape, places), (source,))
+
+
+def _places(a: Sequence[int], b: Sequence[int]) -> list[int]:
+    """The place values of the digits of a reshape, then the size: a chain in which each
+    divides the next, holding every axis boundary of ``a`` and ``b`` that such a chain can
+    (where none can, one digit spans the conflicting boundaries)."""
+    bounds = {prod(a[k:]) for k in range(len(a) + 1)} | {prod(b[k:]) for k in range(len(b) + 1)}
+    places = [1]
+    for bound in sorted(bounds - {1}):
+        if bound % places[-1] == 0:
+            places.append(bound)
+    return places
+
+
+def _radix_coords(shape: Sequence[int], places: Sequence[int]) -> tuple[Coord, ...]:
+    """Each axis of ``shape`` (row-major over the same elements) as a function of the digits
+    at ``places``: the digits its span covers, and lower ones whose carries reach it."""
+    coords: list[Coord] = []
+    for axis, n in enumerate(shape):
+        stride = prod(shape[axis + 1 :])
+        if n == 1:
+            coords.append(Affine())
+            continue
+        low = max(i for i, p in enumerate(places[:-1]) if stride % p == 0)
+        high = min(i for i, p in enumerate(places) if p % (stride * n) == 0)
+        terms = tuple((i, places[i]) for i in range(low, high))
+        if places[low] == stride and places[high] == stride * n:
+            coords.append(Affine(tuple((i, p // stride) for i, p in terms)))
+        else:
+            coords.append(Affine(terms, divisor=stride, modulus=n))
+    return tuple(coords)
+
+
+def pool_map(src: Layout, out: Layout, attrs: Attrs) -> IndexMap:
+    """The index map of a pooling op's windows (``reference.pool_windows``): every result
+    element reads its window's taps."""
+    last = attrs.get("channels_last", False)
+    digits = _Digits()
+    n, c = digits.new(src.shape[0]), digits.new(src.shape[-1] if last else src.shape[1])
+    spatial = src.shape[1:-1] if last else src.shape[2:]
+    outs, _, image = _windows(digits, spatial, attrs)
+    sample, channel = _identity(n), _identity(c)
+    if last:
+        reads = (sample, *image, channel)
+        result = (sample, *map(_identity, outs), channel)
+    else:
+        reads = (sample, channel, *image)
+        result = (sample, channel, *map(_identity, outs))
+    return IndexMap(tuple(digits.sizes), out, result, (Source(src, reads),))
+
+
+def _windows(
+    digits: _Digits, spatial: Sequence[int], attrs: Attrs
+) -> tuple[list[int], list[int], list[Coord]]:
+    """The output and tap digits of sliding windows over ``spatial`` axes
+    (``ref_movement.windows``), and the coordinate each pair reads (-1 in the padding)."""
+    kernel, strides, pads, dilations = (
+        attrs[k] for k in ("kernel", "strides", "pads", "dilations")
+    )
+    outs: list[int] = []
+    taps: list[int] = []
+    reads: list[Coord] = []
+    for i, (size, k) in enumerate(zip(spatial, kernel, strict=True)):
+        low, high = pads[i], pads[len(kernel) + i]
+        span = dilations[i] * (k - 1) + 1
+        o, t = digits.new(max(0, (size + low + high - span) // strides[i] + 1)), digits.new(k)
+        outs.append(o)
+        taps.append(t)
+        reads.append(Affine(((o, strides[i]), (t, dilations[i])), -low, bound=size))
+    return outs, taps, reads
+
+
+def _im2col_digits(
+    image: Sequence[int], attrs: Attrs
+) -> tuple[tuple[int, ...], tuple[Coord, ...], tuple[Coord, ...]]:
+    """``(digits, patch coordinates, image coordinates)`` of im2col on an image of shape
+    ``image`` (``ref_movement.im2col``): patch ``[g, (n, *out), (c, *kernel)]`` reads image
+    ``[n, g * C/g + c, *(stride * out + dilation * tap - pad)]``."""
+    last = attrs.get("channels_last", False)
+    group = attrs["group"]
+    channels = image[-1] if last else image[1]
+    spatial = image[1:-1] if last else image[2:]
+    digits = _Digits()
+    g, n = digits.new(group), digits.new(image[0])
+    outs, taps, reads = _windows(digits, spatial, attrs)
+    c = digits.new(channels // group)
+    sizes = digits.sizes
+    row = _mixed([n, *outs], sizes)
+    col = _mixed([c, *taps], sizes)
+    channel = Affine(((g, sizes[c]), (c, 1)))
+    sample = _identity(n)
+    pixels = (sample, *reads, channel) if last else (sample, channel, *reads)
+    return tuple(sizes), (_identity(g), row, col), pixels
+
+
+def _mixed(digits: Sequence[int], sizes: Sequence[int]) -> Affine:
+    """The row-major index over ``digits``."""
+    strides = [prod(sizes[d] for d in digits[k + 1 :]) for k in range(len(digits))]
+    return Affine(tuple(zip(digits, strides, strict=True)))
+
+
+# --------------------------------------------------------------------------- factors
+
+
+@dataclass(frozen=True, eq=False)
+class Factor:
+    """Flow counts over some PE coordinates (``vars``, ascending): ``counts[k]`` flows at the
+    mesh coordinates ``at[:, k]`` (``MESH`` integers; distinct columns, positive counts)."""
+
+    vars: tuple[int, ...]
+    at: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.counts)
+
+    @cached_property
+    def total(self) -> float:
+        return float(self.counts.sum())
+
+    def coords(self, var: int) -> np.ndarray:
+        """The mesh coordinate ``var`` of every entry."""
+        row: np.ndarray = self.at[self.vars.index(var)]
+        return row
+
+    def same(self, other: Factor) -> bool:
+        return self is other or (
+            self.vars == other.vars
+            and np.array_equal(self.at, other.at)
+            and np.array_equal(self.counts, other.counts)
+        )
+
+
+Term = tuple[Factor, ...]
+"""Flows as a product of factors over disjoint PE coordinates."""
+
+
+def _factor(vars_: Sequence[int], at: np.ndarray, counts: np.ndarray) -> Factor:
+    """The factor of entries ``at`` (columns, repeats allowed) weighing ``counts``."""
+    order = np.argsort(vars_, kind="stable")
+    ordered = tuple(int(vars_[i]) for i in order)
+    if not len(counts):
+        return Factor(ordered, np.zeros((len(order), 0), MESH), counts)
+    if not ordered:
+        return _scalar(float(np.sum(counts)))
+    code, span, low = _codes(np.asarray(at)[order])
+    if _dense(prod(span), code.size):
+        weights = np.bincount(code, weights=counts, minlength=prod(span))
+        unique = np.flatnonzero(weights)
+        weights = weights[unique]
+    else:
+        unique, inverse = np.unique(code, return_inverse=True)
+        weights = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(unique))
+    return Factor(
+        ordered,
+        (np.array(np.unravel_index(unique, span)).reshape(len(span), -1) + low).astype(MESH),
+        weights,
+    )
+
+
+def _codes(at: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
+    """One integer per column of ``at`` (in column order), with the span and the least value
+    of each row that decode it."""
+    low = at.min(axis=1, keepdims=True)
+    span = tuple(int(s) for s in at.max(axis=1) - low[:, 0] + 1)
+    code = np.zeros(at.shape[1], dtype=np.int64)
+    for row, first, radix in zip(at, low[:, 0].tolist(), span, strict=True):
+        code *= radix
+        code += row - first
+    return code, span, low
+
+
+def _dense(span: int, n: int) -> bool:
+    """Whether to tell ``n`` integers in ``range(span)`` apart with an array over the range."""
+    return span <= min(DENSE_FACTOR * n + (1 << 16), DENSE_LIMIT)
+
+
+def _scalar(count: float) -> Factor:
+    return Factor((), np.zeros((0, 1), MESH), np.array([count]))
+
+
+def _marginal(f: Factor, var: int) -> Factor:
+    """``f`` summed over coordinate ``var``."""
+    if var not in f.vars:
+        return f
+    keep = [i for i, v in enumerate(f.vars) if v != var]
+    return _factor([f.vars[i] for i in keep], f.at[keep], f.counts)
+
+
+def _outer(factors: Sequence[Factor]) -> Factor:
+    """The product of factors over disjoint coordinates, as one factor."""
+    at, counts = np.zeros((0, 1), MESH), np.ones(1)
+    vars_: tuple[int, ...] = ()
+    for f in factors:
+        at = np.concatenate([np.repeat(at, f.size, axis=1), np.tile(f.at, counts.size)])
+        counts = np.outer(counts, f.counts).reshape(-1)
+        vars_ = (*vars_, *f.vars)
+    return _factor(vars_, at, counts)
+
+
+def _canonical(term: Sequence[Factor]) -> Term:
+    """The term with its scalars folded into one factor and its factors in order."""
+    scale = prod(f.total for f in term if not f.vars)
+    factors = sorted((f for f in term if f.vars), key=lambda f: f.vars)
+    if not factors:
+        return (_scalar(scale),)
+    if scale != 1:
+        first = factors[0]
+        factors[0] = Factor(first.vars, first.at, first.counts * scale)
+    return tuple(factors)
+
+
+def _merge(terms: Sequence[Term]) -> list[Term]:
+    """The same sum with the terms that differ from a first one in the same one factor (or
+    in none) added up in that factor."""
+    groups: list[tuple[Term, list[int], list[Factor]]] = []
+    for term in terms:
+        for first, position, parts in groups:
+            k = _difference(term, first, position[0] if position else None)
+            if k is not None:
+                position[:] = [k]
+                parts.append(term[k])
+                break
+        else:
+            groups.append((term, [], []))
+    merged = []
+    for first, position, parts in groups:
+        if not position:
+            merged.append(first)
+            continue
+        k = position[0]
+        parts = [first[k], *parts]
+        total = _factor(
+            first[k].vars,
+            np.concatenate([f.at for f in parts], axis=1),
+            np.concatenate([f.counts for f in parts]),
+        )
+        merged.append((*first[:k], total, *first[k + 1 :]))
+    return merged
+
+
+def _difference(a: Term, b: Term, position: int | None) -> int | None:
+    """The one factor (``position`` if given) in which two terms over the same coordinates
+    may differ, or None if they differ elsewhere."""
+    if [f.vars for f in a] != [f.vars for f in b]:
+        return None
+    differ = [
+        k for k, (f, g) in enumerate(zip(a, b, strict=True)) if k != position and not f.same(g)
+    ]
+    if position is not None:
+        return None if differ else position
+    return differ[0] if len(differ) == 1 else 0 if not differ else None
+
+
+# --------------------------------------------------------------------------- counting
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A counting problem: the flows that ``digits`` enumerate, told apart by ``keys`` (the
+    source element and the destination PE), where ``keys`` and ``checks`` are all valid, at
+    the PE coordinates ``pes``."""
+
+    digits: tuple[int, ...]
+    keys: tuple[Coord | Block, ...]
+    checks: tuple[Coord, ...]
+    pes: tuple[tuple[int, Block], ...]
+
+    @property
+    def vars(self) -> tuple[int, ...]:
+        return tuple(v for v, _ in self.pes)
+
+    def size(self, sizes: Sequence[int]) -> int:
+        """Digit combinations to enumerate."""
+        return prod(sizes[d] for d in self.digits)
+
+    def fix(self, digit: int, value: int) -> _Part:
+        """The problem with ``digit`` held at ``value``."""
+        return _Part(
+            tuple(d for d in self.digits if d != digit),
+            tuple(k.fix(digit, value) for k in self.keys),
+            tuple(c.fix(digit, value) for c in self.checks),
+            tuple((v, b.fix(digit, value)) for v, b in self.pes),
+        )
+
+
+class _Budget:
+    """The digit combinations left to enumerate."""
+
+    def __init__(self, left: int):
+        self.left = left
+
+    def spend(self, amount: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise TooLarge
+
+
+def _components(part: _Part) -> list[_Part]:
+    """``part`` split into problems over disjoint digits (one without digits for the constant
+    coordinates); digits that no coordinate reads are left out (they only repeat flows)."""
+    parent = {d: d for d in part.digits}
+
+    def root(d: int) -> int:
+        while parent[d] != d:
+            parent[d] = parent[parent[d]]
+            d = parent[d]
+        return d
+
+    coords: list[Coord | Block] = [*part.keys, *part.checks, *(b for _, b in part.pes)]
+    for c in coords:
+        for d in c.digits[1:]:
+            parent[root(d)] = root(c.digits[0])
+
+    def group(c: Coord | Block) -> int:
+        return root(c.digits[0]) if c.digits else -1
+
+    roots = sorted({group(c) for c in coords})
+    return [
+        _Part(
+            tuple(d for d in part.digits if r >= 0 and root(d) == r),
+            tuple(k for k in part.keys if group(k) == r),
+            tuple(c for c in part.checks if group(c) == r),
+            tuple((v, b) for v, b in part.pes if group(b) == r),
+        )
+        for r in roots
+    ]
+
+
+def _flows(part: _Part, sizes: Sequence[int], budget: _Budget) -> list[Term]:
+    """The flows of ``part``, a sum of terms over its PE coordinates: the product of its
+    components' flows, each enumerated or peeled, whichever costs less."""
+    terms: list[Term] = [()]
+    for component in _components(part):
+        size = component.size(sizes)
+        large = size > min(PEEL_OVERHEAD, ENUMERATION_LIMIT)
+        peeling = _peeling(component, sizes, budget) if large else None
+        sums: list[Term]
+        if peeling is not None and (size > ENUMERATION_LIMIT or peeling.cost < size):
+            sums = _peel(component, sizes, budget, peeling)
+        elif size <= ENUMERATION_LIMIT:
+            budget.spend(size)
+            table = _enumerate(component, sizes)
+            sums = [(table,)] if table.size else []
+        else:
+            raise TooLarge
+        terms = [_canonical((*t, *s)) for t in terms for s in sums]
+        if len(terms) > TERM_LIMIT:
+            raise TooLarge
+    return terms
+
+
+def _enumerate(part: _Part, sizes: Sequence[int]) -> Factor:
+    """The distinct flows of ``part`` by PE coordinates, from every digit combination."""
+    shape = tuple(sizes[d] for d in part.digits)
+    grid = {
+        d: np.arange(n).reshape([n if i == k else 1 for i in range(len(shape))])
+        for k, (d, n) in enumerate(zip(part.digits, shape, strict=True))
+    }
+    valid = np.ones(shape, dtype=bool)
+    for c in (*part.keys, *part.checks):
+        valid &= c(grid) >= 0
+    count = int(valid.sum())
+    rows: np.ndarray | slice = slice(None)
+    if not _injective(part, sizes):
+        rows = _distinct_rows([np.broadcast_to(k(grid), shape)[valid] for k in part.keys], count)
+        count = len(rows)
+    at = [np.broadcast_to(b(grid), shape)[valid][rows] for _, b in part.pes]
+    return _factor(part.vars, np.array(at, MESH).reshape(len(at), count), np.ones(count))
+
+
+def _injective(part: _Part, sizes: Sequence[int]) -> bool:
+    """Whether distinct digit combinations always read distinct source elements: every digit
+    is determined by one source coordinate."""
+    return all(any(k.recovers(d, sizes) for k in part.keys) for d in part.digits)
+
+
+def _distinct_rows(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """One position of each distinct row of ``columns`` (``n`` rows)."""
+    code = np.zeros(n, dtype=np.int64)
+    span = 1
+    for column in columns:
+        low = int(column.min(initial=0))
+        radix = int(column.max(initial=0)) - low + 1
+        if span * radix >= 1 << 62:
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)
+            span = n
+        code = code * radix + (column - low)
+        span *= radix
+    if not _dense(span, n):
+        first: np.ndarray = np.unique(code, return_index=True)[1]
+        return first
+    # a scatter keeps one position per code (any one: equal keys have equal PE coordinates)
+    position = np.full(span, -1, dtype=np.int64)
+    position[code] = np.arange(n)
+    return position[position >= 0]
+
+
+@dataclass(frozen=True)
+class _Class:
+    """The values of a peeled digit in one phase class: a representative, and how far (in
+    PEs, along each PE coordinate ``vars``) the others' flows are from its own, with how many
+    values at each distance."""
+
+    digit: int
+    value: int
+    vars: tuple[int, ...]
+    shifts: np.ndarray
+    counts: np.ndarray
+
+
+def _peel(part: _Part, sizes: Sequence[int], budget: _Budget, peeling: _Phases) -> list[Term]:
+    """The flows of a component by classes of a peeled digit: the digit is held at one value
+    per phase class, and the class's flows are that value's, shifted."""
+    terms: list[Term] = []
+    for c in peeling.classes():
+        for term in _flows(part.fix(c.digit, c.value), sizes, budget):
+            terms.extend(_shifted(term, c))
+    terms = _merge(terms)
+    if len(terms) > TERM_LIMIT:
+        raise TooLarge
+    return terms
+
+
+def _peeling(part: _Part, sizes: Sequence[int], budget: _Budget) -> _Phases | None:
+    """The peelable digit (with its phases) whose classes cost the least to count, if any
+    fits the budget."""
+    best: _Phases | None = None
+    for digit in part.digits:
+        if not _peelable(part, digit, sizes):
+            continue
+        phases = _Phases.of(part, digit, sizes)
+        rest = sum(p.size(sizes) for p in _components(part.fix(digit, 0)))
+        phases = replace(phases, cost=len(phases.first) * (rest + PEEL_OVERHEAD))
+        if phases.cost <= budget.left and (best is None or phases.cost < best.cost):
+            best = phases
+    return best
+
+
+def _peelable(part: _Part, digit: int, sizes: Sequence[int]) -> bool:
+    """Whether holding ``digit`` fixed shifts the flows by whole PEs: the source element
+    determines it, and it enters every coordinate as a plain term that stays in bounds."""
+    coords = [*part.keys, *part.checks, *(b for _, b in part.pes)]
+    inner = [c.coord if isinstance(c, Block) else c for c in coords if digit in c.digits]
+    if not all(isinstance(c, Affine) and c.plain and c.always_valid(sizes) for c in inner):
+        return False
+    return any(isinstance(k, Affine) and k.recovers(digit, sizes) for k in part.keys)
+
+
+@dataclass(frozen=True)
+class _Phases:
+    """The values of a digit by their phases within the tiles of the PE coordinates ``vars``
+    they enter: how many PEs each value moves them (``shift``), the first value of each
+    phase class, and the class of every value."""
+
+    digit: int
+    vars: tuple[int, ...]
+    shift: np.ndarray
+    first: np.ndarray
+    inverse: np.ndarray
+    cost: int = 0
+    """What counting all the classes costs, in digit combinations."""
+
+    @classmethod
+    def of(cls, part: _Part, digit: int, sizes: Sequence[int]) -> _Phases:
+        """The phases of ``digit`` in ``part``."""
+        values = np.arange(sizes[digit])
+        blocks = [(v, b) for v, b in part.pes if digit in b.digits]
+        if not blocks:
+            none = np.zeros((0, values.size), dtype=np.int64)
+            return cls(digit, (), none, np.zeros(1, np.int64), np.zeros(values.size, np.int64))
+        steps = np.array([values * dict(_terms(b.coord))[digit] for _, b in blocks])
+        tiles = np.array([[b.tile] for _, b in blocks])
+        _, first, inverse = np.unique(steps % tiles, axis=1, return_index=True, return_inverse=True)
+        vars_ = tuple(v for v, _ in blocks)
+        return cls(digit, vars_, steps // tiles, first, inverse.reshape(-1))
+
+    def classes(self) -> list[_Class]:
+        """Every phase class, represented by its first value."""
+        classes = []
+        for k, value in enumerate(self.first.tolist()):
+            distances = self.shift[:, self.inverse == k] - self.shift[:, [value]]
+            shifts, counts = np.unique(distances, axis=1, return_counts=True)
+            classes.append(_Class(self.digit, value, self.vars, shifts, counts.astype(np.float64)))
+        return classes
+
+
+def _terms(c: Coord) -> tuple[tuple[int, int], ...]:
+    """The terms of a coordinate known to be affine."""
+    assert isinstance(c, Affine)
+    return c.terms
+
+
+def _shifted(term: Term, c: _Class) -> list[Term]:
+    """The flows of all the values of class ``c``, from those of its representative."""
+    if not c.vars:
+        return [_canonical((*term, _scalar(float(c.counts.sum()))))]
+    touched = [f for f in term if set(f.vars) & set(c.vars)]
+    rest = [f for f in term if not set(f.vars) & set(c.vars)]
+    if prod(f.size for f in touched) * c.counts.size <= CONVOLUTION_LIMIT:
+        return [_canonical((*rest, _convolved(_outer(touched), c)))]
+    return _cut(touched, rest, c)
+
+
+def _convolved(f: Factor, c: _Class) -> Factor:
+    """``f`` at every shift of class ``c``."""
+    at = np.repeat(f.at, c.counts.size, axis=1)
+    for i, var in enumerate(c.vars):
+        at[f.vars.index(var)] += np.tile(c.shifts[i], f.size)
+    return _factor(f.vars, at, np.outer(f.counts, c.counts).reshape(-1))
+
+
+def _cut(touched: Sequence[Factor], rest: Sequence[Factor], c: _Class) -> list[Term]:
+    """``_shifted`` as a sum over the values the shifted coordinates take in ``touched``: in
+    each term the shifts make a factor of their own."""
+    pieces = [_slices(f, [v for v in c.vars if v in f.vars]) for f in touched]
+    if prod(len(p) for p in pieces) > TERM_LIMIT:
+        raise TooLarge
+    terms = []
+    for combination in product(*pieces):
+        where = {v: x for at, _ in combination for v, x in at.items()}
+        moved = _factor(c.vars, c.shifts + np.array([[where[v]] for v in c.vars]), c.counts)
+        terms.append(_canonical((*rest, *(f for _, f in combination), moved)))
+    return terms
+
+
+def _slices(f: Factor, vars_: Sequence[int]) -> list[tuple[dict[int, int], Factor]]:
+    """``f`` split by the values of the coordinates ``vars_``: each value and the rest of
+    ``f`` there."""
+    rows = [f.vars.index(v) for v in vars_]
+    others = [i for i in range(len(f.vars)) if i not in rows]
+    code, span, low = _codes(f.at[rows])
+    keys, inverse = np.unique(code, return_inverse=True)
+    if len(keys) > TERM_LIMIT:
+        raise TooLarge
+    values = np.array(np.unravel_index(keys, span)) + low
+    kept, rest = tuple(f.vars[i] for i in others), f.at[others]
+    slices = []
+    for k in range(len(keys)):
+        pick = inverse == k
+        where = dict(zip(vars_, values[:, k].tolist(), strict=True))
+        part = (
+            Factor(kept, rest[:, pick], f.counts[pick]) if kept else _scalar(f.counts[pick].sum())
+        )
+        slices.append((where, part))
+    return slices
+
+
+# --------------------------------------------------------------------------- routing
+
+Axis = tuple[tuple[int, ...], int, int]
+"""An axis of a dense array: the PE coordinates it indexes (equal where several), its first
+mesh row or column, its length."""
+NO_AXIS: Axis = ((), 0, 1)
+
+
+def _project(f: Factor, axes: Sequence[Axis]) -> np.ndarray:
+    """``f`` summed onto dense ``axes`` (of length 1 where ``f`` has none of an axis's
+    coordinates), keeping the entries whose coordinates on each axis agree."""
+    keep = np.ones(f.size, dtype=bool)
+    index: list[np.ndarray] = []
+    shape: list[int] = []
+    for vars_, origin, extent in axes:
+        mine = [f.coords(v) for v in vars_ if v in f.vars]
+        if not mine:
+            index.append(np.zeros(f.size, dtype=np.int64))
+            shape.append(1)
+            continue
+        for other in mine[1:]:
+            keep &= other == mine[0]
+        index.append(mine[0] - origin)
+        shape.append(extent)
+    flat = np.ravel_multi_index(tuple(i[keep] for i in index), shape)
+    summed = np.bincount(flat, weights=f.counts[keep], minlength=prod(shape))
+    return summed.reshape(shape)
+
+
+class _Fabric:
+    """Link, ramp and hop counts of flows given as terms, over a box of the mesh (routed along
+    the source row, then down the destination column, as ``traffic.Routes``)."""
+
+    def __init__(self, row0: int, col0: int, rows: int, cols: int):
+        self.spans = {SR: (row0, rows), DR: (row0, rows), SC: (col0, cols), DC: (col0, cols)}
+        self.along_rows = np.zeros((2, rows, cols))
+        """Eastward and westward loads: ``[_, row, column the link leaves eastward]``."""
+        self.along_cols = np.zeros((2, cols, rows))
+        """Southward and northward loads: ``[_, column, row the link leaves southward]``."""
+        self.sent = np.zeros((rows, cols))
+        self.received = np.zeros((rows, cols))
+        self.hops = 0.0
+        self.longest = 0
+
+    def axis(self, *vars_: int) -> Axis:
+        """The dense axis of the box along which the coordinates ``vars_`` run."""
+        origin, extent = self.spans[vars_[0]]
+        return (vars_, origin, extent)
+
+    def add(self, term: Term) -> None:
+        """Adds the flows of ``term``."""
+        rows = [_marginal(f, DR) for f in term]
+        cols = [_marginal(f, SC) for f in term]
+        self.along_rows[0] += self._legs(rows, SR, SC, DC)
+        self.along_rows[1] += self._legs(rows, SR, DC, SC)
+        self.along_cols[0] += self._legs(cols, DC, SR, DR)
+        self.along_cols[1] += self._legs(cols, DC, DR, SR)
+        staying = self._plane(term, (SR, DR), (SC, DC))
+        self.sent += self._plane(term, (SR,), (SC,)) - staying
+        self.received += self._plane(term, (DR,), (DC,)) - staying
+        self.hops += self._distance(term, SR, DR) + self._distance(term, SC, DC)
+        self.longest = max(self.longest, _longest(term))
+
+    def traffic(self, words: float) -> Traffic:
+        """The traffic of everything added, ``words`` wavelets per element."""
+        if not self.longest:
+            return NO_TRAFFIC
+        link = max(float(self.along_rows.max()), float(self.along_cols.max()))
+        return Traffic(
+            wavelet_hops=self.hops * words,
+            max_link=link * words,
+            max_inject=float(self.sent.max()) * words,
+            max_eject=float(self.received.max()) * words,
+            max_hops=self.longest,
+        )
+
+    def _legs(self, factors: Sequence[Factor], line: int, start: int, end: int) -> np.ndarray:
+        """``[line, x]``: the flows on mesh line ``line`` (a row or column) whose leg from
+        ``start`` to ``end`` crosses the link between ``x`` and ``x + 1``: ``start <= x <
+        end`` (eastward or southward when ``start`` is where the leg begins, westward or
+        northward when it is where the leg ends); ``factors`` are summed over the
+        coordinate the leg does not depend on."""
+        across = self.axis(line)
+        first = next(f for f in factors if start in f.vars)
+        last = next(f for f in factors if end in f.vars)
+        if first is last:
+            load = self._joint_legs(first, line, start, end)
+        else:
+            before = np.cumsum(_project(first, [across, self.axis(start)]), axis=1)
+            ends = _project(last, [across, self.axis(end)])
+            load = before * (ends.sum(axis=1, keepdims=True) - np.cumsum(ends, axis=1))
+        for f in factors:
+            if f is not first and f is not last:
+                load = load * _project(f, [across, NO_AXIS])
+        return load
+
+    def _joint_legs(self, f: Factor, line: int, start: int, end: int) -> np.ndarray:
+        """``_legs`` of a factor holding both ends: a difference array along the line."""
+        origin, length = self.spans[start]
+        a, b = f.coords(start) - origin, f.coords(end) - origin
+        pick = a < b
+        if line in f.vars:
+            lines, height = f.coords(line)[pick] - self.spans[line][0], self.spans[line][1]
+        else:
+            lines, height = np.zeros(int(pick.sum()), dtype=np.int64), 1
+        width = length + 1
+        weights = f.counts[pick]
+        ups = np.bincount(lines * width + a[pick], weights, minlength=height * width)
+        downs = np.bincount(lines * width + b[pick], weights, minlength=height * width)
+        return np.cumsum((ups - downs).reshape(height, width), axis=1)[:, :length]
+
+    def _plane(self, term: Term, rows: tuple[int, ...], cols: tuple[int, ...]) -> np.ndarray:
+        """``[row, col]``: the flows whose coordinates ``rows`` all equal ``row`` and whose
+        ``cols`` all equal ``col``."""
+        axes = [self.axis(*rows), self.axis(*cols)]
+        return reduce(np.multiply, [_project(f, axes) for f in term])
+
+    def _distance(self, term: Term, u: int, v: int) -> float:
+        """The sum over flows of ``|u - v|``."""
+        fu = next(f for f in term if u in f.vars)
+        fv = next(f for f in term if v in f.vars)
+        scale = prod(f.total for f in term if f is not fu and f is not fv)
+        if fu is fv:
+            return scale * float(np.sum(fu.counts * np.abs(fu.coords(u) - fu.coords(v))))
+        a = _project(fu, [self.axis(u)])
+        b = _project(fv, [self.axis(v)])
+        return scale * _cross_distance(a, b)
+
+
+def _cross_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """The sum of ``a[p] * b[q] * |p - q|`` over all ``p`` and ``q``."""
+    position = np.arange(len(a))
+    mass, moment = np.cumsum(a), np.cumsum(position * a)
+    below = position * mass - moment
+    above = (moment[-1] - moment) - position * (mass[-1] - mass)
+    return float(np.dot(b, below + above))
+
+
+def _longest(term: Term) -> int:
+    """The most hops of a flow of ``term``: ``|dr - sr| + |dc - sc|`` is the largest of four
+    signed sums, and a sum over disjoint factors is largest where each part is."""
+    best = 0
+    for row_sign, col_sign in product((1, -1), repeat=2):
+        weight = {SR: -row_sign, DR: row_sign, SC: -col_sign, DC: col_sign}
+        parts = [
+            int(np.max(sum((weight[v] * f.coords(v) for v in f.vars), np.zeros(f.size))))
+            for f in term
+            if f.vars
+        ]
+        best = max(best, sum(parts))
+    return best
+
+
+# --------------------------------------------------------------------------- traffic
+
+
+def map_traffic(index_map: IndexMap) -> Traffic:
+    """The traffic of ``index_map``, routed as ``traffic.gather_traffic`` routes it and equal
+    to it; for a component beyond the limits (see the module docstring), the estimate of
+    every source element crossing once from a uniformly chosen PE."""
+    dst, sizes = index_map.dst, index_map.digits
+    sources = [s for s in index_map.sources if s.layout.size]
+    if not sources or dst.size == 0 or 0 in sizes:
+        return NO_TRAFFIC
+    budget = _Budget(WORK_LIMIT)
+    try:
+        terms = [t for s in sources for t in _flows(_problem(index_map, s), sizes, budget)]
+    except TooLarge:
+        estimates = (scattered_traffic(s.layout, dst, s.layout.size) for s in sources)
+        return sum(estimates, NO_TRAFFIC)
+    grids = [dst, *(s.layout for s in sources)]
+    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
+    fabric = _Fabric(
+        row0,
+        col0,
+        max(g.row0 + g.h for g in grids) - row0,
+        max(g.col0 + g.w for g in grids) - col0,
+    )
+    for term in terms:
+        fabric.add(term)
+    return fabric.traffic(index_map.sources[0].layout.words_per_element)
+
+
+def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
+    """Moving a tensor between two layouts of the same shape: its rows and its columns move
+    independently (two factors of the identity index map), at a cost linear in R + C and in
+    the box."""
+    if (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w):
+        return NO_TRAFFIC
+    identity = tuple(map(_identity, range(len(dst.shape))))
+    return map_traffic(IndexMap(dst.shape, dst, identity, (Source(src, identity),)))
+
+
+def movement_traffic(name: str, attrs: Attrs, sources: Sequence[Layout], out: Layout) -> Traffic:
+    """The traffic of data-movement op ``name`` from ``sources`` into ``out`` (see
+    ``movement_map``)."""
+    if out.size == 0:
+        return NO_TRAFFIC
+    return map_traffic(movement_map(name, attrs, sources, out))
+
+
+def _problem(index_map: IndexMap, source: Source) -> _Part:
+    """Counting the flows from one source."""
+    sizes = index_map.digits
+    src, dst = source.layout, index_map.dst
+    src_row, src_col = _matrix(source.coords)
+    dst_row, dst_col = _matrix(index_map.dst_coords)
+    dr, dc = Block(dst_row, dst.rt, dst.row0), Block(dst_col, dst.ct, dst.col0)
+    pes = (
+        (SR, Block(src_row, src.rt, src.row0)),
+        (SC, Block(src_col, src.ct, src.col0)),
+        (DR, dr),
+        (DC, dc),
+    )
+    checks = tuple(c for c in index_map.dst_coords[:-2] if not c.always_valid(sizes))
+    return _Part(tuple(range(len(sizes))), (*source.coords, dr, dc), checks, pes)
+
+
+def _matrix(coords: tuple[Coord, ...]) -> tuple[Coord, Coord]:
+    """The matrix row and column of a tensor's coordinates (``layout.matrix_dims``)."""
+    if len(coords) >= 2:
+        return coords[-2], coords[-1]
+    return Affine(), coords[0] if coords else Affine()

@@ -1,0 +1,348 @@
+"""cgc.machine.flows: the traffic of every regular data movement, counted by digits, equals
+the per-element oracle (traffic.gather_traffic on index arrays), and costs nothing like the
+element count on GPT-3-sized tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+import tracemalloc
+from math import prod
+
+import numpy as np
+import pytest
+
+from cgc.machine import flows, plans, reference
+from cgc.machine.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.plan_movement import most_taps, patch_taps
+from cgc.machine.plans import WAFER, Operand
+from cgc.machine.target import get_target
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, gather_traffic, scattered_traffic
+
+SEEDS = range(40)
+DTYPES = ("float32", "float16", "int32")
+PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+
+def fields(t: Traffic) -> tuple:
+    return dataclasses.astuple(t)
+
+
+def oracle(name, attrs, sources, out) -> Traffic:
+    """The traffic the old way: the op applied to arrays of element indices, every flow
+    routed by ``gather_traffic``."""
+    if name == "reshape":
+        return gather_traffic(out, [(sources[0], np.arange(sources[0].size))])
+    if name in flows.POOLS:
+        src = sources[0]
+        taps = reference.pool_windows(np.arange(src.size).reshape(src.shape), attrs, -1)
+        return gather_traffic(out, [(src, taps)])
+    if name == "col2im":
+        return gather_traffic(out, [(sources[0], patch_taps(out.shape, attrs))])
+    index_attrs = {**attrs, "fill": -1, "value": -1}
+    maps = []
+    for k, src in enumerate(sources):
+        ids = [
+            np.arange(s.size).reshape(s.shape) if i == k else np.full(s.shape, -1)
+            for i, s in enumerate(sources)
+        ]
+        if name == "one_hot":
+            index = np.broadcast_to(ids[0][..., None], out.shape)
+        else:
+            index = reference.movement(name, index_attrs, ids, out.shape)
+        maps.append((src, np.asarray(index)))
+    return gather_traffic(out, maps)
+
+
+def random_layout(rng, shape, dtype):
+    _, rows, cols = matrix_dims(shape)
+    return Layout(
+        tuple(int(d) for d in shape),
+        dtype,
+        int(rng.integers(0, 5)),
+        int(rng.integers(0, 5)),
+        grid_extent(rows, int(rng.integers(1, 6))),
+        grid_extent(cols, int(rng.integers(1, 6))),
+    )
+
+
+def random_shape(rng, low_rank, high_rank, high=5):
+    return tuple(
+        int(d) for d in rng.integers(1, high + 1, int(rng.integers(low_rank, high_rank + 1)))
+    )
+
+
+def check(rng, name, attrs, shapes, result):
+    """The engine equals the oracle with random layouts of ``shapes`` and ``result``."""
+    dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+    sources = [random_layout(rng, s, dtype) for s in shapes]
+    out = random_layout(rng, result, dtype)
+    want = oracle(name, attrs, sources, out)
+    got = flows.movement_traffic(name, attrs, sources, out)
+    assert fields(got) == pytest.approx(fields(want)), (name, attrs, sources, out)
+
+
+# --------------------------------------------------------------------------- movement
+
+
+def prime_factors(n):
+    factors, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors
+
+
+def random_factorization(rng, size, rank):
+    """A random shape of ``rank`` axes holding ``size`` elements: the prime factors of
+    ``size`` dealt out at random (the two shapes of a reshape then often have no common
+    refinement)."""
+    shape = [1] * rank
+    for f in rng.permutation(prime_factors(size)).tolist() if rank else []:
+        shape[int(rng.integers(rank))] *= f
+    return tuple(shape)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reshape(seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 0, 5, 4)
+    rank = int(rng.integers(0 if prod(shape) == 1 else 1, 6))
+    check(rng, "reshape", {}, [shape], random_factorization(rng, prod(shape), rank))
+
+
+@pytest.mark.parametrize(
+    ("shape", "result"),
+    [
+        ((2, 6, 12), (2, 6, 3, 4)),
+        ((2, 6, 3, 4), (2, 6, 12)),
+        ((2, 6, 12), (12, 12)),
+        ((12, 12), (2, 6, 12)),
+        ((3, 4, 5), (4, 3, 5)),
+        ((2, 3), (3, 2)),
+        ((6, 10), (4, 15)),
+    ],
+)
+@pytest.mark.parametrize("seed", range(3))
+def test_transformer_and_irregular_reshapes(shape, result, seed):
+    check(np.random.default_rng(seed), "reshape", {}, [shape], result)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_transpose(seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 0, 5, 4)
+    perm = rng.permutation(len(shape)).tolist()
+    check(rng, "transpose", {"perm": perm}, [shape], tuple(shape[p] for p in perm))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_broadcast_to(seed):
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) if rng.random() < 0.6 else 1 for d in random_shape(rng, 0, 3, 4))
+    grown = tuple(int(rng.integers(1, 4)) if d == 1 else d for d in shape)
+    result = random_shape(rng, 0, 2, 3) + grown
+    check(rng, "broadcast_to", {}, [shape], result)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_concat(seed):
+    rng = np.random.default_rng(seed)
+    base = random_shape(rng, 1, 4, 4)
+    axis = int(rng.integers(len(base)))
+    shapes = [
+        (*base[:axis], int(rng.integers(1, 4)), *base[axis + 1 :])
+        for _ in range(int(rng.integers(2, 4)))
+    ]
+    result = (*base[:axis], sum(s[axis] for s in shapes), *base[axis + 1 :])
+    given_axis = axis - len(base) if rng.random() < 0.5 else axis
+    check(rng, "concat", {"axis": given_axis}, shapes, result)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_slice(seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 1, 4, 6)
+    starts = [int(rng.integers(-n, n + 1)) for n in shape]
+    limits = [int(rng.integers(-n - 1, n + 2)) for n in shape]
+    strides = [int(rng.choice([-2, -1, 1, 2, 3])) for _ in shape]
+    attrs = {"starts": starts, "limits": limits, "strides": strides}
+    result = reference.slice_array(np.zeros(shape), starts, limits, strides).shape
+    check(rng, "slice", attrs, [shape], result)
+
+
+@pytest.mark.parametrize("mode", PAD_MODES)
+@pytest.mark.parametrize("seed", range(5))
+def test_pad(mode, seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 1, 4, 4)
+    low = [int(rng.integers(0, 3)) for _ in shape]
+    high = [int(rng.integers(0, 3)) for _ in shape]
+    attrs = {"low": low, "high": high, "value": 0.0, "mode": mode}
+    result = tuple(n + a + b for n, a, b in zip(shape, low, high, strict=True))
+    check(rng, "pad", attrs, [shape], result)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reverse(seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 1, 4, 5)
+    axes = [a - len(shape) if rng.random() < 0.5 else a for a in range(len(shape))]
+    chosen = [a for a in axes if rng.random() < 0.5]
+    check(rng, "reverse", {"axes": chosen}, [shape], shape)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tile(seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 0, 3, 4)
+    repeats = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, len(shape) + 2)))]
+    result = np.tile(np.zeros(shape), repeats).shape
+    check(rng, "tile", {"repeats": repeats}, [shape], result)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_one_hot(seed):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, 0, 3, 5)
+    check(rng, "one_hot", {}, [shape], (*shape, int(rng.integers(1, 5))))
+
+
+# --------------------------------------------------------------------------- windows
+
+
+def random_window(rng, group=False):
+    """``(image shape, attrs)`` of a random window op (in its own axis order)."""
+    spatial = random_shape(rng, 1, 3, 6)
+    rank = len(spatial)
+    kernel = [int(rng.integers(1, min(3, n) + 1)) for n in spatial]
+    pads = [int(rng.integers(0, 3)) for _ in range(2 * rank)]
+    dilations = [
+        int(rng.integers(1, 3)) if n > 2 * k else 1 for n, k in zip(spatial, kernel, strict=True)
+    ]
+    groups = int(rng.integers(1, 3)) if group else 1
+    channels = groups * int(rng.integers(1, 3))
+    last = bool(rng.random() < 0.5)
+    attrs = {
+        "kernel": kernel,
+        "strides": [int(rng.integers(1, 3)) for _ in range(rank)],
+        "pads": pads,
+        "dilations": dilations,
+        "channels_last": last,
+        **({"group": groups} if group else {}),
+    }
+    n = int(rng.integers(1, 3))
+    image = (n, *spatial, channels) if last else (n, channels, *spatial)
+    return image, attrs
+
+
+def patches_shape(image, attrs):
+    return reference.im2col_sources(image, attrs).shape
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_im2col(seed):
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng, group=True)
+    check(rng, "im2col", attrs, [image], patches_shape(image, attrs))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_col2im(seed):
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng, group=True)
+    check(rng, "col2im", attrs, [patches_shape(image, attrs)], image)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pooling_windows(seed):
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng)
+    result = reference.pool_windows(np.zeros(image), attrs, 0).shape[: len(image)]
+    check(rng, flows.POOLS[seed % 3], attrs, [image], result)
+
+
+@pytest.mark.parametrize("apart", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_peeled_windows_stay_exact(seed, apart, monkeypatch):
+    """With a limit of one sample's window structure, im2col and col2im are counted by
+    peeling samples and channels: still exact, whether the shifts of a class fold into a
+    factor or stay apart as a sum of terms."""
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng, group=True)
+    image = (image[0] + 2, *image[1:])
+    patches = patches_shape(image, attrs)
+    window = patches[1] // image[0] * prod(attrs["kernel"])
+    monkeypatch.setattr(flows, "ENUMERATION_LIMIT", window)
+    if apart:
+        monkeypatch.setattr(flows, "CONVOLUTION_LIMIT", 0)
+        monkeypatch.setattr(flows, "TERM_LIMIT", 1 << 20)
+    check(rng, "im2col", attrs, [image], patches)
+    check(rng, "col2im", attrs, [patches], image)
+
+
+def test_beyond_the_limits_the_traffic_is_estimated(monkeypatch):
+    monkeypatch.setattr(flows, "ENUMERATION_LIMIT", 4)
+    src = Layout((6, 35), "float32", 0, 0, 2, 3)
+    dst = Layout((35, 6), "float32", 1, 1, 3, 2)
+    got = flows.movement_traffic("reshape", {}, [src], dst)
+    assert got == scattered_traffic(src, dst, src.size)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_peeling_wherever_it_is_no_dearer_stays_exact(seed, monkeypatch):
+    monkeypatch.setattr(flows, "PEEL_OVERHEAD", 0)
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng, group=True)
+    patches = patches_shape(image, attrs)
+    check(rng, "im2col", attrs, [image], patches)
+    check(rng, "col2im", attrs, [patches], image)
+    shape = random_shape(rng, 1, 5, 4)
+    check(rng, "reshape", {}, [shape], random_factorization(rng, prod(shape), 3))
+    perm = rng.permutation(len(shape)).tolist()
+    check(rng, "transpose", {"perm": perm}, [shape], tuple(shape[p] for p in perm))
+
+
+def test_nothing_moves_without_elements():
+    src = Layout((3, 0), "float32", 0, 0, 2, 1)
+    out = Layout.on((0, 3), "float32", (0, 0, 2, 2))
+    assert flows.movement_traffic("transpose", {"perm": [1, 0]}, [src], out) == NO_TRAFFIC
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_most_taps_is_the_widest_patch_taps_row(seed):
+    image, attrs = random_window(np.random.default_rng(seed), group=True)
+    assert most_taps(image, attrs) == patch_taps(image, attrs).shape[-1]
+
+
+# --------------------------------------------------------------------------- cost
+
+
+WSE2 = get_target("wse2")
+IM2COL = {"kernel": [3, 3], "strides": [1, 1], "pads": [1] * 4, "dilations": [1, 1], "group": 1,
+          "channels_last": True}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "attrs", "result"),
+    [
+        ("reshape", (24, 2048, 12288), {}, (24, 2048, 96, 128)),
+        ("transpose", (24, 2048, 96, 128), {"perm": [0, 2, 1, 3]}, (24, 96, 2048, 128)),
+        ("transpose", (24, 96, 2048, 128), {"perm": [0, 1, 3, 2]}, (24, 96, 128, 2048)),
+        ("im2col", (64, 56, 56, 256), IM2COL, (1, 64 * 56 * 56, 256 * 9)),
+    ],
+)
+def test_gpt_sized_movement_plans_cost_no_element_count(name, shape, attrs, result):
+    """Planning a movement of hundreds of millions of elements on the whole wafer holds
+    nothing of their size."""
+    operand = Operand(shape, "float32", WAFER, Layout.on(shape, "float32", WSE2.whole))
+    tracemalloc.start()
+    try:
+        plan = plans.plan(name, WSE2, WSE2.whole, [operand], attrs, [(result, "float32")])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6
+    traffic = plan.cost.traffic
+    assert traffic.wavelet_hops > 0 and traffic.max_link > 0 and traffic.max_hops > 0
