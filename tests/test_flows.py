@@ -11,7 +11,7 @@ from math import prod
 import numpy as np
 import pytest
 
-from cgc.machine import flows, plans, reference
+from cgc.machine import flows, index_maps, plans, reference
 from cgc.machine.layout import Layout, grid_extent, matrix_dims
 from cgc.machine.plan_movement import most_taps, patch_taps
 from cgc.machine.plans import WAFER, Operand
@@ -32,7 +32,7 @@ def oracle(name, attrs, sources, out) -> Traffic:
     routed by ``gather_traffic``."""
     if name == "reshape":
         return gather_traffic(out, [(sources[0], np.arange(sources[0].size))])
-    if name in flows.POOLS:
+    if name in index_maps.POOLS:
         src = sources[0]
         taps = reference.pool_windows(np.arange(src.size).reshape(src.shape), attrs, -1)
         return gather_traffic(out, [(src, taps)])
@@ -260,7 +260,7 @@ def test_pooling_windows(seed):
     rng = np.random.default_rng(seed)
     image, attrs = random_window(rng)
     result = reference.pool_windows(np.zeros(image), attrs, 0).shape[: len(image)]
-    check(rng, flows.POOLS[seed % 3], attrs, [image], result)
+    check(rng, index_maps.POOLS[seed % 3], attrs, [image], result)
 
 
 @pytest.mark.parametrize("apart", [False, True])

@@ -89,20 +89,20 @@ def test_micro_batches_run_back_to_back_and_update_once(tiny):
     stats = cgc.simulate(artifact).stats
     assert stats.micro_batches == 4
     systems = [s for s in stats.spans if s.track == "system 0"]
-    runs = {s.name.rsplit(" (", 1)[-1] for s in systems}
-    assert runs == {f"micro-batch {k})" for k in (1, 2, 3, 4)}
-    updates = [s for s in stats.spans if s.track == "MemoryX"]
-    assert len(updates) == 1 and updates[0].end == pytest.approx(stats.simulated_seconds)
-    # four runs of the program take about four times one: nothing but the update is shared
+    # runs 1 and 2 are drawn in full; 3 and 4 repeat run 2 a period apart, drawn as one span
+    explicit = {s.name.rsplit(" (", 1)[-1] for s in systems if s.name.endswith(")")}
+    assert explicit == {"micro-batch 1)", "micro-batch 2)"}
+    summary = [s for s in systems if not s.name.endswith(")")]
+    assert [s.name for s in summary] == ["micro-batches 3-4, each as micro-batch 2"]
+    assert summary[0].end == pytest.approx(max(s.end for s in stats.spans if s.track == "system 0"))
+    # one update per step: each trained layer's weights once, whatever the micro-batches
+    updates = [s.name for s in stats.spans if s.track == "MemoryX"]
+    assert len(updates) == len(set(updates)) == 12  # two blocks of six layers
+    # four runs of the program take about four times one
     single = cgc.simulate(
         cgc.prepare_training(str(tiny), num_csx=4, micro_batch_size=2, target="mesh8x8")[0]
     ).stats
-    assert (
-        3
-        < (stats.simulated_seconds - stats.update_seconds)
-        / (single.simulated_seconds - single.update_seconds)
-        <= 4.0001
-    )
+    assert 3 < stats.simulated_seconds / single.simulated_seconds <= 4.0001
 
 
 def test_simulated_steps_are_copies_on_the_timeline(tiny):
@@ -111,7 +111,8 @@ def test_simulated_steps_are_copies_on_the_timeline(tiny):
     assert sim.seconds == pytest.approx(3 * sim.stats.simulated_seconds)
     spans = sim.spans()
     assert len(spans) == 3 * len(sim.stats.spans)
-    assert max(s.end for s in spans) == pytest.approx(sim.seconds)
+    # steps overlap a little: the last gradients of one drain as the next step starts
+    assert 0 <= max(s.end for s in spans) - sim.seconds < sim.stats.simulated_seconds
     with pytest.raises(cgc.CgcError, match="--steps 0"):
         cgc.simulate(artifact, steps=0)
 
@@ -196,7 +197,7 @@ def test_cli_train_timing_only(tiny, tmp_path):
     assert [line["step"] for line in lines] == [1, 2, 3]
     assert "loss" not in lines[0]
     names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
-    assert "optimizer update (step 3)" in names
+    assert "h.0.attn.q_proj update (step 3)" in names
 
 
 def test_cli_run_timing_only_needs_no_inputs(tiny, tmp_path):

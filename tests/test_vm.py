@@ -535,9 +535,13 @@ def test_trace_of_a_training_step():
     _, stats = cluster.train_step(data)
     tracks = set(check_trace(stats.spans).values())
     assert {"system 0", "MemoryX -> SwarmX", "SwarmX -> MemoryX", "MemoryX"} <= tracks
-    update = [s for s in stats.spans if s.track == "MemoryX"]
-    assert [s.name for s in update] == ["optimizer update"]
-    assert update[0].end == pytest.approx(stats.simulated_seconds)
+    # MemoryX updates the weights of the step before, layer by layer in the order this step
+    # streams them: a layer's weights leave no earlier than their update ends
+    updates = {s.name.split()[0]: s for s in stats.spans if s.track == "MemoryX"}
+    assert list(updates) == ["fc1", "fc2", "fc3"]
+    assert all(a.end <= b.start * (1 + 1e-12) for a, b in itertools.pairwise(updates.values()))
+    streams = {s.name.split()[0]: s for s in stats.spans if s.track == "MemoryX -> SwarmX"}
+    assert all(streams[name].start >= updates[name].end * (1 - 1e-12) for name in updates)
 
 
 def test_trace_of_no_spans():

@@ -39,7 +39,7 @@ from cgc.frontends.params import ModelParams, optimizer_settings
 from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
-from cgc.machine.cost import LayerCost, program_costs
+from cgc.machine.cost import LayerCost, Profile, profile, program_costs
 from cgc.machine.target import Target, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
@@ -160,12 +160,17 @@ class Compilation:
         self.applied: list[str] = []
         self.program: Program | None = None
         """The lowered program, once lowered."""
+        self.profile: Profile | None = None
+        """The lowered program's SRAM, once the memory plan asked for it."""
+        self.costs: list[LayerCost] | None = None
+        """Every layer's cost, once the manifest asked for them."""
         self.loss: tuple[float, str | None] = (1.0, None)
         """For training: the backward seed and the loss's batch reduction (``loss_scale``)."""
         set_module_target(self.module, target)
         # verifying a large module costs as much as a pass: after every pass only when the IR
         # is dumped for reading, otherwise once at the end (the importer checks each op)
         self.verify_each = dumps.active
+        self.verified = False
         if self.verify_each:
             verify(self.module, imported.source)
         dumps("import", self.module)
@@ -180,10 +185,11 @@ class Compilation:
             self.dumps(p.name, self.module)
 
     def verify(self) -> None:
-        """Checks the IR the pipeline produced. Only dumping verifies after every pass, so a
-        failure here names the whole pipeline and how to find the pass that broke it."""
-        if self.verify_each:
+        """Checks the IR the pipeline produced (once). Only dumping verifies after every pass,
+        so a failure here names the whole pipeline and how to find the pass that broke it."""
+        if self.verify_each or self.verified:
             return
+        self.verified = True
         passes = ", ".join(spec.split("{")[0] for spec in self.applied)
         verify(
             self.module,
@@ -435,10 +441,12 @@ class StreamingCompiler:
     def planner(self, request: Request) -> Planner:
         """The memory planner of ``request``, building through this compiler."""
 
-        def program(micro_batch: int | None, recompute: bool, blocks: int | None) -> Program:
-            built = self.build(request, micro_batch, recompute, blocks).program
-            assert built is not None
-            return built
+        def program(micro_batch: int | None, recompute: bool, blocks: int | None) -> Profile:
+            built = self.build(request, micro_batch, recompute, blocks)
+            if built.profile is None:
+                assert built.program is not None
+                built.profile = profile(built.program, request.target)
+            return built.profile
 
         batch = request.per_system_batch
         choices = _recompute_choices(request)
@@ -459,7 +467,7 @@ class StreamingCompiler:
 
     def artifact(self, request: Request, reason: str, dumps: IRDumps | None = None) -> Artifact:
         """The artifact of ``request`` by its memory plan."""
-        plan, _ = self.planner(request).plan()
+        plan = self.planner(request).plan()
         batch = request.per_system_batch
         micro_batch = (
             plan.micro_batch if batch is not None and request.source.rebatchable else batch
@@ -480,7 +488,9 @@ def _artifact(
     tgt = request.target
     program = c.program if c.program is not None else lower(c.module, tgt.whole)
     imported = c.imported
-    costs = program_costs(program, tgt)
+    if c.costs is None:
+        c.costs = program_costs(program, tgt)
+    costs = c.costs
     manifest: dict = {
         "format_version": FORMAT_VERSION,
         "cgc_version": __version__,

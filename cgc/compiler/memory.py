@@ -28,15 +28,14 @@ from dataclasses import dataclass
 
 from cgc.errors import CgcError
 from cgc.machine import streaming
-from cgc.machine.bytecode import Program
-from cgc.machine.cost import LayerSram, Peak, profile
+from cgc.machine.cost import LayerSram, Peak, Profile
 from cgc.machine.target import Target
 from cgc.machine.units import human_bytes
 
-Build = Callable[[int, bool, int | None], Program]
-"""``build(micro_batch, recompute, blocks)``: the program of the model at a micro-batch of that
-many samples per system, recomputing segment activations or not, with that many blocks (None:
-all of them)."""
+Build = Callable[[int, bool, int | None], Profile]
+"""``build(micro_batch, recompute, blocks)``: the SRAM profile (``cgc.machine.profile``) of the
+model's program at a micro-batch of that many samples per system, recomputing segment
+activations or not, with that many blocks (None: all of them)."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +72,10 @@ class Measure:
     seconds: float
 
 
-def measure(program: Program, target: Target, runs: int) -> Measure:
-    """The SRAM of ``program`` in the steady state of its runs (``cgc.machine.profile``) and
-    the time of ``runs`` runs back to back on one system (the weight-streaming timeline,
-    without the optimizer's update, which every plan shares)."""
-    found = profile(program, target)
+def measure(found: Profile, target: Target, runs: int) -> Measure:
+    """A program's SRAM in the steady state of its runs (its profile) and the time of ``runs``
+    runs back to back on one system (the weight-streaming timeline, without the optimizer's
+    update, which every plan shares)."""
     layers = [
         streaming.Layer(
             r.name, r.cycles, r.host_in_bytes, r.host_out_bytes, r.stream_in_bytes,
@@ -160,8 +158,8 @@ class Planner:
         """Micro-batch sizes to consider, largest first."""
         return [self.forced] if self.forced is not None else divisors(self.batch)
 
-    def plan(self) -> tuple[MemoryPlan, Program]:
-        """The plan, and the whole program compiled by it (checked to fit)."""
+    def plan(self) -> MemoryPlan:
+        """The plan, checked to fit on the whole program compiled by it."""
         if self.blocks is None:
             return self._first_fitting()
         estimates = [e for e in (self._estimate(choice) for choice in self.choices) if e]
@@ -170,7 +168,7 @@ class Planner:
         _, micro_batch, recompute = min(estimates)
         return self._settle(micro_batch, recompute)
 
-    def _first_fitting(self) -> tuple[MemoryPlan, Program]:
+    def _first_fitting(self) -> MemoryPlan:
         """Whole-program trials, for each choice in order until one fits."""
         for choice in self.choices[:-1]:
             try:
@@ -179,28 +177,28 @@ class Planner:
                 continue
         return self._search_whole(self.choices[-1])
 
-    def _program(self, micro_batch: int, recompute: bool) -> tuple[Program, Peak]:
-        program = self.build(micro_batch, recompute, None)
-        return program, measure(program, self.target, 1).peak
+    def _peak(self, micro_batch: int, recompute: bool) -> Peak:
+        """The whole program's peak SRAM."""
+        return self.build(micro_batch, recompute, None).peak
 
-    def _settle(self, micro_batch: int, recompute: bool) -> tuple[MemoryPlan, Program]:
+    def _settle(self, micro_batch: int, recompute: bool) -> MemoryPlan:
         """The whole program at ``micro_batch`` (or the next smaller size that fits)."""
         for size in [m for m in self.candidates() if m <= micro_batch]:
-            program, peak = self._program(size, recompute)
+            peak = self._peak(size, recompute)
             if peak.bytes_per_pe <= self.capacity:
-                return self._plan(size, recompute, peak), program
+                return self._plan(size, recompute, peak)
         return self._refuse(min(self.candidates()), recompute)
 
-    def _search_whole(self, recompute: bool) -> tuple[MemoryPlan, Program]:
+    def _search_whole(self, recompute: bool) -> MemoryPlan:
         """Without small copies to measure: the whole program at the full batch, else at one
         sample and then the size the two suggest, stepping down while it does not fit."""
         sizes = self.candidates()
-        program, peak = self._program(sizes[0], recompute)
+        peak = self._peak(sizes[0], recompute)
         if peak.bytes_per_pe <= self.capacity:
-            return self._plan(sizes[0], recompute, peak), program
+            return self._plan(sizes[0], recompute, peak)
         if len(sizes) == 1:
             return self._refuse(sizes[0], recompute, peak)
-        _, smallest = self._program(1, recompute)
+        smallest = self._peak(1, recompute)
         if smallest.bytes_per_pe > self.capacity:
             return self._refuse(1, recompute, smallest)
         slope = (peak.bytes_per_pe - smallest.bytes_per_pe) / (sizes[0] - 1)
@@ -211,8 +209,8 @@ class Planner:
     def _probe(self, micro_batch: int, recompute: bool, blocks: int) -> Measure:
         key = (micro_batch, recompute, blocks)
         if key not in self.probes:
-            program = self.build(micro_batch, recompute, blocks)
-            self.probes[key] = measure(program, self.target, self.batch // micro_batch)
+            found = self.build(micro_batch, recompute, blocks)
+            self.probes[key] = measure(found, self.target, self.batch // micro_batch)
         return self.probes[key]
 
     def _estimate(self, recompute: bool) -> tuple[float, int, bool] | None:
@@ -257,11 +255,11 @@ class Planner:
 
     def _refuse(
         self, micro_batch: int, recompute: bool | None = None, peak: Peak | None = None
-    ) -> tuple[MemoryPlan, Program]:
+    ) -> MemoryPlan:
         """The error for a model that does not fit even ``micro_batch`` samples at a time."""
         choice = self.choices[-1] if recompute is None else recompute
         if peak is None:
-            _, peak = self._program(micro_batch, choice)
+            peak = self._peak(micro_batch, choice)
         how = " with activations recomputed per segment" if choice else ""
         raise CgcError(
             f"the model does not fit the SRAM of {self.target.name} even {micro_batch} "

@@ -13,8 +13,8 @@ weights have arrived, the tree's latency after they left. Every stream runs at t
 rate on its path: MemoryX's, a SwarmX link's or the system's I/O. Gradients leave on the
 egress link as their layer finishes, summed at line rate on their way up the tree. A step of
 several micro-batches runs them back to back: the weights of one stream while the previous
-one ends. The step closes when the last gradient has reached MemoryX and MemoryX has updated
-the weights.
+one ends. When the last gradient has reached MemoryX, it updates the weights layer by layer in
+the order the next step streams them, which starts as soon as its first weights are new.
 
 Every system runs the same program on its own samples, and nothing in the timing depends on the
 values, so one timeline serves all the systems that run as many micro-batches.
@@ -22,6 +22,7 @@ values, so one timeline serves all the systems that run as many micro-batches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -86,8 +87,8 @@ class Layer:
     stream_out_bytes: float
     """Gradients to MemoryX."""
     update_parameters: int = 0
-    """Parameters whose last gradient of the step the layer sends: MemoryX's update of them is
-    the layer's share of the step's end."""
+    """Parameters of the trained weights this layer is the first to stream: MemoryX updates
+    them, in the order the layers stream them, between one step and the next."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class LayerTime:
     swarmx_seconds: float
     """The tree's latency, once for each direction it streams in."""
     update_seconds: float
-    """MemoryX's update of the weights whose gradients it sends, once per step."""
+    """MemoryX's update of the trained weights it is the first to stream, once per step."""
 
     @property
     def bound(self) -> str:
@@ -146,20 +147,98 @@ class Timeline:
 
 def stream_limit(target: Target) -> str:
     """Which of MemoryX, a SwarmX link and the system's I/O sets the rate of a stream."""
-    rates = {
-        "MemoryX": target.memoryx_bytes_per_s,
-        "SwarmX": target.swarmx_link_bytes_per_s,
+    rates = {  # on a tie, the system's own I/O: the published figure
         "weight stream": target.io_bytes_per_s,
+        "SwarmX": target.swarmx_link_bytes_per_s,
+        "MemoryX": target.memoryx_bytes_per_s,
     }
     return min(rates, key=rates.__getitem__)
 
 
 class _Clock:
-    """The moments the wafer, the ingress link and the egress link are free."""
+    """The moments the wafer, the ingress link and the egress link are free, and when MemoryX
+    has each layer's weights of this step (after the previous step's update)."""
 
-    def __init__(self, start: float):
+    def __init__(self, start: float, ready: Sequence[float] = ()):
         self.layer_end = self.previous_start = self.ingress_free = start
         self.egress_free = self.egress_end = start
+        self.ready = list(ready)
+        """Per layer, when its weights are updated for this step (none: already)."""
+
+    @property
+    def end(self) -> float:
+        """When the wafer has finished and the last gradient has reached MemoryX."""
+        return max(self.layer_end, self.egress_end)
+
+    @property
+    def state(self) -> tuple[float, ...]:
+        """Every moment the next run depends on."""
+        return (self.layer_end, self.previous_start, self.ingress_free, self.egress_free,
+                self.egress_end)  # fmt: skip
+
+    def advance(self, seconds: float) -> None:
+        """Moves every moment ``seconds`` later."""
+        self.layer_end += seconds
+        self.previous_start += seconds
+        self.ingress_free += seconds
+        self.egress_free += seconds
+        self.egress_end += seconds
+
+
+def _step(
+    layers: Sequence[Layer],
+    target: Target,
+    swarmx: Tree,
+    runs: int,
+    clock: _Clock,
+    track: str,
+) -> tuple[list[Span], list[LayerTime]]:
+    """``runs`` runs of ``layers`` back to back on ``clock``: their spans, and the figures of
+    the first run's layers.
+
+    Every run after the first is the same max-plus map of the moments the next one depends
+    on (``_Clock.state``), so once a run has moved every moment later by the same period,
+    every later run does too: the runs from there on are that period each, exactly, and
+    their spans are one span a track that says so.
+    """
+    spans: list[Span] = []
+    first: list[LayerTime] = []
+    before = clock.state
+    for run in range(runs):
+        suffix = f" (micro-batch {run + 1})" if runs > 1 else ""
+        for index, layer in enumerate(layers):
+            ready = clock.ready[index] if run == 0 and clock.ready else 0.0
+            figures = _layer(layer, target, swarmx, clock, spans, track, suffix, ready)
+            if run == 0:
+                first.append(figures)
+        after = clock.state
+        period = after[0] - before[0]
+        left = runs - run - 1
+        if (
+            run
+            and left
+            and all(math.isclose(b - a, period) for a, b in zip(before, after, strict=True))
+        ):
+            spans += _repeated(spans, run, left, period, runs)
+            clock.advance(left * period)
+            break
+        before = after
+    return spans, first
+
+
+def _repeated(spans: list[Span], run: int, left: int, period: float, runs: int) -> list[Span]:
+    """One span a track for the runs after ``run`` that repeat its spans ``period`` apart."""
+    last = f" (micro-batch {run + 1})"
+    mine = [x for x in spans if x.name.endswith(last)]
+    repeats = f"micro-batches {run + 2}-{runs}, each as micro-batch {run + 1}"
+    tracks = dict.fromkeys(x.track for x in mine)
+    out = []
+    for track in tracks:
+        on_it = [x for x in mine if x.track == track]
+        start = min(x.start for x in on_it) + period
+        end = max(x.end for x in on_it) + left * period
+        out.append(Span(track, repeats, start, end))
+    return out
 
 
 def simulate(
@@ -171,23 +250,38 @@ def simulate(
     track: str,
     start: float = 0.0,
 ) -> Timeline:
-    """``runs`` runs of ``layers`` back to back on one system from ``start``, then for
-    ``training`` MemoryX's update; the system's spans go on ``track``."""
+    """``runs`` runs of ``layers`` back to back on one system from ``start``; the system's
+    spans go on ``track``.
+
+    A training step ends with MemoryX's update, which needs every gradient of the step (its
+    clipping needs their global norm) and runs layer by layer in the order the next step
+    streams the weights, so the next step starts as soon as its first layer's weights are
+    updated and a layer's weights stream no earlier than they are. The step's time is the
+    steady state's: the time from one step's end to the next's, over a step that followed
+    another; its spans are that step's, the previous step's update among them.
+    """
     clock = _Clock(start)
-    spans: list[Span] = []
-    first: list[LayerTime] = []
-    for run in range(runs):
-        suffix = f" (micro-batch {run + 1})" if runs > 1 else ""
-        for layer in layers:
-            figures = _layer(layer, target, swarmx, clock, spans, track, suffix)
-            if run == 0:
-                first.append(figures)
-    end = max(clock.layer_end, clock.egress_end)
-    update = sum(f.update_seconds for f in first) if training else 0.0
-    if training and first:
-        spans.append(Span("MemoryX", "optimizer update", end, end + update))
-    bound = _bound(first, runs, update, target)
-    return Timeline(end + update, spans, first, update, bound)
+    spans, first = _step(layers, target, swarmx, runs, clock, track)
+    if not training or not first:
+        bound = _bound(first, runs, 0.0, target)
+        return Timeline(clock.end, spans, first, 0.0, bound)
+    update = sum(f.update_seconds for f in first)
+    previous = clock.end
+    ready, done = [], previous
+    updates: list[Span] = []
+    for figures in first:
+        if figures.update_seconds:
+            updates.append(
+                Span("MemoryX", f"{figures.name} update", done, done + figures.update_seconds)
+            )
+        done += figures.update_seconds
+        ready.append(done)
+    steady = _Clock(clock.layer_end, ready)
+    spans, first = _step(layers, target, swarmx, runs, steady, track)
+    shift = clock.layer_end - start
+    period = steady.end - previous
+    moved = [Span(x.track, x.name, x.start - shift, x.end - shift) for x in updates + spans]
+    return Timeline(period, moved, first, update, _bound(first, runs, update, target))
 
 
 def _layer(
@@ -198,14 +292,16 @@ def _layer(
     spans: list[Span],
     track: str,
     suffix: str,
+    ready: float,
 ) -> LayerTime:
-    """Places one layer on the timeline; returns its figures."""
+    """Places one layer on the timeline, its weights leaving MemoryX no earlier than
+    ``ready``; returns its figures."""
     weights = swarmx.link_seconds(layer.stream_in_bytes)
     gradients = swarmx.link_seconds(layer.stream_out_bytes)
     latency = swarmx.latency_seconds
     arrive = clock.layer_end
     if layer.stream_in_bytes:
-        send = max(clock.ingress_free, clock.previous_start)
+        send = max(clock.ingress_free, clock.previous_start, ready)
         clock.ingress_free = send + weights
         arrive = clock.ingress_free + latency
         spans.append(Span("MemoryX -> SwarmX", f"{layer.name} weights{suffix}", send, arrive))

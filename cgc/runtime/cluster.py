@@ -142,11 +142,19 @@ class Run:
     gradients: list[tuple[str, list[int] | None, np.ndarray | None]]
     outputs: dict[int, np.ndarray]
     optimizer: tuple[str, dict[str, float]] | None
+    sram_peak: int
+    """The most bytes a PE of its system had held when the run ended."""
 
     @classmethod
     def of(cls, executor: Executor) -> Run:
         """The run an executor made."""
-        return cls(executor.records, executor.gradients, executor.outputs, executor.optimizer)
+        return cls(
+            executor.records,
+            executor.gradients,
+            executor.outputs,
+            executor.optimizer,
+            executor.system.sram.peak,
+        )
 
 
 def system_tracks(runs_per_system: Sequence[int]) -> dict[int, str]:
@@ -170,7 +178,15 @@ def system_tracks(runs_per_system: Sequence[int]) -> dict[int, str]:
 class Cluster:
     """K systems, MemoryX and SwarmX running one artifact."""
 
-    def __init__(self, artifact: Artifact, num_csx: int | None = None, numerics: bool = True):
+    def __init__(
+        self,
+        artifact: Artifact,
+        num_csx: int | None = None,
+        numerics: bool = True,
+        timed: list[Run] | None = None,
+    ):
+        """``timed``: a timing-only cluster's runs of the same program on the same target,
+        made already (by another cluster of a study): they serve this one too."""
         manifest = artifact.manifest
         self.artifact = artifact
         self.manifest = manifest
@@ -192,7 +208,8 @@ class Cluster:
         # a model without a batch axis runs its fixed shapes as one sample per system
         self.batch = manifest["per_system_batch"] or 1
         self.micro_batches: int = manifest.get("micro_batches", 1)
-        self._timed_runs: list[Run] = []
+        self.timed_runs: list[Run] = list(timed or [])
+        """A timing-only cluster's runs of the program: the first, and the steady second."""
 
     @property
     def global_batch(self) -> int:
@@ -271,13 +288,13 @@ class Cluster:
         """A run of a timing-only cluster: the program on shapes, on one system, once for a
         system that runs once and twice for one that runs more (the second run finds the
         weights and constants of the first pinned, as every later run does)."""
-        while len(self._timed_runs) < min(runs, 2):
+        while len(self.timed_runs) < min(runs, 2):
             executor = Executor(
                 self.program, self.target, self.systems[0], None, self.mode == "pipelined"
             )
             executor.run(())
-            self._timed_runs.append(Run.of(executor))
-        return self._timed_runs[0]
+            self.timed_runs.append(Run.of(executor))
+        return self.timed_runs[0]
 
     def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> list[Run]:
         """One run per chunk, chunk ``c`` on system ``c mod K``."""
@@ -386,7 +403,7 @@ class Cluster:
             simulated_seconds=seconds,
             clock_hz=self.target.clock_hz,
             pe_utilization=utilization,
-            peak_pe_sram_bytes=max(s.sram.peak for s in self.systems),
+            peak_pe_sram_bytes=max((r.sram_peak for r in (*runs, *self.timed_runs)), default=0),
             layers=self._layer_summary(records, streaming_figures),
             spans=spans,
             wavelet_hops=total * sum(r.wavelet_hops for r in records),
@@ -501,16 +518,21 @@ class Cluster:
         return streaming.simulate(layers, self.target, self.swarmx, runs, training, track)
 
     def _update_parameters(self) -> dict[int, int]:
-        """Per layer, the parameters whose last gradient of a run it streams out (MemoryX
-        updates each trained weight once per step)."""
-        last: dict[str, int] = {}
+        """Per layer, the parameters of the trained weights it is the first to stream
+        (MemoryX updates each once per step, in the order the next step needs them)."""
+        trained = {
+            ins.attrs["name"]
+            for ins in self.program.instructions
+            if ins.opcode == Opcode.STREAM_GRADIENT
+        }
+        first: dict[str, int] = {}
         for index, span in enumerate(self.program.layer_spans):
             for position in span:
                 ins = self.program.instructions[position]
-                if ins.opcode == Opcode.STREAM_GRADIENT:
-                    last[ins.attrs["name"]] = index
+                if ins.opcode == Opcode.STREAM_WEIGHT and ins.attrs["name"] in trained:
+                    first.setdefault(ins.attrs["name"], index)
         counts: dict[int, int] = {}
-        for name, index in last.items():
+        for name, index in first.items():
             counts[index] = counts.get(index, 0) + self.memoryx.specs[name].size
         return counts
 

@@ -24,7 +24,7 @@ from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompile
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
 from cgc.machine.target import ASSUMED, Target
-from cgc.runtime.simulation import simulate
+from cgc.runtime.cluster import Cluster, Run
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,16 @@ def study(
         global_batch = source.batch_size
     batches = per_system_batches(systems, per_system_batch, global_batch)
     compiler = StreamingCompiler(shared=True)
+    timed: dict[int, list[Run]] = {}
+    """Per program (by identity), its runs on shapes: one timing serves every size."""
 
     def point(k: int, batch: int) -> Point:
         request = Request(source, target, k, batch, training, micro_batch_size, recompute)
         artifact = compiler.artifact(request, STREAMED_FOR_TRAINING)
-        stats = simulate(artifact).stats
+        key = id(artifact.program)
+        cluster = Cluster(artifact, numerics=False, timed=timed.get(key))
+        stats = cluster.train_step()[1]
+        timed[key] = cluster.timed_runs
         plan = artifact.manifest["memory_plan"]
         return Point(
             systems=k,

@@ -1,0 +1,67 @@
+"""docs/validation.md: the published figures beside cgc's predictions, as
+``benchmarks/validation.py`` writes them (the simulated rows take minutes: the script runs
+them; this test checks the page against the script's data and recomputes the closed-form
+rows)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "validation.py"
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("validation", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return json.loads((ROOT / "docs" / "validation.json").read_text())
+
+
+def test_the_page_is_the_scripts_rendering_of_its_data(rows):
+    assert (ROOT / "docs" / "validation.md").read_text() == script().render(rows)
+
+
+def test_the_closed_form_rows_are_what_cgc_computes_today(rows):
+    by_figure = {row["figure"]: row for row in rows}
+    for row in script().closed_form_rows():
+        assert by_figure[row["figure"]] == row
+
+
+@pytest.mark.parametrize(
+    "figure",
+    [
+        "WSE-2 dense FP16 peak at 1.1 GHz",
+        "Andromeda: 120 PF dense over 16 CS-2",
+        "GPT-3 XL: one to two CS-2s cuts training time in half",
+        "GPT-3 XL: near-linear scaling to 16 CS-2",
+        "GPT-J: near-linear scaling to 16 CS-2",
+        "GPT-NeoX: near-linear scaling to 16 CS-2",
+        "SwarmX latency logarithmic in K",
+        "MemoryX holds GPT-3 175B with Adam state",
+        "Cerebras-GPT family",
+    ],
+)
+def test_every_required_figure_is_on_the_page(rows, figure):
+    matching = [row for row in rows if row["figure"].startswith(figure)]
+    assert len(matching) == 1, figure
+    row = matching[0]
+    assert row["published"] > 0 and row["predicted"] > 0 and row["why"]
+
+
+def test_the_predictions_are_sane(rows):
+    (halving,) = [row for row in rows if row["unit"] == "speed-up"]
+    assert 1.0 < halving["predicted"] <= 2.0 + 1e-9  # two systems: at most twice as fast
+    for row in rows:
+        if row["unit"] == "efficiency at 16":
+            assert 0 < row["predicted"] <= 1 + 1e-9
