@@ -51,6 +51,8 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_run.py
 	$(BIN)/python benchmarks/bench_compile.py
 	$(BIN)/python benchmarks/bench_pipeline.py
+	$(BIN)/python benchmarks/bench_scale.py
+	$(BIN)/python benchmarks/validation.py
 
 lint: typecheck
 	$(BIN)/ruff check cgc tests examples benchmarks

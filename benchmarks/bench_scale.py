@@ -1,7 +1,7 @@
 """Compile and timing-only simulation at real model sizes: wall time and peak memory.
 
 Each measurement runs in a fresh process (``cgc`` imported, then timed), so no cache of an
-earlier one helps; memory is the process's peak resident set (``ru_maxrss``).
+earlier one helps; memory is the process's peak resident set (``VmHWM`` of the child itself).
 
 * ``step``: compile plus one timing-only training step of GPT-3 175B on 64 wse2 systems (what
   ``cgc train zoo:gpt3-175b --timing-only --num-csx 64`` does), and the same on 1 system;

@@ -334,6 +334,13 @@ def _defaults(names: tuple[str, ...]) -> str:
     return "; ".join([common, *others])
 
 
+optimizer_choice = click.option(
+    "--optimizer",
+    type=click.Choice(list(OPTIMIZERS)),
+    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
+)
+
+
 def optimizer_options(command: Callable) -> Callable:
     """The optimizer's settings as options of ``command``, one per keyword of the table
     (``cgc.machine.optimizers``); an option not given leaves the optimizer's default."""
@@ -375,11 +382,7 @@ def _chosen_settings(options: dict) -> dict:
     is_flag=True,
     help="Simulate the steps' time alone: no data, no weights needed, nothing trained.",
 )
-@click.option(
-    "--optimizer",
-    type=click.Choice(list(OPTIMIZERS)),
-    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
-)
+@optimizer_choice
 @optimizer_options
 @click.option(
     "--lr-schedule",
@@ -541,11 +544,7 @@ def _warn(message: str) -> None:
     type=int,
     help="A fixed global batch split over the systems  [default: the model's batch]",
 )
-@click.option(
-    "--optimizer",
-    type=click.Choice(list(OPTIMIZERS)),
-    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
-)
+@optimizer_choice
 @target_options
 @plan_options
 @click.option("--json", "json_path", type=click.Path(), help="Write the table as JSON here.")

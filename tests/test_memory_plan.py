@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_simulation import TINY, token_batch
+from conftest import token_batch
 
 import cgc
 from cgc.compiler.memory import divisors
@@ -19,13 +19,6 @@ from cgc.machine.target import get_target
 from cgc.runtime.cluster import Cluster
 
 MESH = get_target("mesh8x8")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("plan") / "tiny.yaml"
-    path.write_text(TINY)
-    return path
 
 
 def with_sram(nbytes: int):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_simulation import TINY
 
 import cgc
 from cgc.cli import main
@@ -18,13 +17,6 @@ from cgc.machine.target import get_target
 from cgc.tools import scaling
 
 MESH = get_target("mesh8x8")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("scale") / "tiny.yaml"
-    path.write_text(TINY)
-    return path
 
 
 def study(tiny: Path, systems, **batch) -> list[scaling.Point]:

@@ -4,50 +4,17 @@ weights declared by shape; params-file models end to end on the command line; --
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from conftest import token_batch
 
 import cgc
 from cgc.cli import main
 from cgc.frontends import zoo
 from cgc.runtime.cluster import Cluster
-
-TINY = """\
-model:
-  hidden_size: 32
-  num_hidden_layers: 2
-  num_heads: 4
-  filter_size: 64
-  vocab_size: 50
-  max_position_embeddings: 16
-train_input:
-  batch_size: 8
-  max_sequence_length: 16
-optimizer:
-  optimizer_type: adamw
-  learning_rate: 1.0e-3
-runconfig:
-  num_csx: 2
-  precision: float32
-"""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    """A params file of a two-block GPT small enough to run with numbers."""
-    path = tmp_path_factory.mktemp("params") / "tiny.yaml"
-    path.write_text(TINY)
-    return path
-
-
-def token_batch(samples: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, 50, (samples, 16)).astype(np.int32)
-    return {"input_ids": ids, "labels": np.roll(ids, -1, axis=1)}
 
 
 def invoke(*args: object):
