@@ -39,6 +39,9 @@ demo: $(VENV)/.installed
 	$(BIN)/cgc train $(EXAMPLES)/mlp_train.onnx --data $(EXAMPLES)/mlp_train.data.npz \
 		--batch-size 32 --steps 24 --optimizer sgd --lr 0.05 --momentum 0.9 --num-csx 2 \
 		--target $(TARGET) --model-dir $(EXAMPLES)/mlp_train_run
+	@echo "== GPT-3 175B from its params file on 64 wse2 systems: a step's time, no weights held"
+	$(BIN)/cgc train zoo:gpt3-175b --timing-only --num-csx 64 --steps 1 \
+		--model-dir $(EXAMPLES)/gpt3_175b_run --trace $(EXAMPLES)/gpt3_175b.trace.json
 
 test: typecheck
 	$(BIN)/pytest
