@@ -139,21 +139,15 @@ class Placer:
         self.works = [work.program for work in works]
         self.target = target
         self.count = len(works)
-        self.quick = LayerCosts(target)
-        self.exact = LayerCosts(target)
+        self.costs = LayerCosts(target)
         self.edges = [(a, b, w) for a, b, w in layer_graph(works).edges(data="wavelets")]
         """``(producer, consumer, wavelets)`` of every tensor between layers."""
         self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
         """Per layer, the widths timed so far (at its height) and their cycles."""
 
-    def memory(self, index: int, rect: Rect) -> LayerCost:
-        """Layer ``index`` alone on ``rect``, exact in its SRAM (and quick: the general
-        gathers' data movement is left out of its cycles)."""
-        return self.quick(self.works[index], 0, rect)
-
-    def timing(self, index: int, rect: Rect) -> LayerCost:
-        """The same with every data movement counted: the stage time."""
-        return self.exact(self.works[index], 0, rect)
+    def cost(self, index: int, rect: Rect) -> LayerCost:
+        """Layer ``index`` alone on ``rect``: its SRAM and its stage time."""
+        return self.costs(self.works[index], 0, rect)
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
@@ -214,7 +208,7 @@ class Placer:
         rows of the whole mesh's width."""
         t = self.target
         height = min(useful_rows(self.works[index]), t.rows)
-        while height < t.rows and not self.fits(self.memory(index, (0, 0, t.cols, height))):
+        while height < t.rows and not self.fits(self.cost(index, (0, 0, t.cols, height))):
             height = min(2 * height, t.rows)
         return height
 
@@ -226,16 +220,16 @@ class Placer:
         cheap ones to time.
         """
         cols, height = self.target.cols, self.heights[index]
-        if not self.fits(self.memory(index, self._rect(index, cols))):
+        if not self.fits(self.cost(index, self._rect(index, cols))):
             return None
         least = ceil(self._least_bytes(index) / (height * self.target.sram_bytes_per_pe))
         lo = probe = min(max(least, 1), cols)
-        while probe < cols and not self.fits(self.memory(index, self._rect(index, probe))):
+        while probe < cols and not self.fits(self.cost(index, self._rect(index, probe))):
             lo, probe = probe + 1, min(cols, 2 * probe)
         hi = probe
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.fits(self.memory(index, self._rect(index, mid))):
+            if self.fits(self.cost(index, self._rect(index, mid))):
                 hi = mid
             else:
                 lo = mid + 1
@@ -259,7 +253,7 @@ class Placer:
         """Layer ``index``'s stage time on ``width`` columns of its height."""
         timed = self.widths_timed[index]
         if width not in timed:
-            timed[width] = self.timing(index, self._rect(index, width)).cycles
+            timed[width] = self.cost(index, self._rect(index, width)).cycles
         return timed[width]
 
     def _pack(self, widths: Sequence[int], limit: float = float("inf")) -> list[Rect] | None:
@@ -289,10 +283,10 @@ class Placer:
 
     def _balance(self, narrowest: list[int]) -> tuple[list[int], float]:
         """The widths that make the slowest stage as fast as the mesh allows, and that stage
-        time: bisection between a lower bound (every layer on the whole width, timed without
-        the general gathers) and every layer on its narrowest rectangle."""
+        time: bisection between every layer on the whole width and every layer on its narrowest
+        rectangle."""
         cols = self.target.cols
-        fast = max(self.memory(i, self._rect(i, cols)).cycles for i in range(self.count))
+        fast = max(self.cycles(i, cols) for i in range(self.count))
         slow = max(self.cycles(i, w) for i, w in enumerate(narrowest))
         best = narrowest
         while slow > fast * (1 + BALANCE_TOLERANCE):
@@ -325,24 +319,18 @@ class Placer:
         hi = min((w for w, c in timed.items() if c <= limit and w >= least), default=None)
         if hi is None:
             hi = self.target.cols
-            if not self._within(index, hi, limit):
+            if self.cycles(index, hi) > limit:
                 return None
         lo = max((w + 1 for w, c in timed.items() if c > limit and least <= w < hi), default=least)
         while lo < hi:
             guess = self._guess(index, lo - 1, hi, limit)
             half = (lo + hi) // 2
             mid = half if guess is None else min(max(guess, lo), hi - 1)
-            if self._within(index, mid, limit):
+            if self.cycles(index, mid) <= limit:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
-
-    def _within(self, index: int, width: int, limit: float) -> bool:
-        """Whether the layer takes at most ``limit`` cycles on ``width`` columns; the quick
-        timing without the general gathers is a lower bound that often settles it."""
-        quick = self.memory(index, self._rect(index, width)).cycles
-        return quick <= limit and self.cycles(index, width) <= limit
 
     def _guess(self, index: int, slow: int, fast: int, limit: float) -> int | None:
         """The width at which ``a + b / width`` through the timings at ``slow`` and ``fast``
@@ -386,7 +374,7 @@ class Placer:
 
     def _shortfall(self, stuck: list[int]) -> DoesNotFitError:
         t = self.target
-        full = {i: self.memory(i, (0, 0, t.cols, t.rows)) for i in stuck}
+        full = {i: self.cost(i, (0, 0, t.cols, t.rows)) for i in stuck}
         stuck = sorted(stuck, key=lambda i: (-full[i].sram_bytes_per_pe, i))
         per_pe = human_bytes(t.sram_bytes_per_pe)
         if len(stuck) == 1:
