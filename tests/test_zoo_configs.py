@@ -63,14 +63,15 @@ def _child_step(name: str, systems: int) -> dict:
 
 def test_a_13b_step_needs_no_weight_memory():
     """Cerebras-GPT 13B (51 GB of float32 weights, 205 GB with gradients and Adam state) is
-    compiled and timed with far less memory than one of its weight matrices' worth of layers."""
+    compiled and timed in under 768 MiB, about what the interpreter, numpy and xDSL take, and
+    less than two of its weight matrices."""
     result = _child_step("cerebras-gpt-13b", 12)
     assert result["layers"] > 40 * 3
-    assert result["rss"] < 2 * 2**30
+    assert result["rss"] < 768 * 2**20
 
 
 @pytest.mark.slow
 def test_gpt3_175b_on_64_systems():
     result = _child_step("gpt3-175b", 64)
     assert result["layers"] > 96 * 3
-    assert result["rss"] < 2 * 2**30
+    assert result["rss"] < 768 * 2**20
