@@ -168,14 +168,16 @@ def simulated_rows() -> list[dict[str, Any]]:
         )
     days = 0.0
     parts = []
+    rounded = []
     for size in ("111m", "256m", "590m", "1.3b", "2.7b", "6.7b", "13b"):
         params = load_params(f"zoo:cerebras-gpt-{size}")
-        sim = cgc.simulate(params, num_csx=16 if params.train_input.batch_size % 16 == 0 else None)
-        stats = sim.stats
-        tokens = 20 * parameter_count(params.model)
-        # on all 16 of Andromeda's systems: a model compiled for fewer scales to 16 by its rate
-        rate = (stats.tokens_per_second or 0.0) * 16 / stats.num_csx
-        model_days = tokens / rate / DAY
+        # all 16 of Andromeda's systems, each taking an equal share of the published batch
+        published = params.train_input.batch_size
+        batch = -(-published // 16) * 16
+        if batch != published:
+            rounded.append(f"{published} to {batch}")
+        stats = cgc.simulate(params, num_csx=16, batch_size=batch).stats
+        model_days = 20 * parameter_count(params.model) / (stats.tokens_per_second or 1.0) / DAY
         days += model_days
         parts.append(f"{size} {model_days:.1f} d")
     rows.append(
@@ -185,10 +187,11 @@ def simulated_rows() -> list[dict[str, Any]]:
             "published": 21.0,
             "unit": "days for all seven",
             "predicted": days,
-            "why": "; ".join(parts) + " (each on 16 systems at its published batch; 'a few weeks' "
-            "read as three). cgc predicts the systems' step rate alone, at the MFU of the "
-            "scaling rows; the published wall time also holds what it does not model: the "
-            "input pipeline, evaluation, checkpoints, restarts and the tuning runs beside",
+            "why": "; ".join(parts) + " (each on 16 systems at its published batch, rounded up "
+            f"to a multiple of 16: {', '.join(rounded)}; 'a few weeks' read as three). cgc "
+            "predicts the systems' step rate alone, at the MFU of the scaling rows; the "
+            "published wall time also holds what it does not model: the input pipeline, "
+            "evaluation, checkpoints, restarts and the tuning runs beside",
         }
     )
     return rows

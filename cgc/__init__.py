@@ -198,7 +198,7 @@ def prepare_training(
     artifact = compiled(options, micro_batch_size)
     evaluation = None
     if eval_data is not None:  # runs in the training's chunks, scaled as its losses
-        forward = compiled(None, artifact.manifest["per_system_batch"])
+        forward = compiled(None, artifact.manifest["micro_batch"])
         evaluation = Evaluation(forward, eval_data, steps if eval_every is None else eval_every)
     return artifact, loop, evaluation
 

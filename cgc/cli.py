@@ -425,8 +425,8 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
             _writable(path)
     if not timing_only and (data_path is None or model_dir is None):
         raise CgcError("--data and --model-dir are required (or --timing-only)")
-    if timing_only and (data_path or options["eval_path"]):
-        raise CgcError("--timing-only trains nothing: it takes no --data or --eval-data")
+    if timing_only:
+        _refuse_training_options(data_path, options)
     held_out = _load_npz(options.pop("eval_path"), "--eval-data") if options["eval_path"] else None
     data = _load_npz(data_path, "--data") if data_path else None
     target = _targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
@@ -484,13 +484,37 @@ def _simulate_training(
     if trace:
         from cgc.runtime.trace import trace_json
 
-        _write_atomically(trace, trace_json(simulation.spans()).encode())
+        _write_atomically(trace, trace_json(simulation.spans(TRACED_STEPS)).encode())
+        if steps > TRACED_STEPS:
+            click.echo(f"trace: the first {TRACED_STEPS} of {steps} steps (every step is alike)")
     if model_dir:
         _write_simulated_metrics(Path(model_dir), simulation)
 
 
+TRACED_STEPS = 16
+"""The steps a timing-only trace draws: they are all alike, and a trace of many thousands
+would not load in a viewer."""
+
+TRAINING_ONLY = {
+    "eval_path": "--eval-data",
+    "eval_every": "--eval-every",
+    "checkpoint_every": "--checkpoint-every",
+    "resume": "--resume",
+    "shuffle": "--shuffle",
+}
+"""The options of ``cgc train`` that only a training with numbers uses."""
+
+
+def _refuse_training_options(data_path: str | None, options: dict) -> None:
+    given = ["--data"] if data_path else []
+    given += [flag for key, flag in TRAINING_ONLY.items() if options.get(key)]
+    if given:
+        raise CgcError(f"--timing-only trains nothing: it takes no {', '.join(given)}")
+
+
 def _write_simulated_metrics(directory: Path, simulation) -> None:
-    """``metrics.jsonl`` of a timing-only run: every step's simulated figures, no loss."""
+    """``timing.jsonl`` of a timing-only run: every step's simulated figures (a training's
+    ``metrics.jsonl`` in the same directory stays as it is)."""
     from cgc.machine.files import permissions
 
     directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
@@ -508,8 +532,8 @@ def _write_simulated_metrics(directory: Path, simulation) -> None:
         + "\n"
         for step in range(simulation.steps)
     ]
-    _write_atomically(str(directory / "metrics.jsonl"), "".join(lines).encode())
-    click.echo(f"wrote {directory}/metrics.jsonl")
+    _write_atomically(str(directory / "timing.jsonl"), "".join(lines).encode())
+    click.echo(f"wrote {directory}/timing.jsonl")
 
 
 def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:
@@ -580,6 +604,14 @@ def scale(
     source = source_of(model, no_weights=no_weights, training=True, init_seed=init_seed)
     params = source.params if isinstance(source, ParamsSource) else None
     chosen = _targeted(target, mesh, figures)
+    if per_system_batch is None and global_batch is None:
+        skipped = scaling.model_batch_sizes(sizes, source.batch_size)[1]
+        if skipped:
+            left_out = ", ".join(map(str, skipped))
+            _warn(
+                f"the model's batch of {source.batch_size} does not split evenly over "
+                f"{left_out} systems: left out (give --global-batch or --per-system-batch)"
+            )
     points = scaling.study(
         source,
         chosen,

@@ -101,11 +101,21 @@ def test_cli_writes_the_table_as_json_csv_and_png(tiny, tmp_path):
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_models_batch_leaves_out_the_sizes_it_does_not_split_over(tiny):
+    result = CliRunner().invoke(
+        main, ["scale", str(tiny), "--target", "mesh8x8", "--num-csx", "1,3,2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "batch of 8 does not split evenly over 3 systems: left out" in result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:3]] == ["1", "2"]
+
+
 def test_cli_names_bad_options(tiny, tmp_path):
     runner = CliRunner()
     for args, message in [
         (["--num-csx", "1,two"], "--num-csx 1,two: expected sizes"),
-        (["--num-csx", "1,3"], "--global-batch 8 does not split evenly over 3 systems"),
+        (["--num-csx", "1,3", "--global-batch", "8"], "--global-batch 8 does not split evenly"),
+        (["--num-csx", "3,5"], "the model's batch of 8 splits evenly over none of these sizes"),
         (["--set", "swarmx_fanout=1"], "swarmx_fanout"),
         (["--png", str(tmp_path / "no" / "x.png")], "does not exist"),
     ]:

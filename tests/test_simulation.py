@@ -15,6 +15,7 @@ import cgc
 from cgc.cli import main
 from cgc.frontends import zoo
 from cgc.runtime.cluster import Cluster
+from cgc.tools.report import summary_text
 
 
 def invoke(*args: object):
@@ -54,8 +55,11 @@ def test_timing_only_training_step_equals_the_numeric_one(tiny, micro_batch, sys
 def test_micro_batches_run_back_to_back_and_update_once(tiny):
     artifact = cgc.prepare_training(str(tiny), num_csx=1, micro_batch_size=2, target="mesh8x8")[0]
     stats = cgc.simulate(artifact).stats
-    assert stats.micro_batches == 4
+    assert (stats.per_system_batch, stats.micro_batches, stats.micro_batch) == (8, 4, 2)
+    assert "per-system batch 8 as 4 runs of 2" in summary_text(artifact)
     systems = [s for s in stats.spans if s.track == "system 0"]
+    # the layer table and the trace share one clock
+    assert stats.layers[0]["end_seconds"] == pytest.approx(systems[0].end)
     # runs 1 and 2 are drawn in full; 3 and 4 repeat run 2 a period apart, drawn as one span
     explicit = {s.name.rsplit(" (", 1)[-1] for s in systems if s.name.endswith(")")}
     assert explicit == {"micro-batch 1)", "micro-batch 2)"}
@@ -95,6 +99,19 @@ def test_figures_of_a_step(tiny):
     timed = [layer for layer in stats.layers if "compute_seconds" in layer]
     assert len(timed) == len(stats.layers) > 0
     assert {layer["bound"] for layer in timed} <= {"compute", "weight stream", "gradient stream"}
+
+
+def test_pe_utilization_is_against_the_peak_of_the_programs_type(tiny, tmp_path):
+    """All FLOPs over the model's FLOPs: the same in float32 and in bfloat16, whose peak is
+    the 16-bit SIMD rate."""
+    half = tmp_path / "half.yaml"
+    half.write_text(tiny.read_text().replace("precision: float32", "precision: bfloat16"))
+    ratios = []
+    for params in (tiny, half):
+        stats = cgc.simulate(cgc.prepare_training(str(params), target="mesh8x8")[0]).stats
+        assert 0 < stats.mfu <= stats.pe_utilization <= 1
+        ratios.append(stats.pe_utilization / stats.mfu)
+    assert ratios[0] == pytest.approx(ratios[1])
 
 
 # --------------------------------------------------------------------------- declared weights
@@ -160,11 +177,40 @@ def test_cli_train_timing_only(tiny, tmp_path):
     data = json.loads(stats.read_text())
     assert data["timing_only"] and data["steps"] == 3 and data["num_csx"] == 2
     assert data["total_simulated_seconds"] == pytest.approx(3 * data["simulated_seconds"])
-    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (run / "timing.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3]
     assert "loss" not in lines[0]
+    assert not (run / "metrics.jsonl").exists()  # a training's, never a timing's
     names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
     assert "h.0.attn.q_proj update (step 3)" in names
+
+
+def test_cli_train_timing_only_traces_the_first_steps(tiny, tmp_path):
+    trace = tmp_path / "t.json"
+    result = invoke("train", tiny, "--timing-only", "--steps", 10**6, "--target", "mesh8x8",
+                    "--trace", trace)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "trace: the first 16 of 1000000 steps" in result.output
+    names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert "h.0.attn.q_proj update (step 16)" in names
+    assert "h.0.attn.q_proj update (step 17)" not in names
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--data", "d.npz"],
+        ["--eval-data", "e.npz"],
+        ["--eval-every", "2"],
+        ["--checkpoint-every", "1"],
+        ["--resume"],
+        ["--shuffle"],
+    ],
+)
+def test_cli_train_timing_only_refuses_the_options_of_a_training(tiny, option):
+    result = invoke("train", tiny, "--timing-only", "--steps", 1, *option)
+    assert result.exit_code == 2
+    assert result.output == f"error: --timing-only trains nothing: it takes no {option[0]}\n"
 
 
 def test_cli_run_timing_only_needs_no_inputs(tiny, tmp_path):

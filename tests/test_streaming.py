@@ -66,3 +66,12 @@ def test_the_stream_limit_names_the_slowest_part_of_the_path():
     assert streaming.stream_limit(T) == "weight stream"  # all three equal: the system's I/O
     assert streaming.stream_limit(dataclasses.replace(T, memoryx_bytes_per_s=1e9)) == "MemoryX"
     assert streaming.stream_limit(dataclasses.replace(T, swarmx_link_bytes_per_s=1e9)) == "SwarmX"
+
+
+@pytest.mark.parametrize(
+    ("stream_in", "stream_out", "bound"),
+    [(1e9, 1e6, "weight stream"), (1e6, 1e9, "gradient stream")],
+)
+def test_the_bound_names_the_heavier_stream(stream_in, stream_out, bound):
+    heavy = [Layer(f"l{i}", 1e3, 0, 0, stream_in, stream_out) for i in range(3)]
+    assert streaming.simulate(heavy, T, Tree(1, T), 2, False, "s").bound == bound

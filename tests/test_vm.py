@@ -110,7 +110,8 @@ def test_stats_json(mode):
     assert data["target"] == "mesh8x8"
     assert data["num_csx"] == 1
     assert data["batch_size"] == 8
-    assert data["per_system_batch"] == 4
+    # the compiled batch of 4 runs twice on the one system
+    assert (data["per_system_batch"], data["micro_batch"]) == (8, 4)
     assert data["simulated_seconds"] > 0
     assert data["simulated_cycles"] == round(data["simulated_seconds"] * target["clock_hz"])
     assert data["simulated_cycles"] > 0

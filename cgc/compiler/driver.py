@@ -499,8 +499,7 @@ def _artifact(
         "mode_reason": "; ".join([reason, *([plan.reason] if plan and plan.reason else [])]),
         "target": tgt.to_json(),
         "num_csx": request.num_csx,
-        "per_system_batch": _per_system_batch(imported),
-        "micro_batches": plan.micro_batches if plan is not None else 1,
+        **_batches(imported, plan),
         "memory_plan": plan.to_json() if plan is not None else None,
         "tokens_per_sample": imported.tokens_per_sample,
         "inputs": [dataclasses.asdict(s) for s in imported.inputs],
@@ -594,6 +593,14 @@ def _check_memoryx(imported: ImportedModel, manifest: dict, target: Target) -> N
     )
 
 
-def _per_system_batch(imported: ImportedModel) -> int | None:
+def _batches(imported: ImportedModel, plan: MemoryPlan | None) -> dict[str, int | None]:
+    """The manifest's batch entries: a system's samples per step or batch, the program's
+    samples per run (``None`` for both when the model has no batch axis) and its runs."""
     batched = [s.shape[0] for s in imported.inputs if s.batch_axis == 0]
-    return batched[0] if batched else None
+    runs = plan.micro_batches if plan is not None else 1
+    micro = batched[0] if batched else None
+    return {
+        "per_system_batch": None if micro is None else micro * runs,
+        "micro_batch": micro,
+        "micro_batches": runs,
+    }

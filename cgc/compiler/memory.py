@@ -11,17 +11,19 @@ compiler does instead of refusing the model:
   again for its backward pass (``recompute-activations``), keeping only what crosses the
   segments: the extra forward pass and weight stream buy a far larger micro-batch.
 
-The plan takes the largest micro-batch that fits (a divisor of the per-system batch) for each
-choice about recomputing, and of those the one whose step the machine's timing engine finds
-fastest. For a model of repeated blocks the search measures small copies of it (one and two
-blocks, micro-batches of one and two samples) and extrapolates, which is exact for the SRAM of
-identical blocks and close for the time; the chosen plan is then compiled whole and checked
-exactly, taking a smaller micro-batch while it does not fit. What does not fit even one sample
+The plan takes, for each choice about recomputing, the largest micro-batch (a divisor of the
+per-system batch) predicted to fit, and of those the one whose step the machine's timing
+engine predicts fastest. For a model of repeated blocks the prediction measures small copies
+of it (one and two blocks, micro-batches of one and two samples) and extrapolates: exact for
+the SRAM of identical blocks, close for the time. The chosen plan is then compiled whole and
+checked exactly; should it not fit, it takes the next smaller micro-batch that does, keeping
+its choice about recomputing. What does not fit even one sample
 at a time is an error naming the layer and the bytes a PE would need.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,7 +118,11 @@ def extrapolated(one: Measure, two: Measure, blocks: int, segments: re.Pattern[s
 
 def divisors(n: int) -> list[int]:
     """The divisors of ``n``, largest first."""
-    return [d for d in range(n, 0, -1) if n % d == 0]
+    # pairs (d, n // d) with d up to the square root: O(sqrt n) steps, so that a batch of
+    # millions of sequences costs milliseconds
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    large = [n // d for d in small if d * d != n]
+    return large + small[::-1]
 
 
 class Planner:

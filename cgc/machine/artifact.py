@@ -40,7 +40,7 @@ from cgc.machine.bytecode import Program
 from cgc.machine.files import write_atomically
 
 MAGIC = b"CGCARTF\0"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 SECTIONS = ("manifest", "bytecode", "ir", "weights")
 _HEADER = struct.Struct("<8sII")
 _ENTRY = struct.Struct("<16sQQ32s")

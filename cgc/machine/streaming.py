@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cgc.machine.target import Target
 
@@ -281,7 +281,8 @@ def simulate(
     shift = clock.layer_end - start
     period = steady.end - previous
     moved = [Span(x.track, x.name, x.start - shift, x.end - shift) for x in updates + spans]
-    return Timeline(period, moved, first, update, _bound(first, runs, update, target))
+    timed = [replace(f, begin=f.begin - shift, end=f.end - shift) for f in first]
+    return Timeline(period, moved, timed, update, _bound(timed, runs, update, target))
 
 
 def _layer(
@@ -337,12 +338,12 @@ def _bound(layers: Sequence[LayerTime], runs: int, update: float, target: Target
     if not layers:
         return "compute"
     compute = runs * sum(f.compute_seconds for f in layers)
-    streams = runs * max(
-        sum(f.weight_stream_seconds for f in layers),
-        sum(f.gradient_stream_seconds for f in layers),
-    )
+    weights = sum(f.weight_stream_seconds for f in layers)
+    gradients = sum(f.gradient_stream_seconds for f in layers)
     latency = runs * sum(f.swarmx_seconds for f in layers)
     parts = {"compute": compute, "SwarmX": latency, "MemoryX": update}
     limit = stream_limit(target)
-    parts[limit] = parts.get(limit, 0.0) + streams
+    if limit == "weight stream" and gradients > weights:
+        limit = "gradient stream"
+    parts[limit] = parts.get(limit, 0.0) + runs * max(weights, gradients)
     return max(parts, key=parts.__getitem__)

@@ -8,7 +8,7 @@ micro-batches), gives chunk ``c`` to system ``c mod K`` (an ``Executor`` of
   layers arrive on its rectangle over their routes, and a system's runs flow through the
   stages as ``cgc.runtime.pipeline`` times them (the slowest stage or link sets the rate);
 * weight streaming: layers run one after another on the wafer, their weights and gradients
-  streaming through SwarmX as ``cgc.runtime.streaming`` times them; a training step ends with
+  streaming through SwarmX as ``cgc.machine.streaming`` times them; a training step ends with
   SwarmX's last reduction and MemoryX's update.
 
 The timing never depends on the values: every run of the program costs the same, and systems
@@ -52,6 +52,7 @@ class RunStats:
     num_csx: int
     batch_size: int
     per_system_batch: int
+    """The samples the busiest system takes."""
     simulated_seconds: float
     clock_hz: float
     pe_utilization: float
@@ -63,6 +64,8 @@ class RunStats:
     """Pipelined mode: the pipeline's rate, fill and drain, stages and routes."""
     micro_batches: int = 1
     """Runs of the program each system makes per training step (or batch)."""
+    micro_batch: int = 1
+    """The samples of one run of the program."""
     model_flops: float = 0.0
     """The model's FLOPs in the run, over all systems (recomputed activations left out)."""
     peak_flops_per_second: float = 0.0
@@ -106,6 +109,7 @@ class RunStats:
             "num_csx": self.num_csx,
             "batch_size": self.batch_size,
             "per_system_batch": self.per_system_batch,
+            "micro_batch": self.micro_batch,
             "micro_batches": self.micro_batches,
             "simulated_cycles": self.simulated_cycles,
             "simulated_seconds": self.simulated_seconds,
@@ -206,7 +210,7 @@ class Cluster:
         # a timing-only run makes one run of the program on one system: all are alike
         self.systems = [System(Sram(self.target)) for _ in range(self.num_csx if numerics else 1)]
         # a model without a batch axis runs its fixed shapes as one sample per system
-        self.batch = manifest["per_system_batch"] or 1
+        self.batch = manifest["micro_batch"] or 1
         self.micro_batches: int = manifest.get("micro_batches", 1)
         self.timed_runs: list[Run] = list(timed or [])
         """A timing-only cluster's runs of the program: the first, and the steady second."""
@@ -386,9 +390,8 @@ class Cluster:
         # MemoryX and SwarmX serve every system at once: their spans appear once
         spans = list(dict.fromkeys(s for _, group in timelines.values() for s in group))
         total = len(runs)
-        fmacs = total * sum(r.fmacs for r in records)
-        peak_rate = self.target.pes * self.target.fmacs_32bit * self.target.clock_hz
-        utilization = fmacs / (peak_rate * seconds * self.num_csx) if seconds else 0.0
+        flops = 2 * total * sum(r.fmacs for r in records)
+        utilization = flops / (self._peak_flops() * seconds * self.num_csx) if seconds else 0.0
         figures = streaming_figures = None
         if self.mode == "pipelined" and runs:
             figures = self._pipeline_figures(records, per_system[0])
@@ -399,7 +402,7 @@ class Cluster:
             target=self.target.name,
             num_csx=self.num_csx,
             batch_size=total * self.batch,
-            per_system_batch=self.batch,
+            per_system_batch=max(per_system, default=0) * self.batch,
             simulated_seconds=seconds,
             clock_hz=self.target.clock_hz,
             pe_utilization=utilization,
@@ -409,6 +412,7 @@ class Cluster:
             wavelet_hops=total * sum(r.wavelet_hops for r in records),
             pipeline=figures,
             micro_batches=self.micro_batches,
+            micro_batch=self.batch,
             model_flops=total * sum(r.flops for r in records if not r.name.endswith(RECOMPUTED)),
             peak_flops_per_second=self.num_csx * self._peak_flops(),
             tokens_per_sample=self.manifest.get("tokens_per_sample"),

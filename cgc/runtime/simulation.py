@@ -40,14 +40,15 @@ class Simulation:
         figures = self.target.to_json()
         return {name: figures[name] for name in ASSUMED}
 
-    def spans(self) -> list[Span]:
-        """The timeline of every step, one after another."""
+    def spans(self, steps: int | None = None) -> list[Span]:
+        """The timeline of the first ``steps`` steps (default: all), one after another."""
         step = self.stats.simulated_seconds
+        shown = self.steps if steps is None else min(steps, self.steps)
         if self.steps == 1:
             return list(self.stats.spans)
         return [
             Span(s.track, f"{s.name} (step {k + 1})", s.start + k * step, s.end + k * step)
-            for k in range(self.steps)
+            for k in range(shown)
             for s in self.stats.spans
         ]
 

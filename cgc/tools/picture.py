@@ -42,7 +42,7 @@ def stages(artifact: Artifact) -> list[Stage]:
     if m["mode"] != "pipelined":
         raise ValueError("only a pipelined artifact places its layers on their own regions")
     target = Target.from_json(m["target"])
-    batch = m["per_system_batch"] or 1
+    batch = m["micro_batch"] or 1
     timeline = simulate(pipeline_stages(artifact), target, 1, batch)
     period = timeline.period_seconds * target.clock_hz
     peak = target.peak_flops_per_pe_per_cycle()

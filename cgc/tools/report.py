@@ -19,7 +19,14 @@ from cgc.runtime.swarmx import SwarmX
 
 
 def _batch(artifact: Artifact) -> int:
-    return artifact.manifest["per_system_batch"] or 1
+    return artifact.manifest["micro_batch"] or 1
+
+
+def _runs(manifest: dict) -> str:
+    """How a system's batch runs, when it runs as several micro-batches."""
+    if manifest["micro_batches"] == 1:
+        return ""
+    return f" as {manifest['micro_batches']} runs of {manifest['micro_batch']}"
 
 
 def _target(artifact: Artifact) -> Target:
@@ -66,6 +73,8 @@ def inspect_json(artifact: Artifact) -> dict:
         },
         "num_csx": m["num_csx"],
         "per_system_batch": m["per_system_batch"],
+        "micro_batch": m["micro_batch"],
+        "micro_batches": m["micro_batches"],
         "inputs": m["inputs"],
         "outputs": m["outputs"],
         "pipeline_passes": m["pipeline"],
@@ -138,7 +147,7 @@ def summary_text(artifact: Artifact) -> str:
         f"mode: {m['mode']} ({m['mode_reason']})",
         f"target: {t['name']}, {t['rows']} x {t['cols']} PEs, "
         f"{human_bytes(t['sram_bytes_per_pe'])} SRAM per PE, {t['clock_hz'] / 1e6:.0f} MHz",
-        f"systems: {m['num_csx']}, per-system batch {m['per_system_batch']}",
+        f"systems: {m['num_csx']}, per-system batch {m['per_system_batch']}{_runs(m)}",
         *[f"input:  {_tensor_line(s)}" for s in m["inputs"]],
         *[f"output: {_tensor_line(s)}" for s in m["outputs"]],
         f"passes: {m['pipeline']}",
@@ -242,7 +251,7 @@ def simulation_text(sim: Simulation, every_layer: bool = False) -> str:
         f"{stats.samples_per_second:.4g} samples/s"
         + (f", {stats.tokens_per_second:.4g} tokens/s" if stats.tokens_per_second else "")
         + f", MFU {stats.mfu:.1%} of {stats.peak_flops_per_second / 1e15:.3g} PFLOP/s",
-        f"micro-batches: {stats.micro_batches} of {stats.per_system_batch} per system; "
+        f"micro-batches: {stats.micro_batches} of {stats.micro_batch} per system; "
         f"bound: {stats.bound or 'the pipeline'}",
         f"peak SRAM per PE: {human_bytes(stats.peak_pe_sram_bytes)}",
     ]

@@ -71,6 +71,23 @@ def per_system_batches(
     return [global_batch // k for k in systems]
 
 
+def model_batch_sizes(systems: Sequence[int], batch: int | None) -> tuple[list[int], list[int]]:
+    """The sizes the model's own global batch splits evenly over, and the others; no batch,
+    or none splitting, is an error that says how to choose one."""
+    if batch is None:
+        raise CgcError(
+            "the model has no batch of its own: give --global-batch or --per-system-batch"
+        )
+    even = [k for k in systems if k >= 1 and batch % k == 0]
+    listed = ",".join(map(str, systems))
+    if not even:
+        raise CgcError(
+            f"--num-csx {listed}: the model's batch of {batch} splits evenly over none of "
+            "these sizes; give --global-batch or --per-system-batch"
+        )
+    return even, [k for k in systems if k not in even]
+
+
 def study(
     source: Source,
     target: Target,
@@ -82,9 +99,11 @@ def study(
     recompute: bool | None = None,
 ) -> list[Point]:
     """One timing-only training step per cluster size, in the order given, with speed-ups and
-    efficiencies against one system (simulated too if 1 is not among the sizes)."""
+    efficiencies against one system (simulated too if 1 is not among the sizes). Without a
+    batch, the model's global batch, over the sizes it splits evenly over."""
     if per_system_batch is None and global_batch is None:
         global_batch = source.batch_size
+        systems = model_batch_sizes(systems, global_batch)[0]
     batches = per_system_batches(systems, per_system_batch, global_batch)
     compiler = StreamingCompiler(shared=True)
     timed: dict[int, list[Run]] = {}
