@@ -159,6 +159,33 @@ def test_unknown_manifest_format_version(artifact):
         Artifact.from_bytes(other.to_bytes())
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"clock_hz": 0.0}, "x.cgc: manifest: target 'mesh8x8': clock_hz must be positive"),
+        ({"rows": 10**6}, "x.cgc: manifest: target 'mesh8x8': rows 1000000 is outside its "),
+        ({"colours": 24}, "x.cgc: manifest: a target has an unknown key 'colours'"),
+        ({"colors": None}, "x.cgc: manifest: target 'mesh8x8': colors must be a number, got None"),
+    ],
+)
+def test_a_manifest_with_an_impossible_target(artifact, change, message):
+    """A target no machine has (a tool that rewrote the manifest and its checksum) is refused
+    on reading, naming the file and the figure, before any run divides by it."""
+    manifest = copy.deepcopy(artifact.manifest)
+    manifest["target"].update(change)
+    other = Artifact(manifest, artifact.program, artifact.ir, artifact.weights)
+    with pytest.raises(ArtifactError) as raised:
+        Artifact.from_bytes(other.to_bytes(), "x.cgc")
+    assert str(raised.value).startswith(message)
+
+
+def test_a_manifest_without_a_target(artifact):
+    manifest = {k: v for k, v in artifact.manifest.items() if k != "target"}
+    other = Artifact(manifest, artifact.program, artifact.ir, artifact.weights)
+    with pytest.raises(ArtifactError, match=r"^x\.cgc: the manifest has no target$"):
+        Artifact.from_bytes(other.to_bytes(), "x.cgc")
+
+
 def test_missing_section(data):
     # rename the 'ir' section: checksums still hold, but a section is missing
     bad = bytearray(data)

@@ -40,7 +40,7 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.cost import LayerCost, Profile, profile, program_costs
-from cgc.machine.target import Target, resolve
+from cgc.machine.target import Target, checked_systems, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass
@@ -321,9 +321,7 @@ def compile_model(
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
-    systems = num_csx if num_csx is not None else (source.num_csx or 1)
-    if systems < 1:
-        raise CgcError(f"--num-csx {systems}: must be at least 1")
+    systems = checked_systems(num_csx if num_csx is not None else (source.num_csx or 1))
     batch = batch_size if batch_size is not None else source.batch_size
     if batch is not None and (batch < 1 or batch % systems):
         raise CgcError(

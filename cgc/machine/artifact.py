@@ -38,6 +38,7 @@ from cgc.errors import CgcError
 from cgc.machine import dtypes
 from cgc.machine.bytecode import Program
 from cgc.machine.files import write_atomically
+from cgc.machine.target import Target, checked
 
 MAGIC = b"CGCARTF\0"
 FORMAT_VERSION = 3
@@ -183,6 +184,13 @@ class Artifact:
             raise ArtifactError(f"{source}: malformed artifact ({e})") from None
         if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
             raise ArtifactError(f"{source}: manifest of an unknown format version")
+        target = manifest.get("target")
+        if not isinstance(target, dict):
+            raise ArtifactError(f"{source}: the manifest has no target")
+        try:
+            checked(Target.from_json(target))
+        except CgcError as e:
+            raise ArtifactError(f"{source}: manifest: {e}") from None
         return cls(manifest, program, ir, weights)
 
 

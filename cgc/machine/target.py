@@ -17,7 +17,7 @@ The SwarmX model is the published one: a tree of 1:4 broadcast-reduce nodes betw
 and the systems, summing gradients at line rate, each system fed at its 1.2 Tb/s (12 x 100 GbE,
 150 GB/s). MemoryX and SwarmX performance is otherwise not published; ``ASSUMED`` lists every
 figure that is an assumption, and ``--set FIGURE=VALUE`` (``with_figures``) changes any figure
-for a what-if study.
+for a what-if study, within the plausible range ``RANGES`` gives it.
 
 Per-element costs of the vector ops are modelling choices, not published numbers: a PE does one
 simple float op per element per SIMD lane per cycle and spends ``TRANSCENDENTAL_CYCLES`` on an
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -108,38 +108,95 @@ class Target:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Target:
-        """Inverse of ``to_json``."""
+        """Inverse of ``to_json``; a CgcError if ``data`` lacks a figure or has another key
+        (``checked`` then checks the figures' values)."""
+        names = [f.name for f in fields(cls)]
+        missing = [name for name in names if name not in data]
+        unknown = [key for key in data if key not in names]
+        if missing or unknown:
+            problem = f"lacks {missing[0]!r}" if missing else f"has an unknown key {unknown[0]!r}"
+            raise CgcError(f"a target {problem}")
         return cls(**data)
 
+
+KIB = 1024
+
+MAX_SYSTEMS = 4096
+"""Most systems in a cluster (``--num-csx``): beyond the largest cluster Cerebras describes
+(2048 CS-3s), yet few enough for the simulator to keep some state per system."""
+
+RANGES: dict[str, tuple[int | float, int | float]] = {
+    # a wse2 has 994 x 750; placing and routing keep maps of every link of the mesh (those of
+    # traffic.Routes and RouteTensorsPass, about 160 bytes a PE): on 2048 x 2048 PEs a
+    # pipelined compile of cerebras-gpt-111m peaks at 0.7 GiB
+    "rows": (1, 2048),
+    "cols": (1, 2048),
+    "sram_bytes_per_pe": (KIB, KIB**3),  # 48 KiB
+    "clock_hz": (1e6, 1e11),  # 850 MHz
+    "fmacs_32bit": (1, 1024),  # 1
+    "fmacs_16bit": (1, 1024),  # 4
+    "colors": (1, 63),  # 24; the router keeps a link's colors as the bits of an int64
+    "io_bytes_per_s": (1e3, 1e15),  # 150 GB/s
+    "memoryx_bytes_per_s": (1e3, 1e15),  # 150 GB/s
+    "memoryx_capacity_bytes": (KIB, 10**18),  # 12 TB
+    "memoryx_update_params_per_s": (1e3, 1e15),  # 2e10
+    "swarmx_fanout": (2, MAX_SYSTEMS),  # 4; a node has 2 children or more
+    "swarmx_link_bytes_per_s": (1e3, 1e15),  # 150 GB/s
+    "swarmx_hop_seconds": (1e-12, 1.0),  # 1 us
+}
+"""The plausible values of every figure, both ends included (the comments give a wse2's): far
+outside any real machine, yet inside what keeps the simulator's arithmetic finite and its
+memory bounded."""
 
 FIGURES: tuple[str, ...] = tuple(f.name for f in fields(Target) if f.name != "name")
 """Every figure of a target, in declaration order."""
 _INTEGRAL = {f.name for f in fields(Target) if f.type == "int"}
 
 
-def checked(target: Target) -> Target:
+def checked(target: Target, origins: Mapping[str, str] | None = None) -> Target:
     """``target`` with every figure of its declared kind (an integer count, or a float rate),
-    if every figure is positive and finite; else a CgcError naming the first one that is
-    not."""
+    if every figure is a number in its range (``RANGES``); else a CgcError naming the first one
+    that is not, after the option that gave it, if ``origins`` (option text by figure) has
+    it."""
     if not isinstance(target.name, str) or not target.name:
         raise CgcError("a target needs a name")
-    values: dict[str, int | float] = {}
-    for key in FIGURES:
-        value = getattr(target, key)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise CgcError(f"target '{target.name}': {key} must be a number, got {value!r}")
-        number = float(value)
-        if not 0 < number < math.inf:
-            raise CgcError(f"target '{target.name}': {key} must be positive, got {value!r}")
-        if key in _INTEGRAL and number != int(number):
-            raise CgcError(f"target '{target.name}': {key} must be a whole number, got {value!r}")
-        values[key] = int(number) if key in _INTEGRAL else number
-    if values["swarmx_fanout"] < 2:
-        raise CgcError(
-            f"target '{target.name}': swarmx_fanout {values['swarmx_fanout']}: a SwarmX node "
-            "needs at least 2 children"
-        )
+    values = {key: _figure(target, key, origins or {}) for key in FIGURES}
     return Target.from_json({"name": target.name, **values})
+
+
+def _figure(target: Target, key: str, origins: Mapping[str, str]) -> int | float:
+    """Figure ``key`` of ``target`` as its declared kind, if it is a number in its range."""
+    value = getattr(target, key)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        problem = f"must be a number, got {value!r}"
+    else:
+        # an int stays one: a huge one does not convert to float
+        number = int(value) if isinstance(value, numbers.Integral) else float(value)
+        low, high = RANGES[key]
+        if isinstance(number, float) and not math.isfinite(number):
+            problem = f"must be finite, got {number!r}"
+        elif number <= 0:
+            problem = f"must be positive, got {number!r}"
+        elif key in _INTEGRAL and isinstance(number, float) and not number.is_integer():
+            problem = f"must be a whole number, got {number!r}"
+        elif not low <= number <= high:
+            problem = f"{number!r} is outside its plausible range {low:g}..{high:g}"
+        else:
+            return int(number) if key in _INTEGRAL else float(number)
+    origin = f"{origins[key]}: " if key in origins else ""
+    raise CgcError(f"{origin}target '{target.name}': {key} {problem}")
+
+
+def checked_systems(systems: int) -> int:
+    """``systems`` if a cluster can have that many (1 to ``MAX_SYSTEMS``); else a CgcError
+    naming --num-csx."""
+    if isinstance(systems, bool) or not isinstance(systems, numbers.Integral):
+        raise CgcError(f"--num-csx must be a whole number, got {systems!r}")
+    if systems < 1:
+        raise CgcError(f"--num-csx must be at least 1, got {systems}")
+    if systems > MAX_SYSTEMS:
+        raise CgcError(f"--num-csx must be at most {MAX_SYSTEMS}, got {systems}")
+    return int(systems)
 
 
 ASSUMED: dict[str, str] = {
@@ -154,6 +211,7 @@ ASSUMED: dict[str, str] = {
 def with_figures(target: Target, assignments: Sequence[str]) -> Target:
     """``target`` with figures changed by ``FIGURE=VALUE`` assignments (``--set``), checked."""
     given: dict[str, int | float] = {}
+    origins: dict[str, str] = {}
     for assignment in assignments:
         key, sep, text = assignment.partition("=")
         key = key.strip()
@@ -165,7 +223,8 @@ def with_figures(target: Target, assignments: Sequence[str]) -> Target:
         except ValueError:
             raise CgcError(f"--set {assignment}: {text!r} is not a number") from None
         given[key] = int(value) if key in _INTEGRAL and value.is_integer() else value
-    return checked(Target.from_json({**target.to_json(), **given}))
+        origins[key] = f"--set {assignment}"
+    return checked(Target.from_json({**target.to_json(), **given}), origins)
 
 
 def target_from_figures(name: str, given: dict[str, int | float]) -> Target:
@@ -186,8 +245,6 @@ def target_from_figures(name: str, given: dict[str, int | float]) -> Target:
         return checked(Target.from_json({"name": name, **given}))
     return checked(Target.from_json({**base.to_json(), **given}))
 
-
-KIB = 1024
 
 WSE2 = Target(
     name="wse2",
@@ -223,7 +280,8 @@ _MESH = re.compile(r"mesh(\d+)x(\d+)")
 
 
 def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
-    """The target called ``name``, optionally with its mesh resized to ``(rows, cols)``.
+    """The target called ``name``, optionally with its mesh resized to ``(rows, cols)``
+    (``--mesh``), checked.
 
     ``NAME@RxC`` names target NAME with an R x C mesh: the name a resized target carries.
     """
@@ -241,13 +299,11 @@ def get_target(name: str, mesh: tuple[int, int] | None = None) -> Target:
     else:
         known = ", ".join([*TARGETS, "meshRxC (e.g. mesh8x8)"])
         raise CgcError(f"unknown target '{name}'; known targets: {known}")
-    if target.rows < 1 or target.cols < 1:
-        raise CgcError(f"target '{name}' has an empty mesh")
-    if mesh is not None:
-        if min(mesh) < 1:
-            raise CgcError(f"--mesh {mesh[0]}x{mesh[1]}: a mesh needs at least one PE")
-        target = replace(target, name=f"{name}@{mesh[0]}x{mesh[1]}", rows=mesh[0], cols=mesh[1])
-    return target
+    if mesh is None:
+        return checked(target)
+    rows, cols = mesh
+    resized = replace(target, name=f"{name}@{rows}x{cols}", rows=rows, cols=cols)
+    return checked(resized, dict.fromkeys(("rows", "cols"), f"--mesh {rows}x{cols}"))
 
 
 def resolve(target: str | Target) -> Target:
@@ -261,4 +317,6 @@ def with_swarmx_fanout(target: Target, fanout: int | None) -> Target:
         return target
     if fanout < 2:
         raise CgcError(f"--swarmx-fanout {fanout}: a tree node needs at least 2 children")
-    return replace(target, swarmx_fanout=fanout)
+    return checked(
+        replace(target, swarmx_fanout=fanout), {"swarmx_fanout": f"--swarmx-fanout {fanout}"}
+    )

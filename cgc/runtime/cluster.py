@@ -32,7 +32,7 @@ from cgc.machine.bytecode import Opcode
 from cgc.machine.cost import LayerRecord, Sram
 from cgc.machine.optimizers import Footprint
 from cgc.machine.streaming import Span
-from cgc.machine.target import Target
+from cgc.machine.target import Target, checked_systems
 from cgc.runtime import pipeline
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
@@ -197,9 +197,7 @@ class Cluster:
         self.program = artifact.program
         self.target = Target.from_json(manifest["target"])
         self.mode = manifest["mode"]
-        self.num_csx = manifest["num_csx"] if num_csx is None else num_csx
-        if self.num_csx < 1:
-            raise CgcError(f"--num-csx must be at least 1, got {self.num_csx}")
+        self.num_csx = checked_systems(manifest["num_csx"] if num_csx is None else num_csx)
         self.numerics = numerics
         if numerics:
             artifact.require_weights(f"the artifact of {manifest['source']}")

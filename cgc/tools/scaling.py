@@ -23,7 +23,7 @@ from typing import Any
 from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
-from cgc.machine.target import ASSUMED, Target
+from cgc.machine.target import ASSUMED, Target, checked_systems
 from cgc.runtime.cluster import Cluster, Run
 
 
@@ -50,14 +50,25 @@ class Point:
     """The systems times one system's throughput."""
 
 
+MOST_SIZES = 64
+"""Most cluster sizes one sweep simulates: each compiles and simulates a step, seconds each."""
+
+
 def per_system_batches(
     systems: Sequence[int], per_system_batch: int | None, global_batch: int | None
 ) -> list[int]:
     """The per-system batch of each cluster size: fixed, or the global batch split evenly."""
     if (per_system_batch is None) == (global_batch is None):
         raise CgcError("give one of --per-system-batch and --global-batch")
+    sizes = ",".join(map(str, systems))
     if not systems or any(k < 1 for k in systems):
-        raise CgcError(f"--num-csx {','.join(map(str, systems))}: every size must be >= 1")
+        raise CgcError(f"--num-csx {sizes}: every size must be >= 1")
+    checked_systems(max(systems))
+    repeated = [k for i, k in enumerate(systems) if k in systems[:i]]
+    if repeated:
+        raise CgcError(f"--num-csx {sizes}: {repeated[0]} is given twice")
+    if len(systems) > MOST_SIZES:
+        raise CgcError(f"--num-csx: {len(systems)} sizes, more than a sweep of {MOST_SIZES}")
     if per_system_batch is not None:
         if per_system_batch < 1:
             raise CgcError(f"--per-system-batch {per_system_batch}: must be at least 1")
