@@ -32,7 +32,14 @@ def planned(tiny: Path, sram: int, **options):
 
 def test_divisors():
     assert divisors(12) == [12, 6, 4, 3, 2, 1]
+    assert divisors(36) == [36, 18, 12, 9, 6, 4, 3, 2, 1]
     assert divisors(1) == [1]
+    assert divisors(97) == [97, 1]
+    # 10**12 = 2**12 * 5**12: 13 * 13 divisors, found in a million steps, not 10**12
+    large = divisors(10**12)
+    assert len(large) == 169 and large == sorted(large, reverse=True)
+    assert large[:3] == [10**12, 5 * 10**11, 25 * 10**10] and large[-3:] == [4, 2, 1]
+    assert all(10**12 % d == 0 for d in large)
 
 
 def test_a_batch_that_fits_runs_whole(tiny):

@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from cgc.cli import main
 from cgc.errors import CgcError
 from cgc.frontends.params import (
+    INTEGER_LIMITS,
     ModelConfig,
     ModelParams,
     OptimizerConfig,
@@ -568,3 +571,162 @@ def test_float_without_decimal_point(tmp_path: Path):
         "gpt.yaml: optimizer.learning_rate: expected a positive number, got the string '6e-4' "
         "(YAML needs a decimal point: write 6.0e-4)"
     )
+
+
+# ---- limits: a value far beyond any real model is an error, not a hang or a blow-up
+
+# What a key at its limit needs of the other keys to be valid.
+COMPANIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "model.num_heads": {"model": {"hidden_size": 1 << 18}},
+    "model.extra_attention_params.num_kv_groups": {
+        "model": {"hidden_size": 1 << 18, "num_heads": 1 << 18}
+    },
+    "model.rotary_dim": {
+        "model": {"hidden_size": 1 << 18, "num_heads": 1, "position_embedding_type": "rotary"}
+    },
+    "runconfig.num_csx": {"train_input": {"batch_size": 4096}},
+}
+
+
+def with_value(path: str, value: int) -> dict[str, dict[str, Any]]:
+    """MINIMAL with the integer at ``path`` set to ``value``, and its COMPANIONS."""
+    document = mutated(**COMPANIONS.get(path, {}))
+    *sections, key = path.split(".")
+    values = document
+    for section in sections:
+        values = values.setdefault(section, {})
+    values[key] = value
+    return document
+
+
+@pytest.mark.parametrize("path", sorted(INTEGER_LIMITS))
+def test_an_integer_at_its_limit_loads(tmp_path: Path, path: str):
+    # and so do the defaults that follow from it: filter_size (4 * hidden_size),
+    # max_position_embeddings (max_sequence_length)
+    most = INTEGER_LIMITS[path].most
+    params = load_params(write(tmp_path, with_value(path, most)))
+    section, *_, key = path.split(".")
+    config = {"model": params.model, "train_input": params.train_input}.get(
+        section, params.runconfig
+    )
+    assert getattr(config, "num_kv_heads" if key == "num_kv_groups" else key) == most
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "most"),
+    [
+        ("model.hidden_size", 1 << 62, 1 << 18),
+        ("model.num_hidden_layers", 10**9, 512),
+        ("model.num_heads", (1 << 18) + 1, 1 << 18),
+        ("model.extra_attention_params.num_kv_groups", 1 << 19, 1 << 18),
+        ("model.filter_size", 1 << 30, 1 << 20),
+        ("model.vocab_size", 10**11, 1 << 22),
+        ("model.max_position_embeddings", 10**9, 1 << 20),
+        ("model.rotary_dim", 1 << 20, 1 << 18),
+        ("train_input.batch_size", 10**12, 1 << 24),
+        ("train_input.max_sequence_length", 10**9, 1 << 20),
+        ("runconfig.num_csx", 8192, 4096),
+    ],
+)
+def test_an_integer_beyond_its_limit(tmp_path: Path, path: str, value: int, most: int):
+    message = error(tmp_path, with_value(path, value))
+    assert message.startswith(f"gpt.yaml: {path}: {value} exceeds the limit {most} (")
+
+
+def test_integers_beyond_the_floats(tmp_path: Path):
+    # 10**40 is a float (1e40); 10**400 is not, and is shown abbreviated
+    assert load_params(write(tmp_path, mutated(optimizer={"learning_rate": 10**40})))
+    assert error(tmp_path, mutated(optimizer={"learning_rate": 10**400})) == (
+        "gpt.yaml: optimizer.learning_rate: expected a positive number, "
+        "got 100000000000000000...0000000000000000000"
+    )
+    assert error(tmp_path, mutated(optimizer={"betas": [0.9, -(10**400)]})).startswith(
+        "gpt.yaml: optimizer.betas: expected a number in [0, 1), got -10000000000000000"
+    )
+
+
+def test_a_limit_through_the_command_line(tmp_path: Path):
+    path = write(tmp_path, mutated(model={"num_hidden_layers": 10**9}))
+    result = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "x.cgc")])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "error: gpt.yaml: model.num_hidden_layers: 1000000000 exceeds the limit 512 "
+        "(4 times the deepest published model's 126, Llama 3.1 405B's)\n"
+    )
+
+
+# ---- YAML that PyYAML accepts but a params file must not
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "model:\n  hidden_size: 64\n  hidden_size: 128\n",
+            "model.hidden_size: given twice, on lines 2 and 3",
+        ),
+        (
+            "model:\n  extra_attention_params:\n    num_kv_groups: 2\n    num_kv_groups: 4\n",
+            "model.extra_attention_params.num_kv_groups: given twice, on lines 3 and 4",
+        ),
+        ("model: {}\ntrain_input: {}\nmodel: {}\n", "model: given twice, on lines 1 and 3"),
+        (
+            "runconfig: {num_csx: 1, num_csx: 2}\n",
+            "runconfig.num_csx: given twice, on lines 1 and 1",
+        ),
+    ],
+)
+def test_a_key_given_twice(tmp_path: Path, text: str, message: str):
+    assert error(tmp_path, text) == f"gpt.yaml: {message}"
+
+
+def test_a_merged_key_may_be_given_again(tmp_path: Path):
+    text = yaml.safe_dump(MINIMAL) + (
+        "optimizer:\n  <<: &adam {optimizer_type: adam, learning_rate: 0.5}\n  learning_rate: 0.1\n"
+    )
+    assert load_params(write(tmp_path, text)).optimizer.learning_rate == 0.1
+
+
+def test_a_duplicate_key_through_the_command_line(tmp_path: Path):
+    text = """\
+model:
+  hidden_size: 64
+  num_hidden_layers: 2
+  num_heads: 4
+  vocab_size: 100
+  vocab_size: 50
+train_input: {batch_size: 8, max_sequence_length: 16}
+"""
+    result = CliRunner().invoke(
+        main, ["train", str(write(tmp_path, text)), "--timing-only", "--steps", "1"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output == "error: gpt.yaml: model.vocab_size: given twice, on lines 5 and 6\n"
+
+
+def test_an_integer_of_thousands_of_digits(tmp_path: Path):
+    text = yaml.safe_dump(MINIMAL) + "optimizer:\n  learning_rate: 1" + "0" * 5000 + "\n"
+    assert error(tmp_path, text) == (
+        "gpt.yaml: line 10: not valid YAML (Exceeds the limit (4300 digits) for integer string "
+        "conversion: value has 5001 digits)"
+    )
+
+
+def test_an_impossible_date(tmp_path: Path):
+    text = yaml.safe_dump(MINIMAL) + "optimizer:\n  learning_rate: 2024-13-01\n"
+    assert error(tmp_path, text) == ("gpt.yaml: line 10: not valid YAML (month must be in 1..12)")
+
+
+def test_nesting_too_deep(tmp_path: Path):
+    text = yaml.safe_dump(MINIMAL) + "optimizer:\n  betas: " + "[" * 5000 + "]" * 5000 + "\n"
+    assert error(tmp_path, text) == "gpt.yaml: not valid YAML (nested too deeply)"
+
+
+def test_a_billion_items_in_a_few_lines(tmp_path: Path):
+    # each list holds nine of the one before: the last has 9**10 ones, shared, not copied
+    lists = ["&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lists += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    text = yaml.safe_dump(MINIMAL) + f"optimizer:\n  betas: [{', '.join(lists)}]\n"
+    message = error(tmp_path, text)
+    assert message.startswith("gpt.yaml: optimizer.betas: expected a list of two numbers, got [[")
+    assert len(message) < 200

@@ -11,8 +11,9 @@ A params file is YAML with four sections, keyed as the Cerebras Model Zoo keys t
 ``cgc/frontends/configs``) into a ``ModelParams``; any problem is a ``CgcError`` whose one line
 names the file and the key path (``gpt.yaml: model.num_heads: 12 does not divide hidden_size
 1000``). Values are checked strictly: ``true`` is not an integer, ``1.5`` is not an integer,
-an integer is an acceptable float. ``parameter_count`` gives the exact number of trainable
-parameters of the model a ``ModelConfig`` describes.
+an integer is an acceptable float, a key given twice is an error, and every integer has an
+upper limit (``INTEGER_LIMITS``) far above any real model. ``parameter_count`` gives the exact
+number of trainable parameters of the model a ``ModelConfig`` describes.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+import reprlib
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from cgc.errors import CgcError
+from cgc.machine.target import MAX_SYSTEMS
 
 ZOO_PREFIX = "zoo:"
 """A command-line MODEL of the form ``zoo:NAME`` names a built-in params file."""
@@ -41,6 +45,38 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 NONLINEARITIES = ("gelu", "relu", "swiglu")
 OPTIMIZER_TYPES = ("sgd", "adam", "adamw")
 PRECISIONS = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class IntegerLimit:
+    """The largest value an integer key accepts, and why (messages give both)."""
+
+    most: int
+    reason: str
+
+
+INTEGER_LIMITS = {
+    "model.hidden_size": IntegerLimit(1 << 18, "over 20 times GPT-3's 12288"),
+    "model.num_hidden_layers": IntegerLimit(
+        512, "4 times the deepest published model's 126, Llama 3.1 405B's"
+    ),
+    "model.num_heads": IntegerLimit(1 << 18, "that of hidden_size, which it divides"),
+    "model.extra_attention_params.num_kv_groups": IntegerLimit(
+        1 << 18, "that of num_heads, which it divides"
+    ),
+    "model.filter_size": IntegerLimit(1 << 20, "4 times that of hidden_size, as the default"),
+    "model.vocab_size": IntegerLimit(1 << 22, "over 16 times the largest real vocabulary"),
+    "model.max_position_embeddings": IntegerLimit(
+        1 << 20, "that of train_input.max_sequence_length"
+    ),
+    "model.rotary_dim": IntegerLimit(1 << 18, "that of hidden_size, as the head dimension"),
+    "train_input.batch_size": IntegerLimit(1 << 24, "over 10,000 times GPT-3's 1536"),
+    "train_input.max_sequence_length": IntegerLimit(1 << 20, "8 times a 128K context"),
+    "runconfig.num_csx": IntegerLimit(MAX_SYSTEMS, "that of --num-csx"),
+}
+"""The limit of every integer key, by key path. Beyond these a model is no real one, and
+compiling it must still take seconds to a minute and well under a GiB: compiling costs time and
+memory by the layers (about 0.1 s and 1 MiB a transformer block)."""
 
 
 @dataclass(frozen=True)
@@ -224,17 +260,35 @@ _FRACTION = _Range("a number in [0, 1)", lambda x: 0 <= x < 1)
 _FLOAT_WITHOUT_POINT = re.compile(r"^([-+]?[0-9]+)[eE]([-+]?[0-9]+)$")
 
 
+_BRIEF = reprlib.Repr()
+"""Spells values in messages within a line: YAML aliases can nest a list of a billion items
+in a few lines, and a number can have thousands of digits."""
+_BRIEF.maxlevel, _BRIEF.maxlist = 2, 4
+
+
 def _show(value: object) -> str:
-    """A value as a message shows it: YAML's spelling for scalars, strings marked as such."""
+    """A value as a message shows it: YAML's spelling for scalars, strings marked as such,
+    long ones abbreviated."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
         return "null"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {_BRIEF.repr(value)}"
     if isinstance(value, dict):
         return "a mapping"
-    return repr(value)
+    return _BRIEF.repr(value)
+
+
+def _as_float(value: object) -> float | None:
+    """A YAML number as a float (an integer beyond the floats is infinite); ``None`` for
+    anything else, ``true`` included."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
@@ -269,10 +323,14 @@ class _Section:
         return self.values[key]
 
     def integer(self, key: str, default: int | None = None) -> int:
-        """A positive integer; required when ``default`` is ``None``."""
+        """A positive integer up to its ``INTEGER_LIMITS``; required when ``default`` is
+        ``None``."""
         value = self._get(key) if default is None or key in self else default
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self.error(key, f"expected a positive integer, got {_show(value)}")
+        limit = INTEGER_LIMITS[f"{self.path}.{key}"]
+        if value > limit.most:
+            raise self.error(key, f"{_show(value)} exceeds the limit {limit.most} ({limit.reason})")
         return value
 
     def number(self, key: str, default: float, accepted: _Range) -> float:
@@ -281,18 +339,14 @@ class _Section:
 
     def check_number(self, key: str, value: object, accepted: _Range) -> float:
         """``value``, read at ``key``, as a float that ``accepted`` accepts."""
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not accepted.accepts(value)
-        ):
+        number = _as_float(value)
+        if number is None or not math.isfinite(number) or not accepted.accepts(number):
             message = f"expected {accepted.description}, got {_show(value)}"
             match = _FLOAT_WITHOUT_POINT.match(value) if isinstance(value, str) else None
             if match:
                 message += f" (YAML needs a decimal point: write {match[1]}.0e{match[2]})"
             raise self.error(key, message)
-        return float(value)
+        return number
 
     def boolean(self, key: str, default: bool) -> bool:
         """``true`` or ``false``."""
@@ -468,16 +522,79 @@ def _read_runconfig(section: _Section, batch_size: int) -> RunConfig:
     return RunConfig(num_csx=num_csx, precision=section.choice("precision", "float32", PRECISIONS))
 
 
-def _parse(text: bytes, name: str, source: str) -> ModelParams:
-    """Reads and checks the YAML ``text`` of a params file."""
+_YAML_TAG = "tag:yaml.org,2002:"
+"""What YAML's standard tags (``!!int``, ``!!merge``) begin with, spelled out."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (PyYAML
+    keeps the last silently), and so is a value PyYAML cannot build."""
+
+    def __init__(self, text: bytes, source: str):
+        super().__init__(text)
+        self.source = source
+        self.paths: dict[int, str] = {}
+        """The key path of every node met as a mapping's value, by ``id``: a mapping is
+        constructed after its parent, which records its path."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's, but a scalar it cannot build is a YAML error at its line: an integer of
+        thousands of digits (past Python's conversion limit), a 13th month, or a value unfit
+        for its explicit tag (``!!bool maybe``), on which PyYAML fails with a Python error."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as error:
+            problem = str(error).split(";")[0]  # what follows ";" is advice to programmers
+        except (AttributeError, IndexError, KeyError, TypeError):
+            problem = f"not a valid {node.tag.replace(_YAML_TAG, '!!')}"
+        raise yaml.constructor.ConstructorError(problem=problem, problem_mark=node.start_mark)
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        """PyYAML's, after checking that the node is a mapping (``!!map [1]`` is not) and that
+        no key comes twice (merged keys ``<<`` may)."""
+        if not isinstance(node, yaml.MappingNode):
+            raise yaml.constructor.ConstructorError(
+                problem=f"expected a mapping, found a {node.id}", problem_mark=node.start_mark
+            )
+        path = self.paths.get(id(node))
+        lines: dict[Hashable, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _YAML_TAG + "merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # PyYAML's own check reports it
+            key_path = f"{path}.{key}" if path else str(key)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise CgcError(
+                    f"{self.source}: {key_path}: given twice, on lines {lines[key]} and {line}"
+                )
+            lines[key] = line
+            self.paths.setdefault(id(value_node), key_path)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: bytes, source: str) -> object:
+    """The YAML document ``text``; any problem is a one-line error naming ``source``."""
+    loader = _Loader(text, source)
     try:
-        document = yaml.safe_load(text)
+        return loader.get_single_data()
     except yaml.MarkedYAMLError as error:
         line = f"line {error.problem_mark.line + 1}: " if error.problem_mark else ""
         raise CgcError(f"{source}: {line}not valid YAML ({error.problem})") from None
     except yaml.YAMLError as error:
         reason = str(error).splitlines()[0]
         raise CgcError(f"{source}: not valid YAML ({reason})") from None
+    except RecursionError:
+        raise CgcError(f"{source}: not valid YAML (nested too deeply)") from None
+    finally:
+        loader.dispose()
+
+
+def _parse(text: bytes, name: str, source: str) -> ModelParams:
+    """Reads and checks the YAML ``text`` of a params file."""
+    document = _load_yaml(text, source)
     if not isinstance(document, dict):
         raise CgcError(
             f"{source}: expected a mapping of sections ({', '.join(_SECTIONS)}) at the top "
