@@ -304,6 +304,29 @@ def test_peeling_wherever_it_is_no_dearer_stays_exact(seed, monkeypatch):
     check(rng, "transpose", {"perm": perm}, [shape], tuple(shape[p] for p in perm))
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_phase_classes_are_counted_without_listing_them(seed, monkeypatch):
+    """``_Phases.count``, from the steps and tiles alone, is the number of classes that
+    listing every value finds."""
+    listed = flows._Phases.of.__func__
+    counted = []
+
+    def of(cls, part, digit, sizes):
+        phases = listed(cls, part, digit, sizes)
+        assert flows._Phases.count(part, digit, sizes) == len(phases.first)
+        counted.append(len(phases.first))
+        return phases
+
+    monkeypatch.setattr(flows._Phases, "of", classmethod(of))
+    monkeypatch.setattr(flows, "PEEL_OVERHEAD", 0)
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng, group=True)
+    check(rng, "im2col", attrs, [image], patches_shape(image, attrs))
+    shape = random_shape(rng, 1, 5, 4)
+    check(rng, "reshape", {}, [shape], random_factorization(rng, prod(shape), 3))
+    assert counted
+
+
 def test_nothing_moves_without_elements():
     src = Layout((3, 0), "float32", 0, 0, 2, 1)
     out = Layout.on((0, 3), "float32", (0, 0, 2, 2))
@@ -331,6 +354,9 @@ IM2COL = {"kernel": [3, 3], "strides": [1, 1], "pads": [1] * 4, "dilations": [1,
         ("transpose", (24, 2048, 96, 128), {"perm": [0, 2, 1, 3]}, (24, 96, 2048, 128)),
         ("transpose", (24, 96, 2048, 128), {"perm": [0, 1, 3, 2]}, (24, 96, 128, 2048)),
         ("im2col", (64, 56, 56, 256), IM2COL, (1, 64 * 56 * 56, 256 * 9)),
+        # a batch of 16M sequences: a digit of 2**35 values, never listed
+        ("reshape", (1 << 24, 2048, 768), {}, (1 << 24, 2048, 12, 64)),
+        ("transpose", (1 << 24, 2048, 12, 64), {"perm": [0, 2, 1, 3]}, (1 << 24, 12, 2048, 64)),
     ],
 )
 def test_gpt_sized_movement_plans_cost_no_element_count(name, shape, attrs, result):

@@ -14,16 +14,25 @@ from cgc.machine.target import get_target
 T = get_target("wse2")
 
 
-def layers(seed: int, count: int = 6) -> list[Layer]:
+STREAMS = {  # bytes each layer streams in and out, relative to a random amount
+    "mixed": (1.0, 1.0),
+    "gradient-bound": (0.01, 20.0),
+    "no gradients": (1.0, 0.0),
+    "no streams": (0.0, 0.0),
+}
+
+
+def layers(seed: int, count: int = 6, streams: str = "mixed") -> list[Layer]:
     rng = np.random.default_rng(seed)
+    weights, gradients = STREAMS[streams]
     return [
         Layer(
             f"l{i}",
             cycles=float(rng.integers(1, 10**6)),
             host_in_bytes=float(rng.integers(0, 10**6)) * (i == 0),
             host_out_bytes=0.0,
-            stream_in_bytes=float(rng.integers(0, 10**9)),
-            stream_out_bytes=float(rng.integers(0, 10**9)) * (i % 2),
+            stream_in_bytes=float(rng.integers(0, 10**9)) * weights,
+            stream_out_bytes=float(rng.integers(0, 10**9)) * (i % 2) * gradients,
             update_parameters=int(rng.integers(0, 10**8)),
         )
         for i in range(count)
@@ -33,17 +42,43 @@ def layers(seed: int, count: int = 6) -> list[Layer]:
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("runs", [1, 2, 3, 40])
-def test_repeating_runs_take_their_period_exactly(seed, training, runs, monkeypatch):
-    """The shortcut over runs that repeat gives the time of simulating every run."""
+@pytest.mark.parametrize("streams", sorted(STREAMS))
+def test_repeating_runs_take_their_period_exactly(seed, training, runs, streams, monkeypatch):
+    """The shortcut over runs that repeat gives the time of simulating every run, and of
+    every track: whether the gradients keep up with the wafer or fall further behind it
+    every run, and whether a link is used at all."""
     tree = Tree(4, T)
-    fast = streaming.simulate(layers(seed), T, tree, runs, training, "s")
+    fast = streaming.simulate(layers(seed, streams=streams), T, tree, runs, training, "s")
     monkeypatch.setattr(streaming.math, "isclose", lambda *a, **k: False)
-    slow = streaming.simulate(layers(seed), T, tree, runs, training, "s")
+    slow = streaming.simulate(layers(seed, streams=streams), T, tree, runs, training, "s")
     assert fast.seconds == pytest.approx(slow.seconds, rel=1e-12)
     for a, b in zip(fast.layers, slow.layers, strict=True):
         assert a.bound == b.bound
         assert (a.begin, a.end) == pytest.approx((b.begin, b.end), rel=1e-12)
-    assert len(fast.spans) <= len(slow.spans)
+    assert track_extents(fast) == pytest.approx(track_extents(slow), rel=1e-12)
+    if runs == 40:
+        assert len(fast.spans) < len(slow.spans) / 4
+    else:
+        assert len(fast.spans) <= len(slow.spans)
+
+
+def track_extents(timeline: streaming.Timeline) -> dict[tuple[str, str], float]:
+    """When each track's first span starts and its last ends."""
+    extents = {}
+    for track in {x.track for x in timeline.spans}:
+        on_it = [x for x in timeline.spans if x.track == track]
+        extents[track, "start"] = min(x.start for x in on_it)
+        extents[track, "end"] = max(x.end for x in on_it)
+    return extents
+
+
+@pytest.mark.parametrize("streams", sorted(STREAMS))
+def test_millions_of_runs_cost_a_few(streams):
+    """A batch of millions of sequences, one a run: the runs turn steady within a few."""
+    timeline = streaming.simulate(layers(0, streams=streams), T, Tree(16, T), 1 << 24, True, "s")
+    assert len(timeline.spans) < 100
+    compute = T.seconds((1 << 24) * sum(x.cycles for x in layers(0)))
+    assert timeline.seconds >= compute * (1 - 1e-9)
 
 
 def test_a_step_waits_for_its_weights_to_be_updated():

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, reduce
 from itertools import product
-from math import prod
+from math import gcd, lcm, prod
 
 import numpy as np
 
@@ -414,11 +414,10 @@ def _peeling(part: _Part, sizes: Sequence[int], budget: _Budget) -> _Phases | No
     for digit in part.digits:
         if not _peelable(part, digit, sizes):
             continue
-        phases = _Phases.of(part, digit, sizes)
         rest = sum(p.size(sizes) for p in _components(part.fix(digit, 0)))
-        phases = replace(phases, cost=len(phases.first) * (rest + PEEL_OVERHEAD))
-        if phases.cost <= budget.left and (best is None or phases.cost < best.cost):
-            best = phases
+        cost = _Phases.count(part, digit, sizes) * (rest + PEEL_OVERHEAD)
+        if cost <= budget.left and (best is None or cost < best.cost):
+            best = replace(_Phases.of(part, digit, sizes), cost=cost)
     return best
 
 
@@ -443,25 +442,41 @@ class _Phases:
     shift: np.ndarray
     first: np.ndarray
     inverse: np.ndarray
+    values: int
+    """How many values the digit has."""
     cost: int = 0
     """What counting all the classes costs, in digit combinations."""
+
+    @staticmethod
+    def count(part: _Part, digit: int, sizes: Sequence[int]) -> int:
+        """How many phase classes ``digit`` has in ``part``, without listing its values (a
+        digit can have billions): the phases of a step ``c`` in tiles of ``t`` repeat every
+        ``t / gcd(c, t)`` values, those of several PE coordinates every least common multiple."""
+        periods = [
+            b.tile // gcd(dict(_terms(b.coord))[digit], b.tile)
+            for _, b in part.pes
+            if digit in b.digits
+        ]
+        return min(lcm(*periods), sizes[digit])
 
     @classmethod
     def of(cls, part: _Part, digit: int, sizes: Sequence[int]) -> _Phases:
         """The phases of ``digit`` in ``part``."""
-        values = np.arange(sizes[digit])
         blocks = [(v, b) for v, b in part.pes if digit in b.digits]
-        if not blocks:
-            none = np.zeros((0, values.size), dtype=np.int64)
-            return cls(digit, (), none, np.zeros(1, np.int64), np.zeros(values.size, np.int64))
+        if not blocks:  # one class, whose values all have the flows of the first
+            one = np.zeros(1, np.int64)
+            return cls(digit, (), np.zeros((0, 1), np.int64), one, one, sizes[digit])
+        values = np.arange(sizes[digit])
         steps = np.array([values * dict(_terms(b.coord))[digit] for _, b in blocks])
         tiles = np.array([[b.tile] for _, b in blocks])
         _, first, inverse = np.unique(steps % tiles, axis=1, return_index=True, return_inverse=True)
         vars_ = tuple(v for v, _ in blocks)
-        return cls(digit, vars_, steps // tiles, first, inverse.reshape(-1))
+        return cls(digit, vars_, steps // tiles, first, inverse.reshape(-1), values.size)
 
     def classes(self) -> list[_Class]:
         """Every phase class, represented by its first value."""
+        if not self.vars:
+            return [_Class(self.digit, 0, (), self.shift, np.array([float(self.values)]))]
         classes = []
         for k, value in enumerate(self.first.tolist()):
             distances = self.shift[:, self.inverse == k] - self.shift[:, [value]]

@@ -28,6 +28,10 @@ from dataclasses import dataclass, replace
 
 from cgc.machine.target import Target
 
+INGRESS = "MemoryX -> SwarmX"
+"""The track of the weight streams."""
+EGRESS = "SwarmX -> MemoryX"
+"""The track of the gradient streams."""
 BOUNDS = ("compute", "weight stream", "gradient stream", "SwarmX", "MemoryX")
 """What can bound a layer or a step."""
 
@@ -170,19 +174,18 @@ class _Clock:
         """When the wafer has finished and the last gradient has reached MemoryX."""
         return max(self.layer_end, self.egress_end)
 
+    MOMENTS = ("layer_end", "previous_start", "ingress_free", "egress_free", "egress_end")
+    """Every moment the next run depends on."""
+
     @property
     def state(self) -> tuple[float, ...]:
-        """Every moment the next run depends on."""
-        return (self.layer_end, self.previous_start, self.ingress_free, self.egress_free,
-                self.egress_end)  # fmt: skip
+        """The ``MOMENTS``."""
+        return tuple(getattr(self, name) for name in self.MOMENTS)
 
-    def advance(self, seconds: float) -> None:
-        """Moves every moment ``seconds`` later."""
-        self.layer_end += seconds
-        self.previous_start += seconds
-        self.ingress_free += seconds
-        self.egress_free += seconds
-        self.egress_end += seconds
+    def advance(self, seconds: Sequence[float]) -> None:
+        """Moves each of the ``MOMENTS`` its ``seconds`` later."""
+        for name, later in zip(self.MOMENTS, seconds, strict=True):
+            setattr(self, name, getattr(self, name) + later)
 
 
 def _step(
@@ -197,12 +200,13 @@ def _step(
     the first run's layers.
 
     Every run after the first is the same max-plus map of the moments the next one depends
-    on (``_Clock.state``), so once a run has moved every moment later by the same period,
-    every later run does too: the runs from there on are that period each, exactly, and
-    their spans are one span a track that says so.
+    on (``_Clock.state``), so once the runs are steady (``_periods``) every later run moves
+    the moments as the last did: the runs from there on cost that, exactly, and their spans
+    are one span a track that says so.
     """
     spans: list[Span] = []
     first: list[LayerTime] = []
+    backlog = sum(swarmx.link_seconds(layer.stream_out_bytes) for layer in layers)
     before = clock.state
     for run in range(runs):
         suffix = f" (micro-batch {run + 1})" if runs > 1 else ""
@@ -212,22 +216,45 @@ def _step(
             if run == 0:
                 first.append(figures)
         after = clock.state
-        period = after[0] - before[0]
+        moved = [b - a for a, b in zip(before, after, strict=True)]
         left = runs - run - 1
-        if (
-            run
-            and left
-            and all(math.isclose(b - a, period) for a, b in zip(before, after, strict=True))
-        ):
-            spans += _repeated(spans, run, left, period, runs)
-            clock.advance(left * period)
+        periods = _periods(moved, backlog) if run and left else None
+        if periods is not None:
+            spans += _repeated(spans, run, left, periods, runs)
+            clock.advance([left * m for m in moved])
             break
         before = after
     return spans, first
 
 
-def _repeated(spans: list[Span], run: int, left: int, period: float, runs: int) -> list[Span]:
-    """One span a track for the runs after ``run`` that repeat its spans ``period`` apart."""
+def _periods(moved: Sequence[float], backlog: float) -> dict[str, float] | None:
+    """How much later each run moves the spans of the ingress and egress tracks (and of the
+    wafer's, under any other name) from a run that moved the ``_Clock.MOMENTS`` by ``moved``
+    on, if every later run will; else ``None``.
+
+    The wafer and the ingress link wait on each other: they are steady once a run moves all
+    their moments by one period (moving every moment by the same time commutes with a
+    max-plus map). Nothing waits on the egress link; it is steady at that period too, or
+    at its own busy time per run, ``backlog``, once that is longer: then every gradient
+    waits for the one before it, not for its layer, and the more so each run. A moment a
+    run does not move is one no layer sets (a link no layer uses); it stays where it is."""
+    period = moved[0]
+    *wafer, egress, egress_end = moved
+    if not all(math.isclose(m, period) or m == 0 for m in wafer):
+        return None
+    if not math.isclose(egress, egress_end):
+        return None
+    backlogged = egress > period and math.isclose(egress, backlog)
+    if not (egress == 0 or math.isclose(egress, period) or backlogged):
+        return None
+    return {INGRESS: period, EGRESS: egress if backlogged else period}
+
+
+def _repeated(
+    spans: list[Span], run: int, left: int, periods: dict[str, float], runs: int
+) -> list[Span]:
+    """One span a track for the runs after ``run`` that repeat its spans a period apart
+    (``_periods``)."""
     last = f" (micro-batch {run + 1})"
     mine = [x for x in spans if x.name.endswith(last)]
     repeats = f"micro-batches {run + 2}-{runs}, each as micro-batch {run + 1}"
@@ -235,6 +262,7 @@ def _repeated(spans: list[Span], run: int, left: int, period: float, runs: int) 
     out = []
     for track in tracks:
         on_it = [x for x in mine if x.track == track]
+        period = periods.get(track, periods[INGRESS])
         start = min(x.start for x in on_it) + period
         end = max(x.end for x in on_it) + left * period
         out.append(Span(track, repeats, start, end))
@@ -305,7 +333,7 @@ def _layer(
         send = max(clock.ingress_free, clock.previous_start, ready)
         clock.ingress_free = send + weights
         arrive = clock.ingress_free + latency
-        spans.append(Span("MemoryX -> SwarmX", f"{layer.name} weights{suffix}", send, arrive))
+        spans.append(Span(INGRESS, f"{layer.name} weights{suffix}", send, arrive))
     host_in = layer.host_in_bytes / target.io_bytes_per_s
     host_out = layer.host_out_bytes / target.io_bytes_per_s
     begin = clock.layer_end + host_in
@@ -316,9 +344,7 @@ def _layer(
         send = max(clock.egress_free, clock.layer_end)
         clock.egress_free = send + gradients
         clock.egress_end = clock.egress_free + latency
-        spans.append(
-            Span("SwarmX -> MemoryX", f"{layer.name} gradients{suffix}", send, clock.egress_end)
-        )
+        spans.append(Span(EGRESS, f"{layer.name} gradients{suffix}", send, clock.egress_end))
     directions = bool(layer.stream_in_bytes) + bool(layer.stream_out_bytes)
     return LayerTime(
         name=layer.name,

@@ -243,13 +243,20 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[first]
 
 
+def _blocks(n: int, per: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first index of each block of ``per`` consecutive indices among ``n``, and how many
+    indices the block holds (the last may hold fewer): one entry per PE, never per element."""
+    firsts = np.arange(0, n, max(per, 1))
+    return firsts, np.minimum(per, n - firsts)
+
+
 @lru_cache(maxsize=1024)
 def edge_traffic(layout: Layout, inbound: bool) -> Traffic:
     """A tensor entering the grid from (or leaving it through) the north edge of its columns:
     each column's elements flow down (or up) that column from (or to) the row above the grid."""
-    i, j = np.arange(layout.rows), np.arange(layout.cols)
-    rows, row_n = np.unique(layout.row_pe(i), return_counts=True)
-    cols, col_n = np.unique(layout.col_pe(j), return_counts=True)
+    first_rows, row_n = _blocks(layout.rows, layout.rt)
+    first_cols, col_n = _blocks(layout.cols, layout.ct)
+    rows, cols = layout.row_pe(first_rows), layout.col_pe(first_cols)
     edge = np.full(len(rows) * len(cols), layout.row0 - 1)
     pe_r, pe_c = np.repeat(rows, len(cols)), np.tile(cols, len(rows))
     counts = np.outer(row_n, col_n).ravel() * prod(layout.batch)
