@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -197,6 +198,9 @@ def test_schedule_errors():
         optimizers.Schedule("linear")
     with pytest.raises(ValueError, match="step size >= 1"):
         optimizers.Schedule("step", step_size=0)
+    for gamma in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match=r"--lr-gamma\) must be positive"):
+            optimizers.Schedule("step", gamma=gamma)
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])

@@ -196,6 +196,32 @@ def test_cli_train_timing_only_traces_the_first_steps(tiny, tmp_path):
     assert "h.0.attn.q_proj update (step 17)" not in names
 
 
+def test_cli_train_timing_only_steps_have_a_limit(tiny, tmp_path):
+    # refused before compiling; a million steps write a million lines without holding them
+    result = invoke("train", tiny, "--timing-only", "--steps", 10**6 + 1)
+    assert result.exit_code == 2
+    assert result.output == (
+        "error: --steps 1000001: a timing-only run simulates at most 1,000,000\n"
+    )
+    result = invoke("train", tiny, "--timing-only", "--steps", 10**6, "--target", "mesh8x8",
+                    "--model-dir", tmp_path)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "timing.jsonl").open() as lines:
+        for step, line in enumerate(lines, 1):
+            assert line.startswith(f'{{"step": {step}, "simulated_seconds": ')
+    assert step == 10**6
+    assert json.loads(line)["mfu"] > 0
+
+
+def test_a_batch_of_a_trillion_samples_is_timed_in_seconds(tiny):
+    # every micro-batch of a timing-only step is one run, counted, never listed
+    result = invoke("train", tiny, "--timing-only", "--steps", 1, "--target", "mesh8x8",
+                    "--batch-size", 2**40)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "1 training step of 1099511627776 samples on 2 x mesh8x8" in result.output
+    assert "micro-batches: 34359738368 of 16 per system" in result.output
+
+
 @pytest.mark.parametrize(
     "option",
     [

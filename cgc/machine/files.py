@@ -6,20 +6,24 @@ import io
 import os
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 
-def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same directory, renamed
-    into place: a reader sees the old file or the whole new one, never a part."""
+def write_atomically(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
+    """Writes ``data`` (bytes, or pieces of them) to ``path`` through a temporary file in the
+    same directory, renamed into place: a reader sees the old file or the whole new one, never
+    a part."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                f.writelines(data)
         os.chmod(tmp, permissions(directory=False))  # mkstemp's are owner-only
         os.replace(tmp, target)
     except BaseException:

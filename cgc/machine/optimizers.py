@@ -309,6 +309,8 @@ class Schedule:
             raise ValueError(f"unknown schedule {self.kind!r} (expected one of {SCHEDULES})")
         if self.warmup_steps < 0 or self.step_size < 1:
             raise ValueError("warm-up steps must be >= 0 and the step size >= 1")
+        if not (math.isfinite(self.gamma) and self.gamma > 0):
+            raise ValueError(f"the decay factor (--lr-gamma) must be positive, got {self.gamma}")
 
     def factor(self, step: int) -> float:
         """The factor on the base learning rate at ``step`` (0-based)."""

@@ -298,29 +298,32 @@ class Cluster:
             self.timed_runs.append(Run.of(executor))
         return self.timed_runs[0]
 
-    def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> list[Run]:
-        """One run per chunk, chunk ``c`` on system ``c mod K``."""
+    def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> tuple[list[Run], int]:
+        """The runs of the chunks of ``inputs``, chunk ``c`` on system ``c mod K``, and how many
+        chunks there are: a run per chunk, or timing-only the one run that every chunk
+        repeats (a batch can have billions)."""
         if not self.numerics:
             count = self._chunk_count(inputs)
-            return [self._timed(-(-count // self.num_csx))] * count
+            return [self._timed(-(-count // self.num_csx))], count
         if inputs is None:
             raise CgcError("a run with numbers needs inputs")
         chunks = self._chunks(inputs)
-        return [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
+        runs = [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
+        return runs, len(runs)
 
     def infer(
         self, inputs: Mapping[str, np.ndarray] | None = None
     ) -> tuple[dict[str, np.ndarray], RunStats]:
         """Runs the samples in ``inputs`` (timing-only: without them, one global batch) and
         returns the outputs and the run's statistics."""
-        runs = self._runs(inputs)
+        runs, chunks = self._runs(inputs)
         outputs = self._gather_outputs(runs) if self.numerics else {}
-        return outputs, self._stats(runs, training=False)
+        return outputs, self._stats(runs, chunks, training=False)
 
     def loss(self, batch: Mapping[str, np.ndarray], loss_scale: float) -> float:
         """The loss (first output) of the global batch in ``batch``, forward only: each
         chunk's share scaled by ``loss_scale`` as in a training step."""
-        return sum(float(run.outputs[0]) for run in self._runs(batch)) * loss_scale
+        return sum(float(run.outputs[0]) for run in self._runs(batch)[0]) * loss_scale
 
     def _gather_outputs(self, runs: Sequence[Run]) -> dict[str, np.ndarray]:
         outputs: dict[str, np.ndarray] = {}
@@ -352,8 +355,8 @@ class Cluster:
                 f"a training step takes {self.global_batch} samples ({self.num_csx} systems x "
                 f"{self.micro_batches} micro-batches x {self.batch}); got {count * self.batch}"
             )
-        runs = self._runs(batch)
-        stats = self._stats(runs, training=True)
+        runs, chunks = self._runs(batch)
+        stats = self._stats(runs, chunks, training=True)
         if not self.numerics:
             return 0.0, stats
         for first in range(0, len(runs), self.num_csx):
@@ -376,8 +379,9 @@ class Cluster:
 
     # -- what it cost ---------------------------------------------------------------------
 
-    def _stats(self, runs: Sequence[Run], training: bool) -> RunStats:
-        per_system = [len(runs[k :: self.num_csx]) for k in range(self.num_csx)]
+    def _stats(self, runs: Sequence[Run], chunks: int, training: bool) -> RunStats:
+        """The statistics of ``chunks`` chunks run as ``runs`` (``_runs``)."""
+        per_system = [len(range(k, chunks, self.num_csx)) for k in range(self.num_csx)]
         records = runs[0].records if runs else []
         timelines = {
             count: self._timeline(records, track, count, training)
@@ -387,8 +391,7 @@ class Cluster:
         seconds = max((end for end, _ in timelines.values()), default=0.0)
         # MemoryX and SwarmX serve every system at once: their spans appear once
         spans = list(dict.fromkeys(s for _, group in timelines.values() for s in group))
-        total = len(runs)
-        flops = 2 * total * sum(r.fmacs for r in records)
+        flops = 2 * chunks * sum(r.fmacs for r in records)
         utilization = flops / (self._peak_flops() * seconds * self.num_csx) if seconds else 0.0
         figures = streaming_figures = None
         if self.mode == "pipelined" and runs:
@@ -399,7 +402,7 @@ class Cluster:
             mode=self.mode,
             target=self.target.name,
             num_csx=self.num_csx,
-            batch_size=total * self.batch,
+            batch_size=chunks * self.batch,
             per_system_batch=max(per_system, default=0) * self.batch,
             simulated_seconds=seconds,
             clock_hz=self.target.clock_hz,
@@ -407,11 +410,11 @@ class Cluster:
             peak_pe_sram_bytes=max((r.sram_peak for r in (*runs, *self.timed_runs)), default=0),
             layers=self._layer_summary(records, streaming_figures),
             spans=spans,
-            wavelet_hops=total * sum(r.wavelet_hops for r in records),
+            wavelet_hops=chunks * sum(r.wavelet_hops for r in records),
             pipeline=figures,
             micro_batches=self.micro_batches,
             micro_batch=self.batch,
-            model_flops=total * sum(r.flops for r in records if not r.name.endswith(RECOMPUTED)),
+            model_flops=chunks * sum(r.flops for r in records if not r.name.endswith(RECOMPUTED)),
             peak_flops_per_second=self.num_csx * self._peak_flops(),
             tokens_per_sample=self.manifest.get("tokens_per_sample"),
             memoryx=self._footprint(training),

@@ -64,11 +64,23 @@ class Simulation:
         }
 
 
+MAX_STEPS = 1_000_000
+"""Most steps a timing-only run simulates: about the longest published training (Llama 3's
+15T tokens at 16M a step), and a ``timing.jsonl`` of 100 MiB."""
+
+
+def check_steps(steps: int) -> None:
+    """A CgcError naming --steps unless a timing-only run can simulate ``steps`` steps."""
+    if steps < 1:
+        raise CgcError(f"--steps {steps}: must be at least 1")
+    if steps > MAX_STEPS:
+        raise CgcError(f"--steps {steps}: a timing-only run simulates at most {MAX_STEPS:,}")
+
+
 def simulate(artifact: Artifact, num_csx: int | None = None, steps: int = 1) -> Simulation:
     """``steps`` training steps of a training artifact (else batches of one global batch each)
     on ``num_csx`` systems (default: as compiled), timing only."""
-    if steps < 1:
-        raise CgcError(f"--steps {steps}: must be at least 1")
+    check_steps(steps)
     cluster = Cluster(artifact, num_csx, numerics=False)
     training = bool(artifact.manifest.get("training"))
     stats = cluster.train_step()[1] if training else cluster.infer()[1]
