@@ -13,9 +13,10 @@ Loading and running an artifact imports neither xDSL nor the compiler; ``compile
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +58,9 @@ def compile(
     micro_batch_size: int | None = None,
     recompute: bool | None = None,
     init_seed: int | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    dynamic_batch: bool = True,
 ) -> Artifact:
     """Compiles a model for ``target`` (a name, or any ``cgc.machine.Target`` value): an ONNX
     model (a path or a ModelProto), or a params file (a ``.yaml`` path, ``zoo:NAME``, or a
@@ -71,8 +75,20 @@ def compile(
     model's graph without its weights (its external data may be absent). In weight-streaming
     mode the compiler splits a per-system batch that does not fit the SRAM into micro-batches
     and may recompute activations; ``micro_batch_size`` and ``recompute`` fix its choice.
+
+    A ``torch.nn.Module`` is captured with ``torch.export`` on the example inputs ``args``
+    and ``kwargs`` (axis 0 of each a symbolic batch if ``dynamic_batch``), and lowered from
+    core ATen; a ``torch.export.ExportedProgram`` is lowered as it is. ``batch_size`` defaults
+    to the example's.
     """
     from cgc.compiler.driver import compile_model
+
+    if _is_torch(model):
+        from cgc.frontends.torch import capture
+
+        model = capture(model, args, kwargs, dynamic_batch)
+    elif args or kwargs:
+        raise CgcError("args and kwargs are the example inputs of a PyTorch model")
 
     return compile_model(
         model,
@@ -88,6 +104,12 @@ def compile(
         recompute=recompute,
         init_seed=init_seed,
     )
+
+
+def _is_torch(model: object) -> bool:
+    """Whether ``model`` is a torch module or exported program (torch imported or not)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module | torch.export.ExportedProgram)
 
 
 def load(path: str | os.PathLike) -> Artifact:

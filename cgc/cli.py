@@ -97,6 +97,17 @@ def _writable(path: str) -> Path:
     return target
 
 
+def _torch_factory(spec: str):
+    """The program of a PyTorch module that ``file.py:factory`` makes."""
+    try:
+        from cgc.frontends.torch import FACTORY, from_factory
+    except ImportError:
+        raise CgcError(f"{spec}: a PyTorch model needs torch: pip install cgc[torch]") from None
+    if not FACTORY.match(spec):
+        raise CgcError(f"{spec}: expected file.py:factory, a function that returns a module")
+    return from_factory(spec)
+
+
 def _write_atomically(path: str, data: bytes | Iterable[bytes]) -> None:
     from cgc.machine.files import write_atomically
 
@@ -194,12 +205,15 @@ def compile(
     dump_ir,
     print_ir_after_all,
 ) -> None:
-    """Compile MODEL (an .onnx file, a params .yaml file or zoo:NAME) into an artifact."""
+    """Compile MODEL (an .onnx file, a params .yaml file, zoo:NAME, or file.py:factory, a
+    function that returns a PyTorch module and its example inputs) into an artifact."""
     from cgc.compiler.driver import compile_model
     from cgc.machine.units import human_bytes
     from cgc.tools.report import summary_text
 
     _writable(output)
+    if re.search(r"\.py(:[^/\\]*)?$", model):
+        model = _torch_factory(model)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
     artifact = compile_model(
         model,

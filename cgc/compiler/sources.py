@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -146,6 +148,37 @@ class ParamsSource(Source):
         )
 
 
+class TorchSource(Source):
+    """A ``torch.export`` program (``cgc.frontends.torch.capture``), lowered at any batch when
+    it was captured with a symbolic one."""
+
+    def __init__(self, program: Any, name: str = "<torch>"):
+        from cgc.frontends.torch import example_batch
+
+        self.program = program
+        self.name = name
+        self.example_batch = example_batch(program)
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.example_batch
+
+    @property
+    def rebatchable(self) -> bool:
+        return self.example_batch is not None
+
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        from cgc.frontends.torch import import_program
+
+        return import_program(self.program, batch, self.name)
+
+
+def is_torch_program(model: object) -> bool:
+    """Whether ``model`` is a ``torch.export.ExportedProgram`` (torch imported or not)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.export.ExportedProgram)
+
+
 def source_of(
     model: str | os.PathLike[str] | onnx.ModelProto | ImportedModel | ModelParams,
     shapes: Mapping[str, Sequence[int]] | None = None,
@@ -158,6 +191,13 @@ def source_of(
     ``ModelParams``, or a params file or ``zoo:NAME``."""
     if isinstance(model, ImportedModel):
         return ImportedSource(model)
+    if is_torch_program(model):
+        if shapes or values or no_weights or init_seed is not None:
+            raise CgcError(
+                "--shape, fixed input values, --no-weights and --init-seed apply to ONNX and "
+                "params-file models; a PyTorch model brings its example inputs and weights"
+            )
+        return TorchSource(model)
     if isinstance(model, ModelParams):
         params = model
     elif not isinstance(model, onnx.ModelProto) and is_params_source(model):

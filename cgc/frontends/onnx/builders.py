@@ -1,8 +1,9 @@
 """Small helpers the op importers build WSE IR with, and the readers of attributes and
 compile-time inputs that several op families share.
 
-The helpers that build ops emit them through ``Importer.emit`` (so they carry the current
-node's location and fold when their operands are known at compile time) and leave out an op
+The helpers that build ops emit them through ``Emitter.emit`` (so they carry the current
+node's location and fold when their operands are known at compile time; the ONNX importer
+and the PyTorch lowering are both emitters) and leave out an op
 that would change nothing: a cast to the type a value already has, a reshape or broadcast to
 its own shape, an identity transpose. Numbers given where a tensor is expected become rank-0
 constants of the other operand's element type.
@@ -17,6 +18,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.importer import Importer
 from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
 from cgc.machine import dtypes
@@ -37,7 +39,7 @@ def require_float(x: SSAValue) -> None:
         raise NodeError(f"dtype {dtype_of(x)} is not supported (float types only)")
 
 
-def cast(im: Importer, x: SSAValue, dtype: np.dtype | str, saturate: bool = True) -> SSAValue:
+def cast(im: Emitter, x: SSAValue, dtype: np.dtype | str, saturate: bool = True) -> SSAValue:
     """``x`` converted to ``dtype`` (a numpy dtype or its name); no op when it already has it.
     ``saturate`` (for the 8-bit and 4-bit float types) clamps values beyond the type's range
     to its largest finite value instead of making them infinite or NaN."""
@@ -62,7 +64,7 @@ def working_dtype(dtype: np.dtype) -> np.dtype:
 # ---------------------------------------------------------------------------------------------
 
 
-def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+def reshape(im: Emitter, x: SSAValue, shape: Sequence[int]) -> SSAValue:
     """``x`` reshaped; no op when the shape does not change."""
     shape = tuple(int(d) for d in shape)
     if shape == shape_of(x):
@@ -70,7 +72,7 @@ def reshape(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
     return im.emit(wse.ReshapeOp(x, shape))
 
 
-def broadcast(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+def broadcast(im: Emitter, x: SSAValue, shape: Sequence[int]) -> SSAValue:
     """``x`` broadcast to ``shape``; no op when it already has it."""
     shape = tuple(int(d) for d in shape)
     if shape == shape_of(x):
@@ -78,7 +80,7 @@ def broadcast(im: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
     return im.emit(wse.BroadcastToOp(x, shape))
 
 
-def transpose(im: Importer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+def transpose(im: Emitter, x: SSAValue, perm: Sequence[int]) -> SSAValue:
     """``x`` with its axes permuted; no op for the identity."""
     perm = [int(p) for p in perm]
     if perm == list(range(len(perm))):
@@ -91,7 +93,7 @@ def along(axis: int, rank: int, values: np.ndarray) -> np.ndarray:
     return values.reshape([values.size if i == axis else 1 for i in range(rank)])
 
 
-def as_scalar(im: Importer, value: SSAValue, what: str) -> SSAValue:
+def as_scalar(im: Emitter, value: SSAValue, what: str) -> SSAValue:
     """A one-element tensor as a rank-0 tensor."""
     shape = shape_of(value)
     if prod(shape) != 1:
@@ -100,7 +102,7 @@ def as_scalar(im: Importer, value: SSAValue, what: str) -> SSAValue:
 
 
 def slice_axes(
-    im: Importer, x: SSAValue, bounds: dict[int, tuple[int, int]], steps: dict[int, int] | None
+    im: Emitter, x: SSAValue, bounds: dict[int, tuple[int, int]], steps: dict[int, int] | None
 ) -> SSAValue:
     """``x`` sliced to ``[begin, end)`` (with positive ``steps``) on the given axes."""
     shape = shape_of(x)
@@ -159,7 +161,7 @@ def unique_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]
 # ---------------------------------------------------------------------------------------------
 
 
-def add(im: Importer, a: SSAValue | None, b: SSAValue | None) -> SSAValue:
+def add(im: Emitter, a: SSAValue | None, b: SSAValue | None) -> SSAValue:
     """``a + b``, or the one of them that is not None (one of them must be given)."""
     if a is None or b is None:
         given = b if a is None else a
@@ -168,28 +170,28 @@ def add(im: Importer, a: SSAValue | None, b: SSAValue | None) -> SSAValue:
     return im.emit(wse.AddOp(a, b))
 
 
-def sub(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
+def sub(im: Emitter, a: SSAValue, b: SSAValue) -> SSAValue:
     """``a - b``."""
     return im.emit(wse.SubOp(a, b))
 
 
-def mul(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
+def mul(im: Emitter, a: SSAValue, b: SSAValue) -> SSAValue:
     """``a * b``."""
     return im.emit(wse.MulOp(a, b))
 
 
-def less(im: Importer, a: SSAValue, b: SSAValue) -> SSAValue:
+def less(im: Emitter, a: SSAValue, b: SSAValue) -> SSAValue:
     """``a < b``, as ``b > a``."""
     return im.emit(wse.GreaterOp(b, a))
 
 
-def select(im: Importer, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+def select(im: Emitter, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
     """``a`` where ``cond`` holds, else ``b``."""
     return im.emit(wse.SelectOp(cond, a, b))
 
 
 def clamp(
-    im: Importer, x: SSAValue, low: SSAValue | float | None, high: SSAValue | float | None
+    im: Emitter, x: SSAValue, low: SSAValue | float | None, high: SSAValue | float | None
 ) -> SSAValue:
     """``min(max(x, low), high)``; a missing bound does not clip (NaN stays NaN)."""
     if low is not None:
@@ -200,7 +202,7 @@ def clamp(
 
 
 def affine(
-    im: Importer,
+    im: Emitter,
     x: SSAValue,
     scale: SSAValue | float | None,
     shift: SSAValue | float | None,
@@ -217,7 +219,7 @@ def affine(
     return x
 
 
-def add_channel_bias(im: Importer, y: SSAValue, bias: SSAValue | None) -> SSAValue:
+def add_channel_bias(im: Emitter, y: SSAValue, bias: SSAValue | None) -> SSAValue:
     """``y`` (N, C, *spatial) plus a per-channel ``bias`` of shape (C,); ``y`` without one."""
     if bias is None:
         return y
@@ -225,7 +227,7 @@ def add_channel_bias(im: Importer, y: SSAValue, bias: SSAValue | None) -> SSAVal
     return add(im, y, reshape(im, bias, (1, shape[1], *[1] * (len(shape) - 2))))
 
 
-def _as_tensor(im: Importer, value: SSAValue | float, like: SSAValue) -> SSAValue:
+def _as_tensor(im: Emitter, value: SSAValue | float, like: SSAValue) -> SSAValue:
     """``value`` as a tensor: a tensor as it is, a number as a scalar of ``like``'s type."""
     return value if isinstance(value, SSAValue) else im.scalar(value, like)
 

@@ -28,18 +28,15 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     FunctionType,
     ModuleOp,
-    NameLoc,
-    NoneAttr,
-    StringAttr,
     TensorType,
 )
 from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
-from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import NeedsInputValuesError
+from cgc.frontends.emitter import Emitter, erase_unused, loc, registrar
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx.model import (
     SUPPORTED_DTYPES,
@@ -55,12 +52,8 @@ from cgc.frontends.onnx.nodes import (
     NotConstantError,
     attribute_value,
 )
-from cgc.machine import dtypes, reference
+from cgc.machine import dtypes
 from cgc.machine.artifact import WeightSpec
-from cgc.machine.bytecode import PRIMITIVES
-
-INLINE_LIMIT = 64
-"""Constants of at most this many elements are written inline as ``wse.constant``."""
 
 
 def import_onnx(
@@ -100,28 +93,11 @@ def import_model(
 
 
 # ---------------------------------------------------------------------------------------------
-# Helpers
-# ---------------------------------------------------------------------------------------------
-
-
-def loc(name: str) -> NameLoc:
-    return NameLoc(StringAttr(name), NoneAttr())
-
-
-def inlinable(array: np.ndarray) -> bool:
-    """Whether a constant can be written in the IR text and read back exactly."""
-    if array.size > INLINE_LIMIT or dtypes.is_extended(array.dtype):
-        return False
-    # xDSL prints non-finite floats as hex bit patterns that it cannot read back correctly.
-    return array.dtype.kind != "f" or bool(np.isfinite(array).all())
-
-
-# ---------------------------------------------------------------------------------------------
 # The importer
 # ---------------------------------------------------------------------------------------------
 
 
-class Importer(ModelInterface):
+class Importer(Emitter, ModelInterface):
     def __init__(
         self,
         model: onnx.ModelProto,
@@ -131,6 +107,7 @@ class Importer(ModelInterface):
         values: dict[str, np.ndarray] | None = None,
         no_weights: bool = False,
     ):
+        super().__init__()
         self.model = model
         self.graph = model.graph
         self.source = source
@@ -141,17 +118,11 @@ class Importer(ModelInterface):
         self.env: dict[str, Entry] = {}
         self.input_names: list[str] = []
         """The graph inputs fed at run time, in the order of the function's arguments."""
-        self.weights: dict[str, np.ndarray] = {}
         self.declared: dict[str, WeightSpec] = {}
         self.no_weights = no_weights
         self.used_initializers: set[str] = set()
         self.used = {name for node in self.graph.node for name in node.input if name}
         self.used |= {vi.name for vi in self.graph.output}
-        self.loc = loc("main")
-        self.builder: Builder | None = None
-        self.known: dict[SSAValue, np.ndarray] = {}
-        """Values known at compile time: constants, folded results, integer initializers."""
-        self.folded = 0
 
     # -- driver ---------------------------------------------------------------------------
 
@@ -176,7 +147,7 @@ class Importer(ModelInterface):
         results = [self._output_value(vi.name) for vi in self.graph.output]
         ret = func.ReturnOp(*results)
         self.builder.insert(ret)
-        _erase_unused(block)
+        erase_unused(block)
         fn.function_type = FunctionType.from_lists(in_types, [r.type for r in results])
         # every op was verified as it was inserted; what is left is the function itself
         fn.verify(verify_nested_ops=False)
@@ -202,7 +173,7 @@ class Importer(ModelInterface):
             key = node.op_type if default else f"{node.domain}.{node.op_type}"
             problems.setdefault(key, []).append(node.name or f"{node.op_type}_{index}")
         if problems:
-            parts = [f"{op} ({_node_list(names)})" for op, names in sorted(problems.items())]
+            parts = [f"{op} ({node_list(names)})" for op, names in sorted(problems.items())]
             raise self.error(f"unsupported ops: {', '.join(parts)}")
 
     def _output_value(self, name: str) -> SSAValue:
@@ -338,77 +309,12 @@ class Importer(ModelInterface):
             return self.emit(wse.WeightOp(lazy.name, ty))
         return self.const(array, lazy.name, lazy.loc)
 
-    def const(self, array: np.ndarray, name: str | None = None, at: NameLoc | None = None):
-        """A value known at compile time: inline when small, else a frozen weight."""
-        array = np.asarray(array)
-        element = wse.element_of_numpy(array.dtype)
-        if inlinable(array):
-            op: Operation = wse.ConstantOp(wse.dense_attr(array))
-        else:
-            if name is None or name in self.weights:
-                self.folded += 1
-                name = f"{self.loc.desc.data}:{self.folded}"
-            self.weights[name] = array
-            op = wse.WeightOp(name, TensorType(element, array.shape), frozen=True)
-        value = self._insert(op, at)[0]
-        self.known[value] = array
-        return value
-
-    def _insert(self, op: Operation, at: NameLoc | None = None) -> list[SSAValue]:
-        assert self.builder is not None
-        op.location = at or self.loc
-        op.verify()
-        self.builder.insert(op)
-        return list(op.results)
-
-    def emit_all(self, op: Operation) -> list[SSAValue]:
-        """Adds ``op`` to ``@main`` with the current node's location and returns its results;
-        a primitive whose operands are all known at compile time is evaluated instead, so
-        shape arithmetic leaves only constants behind."""
-        known = [self.known.get(v) for v in op.operands]
-        arrays = [a for a in known if a is not None]
-        if op.operands and len(arrays) == len(known) and _foldable(op):
-            op.verify()
-            results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r)))
-                       for r in op.results]  # fmt: skip
-            values = reference.evaluate_all(
-                wse.mnemonic(op), wse.properties_as_python(op), arrays, results
-            )
-            return [self.const(v) for v in values]
-        return self._insert(op)
-
-    def emit(self, op: Operation) -> SSAValue:
-        """``emit_all`` for an op of one result."""
-        return self.emit_all(op)[0]
-
-    def constant(self, array: np.ndarray) -> SSAValue:
-        """A compile-time constant."""
-        return self.const(array)
-
-    def scalar(self, value: float, like: SSAValue) -> SSAValue:
-        """A rank-0 constant of ``like``'s element type."""
-        dtype = wse.numpy_dtype(wse.element_type(like))
-        return self.constant(np.array(value, dtype=dtype))
-
-
-def _erase_unused(block) -> None:
-    """Drops the pure ops whose results nothing uses (constants that folding left behind)."""
-    for op in reversed(list(block.ops)):
-        if op.has_trait(Pure) and not any(r.uses for r in op.results):
-            op.detach()
-            op.erase()
-
-
-def _foldable(op: Operation) -> bool:
-    """Whether the importer may evaluate ``op`` when its operands are known."""
-    return op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES
-
 
 NAMES_LISTED = 6
 """How many nodes of one unsupported op an error names before it counts the rest."""
 
 
-def _node_list(names: list[str]) -> str:
+def node_list(names: list[str]) -> str:
     """``node a``, ``nodes a, b`` or ``nodes a, b, ... and 12 more``."""
     shown = ", ".join(names[:NAMES_LISTED])
     more = f" and {len(names) - NAMES_LISTED} more" if len(names) > NAMES_LISTED else ""
@@ -430,14 +336,5 @@ OPS: dict[str, OpImporter] = {}
 """One importer per supported ONNX op type; the family modules fill it."""
 
 
-def register(*op_types: str) -> Callable[[OpImporter], OpImporter]:
-    """Registers an importer for ``op_types``."""
-
-    def add(function: OpImporter) -> OpImporter:
-        for op_type in op_types:
-            if op_type in OPS:
-                raise ValueError(f"two importers for {op_type}")
-            OPS[op_type] = function
-        return function
-
-    return add
+register = registrar(OPS, "importers")
+"""``@register("Gemm")``: registers an importer for ONNX op types."""

@@ -1,0 +1,140 @@
+"""What every frontend builds WSE IR with: an ``Emitter`` inserts ops at the end of
+``@main``'s body with the current location, folds the primitives whose operands are known at
+compile time, and turns arrays into constants (inline when small, else frozen weights in the
+side store).
+
+The ONNX importer and the PyTorch lowering are both emitters, so the helpers of
+``cgc.frontends.onnx.builders`` serve both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+from xdsl.builder import Builder
+from xdsl.dialects.builtin import NameLoc, NoneAttr, StringAttr, TensorType
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.traits import Pure
+
+from cgc.dialects import wse
+from cgc.machine import dtypes, reference
+from cgc.machine.bytecode import PRIMITIVES
+
+INLINE_LIMIT = 64
+"""Constants of at most this many elements are written inline as ``wse.constant``."""
+
+
+def loc(name: str) -> NameLoc:
+    """The location ``loc("name")``."""
+    return NameLoc(StringAttr(name), NoneAttr())
+
+
+def inlinable(array: np.ndarray) -> bool:
+    """Whether a constant can be written in the IR text and read back exactly."""
+    if array.size > INLINE_LIMIT or dtypes.is_extended(array.dtype):
+        return False
+    # xDSL prints non-finite floats as hex bit patterns that it cannot read back correctly.
+    return array.dtype.kind != "f" or bool(np.isfinite(array).all())
+
+
+class Emitter:
+    """The builder of one ``@main``: where ops go, what is known at compile time, and the side
+    store of weights."""
+
+    def __init__(self) -> None:
+        self.builder: Builder | None = None
+        self.loc = loc("main")
+        """The location of the ops emitted now: the node being converted."""
+        self.weights: dict[str, np.ndarray] = {}
+        self.known: dict[SSAValue, np.ndarray] = {}
+        """Values known at compile time: constants, folded results, integer initializers."""
+        self.folded = 0
+
+    def const(self, array: np.ndarray, name: str | None = None, at: NameLoc | None = None):
+        """A value known at compile time: inline when small, else a frozen weight."""
+        array = np.asarray(array)
+        element = wse.element_of_numpy(array.dtype)
+        if inlinable(array):
+            op: Operation = wse.ConstantOp(wse.dense_attr(array))
+        else:
+            if name is None or name in self.weights:
+                self.folded += 1
+                name = f"{self.loc.desc.data}:{self.folded}"
+            self.weights[name] = array
+            op = wse.WeightOp(name, TensorType(element, array.shape), frozen=True)
+        value = self._insert(op, at)[0]
+        self.known[value] = array
+        return value
+
+    def _insert(self, op: Operation, at: NameLoc | None = None) -> list[SSAValue]:
+        assert self.builder is not None
+        op.location = at or self.loc
+        op.verify()
+        self.builder.insert(op)
+        return list(op.results)
+
+    def emit_all(self, op: Operation) -> list[SSAValue]:
+        """Adds ``op`` to ``@main`` with the current node's location and returns its results;
+        a primitive whose operands are all known at compile time is evaluated instead, so
+        shape arithmetic leaves only constants behind."""
+        known = [self.known.get(v) for v in op.operands]
+        arrays = [a for a in known if a is not None]
+        if op.operands and len(arrays) == len(known) and _foldable(op):
+            op.verify()
+            results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r)))
+                       for r in op.results]  # fmt: skip
+            values = reference.evaluate_all(
+                wse.mnemonic(op), wse.properties_as_python(op), arrays, results
+            )
+            return [self.const(v) for v in values]
+        return self._insert(op)
+
+    def emit(self, op: Operation) -> SSAValue:
+        """``emit_all`` for an op of one result."""
+        return self.emit_all(op)[0]
+
+    def constant(self, array: np.ndarray) -> SSAValue:
+        """A compile-time constant."""
+        return self.const(array)
+
+    def scalar(self, value: float, like: SSAValue) -> SSAValue:
+        """A rank-0 constant of ``like``'s element type."""
+        dtype = wse.numpy_dtype(wse.element_type(like))
+        return self.constant(np.array(value, dtype=dtype))
+
+
+def erase_unused(block: Block) -> None:
+    """Drops the pure ops whose results nothing uses (constants that folding left behind)."""
+    for op in reversed(list(block.ops)):
+        if op.has_trait(Pure) and not any(r.uses for r in op.results):
+            op.detach()
+            op.erase()
+
+
+def _foldable(op: Operation) -> bool:
+    """Whether the importer may evaluate ``op`` when its operands are known."""
+    return op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES
+
+
+Converter = TypeVar("Converter", bound=Callable)
+
+
+def registrar(
+    registry: dict[str, Converter], what: str
+) -> Callable[..., Callable[[Converter], Converter]]:
+    """The decorator that adds a converter to ``registry`` under each name it is given (a
+    name given twice is a programming error naming ``what`` the converters are)."""
+
+    def register(*names: str) -> Callable[[Converter], Converter]:
+        def add(function: Converter) -> Converter:
+            for name in names:
+                if name in registry:
+                    raise ValueError(f"two {what} for {name}")
+                registry[name] = function
+            return function
+
+        return add
+
+    return register

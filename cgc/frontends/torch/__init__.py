@@ -1,0 +1,148 @@
+"""The PyTorch frontend: a ``torch.nn.Module`` (or a ``torch.export.ExportedProgram``) to a
+``func.func @main`` of ``wse`` ops, without ONNX on the way.
+
+``capture`` runs ``torch.export`` (with a symbolic batch on axis 0 of every input where
+``dynamic_batch`` asks for it) and decomposes the program to the core ATen opset;
+``import_program`` lowers it at a batch size (``lowering.Lowering``). The op lowerings live in
+one module per op family, as the ONNX frontend's do: ``elementwise``, ``linear``, ``shapes``,
+``normalization``.
+
+Importing this package imports torch; ``cgc`` imports it only when it is handed a module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import runpy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.export import Dim, ExportedProgram
+
+from cgc.errors import CgcError
+from cgc.frontends.imported import ImportedModel
+from cgc.frontends.torch import elementwise, linear, normalization, shapes
+from cgc.frontends.torch.lowering import ATEN, Lowering
+
+__all__ = [
+    "ATEN",
+    "capture",
+    "elementwise",
+    "example_batch",
+    "from_factory",
+    "import_program",
+    "linear",
+    "normalization",
+    "shapes",
+]
+
+
+def capture(
+    model: torch.nn.Module | ExportedProgram,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    dynamic_batch: bool = True,
+) -> ExportedProgram:
+    """``model`` exported with ``torch.export`` and decomposed to core ATen: an
+    ``ExportedProgram`` as it is (decomposed), a module captured on the example ``args`` and
+    ``kwargs``. A problem torch reports is a one-line CgcError with torch's reason."""
+    if isinstance(model, ExportedProgram):
+        program = model
+    elif isinstance(model, torch.nn.Module):
+        args, kwargs = tuple(args), dict(kwargs or {})
+        shapes = _batch_dims(model, args, kwargs) if dynamic_batch else None
+        try:
+            program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes)
+        except Exception as e:  # torch raises many kinds; every one is the user's model
+            message = f"torch.export cannot capture {type(model).__name__}: {_reason(e)}"
+            raise CgcError(message) from None
+    else:
+        raise CgcError(
+            f"expected a torch.nn.Module or torch.export.ExportedProgram, got "
+            f"{type(model).__name__}"
+        )
+    try:
+        return program.run_decompositions()
+    except Exception as e:
+        message = f"torch cannot decompose the program to core ATen: {_reason(e)}"
+        raise CgcError(message) from None
+
+
+FACTORY = re.compile(r"^(?P<path>.+\.py):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+"""``path/to/file.py:factory``: a Python file and the function in it that returns a module
+and its example inputs."""
+
+
+def from_factory(spec: str, dynamic_batch: bool = True) -> ExportedProgram:
+    """The program of the module that ``file.py:factory`` returns with its example inputs:
+    ``(module, args)`` or ``(module, args, kwargs)``."""
+    match = FACTORY.match(spec)
+    assert match is not None
+    path, name = Path(match["path"]), match["name"]
+    if not path.is_file():
+        raise CgcError(f"{path}: no such file")
+    try:
+        namespace = runpy.run_path(str(path))
+    except Exception as e:
+        raise CgcError(f"{path}: running it failed: {type(e).__name__}: {_reason(e)}") from None
+    factory = namespace.get(name)
+    if not callable(factory):
+        raise CgcError(f"{path}: no function '{name}'")
+    try:
+        made = factory()
+    except Exception as e:
+        raise CgcError(f"{spec}: {type(e).__name__}: {_reason(e)}") from None
+    if (
+        not isinstance(made, tuple)
+        or len(made) not in (2, 3)
+        or not isinstance(made[0], torch.nn.Module)
+        or not isinstance(made[1], tuple | list)
+    ):
+        raise CgcError(
+            f"{spec}: expected it to return (module, args) or (module, args, kwargs), got "
+            f"{type(made).__name__}"
+        )
+    return capture(made[0], made[1], made[2] if len(made) == 3 else None, dynamic_batch)
+
+
+def import_program(
+    program: ExportedProgram, batch_size: int | None = None, source: str = "<torch>"
+) -> ImportedModel:
+    """The WSE IR of an exported program, its symbolic batch bound to ``batch_size`` (None:
+    the example's)."""
+    return Lowering(program, batch_size, source).run()
+
+
+def _batch_dims(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``dynamic_shapes`` making axis 0 of every tensor input one symbolic batch, by the
+    names of ``model.forward``'s parameters."""
+    batch = Dim("batch")
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except TypeError as e:
+        message = f"the example inputs do not fit {type(model).__name__}.forward: {e}"
+        raise CgcError(message) from None
+    return {
+        name: {0: batch} if isinstance(value, torch.Tensor) and value.dim() > 0 else None
+        for name, value in bound.arguments.items()
+    }
+
+
+def example_batch(program: ExportedProgram) -> int | None:
+    """The example batch of a program captured with a symbolic batch; None without one."""
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(value, torch.Tensor) and value.dim():
+            size = value.shape[0]
+            if not isinstance(size, int):
+                return int(size.node.hint) if size.node.hint is not None else None
+    return None
+
+
+def _reason(error: Exception) -> str:
+    """The first line of what torch says, without its advice."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

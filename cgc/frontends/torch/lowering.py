@@ -1,0 +1,332 @@
+"""The lowering of a ``torch.export`` program in core ATen to a ``func.func @main`` of ``wse``
+ops, and the registry of op lowerings that the family modules fill.
+
+``Lowering`` walks the FX graph in order. A placeholder is a parameter (a ``wse.weight`` named
+by its ``state_dict`` key; tied parameters, one tensor under two keys, are one weight), a
+buffer (a frozen ``wse.weight``: batch-norm statistics), a lifted constant, or a user input (a
+block argument whose axis 0 is the batch when it was captured with a symbolic batch). A
+``call_function`` node is lowered by the function registered for its ATen overload
+(``aten.addmm.default``), which gets the node's arguments with every FX node replaced by what
+it lowered to: an SSA value, a Python number (symbolic sizes evaluate to the batch given), or
+a tuple of them. Each op carries the location of the module that ran it
+(``transformer.h.0.attn.c_attn``), or of the node at the top level.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from xdsl.builder import Builder
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.ir import SSAValue
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import VerifyException
+
+from cgc.dialects import wse
+from cgc.errors import CgcError
+from cgc.frontends.emitter import Emitter, erase_unused, loc, registrar
+from cgc.frontends.imported import ImportedModel, TensorSpec
+from cgc.frontends.onnx.builders import cast
+from cgc.frontends.onnx.importer import node_list
+from cgc.frontends.onnx.nodes import NodeError
+
+Lowered = Any
+"""What a node lowers to: an SSA value, a Python number, None, or a tuple of these."""
+
+OpLowering = Callable[..., Lowered]
+"""``f(lowering, *args, **kwargs)``: the node's arguments as lowered values."""
+
+ATEN: dict[str, OpLowering] = {}
+"""One lowering per supported ATen overload, by its name (``aten.addmm.default``)."""
+
+SIZE_ARITHMETIC: dict[object, Callable[..., int]] = {
+    operator.add: operator.add,
+    operator.sub: operator.sub,
+    operator.mul: operator.mul,
+    operator.floordiv: operator.floordiv,
+    operator.mod: operator.mod,
+    operator.neg: operator.neg,
+}
+"""Python arithmetic on symbolic sizes that export leaves in the graph (``batch * 8``)."""
+
+DTYPES = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+"""The torch dtypes cgc runs, as numpy dtype names."""
+
+
+register = registrar(ATEN, "lowerings")
+"""``@register("aten.addmm.default")``: registers a lowering for ATen overloads."""
+
+
+def numpy_dtype(dtype: torch.dtype) -> str:
+    """The numpy name of a torch dtype cgc runs."""
+    if dtype not in DTYPES:
+        raise NodeError(f"dtype {str(dtype).removeprefix('torch.')} is not supported")
+    return DTYPES[dtype]
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a numpy array of the same dtype (bfloat16 as ml_dtypes')."""
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    return tensor.numpy().copy()
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """The registry key of a ``call_function`` node's target."""
+    return str(node.target)
+
+
+class Lowering(Emitter):
+    """Lowers one exported program at one batch size."""
+
+    def __init__(self, program: ExportedProgram, batch: int | None, source: str):
+        super().__init__()
+        self.program = program
+        self.batch = batch
+        self.source = source
+        self.env: dict[torch.fx.Node, Lowered] = {}
+        self.node: torch.fx.Node | None = None
+        """The node being lowered."""
+        self.weight_names = _weight_names(program)
+        self.initializers: list[str] = []
+
+    def error(self, message: str) -> CgcError:
+        return CgcError(f"{self.source}: {message}")
+
+    # -- driver ---------------------------------------------------------------------------
+
+    def run(self) -> ImportedModel:
+        graph = self.program.graph
+        self._check_ops(graph)
+        inputs = self._input_specs(graph)
+        in_types = [TensorType(wse.element_of_numpy(s.dtype), s.shape) for s in inputs]
+        module = ModuleOp([])
+        fn = func.FuncOp("main", (in_types, []))
+        module.body.block.add_op(fn)
+        block = fn.body.block
+        self.builder = Builder(InsertPoint.at_end(block))
+        arguments = iter(zip(inputs, block.args, strict=True))
+        results: list[SSAValue] = []
+        for node in graph.nodes:
+            self.node = node
+            self.loc = loc(_location(node))
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node, arguments)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                results = self._outputs(node)
+        ret = func.ReturnOp(*results)
+        self.builder.insert(ret)
+        erase_unused(block)
+        fn.function_type = FunctionType.from_lists(in_types, [r.type for r in results])
+        fn.verify(verify_nested_ops=False)
+        ret.verify()
+        return ImportedModel(
+            module=module,
+            weights=self.weights,
+            inputs=inputs,
+            outputs=self._output_specs(graph, results),
+            initializers=self.initializers,
+            opset=0,
+            source=self.source,
+        )
+
+    def _check_ops(self, graph: torch.fx.Graph) -> None:
+        """Fails with every unsupported op and its nodes, sorted by op."""
+        problems: dict[str, list[str]] = {}
+        for node in graph.nodes:
+            if node.op != "call_function" or node.target in SIZE_ARITHMETIC:
+                continue
+            if node.target is not operator.getitem and op_name(node) not in ATEN:
+                problems.setdefault(op_name(node), []).append(node.name)
+        if problems:
+            parts = [f"{op} ({node_list(names)})" for op, names in sorted(problems.items())]
+            raise self.error(f"unsupported ops: {', '.join(parts)}")
+
+    # -- placeholders ---------------------------------------------------------------------
+
+    def _input_specs(self, graph: torch.fx.Graph) -> list[TensorSpec]:
+        """The user inputs, in order, at the batch given."""
+        user = {s.arg.name for s in self.program.graph_signature.input_specs
+                if s.kind == InputKind.USER_INPUT}  # fmt: skip
+        specs = []
+        for node in graph.nodes:
+            if node.op != "placeholder" or node.name not in user:
+                continue
+            value = node.meta["val"]
+            if not isinstance(value, torch.Tensor):
+                raise self.error(f"input '{node.name}' is not a tensor ({type(value).__name__})")
+            symbolic = _symbolic_batch(value)
+            shape = [int(d) if isinstance(d, int) else 0 for d in value.shape]
+            if symbolic:
+                shape[0] = self.batch if self.batch is not None else _hint(value.shape[0])
+            if any(not isinstance(d, int) for d in value.shape[1:]):
+                raise self.error(f"input '{node.name}': only axis 0 (the batch) may be symbolic")
+            try:
+                dtype = numpy_dtype(value.dtype)
+            except NodeError as e:
+                raise self.error(f"input '{node.name}': {e}") from None
+            specs.append(TensorSpec(node.name, tuple(shape), dtype, 0 if symbolic else None))
+        return specs
+
+    def _placeholder(self, node: torch.fx.Node, arguments) -> Lowered:
+        spec = self._input_spec(node.name)
+        if spec is None:
+            _, argument = next(arguments)
+            argument.location = loc(node.name)
+            return argument
+        kind, target = spec
+        self.loc = loc(target)
+        if kind == InputKind.PARAMETER:
+            name = self.weight_names[target]
+            tensor = self.program.state_dict[target]
+            return self._weight(name, tensor, frozen=False)
+        if kind == InputKind.BUFFER:
+            tensor = self.program.state_dict.get(target, self.program.constants.get(target))
+            return self._weight(target, tensor, frozen=True)
+        tensor = self.program.constants[target]
+        return self.const(to_numpy(tensor), target)
+
+    def _input_spec(self, name: str) -> tuple[InputKind, str] | None:
+        """The kind and target of a placeholder that is not a user input."""
+        for spec in self.program.graph_signature.input_specs:
+            if spec.arg.name == name and spec.kind != InputKind.USER_INPUT:
+                if spec.target is None:
+                    raise self.error(f"input '{name}' ({spec.kind.name}) has no target")
+                return spec.kind, spec.target
+        return None
+
+    def _weight(self, name: str, tensor: torch.Tensor, frozen: bool) -> SSAValue:
+        """A parameter (trainable) or a buffer (frozen) as a ``wse.weight``, once per name."""
+        array = to_numpy(tensor)
+        if not np.issubdtype(array.dtype, np.floating) and array.dtype != ml_dtypes.bfloat16:
+            return self.const(array, name)
+        if name not in self.weights:
+            self.weights[name] = array
+            if not frozen:
+                self.initializers.append(name)
+        ty = TensorType(wse.element_of_numpy(array.dtype), array.shape)
+        return self.emit(wse.WeightOp(name, ty, frozen=frozen))
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def _call(self, node: torch.fx.Node) -> Lowered:
+        args = [self.lowered(a) for a in node.args]
+        kwargs = {k: self.lowered(v) for k, v in node.kwargs.items()}
+        if node.target in SIZE_ARITHMETIC:
+            return SIZE_ARITHMETIC[node.target](*args)
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        try:
+            return ATEN[op_name(node)](self, *args, **kwargs)
+        except (NodeError, VerifyException, TypeError) as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise self.error(f"node '{node.name}' ({op_name(node)}): {reason}") from None
+
+    def lowered(self, arg: Any) -> Lowered:
+        """An FX argument with its nodes replaced by their lowered values."""
+        if isinstance(arg, torch.fx.Node):
+            return self.env[arg]
+        if isinstance(arg, list | tuple):
+            return type(arg)(self.lowered(a) for a in arg)
+        return arg
+
+    # -- what op lowerings ask ------------------------------------------------------------
+
+    def result_dtype(self, index: int = 0) -> str:
+        """The numpy dtype name of the current node's result (``index``: of a tuple)."""
+        assert self.node is not None
+        value = self.node.meta["val"]
+        if isinstance(value, list | tuple):
+            value = value[index]
+        return numpy_dtype(value.dtype)
+
+    def tensor(self, value: SSAValue | float | bool, dtype: str | None = None) -> SSAValue:
+        """``value`` as a tensor of ``dtype`` (default: the current node's result type): a
+        tensor cast to it, a Python number as a rank-0 constant."""
+        dtype = dtype or self.result_dtype()
+        if isinstance(value, SSAValue):
+            return cast(self, value, dtype)
+        return self.constant(np.array(value, dtype=dtype))
+
+    # -- outputs --------------------------------------------------------------------------
+
+    def _outputs(self, node: torch.fx.Node) -> list[SSAValue]:
+        values = self.lowered(node.args[0])
+        results = []
+        for i, value in enumerate(values):
+            if not isinstance(value, SSAValue):
+                raise self.error(f"output {i} is not a tensor ({type(value).__name__})")
+            results.append(value)
+        return results
+
+    def _output_specs(self, graph: torch.fx.Graph, results: Sequence[SSAValue]) -> list:
+        output = next(n for n in graph.nodes if n.op == "output")
+        specs = []
+        for i, (arg, value) in enumerate(zip(output.args[0], results, strict=True)):
+            meta = arg.meta["val"] if isinstance(arg, torch.fx.Node) else None
+            symbolic = (
+                isinstance(meta, torch.Tensor)
+                and meta.dim() > 0
+                and not isinstance(meta.shape[0], int)
+            )
+            name = "output" if len(results) == 1 else f"output_{i}"
+            specs.append(
+                TensorSpec(
+                    name,
+                    wse.tensor_shape(value),
+                    wse.numpy_dtype(wse.element_type(value)),
+                    0 if symbolic else None,
+                )
+            )
+        return specs
+
+
+def _weight_names(program: ExportedProgram) -> dict[str, str]:
+    """The weight name of every parameter: its ``state_dict`` key, or for a tensor held under
+    several keys (tied parameters), the first of them."""
+    first: dict[int, str] = {}
+    names = {}
+    for key, tensor in program.state_dict.items():
+        names[key] = first.setdefault(id(tensor), key)
+    return names
+
+
+def _location(node: torch.fx.Node) -> str:
+    """The module path that ran ``node`` (``h.0.attn.c_attn``), else the node's name."""
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, _ in reversed(list(stack.values())):
+        if path and not path.startswith("_"):
+            return str(path).removeprefix("L['self'].")
+    return node.name
+
+
+def _symbolic_batch(value: torch.Tensor) -> bool:
+    """Whether axis 0 of a captured tensor is the symbolic batch."""
+    return value.dim() > 0 and not isinstance(value.shape[0], int)
+
+
+def _hint(size: Any) -> int:
+    """The example value of a symbolic size."""
+    return int(size.node.hint) if size.node.hint is not None else 1

@@ -1,0 +1,171 @@
+"""Lowerings of the core ATen reductions, softmaxes, normalizations and pooling windows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+from xdsl.ir import SSAValue
+
+from cgc.dialects import wse
+from cgc.frontends.onnx.builders import broadcast, unique_axes
+from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
+from cgc.frontends.torch.lowering import Lowering, OpLowering, register
+
+REDUCTIONS = {
+    "aten.sum.dim_IntList": wse.ReduceSumOp,
+    "aten.sum.default": wse.ReduceSumOp,
+    "aten.mean.dim": wse.ReduceMeanOp,
+    "aten.mean.default": wse.ReduceMeanOp,
+    "aten.prod.dim_int": wse.ReduceProdOp,
+    "aten.prod.default": wse.ReduceProdOp,
+    "aten.amax.default": wse.ReduceMaxOp,
+    "aten.amin.default": wse.ReduceMinOp,
+}
+"""Reductions over some axes (all when none are given) that are one WSE op."""
+
+
+def _reduction(op: type) -> OpLowering:
+    def lower(
+        lw: Lowering,
+        x: SSAValue,
+        dims: Sequence[int] | int | None = None,
+        keepdim: bool = False,
+        **_: object,
+    ) -> SSAValue:
+        rank = len(shape_of(x))
+        x = lw.tensor(x)
+        if not rank:
+            return x
+        if dims is None or (isinstance(dims, Sequence) and not dims):
+            axes = list(range(rank))
+        else:
+            axes = sorted(unique_axes([dims] if isinstance(dims, int) else dims, rank, "dim"))
+        return lw.emit(op(x, axes, bool(keepdim)))
+
+    return lower
+
+
+for _name, _op in REDUCTIONS.items():
+    register(_name)(_reduction(_op))
+
+
+@register("aten.var.correction", "aten.var.dim")
+def _var(
+    lw: Lowering,
+    x: SSAValue,
+    dims: Sequence[int] | None = None,
+    correction: float | None = None,
+    keepdim: bool = False,
+    **kwargs: object,
+) -> SSAValue:
+    """The mean of squared deviations, divided by ``n - correction`` (default 1)."""
+    rank = len(shape_of(x))
+    axes = list(range(rank)) if not dims else sorted(unique_axes(dims, rank, "dim"))
+    count = prod(shape_of(x)[a] for a in axes)
+    correction = 1 if correction is None else correction
+    x = lw.tensor(x)
+    mean = lw.emit(wse.ReduceMeanOp(x, axes, True))
+    deviation = lw.emit(wse.SubOp(x, mean))
+    total = lw.emit(wse.ReduceSumOp(lw.emit(wse.MulOp(deviation, deviation)), axes, keepdim))
+    return lw.emit(wse.DivOp(total, lw.tensor(max(count - correction, 0))))
+
+
+@register("aten._softmax.default", "aten._log_softmax.default")
+def _softmax(lw: Lowering, x: SSAValue, dim: int, half_to_float: bool = False) -> SSAValue:
+    assert lw.node is not None
+    op = wse.LogSoftmaxOp if "log" in str(lw.node.target) else wse.SoftmaxOp
+    return lw.emit(op(lw.tensor(x), axis_of(dim, len(shape_of(x)), "dim")))
+
+
+@register("aten.native_layer_norm.default")
+def _layer_norm(
+    lw: Lowering,
+    x: SSAValue,
+    normalized_shape: Sequence[int],
+    weight: SSAValue | None,
+    bias: SSAValue | None,
+    eps: float,
+) -> tuple:
+    """The normalized output only: its mean and reciprocal deviation (outputs 1 and 2, which
+    only autograd reads) are not lowered."""
+    shape = shape_of(x)
+    axis = len(shape) - len(normalized_shape)
+    dtype = lw.result_dtype()
+    scale = lw.tensor(weight) if weight is not None else broadcast(lw, lw.tensor(1), shape[axis:])
+    offset = None if bias is None else lw.tensor(bias)
+    y = lw.emit(wse.LayerNormOp(lw.tensor(x, dtype), scale, offset, axis, float(eps)))
+    return y, None, None
+
+
+@register("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm(
+    lw: Lowering,
+    x: SSAValue,
+    weight: SSAValue | None,
+    bias: SSAValue | None,
+    mean: SSAValue,
+    var: SSAValue,
+    momentum: float,
+    eps: float,
+) -> tuple:
+    """Batch normalization with the running statistics (a module in ``eval()`` mode)."""
+    channels = shape_of(x)[1:2]
+    scale = lw.tensor(weight) if weight is not None else broadcast(lw, lw.tensor(1), channels)
+    offset = lw.tensor(bias) if bias is not None else broadcast(lw, lw.tensor(0), channels)
+    y = lw.emit(
+        wse.BatchNormOp(lw.tensor(x), scale, offset, lw.tensor(mean), lw.tensor(var), float(eps))
+    )
+    return y, None, None
+
+
+def _window(
+    x: SSAValue,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+) -> tuple[list[int], list[int], list[int]]:
+    """The kernel, strides and ONNX-ordered pads of a pooling window."""
+    spatial = len(kernel)
+    stride = list(stride) or list(kernel)
+    padding = list(padding) * (spatial if len(padding) == 1 else 1)
+    if ceil_mode:
+        raise NodeError("ceil_mode=True is not supported yet")
+    if len(shape_of(x)) != spatial + 2:
+        raise NodeError(f"expected a batched input of {spatial} spatial axes")
+    return list(kernel), stride, padding * 2
+
+
+@register("aten.max_pool2d_with_indices.default")
+def _max_pool(
+    lw: Lowering,
+    x: SSAValue,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    dilation: Sequence[int] = (1,),
+    ceil_mode: bool = False,
+) -> tuple:
+    """The pooled values; their indices (output 1, for autograd) are not lowered."""
+    kernel, strides, pads = _window(x, kernel_size, stride, padding, ceil_mode)
+    dilations = list(dilation) * (len(kernel) if len(dilation) == 1 else 1)
+    return lw.emit(wse.MaxPoolOp(x, kernel, strides, pads, dilations)), None
+
+
+@register("aten.avg_pool2d.default")
+def _avg_pool(
+    lw: Lowering,
+    x: SSAValue,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = (0,),
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> SSAValue:
+    if divisor_override is not None:
+        raise NodeError("divisor_override is not supported")
+    kernel, strides, pads = _window(x, kernel_size, stride, padding, ceil_mode)
+    dilations = [1] * len(kernel)
+    return lw.emit(wse.AvgPoolOp(x, kernel, strides, pads, dilations, count_include_pad))
