@@ -275,3 +275,16 @@ def train(
         warn=lambda m: warnings.warn(m, stacklevel=3),
         evaluation=evaluation,
     )
+
+
+def __getattr__(name: str) -> Any:
+    """``cgc.torch``, the PyTorch training API, imported (with torch) when first used."""
+    if name != "torch":
+        raise AttributeError(f"module 'cgc' has no attribute {name!r}")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CgcError("cgc.torch needs PyTorch: pip install cgc[torch]") from None
+    from cgc import torch_api
+
+    return torch_api

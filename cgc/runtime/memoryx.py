@@ -42,6 +42,9 @@ class MemoryX:
         self.gradients: dict[str, np.ndarray] = {}
         self.state: dict[str, dict[str, np.ndarray]] = {}
         self.steps = 0
+        self.groups: dict[str, dict[str, float]] = {}
+        """Per-weight settings over the step's (torch.optim's param groups: no weight decay
+        on biases, a lower learning rate for some layers); the schedule scales each ``lr``."""
 
     def stream(
         self, name: str, shape: Sequence[int], perm: Sequence[int] | None, dtype: str
@@ -84,14 +87,15 @@ class MemoryX:
         of ``max_grad_norm``; returns the gradients' global norm before clipping."""
         full = optimizers.settings(optimizer, config)
         update = optimizers.OPTIMIZERS[optimizer].update
-        full["lr"] = full["lr"] * lr_factor
         if max_grad_norm is not None:
             norm = optimizers.clip_by_global_norm(self.gradients, max_grad_norm)
         else:
             norm = optimizers.global_norm(self.gradients)
         for name in sorted(self.gradients):
             state = self.state.get(name, {})
-            self.weights[name] = update(self.weights[name], self.gradients[name], state, full)
+            own = {**full, **self.groups.get(name, {})}
+            own["lr"] = own["lr"] * lr_factor
+            self.weights[name] = update(self.weights[name], self.gradients[name], state, own)
             if state:
                 self.state[name] = state
         self.gradients.clear()

@@ -176,7 +176,7 @@ def train(
     else:  # a new run: checkpoints of an earlier one must not be resumed into it later
         first = 0
         shutil.rmtree(directory / "checkpoints", ignore_errors=True)
-    result.metrics = _metrics_before(directory / "metrics.jsonl", first)
+    result.metrics = metrics_before(directory / "metrics.jsonl", first)
     write_atomically(
         directory / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
     )
@@ -283,7 +283,7 @@ def _resume(
     return found.step
 
 
-def _metrics_before(path: Path, step: int) -> list[dict]:
+def metrics_before(path: Path, step: int) -> list[dict]:
     """The metrics lines of the steps up to ``step`` that an earlier run wrote."""
     if step == 0 or not path.exists():
         return []

@@ -24,20 +24,29 @@ from torch.export import Dim, ExportedProgram
 
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel
-from cgc.frontends.torch import elementwise, linear, normalization, shapes
+from cgc.frontends.torch import elementwise, indexing, linear, loss, normalization, shapes
 from cgc.frontends.torch.lowering import ATEN, Lowering
 
 __all__ = [
+    "ALWAYS_WHOLE",
     "ATEN",
     "capture",
     "elementwise",
     "example_batch",
     "from_factory",
     "import_program",
+    "indexing",
     "linear",
+    "loss",
     "normalization",
     "shapes",
 ]
+
+
+ALWAYS_WHOLE = ("aten.linear.default",)
+"""Ops ``capture`` never decomposes: a linear layer on a tensor of any rank is one matrix
+product, where its decomposition flattens the rows into a matrix and back, moving the data
+twice (ONNX's exporters keep it a MatMul too)."""
 
 
 def capture(
@@ -45,10 +54,12 @@ def capture(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     dynamic_batch: bool = True,
+    kept_whole: Sequence[str] = (),
 ) -> ExportedProgram:
     """``model`` exported with ``torch.export`` and decomposed to core ATen: an
     ``ExportedProgram`` as it is (decomposed), a module captured on the example ``args`` and
-    ``kwargs``. A problem torch reports is a one-line CgcError with torch's reason."""
+    ``kwargs``. The ops ``kept_whole`` (``aten.nll_loss_forward.default``) are not
+    decomposed. A problem torch reports is a one-line CgcError with torch's reason."""
     if isinstance(model, ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
@@ -64,8 +75,11 @@ def capture(
             f"expected a torch.nn.Module or torch.export.ExportedProgram, got "
             f"{type(model).__name__}"
         )
+    table = torch.export.default_decompositions()
+    for op in [op for op in table if str(op) in (*ALWAYS_WHOLE, *kept_whole)]:
+        del table[op]
     try:
-        return program.run_decompositions()
+        return program.run_decompositions(table)
     except Exception as e:
         message = f"torch cannot decompose the program to core ATen: {_reason(e)}"
         raise CgcError(message) from None
@@ -125,10 +139,13 @@ def _batch_dims(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, 
     except TypeError as e:
         message = f"the example inputs do not fit {type(model).__name__}.forward: {e}"
         raise CgcError(message) from None
-    return {
-        name: {0: batch} if isinstance(value, torch.Tensor) and value.dim() > 0 else None
-        for name, value in bound.arguments.items()
-    }
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, tuple):  # a *args parameter
+            return tuple(spec(v) for v in value)
+        return {0: batch} if isinstance(value, torch.Tensor) and value.dim() > 0 else None
+
+    return {name: spec(value) for name, value in bound.arguments.items()}
 
 
 def example_batch(program: ExportedProgram) -> int | None:

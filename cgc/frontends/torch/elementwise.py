@@ -240,3 +240,59 @@ def _common_dtype(lw: Lowering, a: Operand, b: Operand) -> str:
 
 for _kind in COMPARISONS:
     register(f"aten.{_kind}.Tensor", f"aten.{_kind}.Scalar")(_comparison(_kind))
+
+
+@register("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor")
+def _remainder(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
+    """Python's ``a % b``, with the sign of ``b``: ``a - floor(a / b) * b`` for floats."""
+    x, y = lw.tensor(a), lw.tensor(b)
+    if lw.result_dtype() not in ("float32", "float64", "float16", "bfloat16"):
+        return lw.emit(wse.ModOp(x, y))
+    quotient = lw.emit(wse.FloorOp(lw.emit(wse.DivOp(x, y))))
+    return lw.emit(wse.SubOp(x, lw.emit(wse.MulOp(quotient, y))))
+
+
+@register("aten.atan2.default")
+def _atan2(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
+    """The angle of ``(b, a)``: ``atan(a / b)`` moved by pi into the quadrant of ``b < 0``."""
+    y, x = lw.tensor(a), lw.tensor(b)
+    zero = lw.tensor(0)
+    base = lw.emit(wse.AtanOp(lw.emit(wse.DivOp(y, x))))
+    # atan(y / x) is off by +-pi left of the y axis; the sign of y picks which
+    turn = select(lw, lw.emit(wse.GreaterEqualOp(y, zero)), lw.tensor(math.pi), lw.tensor(-math.pi))
+    shifted = lw.emit(wse.AddOp(base, turn))
+    return select(lw, lw.emit(wse.GreaterOp(zero, x)), shifted, base)
+
+
+@register("aten.trunc.default")
+def _trunc(lw: Lowering, x: SSAValue) -> SSAValue:
+    x = lw.tensor(x)
+    magnitude = lw.emit(wse.FloorOp(lw.emit(wse.AbsOp(x))))
+    return lw.emit(wse.MulOp(magnitude, lw.emit(wse.SignOp(x))))
+
+
+@register("aten.isinf.default")
+def _isinf(lw: Lowering, x: SSAValue) -> SSAValue:
+    return lw.emit(wse.IsInfOp(x))
+
+
+@register("aten.bitwise_left_shift.Tensor", "aten.bitwise_left_shift.Tensor_Scalar")
+def _shift_left(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
+    return lw.emit(wse.ShiftLeftOp(lw.tensor(a), lw.tensor(b)))
+
+
+@register("aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar")
+def _shift_right(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
+    return lw.emit(wse.ShiftRightOp(lw.tensor(a), lw.tensor(b)))
+
+
+@register("aten.elu.default")
+def _elu(
+    lw: Lowering, x: SSAValue, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0
+) -> SSAValue:
+    """``scale * x`` above zero, ``scale * alpha * (exp(input_scale * x) - 1)`` below."""
+    x = lw.tensor(x)
+    curve = lw.emit(wse.ExpOp(lw.emit(wse.MulOp(x, lw.tensor(input_scale)))))
+    curve = lw.emit(wse.MulOp(lw.emit(wse.SubOp(curve, lw.tensor(1))), lw.tensor(alpha)))
+    positive = lw.emit(wse.GreaterOp(x, lw.tensor(0)))
+    return lw.emit(wse.MulOp(select(lw, positive, x, curve), lw.tensor(scale)))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import add, add_channel_bias, mul
+from cgc.frontends.onnx.builders import add, add_channel_bias, mul, reshape, transpose
 from cgc.frontends.onnx.nodes import NodeError, shape_of
 from cgc.frontends.torch.lowering import Lowering, register
 
@@ -30,6 +30,18 @@ def _addmm(
         return product
     bias = lw.tensor(bias)
     return add(lw, product, bias if beta == 1 else mul(lw, bias, lw.tensor(beta)))
+
+
+@register("aten.linear.default")
+def _linear(lw: Lowering, x: SSAValue, weight: SSAValue, bias: SSAValue | None = None):
+    """``x @ weight.T + bias`` on rows of any rank (``capture`` keeps it whole); a vector
+    ``x`` is one row, a vector ``weight`` one output that the result leaves out."""
+    rows, outputs = shape_of(x), shape_of(weight)
+    matrix = reshape(lw, lw.tensor(weight), (1, outputs[0]) if len(outputs) == 1 else outputs)
+    lhs = reshape(lw, lw.tensor(x), (1, rows[0])) if len(rows) == 1 else lw.tensor(x)
+    product = _mm(lw, lhs, transpose(lw, matrix, [1, 0]))
+    product = reshape(lw, product, (*rows[:-1], *outputs[:-1]))
+    return product if bias is None else add(lw, product, lw.tensor(bias))
 
 
 @register("aten.convolution.default")

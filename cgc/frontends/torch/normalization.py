@@ -8,8 +8,9 @@ from math import prod
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import broadcast, unique_axes
+from cgc.frontends.onnx.builders import broadcast, reshape, unique_axes
 from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
+from cgc.frontends.onnx.reduction import arg_extreme
 from cgc.frontends.torch.lowering import Lowering, OpLowering, register
 
 REDUCTIONS = {
@@ -169,3 +170,72 @@ def _avg_pool(
     kernel, strides, pads = _window(x, kernel_size, stride, padding, ceil_mode)
     dilations = [1] * len(kernel)
     return lw.emit(wse.AvgPoolOp(x, kernel, strides, pads, dilations, count_include_pad))
+
+
+def _arg_axis(lw: Lowering, x: SSAValue, dim: int | None) -> tuple[SSAValue, int]:
+    """The input and axis of an arg-reduction: all of a flattened ``x`` without ``dim``."""
+    shape = shape_of(x)
+    if dim is None or not shape:
+        return reshape(lw, x, [max(prod(shape), 1)]), 0
+    return x, axis_of(dim, len(shape), "dim")
+
+
+@register("aten.argmax.default", "aten.argmin.default")
+def _argmax(lw: Lowering, x: SSAValue, dim: int | None = None, keepdim: bool = False) -> SSAValue:
+    """The index of the first largest (smallest) value along ``dim`` or of all of ``x``."""
+    assert lw.node is not None
+    largest = "argmax" in str(lw.node.target)
+    shape = shape_of(x)
+    value, axis = _arg_axis(lw, x, dim)
+    index = arg_extreme(lw, value, axis, largest, False)  # type: ignore[arg-type]
+    if dim is None or not shape:
+        return reshape(lw, index, [1] * len(shape) if keepdim else [])
+    return index if keepdim else reshape(lw, index, _without(shape, axis))
+
+
+def _without(shape: Sequence[int], axis: int) -> list[int]:
+    return [d for i, d in enumerate(shape) if i != axis]
+
+
+@register("aten.max.dim", "aten.min.dim")
+def _max_dim(lw: Lowering, x: SSAValue, dim: int, keepdim: bool = False) -> tuple:
+    """The largest (smallest) values along ``dim`` and the index of the first of each."""
+    assert lw.node is not None
+    largest = "max" in str(lw.node.target)
+    shape = shape_of(x)
+    value, axis = _arg_axis(lw, x, dim)
+    op = wse.ReduceMaxOp if largest else wse.ReduceMinOp
+    values = lw.emit(op(value, [axis], True))
+    index = arg_extreme(lw, value, axis, largest, False)  # type: ignore[arg-type]
+    kept = [1 if i == axis else d for i, d in enumerate(shape)]
+    target = kept if keepdim else _without(shape, axis) if shape else []
+    return reshape(lw, values, target), reshape(lw, index, target)
+
+
+@register("aten.max.default", "aten.min.default")
+def _max_all(lw: Lowering, x: SSAValue) -> SSAValue:
+    assert lw.node is not None
+    op = wse.ReduceMaxOp if "max" in str(lw.node.target) else wse.ReduceMinOp
+    shape = shape_of(x)
+    return lw.emit(op(x, list(range(len(shape))), False)) if shape else x
+
+
+@register("aten.any.default", "aten.any.dim", "aten.any.dims")
+@register("aten.all.default", "aten.all.dim", "aten.all.dims")
+def _any(
+    lw: Lowering, x: SSAValue, dims: Sequence[int] | int | None = None, keepdim: bool = False
+) -> SSAValue:
+    """Whether any (all) elements are non-zero: the maximum (minimum) of ``x != 0``."""
+    assert lw.node is not None
+    every = "all" in str(lw.node.target)
+    shape = shape_of(x)
+    zero = lw.tensor(0, wse.numpy_dtype(wse.element_type(x)))
+    nonzero = lw.tensor(lw.emit(wse.NotOp(lw.emit(wse.EqualOp(x, zero)))), "float32")
+    if not shape:
+        return lw.tensor(nonzero, "bool")
+    if dims is None or (isinstance(dims, Sequence) and not dims):
+        axes = list(range(len(shape)))
+    else:
+        axes = sorted(unique_axes([dims] if isinstance(dims, int) else dims, len(shape), "dim"))
+    op = wse.ReduceMinOp if every else wse.ReduceMaxOp
+    return lw.tensor(lw.emit(op(nonzero, axes, bool(keepdim))), "bool")

@@ -170,7 +170,33 @@ def _embedding(lw: Lowering, weight: SSAValue, indices: SSAValue, *_: object) ->
 
 @register("aten.index_select.default")
 def _index_select(lw: Lowering, x: SSAValue, dim: int, index: SSAValue) -> SSAValue:
+    """The elements at ``index`` along ``dim``; a scalar ``x`` is one element along dim 0."""
+    if not shape_of(x):
+        return reshape(lw, lw.emit(wse.GatherOp(reshape(lw, x, [1]), index, 0)), [])
     return lw.emit(wse.GatherOp(x, index, axis_of(dim, len(shape_of(x)), "dim")))
+
+
+@register("aten.copy.default")
+def _copy(lw: Lowering, x: SSAValue, src: SSAValue, non_blocking: bool = False) -> SSAValue:
+    """``src`` broadcast to ``x``'s shape in ``x``'s type (the functional ``copy_``)."""
+    return broadcast(lw, cast(lw, src, wse.numpy_dtype(wse.element_type(x))), shape_of(x))
+
+
+@register("aten.diagonal.default")
+def _diagonal(lw: Lowering, x: SSAValue, offset: int = 0, dim1: int = 0, dim2: int = 1) -> SSAValue:
+    """The diagonal of the ``dim1``-``dim2`` planes as a last axis: the two axes moved last
+    and flattened, and the diagonal's flat positions gathered."""
+    shape = shape_of(x)
+    a, b = axis_of(dim1, len(shape), "dim1"), axis_of(dim2, len(shape), "dim2")
+    rest = [i for i in range(len(shape)) if i not in (a, b)]
+    n, m = shape[a], shape[b]
+    rows = np.arange(max(min(n, m - offset) if offset >= 0 else min(n + offset, m), 0))
+    first_row, first_col = (0, offset) if offset >= 0 else (-offset, 0)
+    flat = (rows + first_row) * m + rows + first_col
+    planes = transpose(lw, x, [*rest, a, b])
+    planes = reshape(lw, planes, [*(shape[i] for i in rest), n * m])
+    index = lw.constant(flat.astype(np.int64))
+    return lw.emit(wse.GatherOp(planes, index, len(rest)))
 
 
 @register("aten.sym_size.int")
@@ -178,3 +204,9 @@ def _sym_size(lw: Lowering, x: SSAValue, dim: int) -> int:
     """A symbolic size, evaluated: the batch the program is lowered at, or a fixed size."""
     shape = shape_of(x)
     return shape[axis_of(dim, len(shape), "dim")]
+
+
+@register("aten._assert_tensor_metadata.default")
+def _assert_metadata(lw: Lowering, x: SSAValue, *_: object, **__: object) -> None:
+    """A check torch.export leaves behind (of a dtype a cast produced): nothing to run."""
+    return None

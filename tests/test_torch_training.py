@@ -1,0 +1,319 @@
+"""``cgc.torch``: a PyTorch training loop run on the simulator against the same loop in eager.
+
+Each model is trained twice from the same initial weights on the same batches: once by
+torch.optim in eager mode, once by a ``cgc.torch`` session (weight streaming on K systems).
+The per-step losses and the final parameters must agree to the tolerances of
+tests/test_training.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cgc
+from cgc.errors import CgcError
+from cgc.torch_api import schedule_of
+
+TARGET = "mesh16x16"
+V, D, T = 16, 16, 8
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Single-head self-attention, causal or not."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        # no key bias: its gradient is zero up to rounding, which Adam would blow up to +-lr
+        self.qkv = nn.Linear(D, 3 * D, bias=False)
+        self.proj = nn.Linear(D, D)
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        scores = (q @ k.transpose(-2, -1)) / D**0.5
+        if self.causal:
+            mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return self.proj(scores.softmax(-1) @ v)
+
+
+class GPT(nn.Module):
+    """A GPT-2-style LM (pre-norm block, tied head) whose forward returns the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.ln1, self.attn = nn.LayerNorm(D), Attention(causal=True)
+        self.ln2, self.fc, self.out = nn.LayerNorm(D), nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+        self.ln, self.head = nn.LayerNorm(D), nn.Linear(D, V, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = x + self.attn(self.ln1(x))
+        x = x + self.out(F.gelu(self.fc(self.ln2(x))))
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+
+class Bert(nn.Module):
+    """A BERT-style encoder (post-norm block) classifying its first token; the session's
+    ``loss_fn`` makes the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.attn, self.ln1 = Attention(causal=False), nn.LayerNorm(D)
+        self.fc, self.out, self.ln2 = nn.Linear(D, 2 * D), nn.Linear(2 * D, D), nn.LayerNorm(D)
+        self.classifier = nn.Linear(D, 3)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(idx) + self.positions(torch.arange(T))
+        x = self.ln1(x + self.attn(x))
+        x = self.ln2(x + self.out(F.gelu(self.fc(x))))
+        return self.classifier(torch.tanh(x[:, 0]))
+
+
+class CNN(nn.Module):
+    """Convolution, batch norm (its running statistics frozen), pooling, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+        with torch.no_grad():  # statistics unlike the defaults, so that they matter
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+        self.bn.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+def decay_groups(model: nn.Module) -> list[dict]:
+    """GPT-2's param groups: weight decay on matrices only, a lower lr on the rest."""
+    params = list(model.parameters())
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "lr": 1e-3},
+    ]
+
+
+# -- the two loops ---------------------------------------------------------------------------
+
+
+def lm_batches(steps=4, batch=8, seed=1):
+    data = torch.randint(
+        0, V, (steps * batch, T + 1), generator=torch.Generator().manual_seed(seed)
+    )
+    return [
+        (data[i : i + batch, :-1].contiguous(), data[i : i + batch, 1:].contiguous())
+        for i in range(0, steps * batch, batch)
+    ]
+
+
+def eager(model, make_optimizer, batches, loss_fn=None, make_scheduler=None):
+    """Per-step losses of the loop in eager; trains ``model`` in place."""
+    optimizer = make_optimizer(model)
+    scheduler = make_scheduler(optimizer) if make_scheduler else None
+    losses = []
+    for batch in batches:
+        loss = model(*batch) if loss_fn is None else loss_fn(model(*batch[:-1]), batch[-1])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        losses.append(loss.item())
+    return losses
+
+
+def on_cgc(model, make_optimizer, batches, tmp_path, make_scheduler=None, **options):
+    """Per-step losses of the loop in a ``cgc.torch`` session; trains ``model`` in place."""
+    model = cgc.torch.module(model)
+    optimizer = make_optimizer(model)
+    # a scheduler made on the optimizer is found by cgc.torch.optimizer, as in a torch loop
+    scheduler = make_scheduler(optimizer) if make_scheduler is not None else None
+    wrapped = cgc.torch.optimizer(optimizer)
+    assert (scheduler is None) == (
+        wrapped.schedule.kind == "constant" and not wrapped.schedule.warmup_steps
+    )
+    options = {"target": TARGET, "model_dir": tmp_path, **options}
+    with cgc.torch.session(**options) as s:
+        return [s.step(batch) for batch in cgc.torch.dataloader(batches)]
+
+
+def same_training(got, want, trained, reference) -> None:
+    """Equal losses and final parameters, and the loss went down (step 2 sees step 0's data
+    again, or as good as)."""
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for (name, a), b in zip(trained.named_parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(a.detach(), b.detach(), rtol=1e-4, atol=1e-6, err_msg=name)
+    assert want[2] < want[0]
+
+
+def warmup_cosine(optimizer):
+    lr = torch.optim.lr_scheduler
+    warmup = lr.LinearLR(optimizer, start_factor=0.5, total_iters=1)
+    return lr.SequentialLR(optimizer, [warmup, lr.CosineAnnealingLR(optimizer, T_max=4)], [2])
+
+
+# -- the three models on K = 1 and 4 ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_gpt_adamw_param_groups(num_csx, tmp_path):
+    torch.manual_seed(0)
+    model, reference = GPT(), None
+    reference = copy.deepcopy(model)
+    batches = lm_batches()
+
+    def adamw(m):
+        return torch.optim.AdamW(decay_groups(m), lr=3e-3)
+
+    want = eager(reference, adamw, batches, make_scheduler=warmup_cosine)
+    got = on_cgc(model, adamw, batches, tmp_path, warmup_cosine, num_csx=num_csx)
+    same_training(got, want, model, reference)
+    lines = [json.loads(t) for t in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+    np.testing.assert_allclose([m["lr"] for m in lines], [1.5e-3, 3e-3, 3e-3, 3e-3 * 0.85355339])
+    assert (tmp_path / "weights.safetensors").exists()
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_cnn_batch_norm_sgd(num_csx, tmp_path):
+    torch.manual_seed(0)
+    model = CNN()
+    reference = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(8, 2, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g))
+               for _ in range(2)] * 2  # fmt: skip
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+    def step_lr(o):
+        return torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
+
+    want = eager(reference, sgd, batches, F.cross_entropy, step_lr)
+    got = on_cgc(model, sgd, batches, tmp_path, step_lr, num_csx=num_csx, loss_fn=F.cross_entropy)
+    same_training(got, want, model, reference)
+    torch.testing.assert_close(model.bn.running_mean, reference.bn.running_mean)
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_bert_frozen_embeddings(num_csx, tmp_path):
+    torch.manual_seed(0)
+    model = Bert()
+    for p in (*model.tokens.parameters(), *model.positions.parameters()):
+        p.requires_grad_(False)
+    reference, initial = copy.deepcopy(model), copy.deepcopy(model)
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randint(0, V, (8, T), generator=g), torch.randint(0, 3, (8,), generator=g))
+               for _ in range(2)] * 2  # fmt: skip
+
+    def adam(m):
+        return torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    want = eager(reference, adam, batches, F.cross_entropy)
+    got = on_cgc(model, adam, batches, tmp_path, num_csx=num_csx, loss_fn=F.cross_entropy)
+    same_training(got, want, model, reference)
+    assert torch.equal(model.tokens.weight, initial.tokens.weight)
+    assert not torch.equal(model.classifier.weight, initial.classifier.weight)
+
+
+# -- checkpoints and resume ------------------------------------------------------------------
+
+
+def test_resume_ends_as_an_uninterrupted_run(tmp_path):
+    torch.manual_seed(0)
+    whole, first = GPT(), None
+    first = copy.deepcopy(whole)
+    again = copy.deepcopy(whole)
+    batches = lm_batches()
+
+    def adamw(m):
+        return torch.optim.AdamW(decay_groups(m), lr=3e-3)
+
+    losses = on_cgc(whole, adamw, batches, tmp_path / "a")
+    on_cgc(first, adamw, batches[:3], tmp_path / "b", checkpoint_every=2)
+    resumed = on_cgc(again, adamw, batches, tmp_path / "b", resume=True)
+    assert resumed == losses
+    for a, b in zip(again.parameters(), whole.parameters(), strict=True):
+        assert torch.equal(a, b)
+    lines = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(t)["loss"] for t in lines] == losses
+
+
+# -- the loss ops ----------------------------------------------------------------------------
+
+
+def test_cross_entropy_decomposed_and_whole():
+    """``F.cross_entropy`` as torch's default decompositions leave it (gather) through
+    ``cgc.compile``, and kept whole (one softmax cross-entropy) by ``cgc.torch``."""
+    torch.manual_seed(0)
+    model = GPT()
+    idx, targets = lm_batches(1, 4)[0]
+    want = model(idx, targets).item()
+    artifact = cgc.compile(model, args=(idx, targets), target=TARGET, mode="weight_streaming")
+    got = cgc.run(artifact, {"idx": idx.numpy(), "targets": targets.numpy()})["output"]
+    assert abs(float(got) - want) < 1e-5
+
+
+# -- what is refused -------------------------------------------------------------------------
+
+
+def test_refusals():
+    model = GPT()
+    with pytest.raises(CgcError, match="RMSprop is not supported"):
+        cgc.torch.optimizer(torch.optim.RMSprop(model.parameters()))
+    with pytest.raises(CgcError, match="maximize=True"):
+        cgc.torch.optimizer(torch.optim.SGD(model.parameters(), lr=0.1, maximize=True))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    exponential = torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.9)
+    with pytest.raises(CgcError, match="ExponentialLR is not supported"):
+        cgc.torch.optimizer(optimizer, exponential)
+    with pytest.raises(CgcError, match="eta_min"):
+        schedule_of(torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 4, eta_min=1e-3))
+
+
+def test_batch_norm_in_training_mode_is_refused(tmp_path):
+    model = CNN().train()
+    cgc.torch.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    s = cgc.torch.session(model, target=TARGET, model_dir=tmp_path, loss_fn=F.cross_entropy)
+    with pytest.raises(CgcError, match="batch norm in training mode"):
+        s.step((torch.randn(4, 2, 8, 8), torch.randint(0, 5, (4,))))
+
+
+def test_schedules_match_torch():
+    """The schedules read off torch's schedulers give torch's learning rates."""
+    for make in (
+        warmup_cosine,
+        lambda o: torch.optim.lr_scheduler.StepLR(o, 2, 0.3),
+        lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.25, total_iters=3),
+    ):
+        optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+        scheduler = make(optimizer)
+        schedule = schedule_of(scheduler)
+        for step in range(7):
+            assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * schedule.factor(step))
+            optimizer.step()
+            scheduler.step()
+
+
+def test_without_torch_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(CgcError, match=r"pip install cgc\[torch\]"):
+        cgc.torch  # noqa: B018
