@@ -56,6 +56,7 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_pipeline.py
 	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_torch.py --repeat 1
+	$(BIN)/python benchmarks/bench_torch_training.py
 	$(BIN)/python benchmarks/validation.py
 
 lint: typecheck
