@@ -27,65 +27,16 @@ import tempfile
 import time
 from pathlib import Path
 
-MODEL = """
-import math
-
-import torch
-import torch.nn.functional as F
-
-VOCAB, WIDTH, HEADS, BLOCKS, TOKENS, BATCH = 50257, 512, 8, 6, 128, 8
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1, self.ln_2 = torch.nn.LayerNorm(WIDTH), torch.nn.LayerNorm(WIDTH)
-        self.c_attn = torch.nn.Linear(WIDTH, 3 * WIDTH)
-        self.c_proj = torch.nn.Linear(WIDTH, WIDTH)
-        self.c_fc = torch.nn.Linear(WIDTH, 4 * WIDTH)
-        self.mlp_proj = torch.nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, HEADS, d // HEADS).transpose(1, 2) for z in (q, k, v))
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // HEADS)
-        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        x = x + self.c_proj((weights @ v).transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = torch.nn.Embedding(VOCAB, WIDTH)
-        self.wpe = torch.nn.Embedding(TOKENS, WIDTH)
-        self.h = torch.nn.ModuleList([Block() for _ in range(BLOCKS)])
-        self.ln_f = torch.nn.LayerNorm(WIDTH)
-        self.lm_head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
-
-
-def made():
-    torch.manual_seed(0)
-    model = GPT().eval()
-    tokens = torch.randint(0, VOCAB, (BATCH, TOKENS), generator=torch.Generator().manual_seed(1))
-    return model, tokens
-"""
-
 ROUTE = """
 import json, sys, time
 import torch
 import cgc
-exec(open(sys.argv[1]).read())
-model, tokens = made()
+sys.path.insert(0, sys.argv[1])
+from gpt_torch import GPT, Shape
+BATCH = 8
+torch.manual_seed(0)
+model = GPT(Shape(vocab=50257, width=512, heads=8, blocks=6, tokens=128)).eval()
+tokens = torch.randint(0, 50257, (BATCH, 128), generator=torch.Generator().manual_seed(1))
 built = time.perf_counter()
 if sys.argv[2] == "torch":
     artifact = cgc.compile(model, args=(tokens,), mode="weight_streaming", target="wse2")
@@ -106,10 +57,11 @@ print(json.dumps({"seconds": done - built, "max_abs_diff": float(abs(got - want)
 """
 
 
-def measure(route: str, model_file: Path, scratch: Path) -> dict:
+def measure(route: str, scratch: Path) -> dict:
     """One fresh process compiling by ``route``."""
+    here = str(Path(__file__).resolve().parent)
     result = subprocess.run(
-        [sys.executable, "-c", ROUTE, str(model_file), route, str(scratch / "gpt.onnx")],
+        [sys.executable, "-c", ROUTE, here, route, str(scratch / "gpt.onnx")],
         capture_output=True,
         text=True,
         check=False,
@@ -124,11 +76,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        model_file = Path(scratch) / "model.py"
-        model_file.write_text(MODEL)
         best = {}
         for route in ("torch", "onnx"):
-            runs = [measure(route, model_file, Path(scratch)) for _ in range(options.repeat)]
+            runs = [measure(route, Path(scratch)) for _ in range(options.repeat)]
             best[route] = min(runs, key=lambda r: r["seconds"])
     start = time.strftime("%Y-%m-%d %H:%M")
     print(f"GPT-2-mid (6 x 512, 128 tokens, batch 8), wse2 weight streaming, {start}")

@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import io
 import itertools
-import math
 import statistics
 import tempfile
 import time
@@ -33,60 +32,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from gpt_torch import GPT, Shape
 
 import cgc
 
-VOCAB, WIDTH, HEADS, BLOCKS, TOKENS, BATCH = 256, 64, 4, 2, 32, 8
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1, self.ln_2 = torch.nn.LayerNorm(WIDTH), torch.nn.LayerNorm(WIDTH)
-        self.c_attn = torch.nn.Linear(WIDTH, 3 * WIDTH)
-        self.c_proj = torch.nn.Linear(WIDTH, WIDTH)
-        self.c_fc = torch.nn.Linear(WIDTH, 4 * WIDTH)
-        self.mlp_proj = torch.nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, HEADS, d // HEADS).transpose(1, 2) for z in (q, k, v))
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // HEADS)
-        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        x = x + self.c_proj((weights @ v).transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class LM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = torch.nn.Embedding(VOCAB, WIDTH)
-        self.wpe = torch.nn.Embedding(TOKENS, WIDTH)
-        self.h = torch.nn.ModuleList([Block() for _ in range(BLOCKS)])
-        self.ln_f = torch.nn.LayerNorm(WIDTH)
-        self.lm_head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.h:
-            x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+SHAPE = Shape(vocab=256, width=64, heads=4, blocks=2, tokens=32)
+BATCH = 8
 
 
 def batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, VOCAB, (steps, BATCH, TOKENS + 1), generator=generator)
+    tokens = torch.randint(0, SHAPE.vocab, (steps, BATCH, SHAPE.tokens + 1), generator=generator)
     return [(t[:, :-1].contiguous(), t[:, 1:].contiguous()) for t in tokens]
 
 
 def session_route(steps: int, directory: Path) -> tuple[list[float], list[float]]:
     torch.manual_seed(0)
-    model = cgc.torch.module(LM())
+    model = cgc.torch.module(GPT(SHAPE))
     optimizer = cgc.torch.optimizer(torch.optim.AdamW(model.parameters(), lr=1e-3))
     times, losses = [], []
     with cgc.torch.session(model, optimizer, num_csx=1, model_dir=str(directory),
@@ -100,7 +62,7 @@ def session_route(steps: int, directory: Path) -> tuple[list[float], list[float]
 
 def train_route(steps: int, directory: Path) -> tuple[list[float], list[float]]:
     torch.manual_seed(0)
-    model = LM()
+    model = GPT(SHAPE)
     idx, targets = batches(1)[0]
     path = directory / "lm.onnx"
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -133,7 +95,8 @@ def main() -> None:
         train_times, train_losses = train_route(steps, Path(scratch))
     session_step = statistics.median(session_times[1:])
     train_step = statistics.median(train_times[1:])
-    print(f"GPT-2-style LM ({BLOCKS} x {WIDTH}, {TOKENS} tokens, batch {BATCH}), AdamW, mesh16x16")
+    sizes = f"{SHAPE.blocks} x {SHAPE.width}, {SHAPE.tokens} tokens, batch {BATCH}"
+    print(f"GPT-2-style LM ({sizes}), AdamW, mesh16x16")
     print(f"  cgc.torch session step   {session_step * 1e3:8.1f} ms (first, with compile: "
           f"{session_times[0]:.2f} s)")  # fmt: skip
     print(f"  cgc.train step           {train_step * 1e3:8.1f} ms (first, with compile: "

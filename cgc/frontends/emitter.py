@@ -9,16 +9,19 @@ The ONNX importer and the PyTorch lowering are both emitters, so the helpers of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
 from xdsl.builder import Builder
-from xdsl.dialects.builtin import NameLoc, NoneAttr, StringAttr, TensorType
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp, NameLoc, NoneAttr, StringAttr, TensorType
 from xdsl.ir import Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint
 from xdsl.traits import Pure
 
 from cgc.dialects import wse
+from cgc.frontends.imported import TensorSpec
 from cgc.machine import dtypes, reference
 from cgc.machine.bytecode import PRIMITIVES
 
@@ -51,6 +54,30 @@ class Emitter:
         self.known: dict[SSAValue, np.ndarray] = {}
         """Values known at compile time: constants, folded results, integer initializers."""
         self.folded = 0
+
+    def open_main(self, inputs: Sequence[TensorSpec]) -> tuple[ModuleOp, func.FuncOp]:
+        """A module holding an empty ``func.func @main`` of ``inputs`` (an argument each, at
+        its name); ops go to its end from now on."""
+        in_types = [TensorType(wse.element_of_numpy(s.dtype), s.shape) for s in inputs]
+        module = ModuleOp([])
+        fn = func.FuncOp("main", (in_types, []))
+        module.body.block.add_op(fn)
+        for spec, arg in zip(inputs, fn.body.block.args, strict=True):
+            arg.location = loc(spec.name)
+        self.builder = Builder(InsertPoint.at_end(fn.body.block))
+        return module, fn
+
+    def close_main(self, fn: func.FuncOp, results: Sequence[SSAValue]) -> None:
+        """Ends ``@main`` returning ``results``, drops what nothing uses, and checks the
+        function (every op was verified as it was inserted)."""
+        assert self.builder is not None
+        ret = func.ReturnOp(*results)
+        self.builder.insert(ret)
+        erase_unused(fn.body.block)
+        inputs = [arg.type for arg in fn.body.block.args]
+        fn.function_type = FunctionType.from_lists(inputs, [r.type for r in results])
+        fn.verify(verify_nested_ops=False)
+        ret.verify()
 
     def const(self, array: np.ndarray, name: str | None = None, at: NameLoc | None = None):
         """A value known at compile time: inline when small, else a frozen weight."""

@@ -23,20 +23,15 @@ from typing import TypeGuard
 
 import numpy as np
 import onnx
-from xdsl.builder import Builder
-from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    FunctionType,
-    ModuleOp,
     TensorType,
 )
 from xdsl.ir import BlockArgument, Operation, SSAValue
-from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import NeedsInputValuesError
-from cgc.frontends.emitter import Emitter, erase_unused, loc, registrar
+from cgc.frontends.emitter import Emitter, loc, registrar
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx.model import (
     SUPPORTED_DTYPES,
@@ -132,26 +127,14 @@ class Importer(Emitter, ModelInterface):
         initializer_names = self._load_initializers()
         self._bind_values(set(initializer_names))
         inputs = self._input_specs(initializer_names)
-        module = ModuleOp([])
-        in_types = [TensorType(wse.element_of_numpy(s.dtype), s.shape) for s in inputs]
-        fn = func.FuncOp("main", (in_types, []))
-        module.body.block.add_op(fn)
-        block = fn.body.block
+        module, fn = self.open_main(inputs)
         self.input_names = [spec.name for spec in inputs]
-        for spec, arg in zip(inputs, block.args, strict=True):
-            arg.location = loc(spec.name)
+        for spec, arg in zip(inputs, fn.body.block.args, strict=True):
             self.env[spec.name] = arg
-        self.builder = Builder(InsertPoint.at_end(block))
         for index, node in enumerate(self.graph.node):
             self._import_node(index, node)
         results = [self._output_value(vi.name) for vi in self.graph.output]
-        ret = func.ReturnOp(*results)
-        self.builder.insert(ret)
-        erase_unused(block)
-        fn.function_type = FunctionType.from_lists(in_types, [r.type for r in results])
-        # every op was verified as it was inserted; what is left is the function itself
-        fn.verify(verify_nested_ops=False)
-        ret.verify()
+        self.close_main(fn, results)
         return ImportedModel(
             module=module,
             weights=self.weights,

@@ -23,16 +23,13 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
-from xdsl.builder import Builder
-from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
-from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
-from cgc.frontends.emitter import Emitter, erase_unused, loc, registrar
+from cgc.frontends.emitter import Emitter, loc, registrar
 from cgc.frontends.imported import ImportedModel, TensorSpec
 from cgc.frontends.onnx.builders import cast
 from cgc.frontends.onnx.importer import node_list
@@ -119,13 +116,8 @@ class Lowering(Emitter):
         graph = self.program.graph
         self._check_ops(graph)
         inputs = self._input_specs(graph)
-        in_types = [TensorType(wse.element_of_numpy(s.dtype), s.shape) for s in inputs]
-        module = ModuleOp([])
-        fn = func.FuncOp("main", (in_types, []))
-        module.body.block.add_op(fn)
-        block = fn.body.block
-        self.builder = Builder(InsertPoint.at_end(block))
-        arguments = iter(zip(inputs, block.args, strict=True))
+        module, fn = self.open_main(inputs)
+        arguments = iter(fn.body.block.args)
         results: list[SSAValue] = []
         for node in graph.nodes:
             self.node = node
@@ -136,12 +128,7 @@ class Lowering(Emitter):
                 self.env[node] = self._call(node)
             elif node.op == "output":
                 results = self._outputs(node)
-        ret = func.ReturnOp(*results)
-        self.builder.insert(ret)
-        erase_unused(block)
-        fn.function_type = FunctionType.from_lists(in_types, [r.type for r in results])
-        fn.verify(verify_nested_ops=False)
-        ret.verify()
+        self.close_main(fn, results)
         return ImportedModel(
             module=module,
             weights=self.weights,
@@ -193,9 +180,7 @@ class Lowering(Emitter):
     def _placeholder(self, node: torch.fx.Node, arguments) -> Lowered:
         spec = self._input_spec(node.name)
         if spec is None:
-            _, argument = next(arguments)
-            argument.location = loc(node.name)
-            return argument
+            return next(arguments)
         kind, target = spec
         self.loc = loc(target)
         if kind == InputKind.PARAMETER:
