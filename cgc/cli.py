@@ -440,10 +440,9 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
     if not timing_only and (data_path is None or model_dir is None):
         raise CgcError("--data and --model-dir are required (or --timing-only)")
     if timing_only:
-        from cgc.runtime.simulation import check_steps
+        from cgc.tools.timing_only import check_options
 
-        check_steps(steps)
-        _refuse_training_options(data_path, options)
+        check_options(steps, data_path, options)
     held_out = _load_npz(options.pop("eval_path"), "--eval-data") if options["eval_path"] else None
     data = _load_npz(data_path, "--data") if data_path else None
     target = _targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
@@ -458,7 +457,9 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         **_chosen_settings(settings),
     )
     if timing_only:
-        _simulate_training(artifact, steps, model_dir, trace, stats_json)
+        from cgc.tools.timing_only import simulate_training
+
+        simulate_training(artifact, steps, model_dir, trace, stats_json)
     else:
         assert data is not None
         _train(artifact, data, loop, model_dir, evaluation, trace, bool(options["trainable"]))
@@ -485,68 +486,6 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace: str | None, 
         _write_atomically(trace, trace_json(result.spans).encode())
     final = f"final loss {result.metrics[-1]['loss']:.6f}; " if result.metrics else ""
     click.echo(f"{final}wrote {model_dir}/metrics.jsonl and {model_dir}/weights.safetensors")
-
-
-def _simulate_training(
-    artifact, steps: int, model_dir: str | None, trace: str | None, stats_json: str | None
-) -> None:
-    """Times ``steps`` training steps on shapes alone, and reports them."""
-    from cgc.runtime.simulation import simulate
-    from cgc.tools.report import simulation_text
-
-    simulation = simulate(artifact, steps=steps)
-    click.echo(simulation_text(simulation), nl=False)
-    if stats_json:
-        _write_atomically(stats_json, json.dumps(simulation.to_json(), indent=1).encode())
-    if trace:
-        from cgc.runtime.trace import trace_json
-
-        _write_atomically(trace, trace_json(simulation.spans(TRACED_STEPS)).encode())
-        if steps > TRACED_STEPS:
-            click.echo(f"trace: the first {TRACED_STEPS} of {steps} steps (every step is alike)")
-    if model_dir:
-        _write_simulated_metrics(Path(model_dir), simulation)
-
-
-TRACED_STEPS = 16
-"""The steps a timing-only trace draws: they are all alike, and a trace of many thousands
-would not load in a viewer."""
-
-TRAINING_ONLY = {
-    "eval_path": "--eval-data",
-    "eval_every": "--eval-every",
-    "checkpoint_every": "--checkpoint-every",
-    "resume": "--resume",
-    "shuffle": "--shuffle",
-}
-"""The options of ``cgc train`` that only a training with numbers uses."""
-
-
-def _refuse_training_options(data_path: str | None, options: dict) -> None:
-    given = ["--data"] if data_path else []
-    given += [flag for key, flag in TRAINING_ONLY.items() if options.get(key)]
-    if given:
-        raise CgcError(f"--timing-only trains nothing: it takes no {', '.join(given)}")
-
-
-def _write_simulated_metrics(directory: Path, simulation) -> None:
-    """``timing.jsonl`` of a timing-only run: every step's simulated figures (a training's
-    ``metrics.jsonl`` in the same directory stays as it is)."""
-    from cgc.machine.files import permissions
-
-    directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
-    stats = simulation.stats
-    figures = {
-        "simulated_seconds": stats.simulated_seconds,
-        "samples_per_second": stats.samples_per_second,
-        "tokens_per_second": stats.tokens_per_second,
-        "mfu": stats.mfu,
-    }
-    # every step's line is the same but for its number, and there can be a million
-    rest = json.dumps(figures)[1:]
-    lines = (f'{{"step": {step}, {rest}\n'.encode() for step in range(1, simulation.steps + 1))
-    _write_atomically(str(directory / "timing.jsonl"), lines)
-    click.echo(f"wrote {directory}/timing.jsonl")
 
 
 def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:

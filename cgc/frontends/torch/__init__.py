@@ -25,7 +25,7 @@ from torch.export import Dim, ExportedProgram
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.torch import elementwise, indexing, linear, loss, normalization, shapes
-from cgc.frontends.torch.lowering import ATEN, Lowering
+from cgc.frontends.torch.lowering import ATEN, Lowering, size_hint
 
 __all__ = [
     "ALWAYS_WHOLE",
@@ -155,7 +155,7 @@ def example_batch(program: ExportedProgram) -> int | None:
         if node.op == "placeholder" and isinstance(value, torch.Tensor) and value.dim():
             size = value.shape[0]
             if not isinstance(size, int):
-                return int(size.node.hint) if size.node.hint is not None else None
+                return size_hint(size)
     return None
 
 

@@ -167,7 +167,9 @@ class Lowering(Emitter):
             symbolic = _symbolic_batch(value)
             shape = [int(d) if isinstance(d, int) else 0 for d in value.shape]
             if symbolic:
-                shape[0] = self.batch if self.batch is not None else _hint(value.shape[0])
+                shape[0] = (
+                    self.batch if self.batch is not None else (size_hint(value.shape[0]) or 1)
+                )
             if any(not isinstance(d, int) for d in value.shape[1:]):
                 raise self.error(f"input '{node.name}': only axis 0 (the batch) may be symbolic")
             try:
@@ -312,6 +314,6 @@ def _symbolic_batch(value: torch.Tensor) -> bool:
     return value.dim() > 0 and not isinstance(value.shape[0], int)
 
 
-def _hint(size: Any) -> int:
-    """The example value of a symbolic size."""
-    return int(size.node.hint) if size.node.hint is not None else 1
+def size_hint(size: Any) -> int | None:
+    """The example value of a symbolic size, if torch kept one."""
+    return int(size.node.hint) if size.node.hint is not None else None
