@@ -32,8 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind
 
 from cgc.errors import CgcError
 from cgc.frontends.torch import capture
@@ -43,7 +41,7 @@ from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.files import write_atomically
 from cgc.machine.optimizers import Schedule
 from cgc.machine.target import Target
-from cgc.runtime.trainer import metrics_before
+from cgc.runtime.trainer import final_weights, metrics_before
 
 __all__ = ["Module", "Optimizer", "Session", "dataloader", "module", "optimizer", "session"]
 
@@ -399,7 +397,8 @@ class Session:
                 "cgc.torch: no parameter of the module is trained by the optimizer with "
                 "requires_grad"
             )
-        program: Any = _capture(traced, args)  # compile_model takes any source; typed for files
+        # compile_model takes any source; its signature names the file kinds
+        program: Any = capture(traced, args, kept_whole=KEPT_WHOLE)
         training = TrainingOptions(self.optimizer.name, sorted(trained), **self.optimizer.keywords)
         self.artifact = compile_model(
             program,
@@ -488,12 +487,11 @@ class Session:
                 name = self.names.get(id(param))
                 if name in weights:
                     param.copy_(torch.from_numpy(np.asarray(weights[name])).reshape(param.shape))
+            for name, buffer in traced.named_buffers():
+                if name in weights:  # the running statistics MemoryX kept
+                    buffer.copy_(torch.from_numpy(np.asarray(weights[name])).reshape(buffer.shape))
         assert self.artifact is not None
-        kept = {
-            n: weights[n]
-            for n in self.artifact.manifest["training"]["initializers"]
-            if n in weights
-        }
+        kept = final_weights(self.artifact.manifest["training"], weights)
         write_atomically(self.directory / "weights.safetensors", weights_to_bytes(kept))
 
 
@@ -518,23 +516,6 @@ def session(
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def _capture(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> ExportedProgram:
-    """``model`` captured on ``args`` (a symbolic batch on axis 0), cross-entropies kept
-    whole; a module that updates buffers as it trains is refused."""
-    program = capture(model, args, kept_whole=KEPT_WHOLE)
-    mutated = [
-        str(spec.target)
-        for spec in program.graph_signature.output_specs
-        if spec.kind == OutputKind.BUFFER_MUTATION
-    ]
-    if mutated:  # their new values would come before the loss, and MemoryX keeps no buffers
-        raise CgcError(
-            f"cgc.torch: the module updates buffers as it trains ({', '.join(mutated[:3])}): "
-            "batch norm in training mode is not supported yet; put the norm layers in eval mode"
-        )
-    return program
 
 
 def _parameter_names(model: torch.nn.Module) -> dict[int, str]:

@@ -139,6 +139,35 @@ def test_a_cnn_with_batch_norm_matches_torch():
     np.testing.assert_allclose(out, eager(model, x), rtol=1e-4, atol=1e-5)
 
 
+def test_normalization_by_batch_statistics_matches_torch():
+    """A batch norm in train() mode and an instance norm normalize by the batch's own
+    statistics; inference returns the module's output only, not the buffers' new values."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(CNN(), torch.nn.Unflatten(1, (1, 4)), torch.nn.InstanceNorm1d(1))
+    x = torch.randn(4, 3, 8, 8)
+    artifact = cgc.compile(model.train(), args=(x,), target="mesh8x8", mode="weight_streaming")
+    assert [o["name"] for o in artifact.manifest["outputs"]] == ["output"]
+    out = cgc.run(artifact, {"input": x.numpy()})["output"]
+    np.testing.assert_allclose(out, eager(model, x), rtol=1e-4, atol=1e-5)
+
+
+class CausalMask(torch.nn.Module):
+    """A mask built from sizes alone: the importer folds it, op by op, to one constant."""
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1])
+        mask = (positions[None, :] <= positions[:, None]).unsqueeze(0).expand(x.shape[0], -1, -1)
+        return x.masked_fill(~mask, 0.0)
+
+
+def test_folded_ops_leave_nothing_behind():
+    """The constants that folded ops consumed go, so no layer streams one for nothing."""
+    x = torch.randn(4, 16, 16)
+    artifact = cgc.compile(CausalMask(), args=(x,), target="mesh8x8", mode="weight_streaming")
+    assert len(artifact.program.layers) == 1
+    np.testing.assert_array_equal(cgc.run(artifact, {"x": x.numpy()})["output"], CausalMask()(x))
+
+
 def test_buffers_are_frozen_weights():
     model = CNN().eval()
     imported = import_program(capture(model, (torch.randn(2, 3, 8, 8),)))

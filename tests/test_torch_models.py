@@ -144,15 +144,4 @@ def test_both_frontends_agree(model, tmp_path: Path):
     from_onnx = cgc.compile(str(path), batch_size=x.shape[0], **options)
     np.testing.assert_allclose(run(from_torch, x), run(from_onnx, x), rtol=1e-4, atol=1e-5)
     seconds = [cgc.simulate(a).stats.simulated_seconds for a in (from_torch, from_onnx)]
-    if name in TIME_GAPS:  # recorded, and checked to be still there: it fails once it closes
-        assert seconds[0] != pytest.approx(seconds[1], rel=0.05)
-        pytest.xfail(TIME_GAPS[name])
     assert seconds[0] == pytest.approx(seconds[1], rel=0.05)
-
-
-TIME_GAPS = {
-    "llama": "the ONNX graph costs 12 % more: the TorchScript exporter folds the rotary tables "
-    "into constants streamed with q_proj and leaves grouped-query attention's key-value repeat "
-    "as Expand, Reshape and Cast ops in the projections' layers",
-}
-"""Models whose two routes differ in simulated time by more than 5 %, and why."""

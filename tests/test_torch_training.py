@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -86,7 +87,7 @@ class Bert(nn.Module):
 
 
 class CNN(nn.Module):
-    """Convolution, batch norm (its running statistics frozen), pooling, a linear head."""
+    """Convolution, batch norm, pooling, a linear head."""
 
     def __init__(self):
         super().__init__()
@@ -95,7 +96,6 @@ class CNN(nn.Module):
         with torch.no_grad():  # statistics unlike the defaults, so that they matter
             self.bn.running_mean.uniform_(-0.5, 0.5)
             self.bn.running_var.uniform_(0.5, 2.0)
-        self.bn.eval()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
@@ -124,19 +124,25 @@ def lm_batches(steps=4, batch=8, seed=1):
     ]
 
 
-def eager(model, make_optimizer, batches, loss_fn=None, make_scheduler=None):
-    """Per-step losses of the loop in eager; trains ``model`` in place."""
+def eager(model, make_optimizer, batches, loss_fn=None, make_scheduler=None, micro_batches=1):
+    """Per-step losses of the loop in eager; trains ``model`` in place. Each batch is split
+    into ``micro_batches`` whose gradients add up (what K systems running their share of the
+    batch do; the same as one pass unless the model has batch statistics)."""
     optimizer = make_optimizer(model)
     scheduler = make_scheduler(optimizer) if make_scheduler else None
     losses = []
     for batch in batches:
-        loss = model(*batch) if loss_fn is None else loss_fn(model(*batch[:-1]), batch[-1])
         optimizer.zero_grad()
-        loss.backward()
+        total = 0.0
+        for part in zip(*(t.chunk(micro_batches) for t in batch), strict=True):
+            out = model(*part) if loss_fn is None else loss_fn(model(*part[:-1]), part[-1])
+            loss = out / micro_batches
+            loss.backward()
+            total += loss.item()
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        losses.append(loss.item())
+        losses.append(total)
     return losses
 
 
@@ -192,10 +198,14 @@ def test_gpt_adamw_param_groups(num_csx, tmp_path):
     assert (tmp_path / "weights.safetensors").exists()
 
 
-@pytest.mark.parametrize("num_csx", [1, 4])
-def test_cnn_batch_norm_sgd(num_csx, tmp_path):
+@pytest.mark.parametrize(("num_csx", "bn_training"), [(1, True), (4, True), (4, False)])
+def test_cnn_batch_norm_sgd(num_csx, bn_training, tmp_path):
+    """Batch norm in train() mode normalizes each run of the program (a system's share of the
+    batch) by its own statistics and moves the running ones after each run in sample order,
+    as eager does over the same micro-batches; in eval() mode its statistics stay frozen."""
     torch.manual_seed(0)
     model = CNN()
+    model.bn.train(bn_training)
     reference = copy.deepcopy(model)
     g = torch.Generator().manual_seed(2)
     batches = [(torch.randn(8, 2, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g))
@@ -207,10 +217,15 @@ def test_cnn_batch_norm_sgd(num_csx, tmp_path):
     def step_lr(o):
         return torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
 
-    want = eager(reference, sgd, batches, F.cross_entropy, step_lr)
+    want = eager(reference, sgd, batches, F.cross_entropy, step_lr, micro_batches=num_csx)
     got = on_cgc(model, sgd, batches, tmp_path, step_lr, num_csx=num_csx, loss_fn=F.cross_entropy)
     same_training(got, want, model, reference)
-    torch.testing.assert_close(model.bn.running_mean, reference.bn.running_mean)
+    for name, buffer in reference.bn.named_buffers():
+        torch.testing.assert_close(getattr(model.bn, name), buffer, msg=name)
+    assert int(model.bn.num_batches_tracked) == (4 * num_csx if bn_training else 0)
+    if bn_training:  # the buffers the steps updated are saved with the weights
+        saved = safetensors.numpy.load_file(tmp_path / "weights.safetensors")
+        np.testing.assert_array_equal(saved["model.bn.running_var"], model.bn.running_var.numpy())
 
 
 @pytest.mark.parametrize("num_csx", [1, 4])
@@ -237,21 +252,29 @@ def test_bert_frozen_embeddings(num_csx, tmp_path):
 # -- checkpoints and resume ------------------------------------------------------------------
 
 
-def test_resume_ends_as_an_uninterrupted_run(tmp_path):
+def cnn_batches():
+    g = torch.Generator().manual_seed(2)
+    return [(torch.randn(8, 2, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g))
+            for _ in range(4)]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["gpt", "cnn"])
+def test_resume_ends_as_an_uninterrupted_run(kind, tmp_path):
+    """The optimizer state and the running statistics of batch norm come back."""
     torch.manual_seed(0)
-    whole, first = GPT(), None
-    first = copy.deepcopy(whole)
-    again = copy.deepcopy(whole)
-    batches = lm_batches()
+    whole = GPT() if kind == "gpt" else CNN()
+    first, again = copy.deepcopy(whole), copy.deepcopy(whole)
+    batches = lm_batches() if kind == "gpt" else cnn_batches()
+    options = {} if kind == "gpt" else {"loss_fn": F.cross_entropy}
 
     def adamw(m):
         return torch.optim.AdamW(decay_groups(m), lr=3e-3)
 
-    losses = on_cgc(whole, adamw, batches, tmp_path / "a")
-    on_cgc(first, adamw, batches[:3], tmp_path / "b", checkpoint_every=2)
-    resumed = on_cgc(again, adamw, batches, tmp_path / "b", resume=True)
+    losses = on_cgc(whole, adamw, batches, tmp_path / "a", **options)
+    on_cgc(first, adamw, batches[:3], tmp_path / "b", checkpoint_every=2, **options)
+    resumed = on_cgc(again, adamw, batches, tmp_path / "b", resume=True, **options)
     assert resumed == losses
-    for a, b in zip(again.parameters(), whole.parameters(), strict=True):
+    for a, b in zip(again.state_dict().values(), whole.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     lines = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(t)["loss"] for t in lines] == losses
@@ -289,12 +312,26 @@ def test_refusals():
         schedule_of(torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 4, eta_min=1e-3))
 
 
-def test_batch_norm_in_training_mode_is_refused(tmp_path):
-    model = CNN().train()
+class RunningMax(nn.Module):
+    """A linear layer that keeps the largest input it has seen: a buffer update that is
+    neither a running average nor a counter."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.copy_(torch.maximum(self.seen, x.max()))
+        return self.fc(x)
+
+
+def test_other_buffer_updates_are_refused(tmp_path):
+    model = RunningMax()
     cgc.torch.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
     s = cgc.torch.session(model, target=TARGET, model_dir=tmp_path, loss_fn=F.cross_entropy)
-    with pytest.raises(CgcError, match="batch norm in training mode"):
-        s.step((torch.randn(4, 2, 8, 8), torch.randint(0, 5, (4,))))
+    with pytest.raises(CgcError, match=r"updates buffer 'model\.seen' .* only running averages"):
+        s.step((torch.randn(4, 4), torch.randint(0, 3, (4,))))
 
 
 def test_schedules_match_torch():

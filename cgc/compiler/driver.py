@@ -514,6 +514,8 @@ def _artifact(
             imported, program, request.training, scale, reduction
         )
     used = {name for layer in program.layers for name in layer.weights}
+    if request.training is not None:  # MemoryX keeps the buffers a step updates
+        used |= {update.buffer for update in imported.buffer_updates}
     weights = {k: v for k, v in imported.weights.items() if k in used}
     declared = {k: v.to_json() for k, v in sorted(imported.declared.items()) if k in used}
     if declared:
@@ -563,6 +565,7 @@ def _training_entry(
         "optimizer": training.manifest(),
         "trainable": trained,
         "initializers": list(imported.initializers),
+        "buffers": [update.to_json() for update in imported.buffer_updates],
     }
 
 

@@ -152,11 +152,12 @@ class TorchSource(Source):
     """A ``torch.export`` program (``cgc.frontends.torch.capture``), lowered at any batch when
     it was captured with a symbolic one."""
 
-    def __init__(self, program: Any, name: str = "<torch>"):
+    def __init__(self, program: Any, name: str = "<torch>", training: bool = False):
         from cgc.frontends.torch import example_batch
 
         self.program = program
         self.name = name
+        self.training = training
         self.example_batch = example_batch(program)
 
     @property
@@ -170,7 +171,7 @@ class TorchSource(Source):
     def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
         from cgc.frontends.torch import import_program
 
-        return import_program(self.program, batch, self.name)
+        return import_program(self.program, batch, self.name, self.training)
 
 
 def is_torch_program(model: object) -> bool:
@@ -197,7 +198,7 @@ def source_of(
                 "--shape, fixed input values, --no-weights and --init-seed apply to ONNX and "
                 "params-file models; a PyTorch model brings its example inputs and weights"
             )
-        return TorchSource(model)
+        return TorchSource(model, training=training)
     if isinstance(model, ModelParams):
         params = model
     elif not isinstance(model, onnx.ModelProto) and is_params_source(model):

@@ -115,6 +115,7 @@ class Emitter:
             values = reference.evaluate_all(
                 wse.mnemonic(op), wse.properties_as_python(op), arrays, results
             )
+            op.erase()  # never inserted, but its operands count it as a use until then
             return [self.const(v) for v in values]
         return self._insert(op)
 

@@ -27,6 +27,22 @@ class TensorSpec:
     """0 when axis 0 is the batch dimension bound by ``batch_size``, else None."""
 
 
+@dataclass(frozen=True)
+class BufferUpdate:
+    """How a training step changes a buffer that MemoryX keeps beside the weights (a batch
+    norm's running statistics): each run of the program, in sample order, folds in its own
+    value of output ``output``, ``buffer = (1 - momentum) * buffer + momentum * value``; a
+    counter (``output`` None) adds one per run, as torch's ``num_batches_tracked`` does."""
+
+    buffer: str
+    output: str | None
+    """The name of the program output holding the run's value; None for a counter."""
+    momentum: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"buffer": self.buffer, "output": self.output, "momentum": self.momentum}
+
+
 @dataclass
 class ImportedModel:
     """The result of an import: the IR, its side store of weights, and the graph's interface."""
@@ -54,6 +70,9 @@ class ImportedModel:
     """A regular expression whose match at the start of a layer's name gives the segment the
     layer belongs to (a transformer block): the unit whose activations the compiler may
     compute again in the backward pass instead of keeping them. None: no segments."""
+    buffer_updates: list[BufferUpdate] = field(default_factory=list)
+    """The buffers a training step updates (their initial values are in ``weights``); the
+    outputs they name follow the model's own."""
 
     @property
     def weight_specs(self) -> dict[str, WeightSpec]:

@@ -6,6 +6,9 @@
   ``wse.weight``): the weight is laid out, or streamed by MemoryX, in the order the kernel
   consumes it, instead of being moved on the wafer at every run.
 * Identity reshapes, transposes, broadcasts and casts disappear.
+* An op made cheaper by a constant operand becomes the cheaper op, with the same bits:
+  ``x ** 2`` a product ``x * x``, ``1 / x`` a reciprocal (exporters write RMS norms this way;
+  a power costs a PE an exponential and a logarithm).
 * Pure ops whose results are unused are erased.
 """
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -28,6 +31,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.traits import Pure
 
 from cgc.dialects import wse
+from cgc.dialects.gradients import is_float
 from cgc.dialects.ir import dense_to_numpy
 from cgc.machine import dtypes, reference
 from cgc.machine.bytecode import PRIMITIVES
@@ -110,15 +114,44 @@ class RemoveIdentity(RewritePattern):
         rewriter.replace(op, [], [op.input])
 
 
+def _splat(value: SSAValue) -> float | None:
+    """The one number an inline constant holds throughout, else None."""
+    owner = value.owner
+    if not isinstance(owner, wse.ConstantOp):
+        return None
+    array = dense_to_numpy(owner.value)
+    first = array.flat[0] if array.size else None
+    return float(first) if first is not None and (array == first).all() else None
+
+
+class ReduceStrength(RewritePattern):
+    """``pow(x, 2)`` -> ``mul(x, x)`` and ``div(1, x)`` -> ``reciprocal(x)`` when the constant
+    does not broadcast ``x`` to a larger shape."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.PowOp | wse.DivOp, rewriter: PatternRewriter) -> None:
+        x, constant = (op.lhs, op.rhs) if isinstance(op, wse.PowOp) else (op.rhs, op.lhs)
+        if x.type != op.result.type or not is_float(x):
+            return
+        wanted = 2.0 if isinstance(op, wse.PowOp) else 1.0
+        if _splat(constant) != wanted:
+            return
+        cheaper = wse.MulOp(x, x) if isinstance(op, wse.PowOp) else wse.ReciprocalOp(x)
+        cheaper.location = op.location
+        rewriter.replace(op, [cheaper], [cheaper.result])
+
+
 @dataclass(frozen=True)
 class FoldConstantsPass(ModulePass):
-    """Folds constants and weight views, removes identities and dead pure ops."""
+    """Folds constants and weight views, removes identities and dead pure ops, and reduces
+    the strength of ops with a constant operand."""
 
     name = "fold-constants"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
-                [FoldConstantOp(), FoldWeightView(), RemoveIdentity()], dce_enabled=True
+                [FoldConstantOp(), FoldWeightView(), RemoveIdentity(), ReduceStrength()],
+                dce_enabled=True,
             )
         ).rewrite_module(op)

@@ -361,6 +361,11 @@ class Cluster:
             return 0.0, stats
         for first in range(0, len(runs), self.num_csx):
             self._reduce_gradients(runs[first : first + self.num_csx])
+        names = [spec["name"] for spec in self.manifest["outputs"]]
+        self.memoryx.fold(
+            self.manifest["training"].get("buffers", []),
+            [{name: run.outputs[i] for i, name in enumerate(names)} for run in runs],
+        )
         if runs[0].optimizer is not None:
             self.grad_norm = self.memoryx.apply(
                 *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm

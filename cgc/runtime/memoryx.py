@@ -3,8 +3,9 @@
 Weights and optimizer state live here, never on the wafer. For each layer MemoryX streams the
 weights out (as the view a kernel asks for, in the element type the wafer computes with: the
 master copies of a mixed-precision model stay 32-bit here), takes the gradients SwarmX has
-summed, adding up those of a step's micro-batches, and at the end of a step applies the
-optimizer (``optimizers``: SGD, Adam, AdamW with torch.optim's arithmetic), after an optional
+summed, adding up those of a step's micro-batches, folds in the batch statistics of buffers
+such as batch norm's running averages, and at the end of a step applies the optimizer
+(``optimizers``: SGD, Adam, AdamW with torch.optim's arithmetic), after an optional
 clipping of the gradients' global norm.
 
 A MemoryX of an artifact whose weights are declared without data knows their shapes only: it
@@ -62,6 +63,22 @@ class MemoryX:
             self.gradients[name] = self.gradients[name] + mapped
         else:
             self.gradients[name] = mapped
+
+    def fold(self, updates: Sequence[Mapping], runs: Sequence[Mapping[str, np.ndarray]]) -> None:
+        """Updates the buffers of a training step's ``updates`` (the manifest's
+        ``training.buffers``) with each run's values by output name, run after run in sample
+        order, as a loop over the step's micro-batches would: a running average moves by its
+        momentum towards each run's value, a counter counts the runs."""
+        for values in runs:
+            for update in updates:
+                name, output = update["buffer"], update["output"]
+                old = self.weights[name]
+                if output is None:
+                    self.weights[name] = old + np.ones_like(old)
+                else:
+                    momentum = update["momentum"]
+                    new = momentum * values[output] + (1 - momentum) * old
+                    self.weights[name] = new.astype(old.dtype)
 
     def update_seconds(self, parameters: int) -> float:
         """Time for the optimizer to update ``parameters`` values."""

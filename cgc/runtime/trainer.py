@@ -208,10 +208,16 @@ def train(
                 _save_checkpoint(cluster, directory, step + 1, loop)
             if on_step is not None:
                 on_step(line)
-    kept = training["initializers"]
-    result.weights = {n: cluster.memoryx.weights[n] for n in kept if n in cluster.memoryx.weights}
+    result.weights = final_weights(training, cluster.memoryx.weights)
     write_atomically(directory / "weights.safetensors", weights_to_bytes(result.weights))
     return result
+
+
+def final_weights(training: Mapping, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What a run leaves in ``weights.safetensors``: every initializer, trained or not, and
+    the buffers the steps updated."""
+    buffers = [update["buffer"] for update in training.get("buffers", [])]
+    return {n: weights[n] for n in [*training["initializers"], *buffers] if n in weights}
 
 
 def _shifted(spans: list[Span], offset: float, step: int) -> list[Span]:

@@ -49,7 +49,7 @@ func.func @non_finite() -> (tensor<2xf32>, tensor<f32>) {
 
 // CHECK-LABEL: func.func @non_finite
 // CHECK:         %[[L:.*]] = wse.log %{{.*}} : tensor<2xf32> loc("log0")
-// CHECK:         %[[D:.*]] = wse.div %{{.*}}, %{{.*}} : (tensor<f32>, tensor<f32>) -> tensor<f32> loc("div0")
+// CHECK:         %[[D:.*]] = wse.reciprocal %{{.*}} : tensor<f32> loc("div0")
 // CHECK-NEXT:    func.return %[[L]], %[[D]]
 
 func.func @too_big() -> tensor<5x13xf32> {
@@ -129,3 +129,27 @@ func.func @dead(%x: tensor<2xf32>) -> tensor<2xf32> {
 // CHECK-NEXT:    ws.stream_gradient "g", %x : tensor<2xf32> loc("grad")
 // CHECK-NEXT:    %[[N:.*]] = wse.neg %x : tensor<2xf32> loc("neg")
 // CHECK-NEXT:    func.return %[[N]] : tensor<2xf32>
+
+func.func @strength(%x: tensor<4x3xf32>, %n: tensor<4x3xi32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<5x4x3xf32>, tensor<4x3xi32>) {
+  %two = wse.constant dense<2.0> : tensor<f32>
+  %one = wse.constant dense<1.0> : tensor<f32>
+  %three = wse.constant dense<3.0> : tensor<f32>
+  %ones = wse.constant dense<1.0> : tensor<5x4x3xf32>
+  %sq = wse.pow %x, %two : (tensor<4x3xf32>, tensor<f32>) -> tensor<4x3xf32> loc("square")
+  %inv = wse.div %one, %x : (tensor<f32>, tensor<4x3xf32>) -> tensor<4x3xf32> loc("inverse")
+  %cube = wse.pow %x, %three : (tensor<4x3xf32>, tensor<f32>) -> tensor<4x3xf32> loc("cube")
+  %wide = wse.div %ones, %x : (tensor<5x4x3xf32>, tensor<4x3xf32>) -> tensor<5x4x3xf32> loc("wide")
+  %itwo = wse.constant dense<2> : tensor<i32>
+  %isq = wse.pow %n, %itwo : (tensor<4x3xi32>, tensor<i32>) -> tensor<4x3xi32> loc("int")
+  func.return %sq, %inv, %cube, %wide, %isq : tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<5x4x3xf32>, tensor<4x3xi32>
+}
+
+// x ** 2 is x * x and 1 / x a reciprocal; a cube, a division that broadcasts x and integers
+// stay as they are.
+// CHECK-LABEL: func.func @strength
+// CHECK:         %[[SQ:.*]] = wse.mul %x, %x : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32> loc("square")
+// CHECK-NEXT:    %[[INV:.*]] = wse.reciprocal %x : tensor<4x3xf32> loc("inverse")
+// CHECK-NEXT:    %[[CUBE:.*]] = wse.pow %x, %{{.*}} : (tensor<4x3xf32>, tensor<f32>) -> tensor<4x3xf32> loc("cube")
+// CHECK-NEXT:    %[[WIDE:.*]] = wse.div %{{.*}}, %x : (tensor<5x4x3xf32>, tensor<4x3xf32>) -> tensor<5x4x3xf32> loc("wide")
+// CHECK:         %[[INT:.*]] = wse.pow %n, %{{.*}} : (tensor<4x3xi32>, tensor<i32>) -> tensor<4x3xi32> loc("int")
+// CHECK-NEXT:    func.return %[[SQ]], %[[INV]], %[[CUBE]], %[[WIDE]], %[[INT]]

@@ -18,6 +18,7 @@ from onnx import TensorProto
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.builders import affine, along, cast, dtype_of, reshape
 from cgc.frontends.onnx.importer import Importer, OpImporter, register
 from cgc.frontends.onnx.model import dtype_attribute
@@ -56,7 +57,7 @@ class Standardized(NamedTuple):
     """``1 / sqrt(var + epsilon)``."""
 
 
-def standardize(im: Importer, x: SSAValue, axes: Sequence[int], epsilon: float) -> Standardized:
+def standardize(im: Emitter, x: SSAValue, axes: Sequence[int], epsilon: float) -> Standardized:
     """Standardizes ``x`` over ``axes``."""
     mean = im.emit(wse.ReduceMeanOp(x, list(axes), True))
     centered = im.emit(wse.SubOp(x, mean))
@@ -66,7 +67,7 @@ def standardize(im: Importer, x: SSAValue, axes: Sequence[int], epsilon: float) 
     return Standardized(im.emit(wse.MulOp(centered, inv_std)), mean, var, inv_std)
 
 
-def per_channel(im: Importer, value: SSAValue, rank: int, like: SSAValue) -> SSAValue:
+def per_channel(im: Emitter, value: SSAValue, rank: int, like: SSAValue) -> SSAValue:
     """A parameter of shape (C,) (or (C, D1, ...)) shaped to broadcast against an input of
     ``rank`` along axis 1, converted to ``like``'s element type."""
     shape = shape_of(value)

@@ -19,6 +19,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, shape_of
@@ -30,7 +31,7 @@ AXES_AS_INPUT = {"ReduceSum": 13}
 Step = Callable[[Importer, SSAValue], SSAValue]
 
 
-def square(im: Importer, x: SSAValue) -> SSAValue:
+def square(im: Emitter, x: SSAValue) -> SSAValue:
     """``x * x``."""
     return im.emit(wse.MulOp(x, x))
 

@@ -123,11 +123,14 @@ def from_factory(spec: str, dynamic_batch: bool = True) -> ExportedProgram:
 
 
 def import_program(
-    program: ExportedProgram, batch_size: int | None = None, source: str = "<torch>"
+    program: ExportedProgram,
+    batch_size: int | None = None,
+    source: str = "<torch>",
+    training: bool = False,
 ) -> ImportedModel:
     """The WSE IR of an exported program, its symbolic batch bound to ``batch_size`` (None:
-    the example's)."""
-    return Lowering(program, batch_size, source).run()
+    the example's); ``training`` keeps the buffer updates a training step makes."""
+    return Lowering(program, batch_size, source, training).run()
 
 
 def _batch_dims(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import broadcast, cast, reshape, select, slice_axes
+from cgc.frontends.onnx.builders import broadcast, cast, dtype_of, reshape, select, slice_axes
 from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
 from cgc.frontends.onnx.reduction import top_k
 from cgc.frontends.torch.lowering import Lowering, register
@@ -99,7 +99,7 @@ def _index_tuples(
     if any(i is None for i in indices):
         raise NodeError("indexing with None (a full slice) before an index is not supported")
     for i in indices:
-        if i is not None and str(np.dtype(_dtype(i))) == "bool":
+        if i is not None and dtype_of(i) == np.bool_:
             raise NodeError("boolean masks as indices are not supported (data-dependent shape)")
     together = np.broadcast_shapes(*(shape_of(i) for i in indices))  # type: ignore[arg-type]
     parts = []
@@ -109,10 +109,6 @@ def _index_tuples(
         parts.append(reshape(lw, broadcast(lw, index, together), [*together, 1]))
     tuples = parts[0] if depth == 1 else lw.emit(wse.ConcatOp(parts, len(together)))
     return tuples, depth
-
-
-def _dtype(x: SSAValue) -> str:
-    return wse.numpy_dtype(wse.element_type(x))
 
 
 def _trim(indices: Sequence[SSAValue | None]) -> list[SSAValue | None]:
@@ -127,7 +123,7 @@ def _trim(indices: Sequence[SSAValue | None]) -> list[SSAValue | None]:
 def _index(lw: Lowering, x: SSAValue, indices: Sequence[SSAValue | None]) -> SSAValue:
     kept = _trim(indices)
     present = [i for i, index in enumerate(kept) if index is not None]
-    if len(present) == 1 and str(_dtype(kept[present[0]])) != "bool":  # type: ignore[arg-type]
+    if len(present) == 1 and dtype_of(kept[present[0]]) != np.bool_:  # type: ignore[arg-type]
         axis = present[0]
         index = _nonnegative(lw, kept[axis], shape_of(x)[axis])  # type: ignore[arg-type]
         return lw.emit(wse.GatherOp(x, index, axis))
@@ -145,7 +141,7 @@ def _index_put(
 ) -> SSAValue:
     tuples, depth = _index_tuples(lw, x, _trim(indices))
     target = [*shape_of(tuples)[:-1], *shape_of(x)[depth:]]
-    updates = broadcast(lw, lw.tensor(values, _dtype(x)), target)
+    updates = broadcast(lw, lw.tensor(values, dtype_of(x).name), target)
     return lw.emit(wse.ScatterNDOp(x, tuples, updates, "add" if accumulate else "none"))
 
 

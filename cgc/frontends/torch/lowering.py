@@ -15,14 +15,14 @@ a tuple of them. Each op carries the location of the module that ran it
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind, OutputSpec
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
@@ -30,8 +30,8 @@ from xdsl.utils.exceptions import VerifyException
 from cgc.dialects import wse
 from cgc.errors import CgcError
 from cgc.frontends.emitter import Emitter, loc, registrar
-from cgc.frontends.imported import ImportedModel, TensorSpec
-from cgc.frontends.onnx.builders import cast
+from cgc.frontends.imported import BufferUpdate, ImportedModel, TensorSpec
+from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import node_list
 from cgc.frontends.onnx.nodes import NodeError
 
@@ -94,13 +94,21 @@ def op_name(node: torch.fx.Node) -> str:
 
 
 class Lowering(Emitter):
-    """Lowers one exported program at one batch size."""
+    """Lowers one exported program at one batch size; ``training`` keeps the buffers the
+    program updates (``BufferUpdate``), inference drops their new values as torch's module
+    call does."""
 
-    def __init__(self, program: ExportedProgram, batch: int | None, source: str):
+    def __init__(
+        self, program: ExportedProgram, batch: int | None, source: str, training: bool = False
+    ):
         super().__init__()
         self.program = program
         self.batch = batch
         self.source = source
+        self.training = training
+        self.averages: dict[SSAValue, tuple[SSAValue, float]] = {}
+        """A running average's new value -> the batch's value it folds in, and the momentum."""
+        self.buffer_updates: list[BufferUpdate] = []
         self.env: dict[torch.fx.Node, Lowered] = {}
         self.node: torch.fx.Node | None = None
         """The node being lowered."""
@@ -118,7 +126,7 @@ class Lowering(Emitter):
         inputs = self._input_specs(graph)
         module, fn = self.open_main(inputs)
         arguments = iter(fn.body.block.args)
-        results: list[SSAValue] = []
+        results: list[tuple[SSAValue, TensorSpec]] = []
         for node in graph.nodes:
             self.node = node
             self.loc = loc(_location(node))
@@ -128,15 +136,16 @@ class Lowering(Emitter):
                 self.env[node] = self._call(node)
             elif node.op == "output":
                 results = self._outputs(node)
-        self.close_main(fn, results)
+        self.close_main(fn, [value for value, _ in results])
         return ImportedModel(
             module=module,
             weights=self.weights,
             inputs=inputs,
-            outputs=self._output_specs(graph, results),
+            outputs=[spec for _, spec in results],
             initializers=self.initializers,
             opset=0,
             source=self.source,
+            buffer_updates=self.buffer_updates,
         )
 
     def _check_ops(self, graph: torch.fx.Graph) -> None:
@@ -259,35 +268,83 @@ class Lowering(Emitter):
 
     # -- outputs --------------------------------------------------------------------------
 
-    def _outputs(self, node: torch.fx.Node) -> list[SSAValue]:
-        values = self.lowered(node.args[0])
+    def moving_average(self, running: SSAValue, batch: SSAValue, momentum: float) -> SSAValue:
+        """``(1 - momentum) * running + momentum * batch``, the new value of a running
+        statistic, remembered as folding ``batch`` in: a training step folds in each run's."""
+        kept = self.emit(wse.MulOp(running, self.scalar(1 - momentum, running)))
+        new = self.emit(wse.AddOp(self.emit(wse.MulOp(batch, self.scalar(momentum, batch))), kept))
+        self.averages[new] = (batch, momentum)
+        return new
+
+    # -- outputs --------------------------------------------------------------------------
+
+    def _outputs(self, node: torch.fx.Node) -> list[tuple[SSAValue, TensorSpec]]:
+        """The user outputs, then in training the batch values the buffer updates fold in."""
+        specs = self.program.graph_signature.output_specs
+        args = list(node.args[0])  # type: ignore[arg-type]  # the output node's tuple
+        user = [
+            (arg, spec)
+            for arg, spec in zip(args, specs, strict=True)
+            if spec.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)
+        ]
         results = []
-        for i, value in enumerate(values):
+        for i, (arg, _) in enumerate(user):
+            value = self.lowered(arg)
             if not isinstance(value, SSAValue):
                 raise self.error(f"output {i} is not a tensor ({type(value).__name__})")
-            results.append(value)
+            name = "output" if len(user) == 1 else f"output_{i}"
+            results.append((value, _output_spec(name, arg, value)))
+        for arg, spec in zip(args, specs, strict=True):
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                results += self._buffer_update(arg, spec)
+            elif spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
+                raise self.error(f"output '{spec.arg.name}' ({spec.kind.name}) is not supported")
         return results
 
-    def _output_specs(self, graph: torch.fx.Graph, results: Sequence[SSAValue]) -> list:
-        output = next(n for n in graph.nodes if n.op == "output")
-        specs = []
-        for i, (arg, value) in enumerate(zip(output.args[0], results, strict=True)):
-            meta = arg.meta["val"] if isinstance(arg, torch.fx.Node) else None
-            symbolic = (
-                isinstance(meta, torch.Tensor)
-                and meta.dim() > 0
-                and not isinstance(meta.shape[0], int)
-            )
-            name = "output" if len(results) == 1 else f"output_{i}"
-            specs.append(
-                TensorSpec(
-                    name,
-                    wse.tensor_shape(value),
-                    wse.numpy_dtype(wse.element_type(value)),
-                    0 if symbolic else None,
-                )
-            )
-        return specs
+    def _buffer_update(self, arg: Any, spec: OutputSpec) -> list[tuple[SSAValue, TensorSpec]]:
+        """What updating buffer ``spec.target`` to ``arg`` takes: in training a running
+        average's batch value as an output, or a counter; nothing in inference."""
+        buffer = spec.target
+        assert buffer is not None
+        value = self.lowered(arg)
+        if not self.training or _is_weight(value, buffer):
+            return []
+        if value in self.averages:
+            batch, momentum = self.averages[value]
+            self.buffer_updates.append(BufferUpdate(buffer, buffer, momentum))
+            output = TensorSpec(buffer, wse.tensor_shape(batch), dtype_of(batch).name, None)
+            return [(batch, output)]
+        if _is_count(arg, buffer, self.program):
+            self.weights[buffer] = to_numpy(self.program.state_dict[buffer])
+            self.buffer_updates.append(BufferUpdate(buffer, None))
+            return []
+        raise self.error(
+            f"the module updates buffer '{buffer}' as it trains in a way a training step "
+            "cannot split over micro-batches and systems: only running averages (batch norm) "
+            "and counters are supported"
+        )
+
+
+def _output_spec(name: str, arg: Any, value: SSAValue) -> TensorSpec:
+    """The spec of a user output: batched when torch's value has a symbolic axis 0."""
+    meta = arg.meta["val"] if isinstance(arg, torch.fx.Node) else None
+    symbolic = isinstance(meta, torch.Tensor) and _symbolic_batch(meta)
+    return TensorSpec(name, wse.tensor_shape(value), dtype_of(value).name, 0 if symbolic else None)
+
+
+def _is_weight(value: Any, name: str) -> bool:
+    """Whether ``value`` is the ``wse.weight`` named ``name`` (a buffer left as it was)."""
+    owner = value.owner if isinstance(value, SSAValue) else None
+    return isinstance(owner, wse.WeightOp) and owner.weight_name.data == name
+
+
+def _is_count(arg: Any, buffer: str, program: ExportedProgram) -> bool:
+    """Whether ``arg`` is ``buffer + 1`` (a counter such as ``num_batches_tracked``)."""
+    if not isinstance(arg, torch.fx.Node) or str(arg.target) != "aten.add.Tensor":
+        return False
+    base, step = arg.args[0], arg.args[1]
+    inputs = {s.arg.name: s.target for s in program.graph_signature.input_specs}
+    return isinstance(base, torch.fx.Node) and inputs.get(base.name) == buffer and bool(step == 1)
 
 
 def _weight_names(program: ExportedProgram) -> dict[str, str]:

@@ -8,8 +8,16 @@ from math import prod
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import broadcast, reshape, unique_axes
+from cgc.frontends.onnx.builders import (
+    affine,
+    broadcast,
+    cast,
+    dtype_of,
+    reshape,
+    unique_axes,
+)
 from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
+from cgc.frontends.onnx.normalization import Standardized, per_channel, standardize
 from cgc.frontends.onnx.reduction import arg_extreme
 from cgc.frontends.torch.lowering import Lowering, OpLowering, register
 
@@ -118,6 +126,75 @@ def _batch_norm(
         wse.BatchNormOp(lw.tensor(x), scale, offset, lw.tensor(mean), lw.tensor(var), float(eps))
     )
     return y, None, None
+
+
+LOW_PRECISION = ("float16", "bfloat16")
+"""Types whose batch statistics torch computes in float32."""
+
+
+def _normalized_by_batch(
+    lw: Lowering, x: SSAValue, weight: SSAValue | None, bias: SSAValue | None, eps: float
+) -> tuple[SSAValue, Standardized]:
+    """``x`` normalized with its own mean and population variance over every axis but the
+    channels (1), scaled and shifted per channel; and the statistics."""
+    shape = shape_of(x)
+    rank = len(shape)
+    if rank < 2:
+        raise NodeError("expected an input of at least 2 axes (batch, channels, ...)")
+    dtype = lw.result_dtype()
+    stats = standardize(
+        lw, lw.tensor(x, "float32" if dtype in LOW_PRECISION else dtype),
+        [a for a in range(rank) if a != 1], float(eps),
+    )  # fmt: skip
+    normed = cast(lw, stats.normed, dtype)
+    scale, shift = (
+        None if p is None else per_channel(lw, lw.tensor(p), rank, normed) for p in (weight, bias)
+    )
+    return affine(lw, normed, scale, shift), stats
+
+
+@register("aten._native_batch_norm_legit.no_stats")
+def _batch_norm_without_statistics(
+    lw: Lowering,
+    x: SSAValue,
+    weight: SSAValue | None,
+    bias: SSAValue | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple:
+    """Batch normalization that keeps no running statistics (``track_running_stats=False``,
+    and instance normalization, which torch writes as it): always the batch's own."""
+    return _normalized_by_batch(lw, x, weight, bias, eps)[0], None, None
+
+
+@register("aten._native_batch_norm_legit_functional.default")
+def _batch_norm_training(
+    lw: Lowering,
+    x: SSAValue,
+    weight: SSAValue | None,
+    bias: SSAValue | None,
+    running_mean: SSAValue,
+    running_var: SSAValue,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple:
+    """Batch normalization of a module in ``train()`` mode: the batch's own statistics, and
+    the running ones moved towards them by ``momentum`` (the variance unbiased, as torch's)."""
+    if not training:
+        y = _batch_norm(lw, x, weight, bias, running_mean, running_var, momentum, eps)[0]
+        return y, None, None, running_mean, running_var
+    y, stats = _normalized_by_batch(lw, x, weight, bias, eps)
+    shape = shape_of(x)
+    count = prod(shape) // shape[1]
+    unbiased = lw.emit(wse.MulOp(stats.var, lw.scalar(count / max(count - 1, 1), stats.var)))
+    new = [
+        lw.moving_average(running, cast(lw, reshape(lw, value, shape[1:2]), dtype_of(running)),
+                          float(momentum))
+        for running, value in ((running_mean, stats.mean), (running_var, unbiased))
+    ]  # fmt: skip
+    return y, None, None, *new
 
 
 def _window(
