@@ -4,7 +4,8 @@ It gives every op its meaning on whole arrays: primitives through
 ``cgc.machine.reference.evaluate`` and composites through their textbook formulas (written
 here independently of the ``decompose`` pass, so that tests can check one against the other).
 The compiler uses it to fold constants; tests use it to check frontends and passes without the
-fabric simulator.
+fabric simulator. Indices that come with the data are checked as the runtime checks them
+(``reference.IndexOutOfRange``, reported with the op's source node).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def _batch_norm(x, scale, bias, mean, var, epsilon: float) -> np.ndarray:
 
 
 def _softmax_cross_entropy(scores, labels, weights, reduction: str, ignore_index) -> np.ndarray:
+    reference.check_labels(labels, scores.shape[1], ignore_index)
     logp = _log_softmax(scores, 1)
     valid = np.ones(labels.shape, dtype=bool) if ignore_index is None else labels != ignore_index
     safe = np.where(valid, labels, 0)
@@ -138,6 +140,13 @@ class Interpreter:
             return []
         if isinstance(op, wse.StopGradientOp):
             return args
+        try:
+            return self._compute(op, args)
+        except reference.IndexOutOfRange as e:
+            raise e.located(wse.location_name(op), wse.mnemonic(op)) from None
+
+    def _compute(self, op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+        """The results of a composite or primitive op."""
         props = wse.properties_as_python(op)
         with np.errstate(all="ignore"):
             composite = _composite(op, args, props)

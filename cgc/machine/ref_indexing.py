@@ -1,15 +1,76 @@
 """numpy semantics of the ops whose indices are data, of scans and of top-k.
 
 Gathers and scatters follow ONNX (Gather, GatherElements, GatherND, ScatterElements,
-ScatterND): negative indices count from the end, and a scatter may reduce what lands on an
-element (add, mul, max, min). Running sums and products, and top-k, run along one axis.
+ScatterND): negative indices count from the end, an index outside ``[-size, size)`` of its
+axis is an error (``IndexOutOfRange``), and a scatter may reduce what lands on an element
+(add, mul, max, min). Class labels (the targets of the losses) must lie in
+``[0, classes)`` unless they equal the ignored index (``check_labels``). Running sums and
+products, and top-k, run along one axis.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from cgc.errors import CgcError
 from cgc.machine import dtypes
+
+
+class IndexOutOfRange(CgcError):
+    """An index that comes with the data lies outside the axis it addresses. The message
+    names the index, its position and the valid range but not the node: the VM and the
+    interpreter, which know the node, raise ``located`` instead."""
+
+    def located(self, node: str | None, op: str, layer: str | None = None) -> CgcError:
+        """The same error naming the node (the op's source location) and the op it happened
+        in; an op without a location is named by its layer, if known."""
+        if node:
+            return CgcError(f"node '{node}' ({op}): {self}")
+        return CgcError(f"layer '{layer}' ({op}): {self}" if layer else f"{op}: {self}")
+
+
+def _first_bad(bad: np.ndarray) -> tuple[int, ...] | None:
+    """The position of the first true element in row-major order, or None: one pass over
+    the mask in the common (all good) case, one argmax otherwise."""
+    if not bad.any():
+        return None
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
+
+
+def _report(what: str, value: int, position: tuple[int, ...], span: str) -> IndexOutOfRange:
+    at = f" at {list(position)}" if position else ""
+    return IndexOutOfRange(f"{what} {value}{at} is outside {span}")
+
+
+def check_indices(
+    indices: np.ndarray, sizes: int | Sequence[int], axes: int | Sequence[int]
+) -> None:
+    """Raises ``IndexOutOfRange`` for the first index outside ``[-size, size)``. ``sizes`` and
+    ``axes`` are one axis's (every index addresses it) or, for the tuples of GatherND and
+    ScatterND, one per position along the indices' last axis."""
+    size = np.asarray(sizes)
+    where = _first_bad((indices < -size) | (indices >= size))
+    if where is None:
+        return
+    n = int(np.broadcast_to(size, indices.shape)[where])
+    axis = axes if isinstance(axes, int) else axes[where[-1]]
+    raise _report("index", int(indices[where]), where, f"[{-n}, {n}) of axis {axis}")
+
+
+def check_labels(labels: np.ndarray, classes: int, ignore_index: int | None) -> None:
+    """Raises ``IndexOutOfRange`` for the first class label outside ``[0, classes)`` that is
+    not ``ignore_index`` (ONNX's losses: such a label is an error, not a sample that picks
+    nothing)."""
+    bad = (labels < 0) | (labels >= classes)
+    if ignore_index is not None:
+        bad &= labels != ignore_index
+    where = _first_bad(bad)
+    if where is None:
+        return
+    ignored = "" if ignore_index is None else f" and is not ignore_index {ignore_index}"
+    raise _report("label", int(labels[where]), where, f"the classes [0, {classes}){ignored}")
 
 
 def _wrapped(indices: np.ndarray, size: int | np.ndarray) -> np.ndarray:
@@ -19,12 +80,15 @@ def _wrapped(indices: np.ndarray, size: int | np.ndarray) -> np.ndarray:
 
 def gather(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
     """ONNX Gather."""
+    check_indices(indices, data.shape[axis], axis)
     return np.take(data, _wrapped(indices, data.shape[axis]), axis=axis)
 
 
 def gather_nd(data: np.ndarray, indices: np.ndarray, batch_dims: int) -> np.ndarray:
     """ONNX GatherND."""
     depth = indices.shape[-1]
+    tuple_axes = range(batch_dims, batch_dims + depth)
+    check_indices(indices, [data.shape[a] for a in tuple_axes], tuple_axes)
     batch = data.shape[:batch_dims]
     flat = data.reshape(int(np.prod(batch)), *data.shape[batch_dims:])
     idx = indices.reshape(flat.shape[0], -1, depth)
@@ -51,6 +115,7 @@ def _scatter(
 def _element_positions(indices: np.ndarray, axis: int, size: int) -> tuple[np.ndarray, ...]:
     """The positions ONNX's GatherElements and ScatterElements address: each index's own
     position, with its value (wrapped) on ``axis``."""
+    check_indices(indices, size, axis)
     where: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
     where[axis] = _wrapped(indices, size)
     return tuple(where)
@@ -74,6 +139,7 @@ def scatter_nd(
 ) -> np.ndarray:
     """ONNX ScatterND."""
     depth = indices.shape[-1]
+    check_indices(indices, data.shape[:depth], range(depth))
     idx = _wrapped(indices, np.array(data.shape[:depth]))
     return _scatter(data, tuple(np.moveaxis(idx, -1, 0)), updates, reduction)
 

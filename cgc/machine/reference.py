@@ -12,7 +12,8 @@ This module is the entry point: it evaluates a primitive by mnemonic (``evaluate
   ``UNARY``, ``BINARY`` and ``REDUCE``, the extremes of a type and ``cast``;
 * ``ref_movement``: data movement (``movement``, ``MOVEMENT``), sliding windows, im2col and
   col2im, pooling, one-hot and the views of stored weights;
-* ``ref_indexing``: gathers, scatters, scans and top-k;
+* ``ref_indexing``: gathers, scatters, scans and top-k, and the checks of data-dependent
+  indices and class labels (``IndexOutOfRange``);
 * ``ref_attention``: fused attention, its gradient, and rotary position embeddings.
 """
 
@@ -25,6 +26,9 @@ import numpy as np
 from cgc.machine import dtypes
 from cgc.machine.ref_attention import attention, attention_grad, rotary
 from cgc.machine.ref_indexing import (
+    IndexOutOfRange,
+    check_indices,
+    check_labels,
     gather,
     gather_elements,
     gather_nd,
@@ -76,12 +80,15 @@ __all__ = [
     "REDUCE_IDENTITY",
     "UNARY",
     "Attrs",
+    "IndexOutOfRange",
     "Spec",
     "Special",
     "argmax_pool",
     "cast",
     "channels_back",
     "channels_first",
+    "check_indices",
+    "check_labels",
     "col2im",
     "divide",
     "erf",
@@ -131,6 +138,15 @@ def _pooling(kind: str) -> Special:
     return pooled
 
 
+def _one_hot(a: Attrs, xs: Sequence[np.ndarray], r: Sequence[Spec]) -> list[np.ndarray]:
+    """One-hot rows; indices out of range give zero rows (ONNX OneHot) unless they are a
+    loss's class labels (``labels``), which must be in range or ``ignore_index``."""
+    depth = r[0][0][-1]
+    if a.get("labels", False):
+        check_labels(xs[0], depth, a.get("ignore_index"))
+    return [one_hot(xs[0], depth, dtypes.dtype(r[0][1]))]
+
+
 def _scanning(kind: str) -> Special:
     """The semantics of scan op ``kind``."""
 
@@ -149,7 +165,7 @@ _SPECIAL: dict[str, Special] = {
     **{kind: _pooling(kind) for kind in ("max_pool", "avg_pool")},
     "col2im": lambda a, xs, r: [col2im(xs[0], r[0][0], a)],
     "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *pool_args(a), a.get("storage_order", 0))],
-    "one_hot": lambda a, xs, r: [one_hot(xs[0], r[0][0][-1], dtypes.dtype(r[0][1]))],
+    "one_hot": _one_hot,
     "gather": lambda a, xs, r: [gather(xs[0], xs[1], a["axis"])],
     "gather_elements": lambda a, xs, r: [gather_elements(xs[0], xs[1], a["axis"])],
     "gather_nd": lambda a, xs, r: [gather_nd(xs[0], xs[1], a.get("batch_dims", 0))],

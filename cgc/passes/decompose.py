@@ -92,7 +92,8 @@ def cross_entropy(emit: Emitter, op: wse.SoftmaxCrossEntropyOp) -> SSAValue:
     shape = wse.tensor_shape(scores)
     rank, classes, elt = len(shape), shape[1], wse.element_type(scores)
     logp = log_softmax(emit, scores, 1)
-    hot = emit(wse.OneHotOp(labels, classes, elt))
+    ignore_index = None if op.ignore_index is None else op.ignore_index.value.data
+    hot = emit(wse.OneHotOp(labels, classes, elt, labels=True, ignore_index=ignore_index))
     if rank > 2:
         hot = emit(wse.TransposeOp(hot, [0, rank - 1, *range(1, rank - 1)]))
     nll = emit(wse.NegOp(emit(wse.ReduceSumOp(emit(wse.MulOp(logp, hot)), [1], False))))

@@ -103,7 +103,7 @@ func.func @cross_entropy(%s: tensor<4x5xf32>, %l: tensor<4xi64>, %w: tensor<5xf3
 // CHECK-NEXT:    %[[SUM:.*]] = wse.reduce_sum %[[E]] {axes = array<i64: 1>, keepdims = true}
 // CHECK-NEXT:    %[[LOG:.*]] = wse.log %[[SUM]]
 // CHECK-NEXT:    %[[LOGP:.*]] = wse.sub %[[SH]], %[[LOG]]
-// CHECK-NEXT:    %[[HOT:.*]] = wse.one_hot %l : tensor<4xi64> -> tensor<4x5xf32> loc("loss")
+// CHECK-NEXT:    %[[HOT:.*]] = wse.one_hot %l {labels, ignore_index = -100 : i64} : tensor<4xi64> -> tensor<4x5xf32> loc("loss")
 // CHECK-NEXT:    %[[PICK:.*]] = wse.mul %[[LOGP]], %[[HOT]]
 // CHECK-NEXT:    %[[PSUM:.*]] = wse.reduce_sum %[[PICK]] {axes = array<i64: 1>} : tensor<4x5xf32> -> tensor<4xf32>
 // CHECK-NEXT:    %[[NLL:.*]] = wse.neg %[[PSUM]] : tensor<4xf32>
@@ -130,7 +130,7 @@ func.func @cross_entropy_none(%s: tensor<2x5x3xf32>, %l: tensor<2x3xi64>) -> ten
 // CHECK-LABEL: func.func @cross_entropy_none
 // CHECK:         wse.log
 // CHECK-NEXT:    %[[LOGP:.*]] = wse.sub
-// CHECK-NEXT:    %[[HOT:.*]] = wse.one_hot %l : tensor<2x3xi64> -> tensor<2x3x5xf32> loc("loss3")
+// CHECK-NEXT:    %[[HOT:.*]] = wse.one_hot %l {labels} : tensor<2x3xi64> -> tensor<2x3x5xf32> loc("loss3")
 // CHECK-NEXT:    %[[HT:.*]] = wse.transpose %[[HOT]] {perm = array<i64: 0, 2, 1>} : tensor<2x3x5xf32> -> tensor<2x5x3xf32> loc("loss3")
 // CHECK-NEXT:    %[[PICK:.*]] = wse.mul %[[LOGP]], %[[HT]]
 // CHECK-NEXT:    %[[PSUM:.*]] = wse.reduce_sum %[[PICK]] {axes = array<i64: 1>} : tensor<2x5x3xf32> -> tensor<2x3xf32>

@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
     TensorType,
+    UnitAttr,
     f64,
     i64,
 )
@@ -32,6 +33,7 @@ from xdsl.irdl import (
     base,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -241,19 +243,35 @@ class PadOp(IRDLOperation):
 class OneHotOp(IRDLOperation):
     """Integer class indices to one-hot rows: a new last axis of the result's size.
 
-    Indices outside ``[0, depth)`` give an all-zero row.
+    Indices outside ``[0, depth)`` give an all-zero row, unless they are a loss's class
+    labels (``labels``): then such an index other than ``ignore_index`` is an error at run
+    time, as ONNX's losses make it.
     """
 
     name = "wse.one_hot"
     indices = operand_def(TensorType)
     result = result_def(TensorType)
+    labels = opt_prop_def(UnitAttr)
+    ignore_index = opt_prop_def(IntegerAttr[IntegerType])
     traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$indices attr-dict `:` type($indices) `->` type($result)"
 
-    def __init__(self, indices: SSAValue, depth: int, element: Attribute):
+    def __init__(
+        self,
+        indices: SSAValue,
+        depth: int,
+        element: Attribute,
+        labels: bool = False,
+        ignore_index: int | None = None,
+    ):
+        props: dict[str, Attribute] = {"labels": UnitAttr()} if labels else {}
+        if ignore_index is not None:
+            props["ignore_index"] = IntegerAttr(ignore_index, i64)
         super().__init__(
             operands=[indices],
             result_types=[TensorType(element, (*tensor_shape(indices), depth))],
+            properties=props,
         )
 
     def verify_(self) -> None:
