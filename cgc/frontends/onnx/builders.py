@@ -130,7 +130,10 @@ def string_attr(node: Node, name: str, default: str, choices: Sequence[str]) -> 
 
 def int_list(array: np.ndarray | Sequence[int]) -> list[int]:
     """The elements of an integer array (any rank) as Python ints."""
-    return [int(v) for v in np.ravel(np.asarray(array))]
+    values = np.asarray(array)
+    if values.dtype.kind not in "biuf":
+        raise NodeError(f"expected integers, got {values.dtype} values")
+    return [int(v) for v in np.ravel(values)]
 
 
 def static_ints(im: Importer, node: Node, index: int) -> list[int]:

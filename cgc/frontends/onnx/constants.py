@@ -19,7 +19,15 @@ from cgc.dialects import wse
 from cgc.frontends.onnx.builders import dtype_of, static_ints, static_scalar
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.model import dtype_attribute
-from cgc.frontends.onnx.nodes import Lazy, Node, NodeError, axis_of, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import (
+    Lazy,
+    Node,
+    NodeError,
+    axis_of,
+    bad_attr,
+    check_size,
+    shape_of,
+)
 from cgc.machine import dtypes
 
 
@@ -140,6 +148,7 @@ def _range(im: Importer, node: Node) -> list:
     dtype = np.asarray(start).dtype
     integral = dtypes.is_integer(dtype)
     count = range_count(start, limit, delta, integral)
+    check_size("output", (count,), dtype)
     values: np.ndarray
     if integral:
         values = int(start) + np.arange(count, dtype=np.int64) * int(delta)

@@ -46,7 +46,9 @@ from cgc.frontends.onnx.nodes import (
     NodeError,
     NotConstantError,
     attribute_value,
+    check_size,
 )
+from cgc.frontends.onnx.validation import node_name, validate, validate_shapes
 from cgc.machine import dtypes
 from cgc.machine.artifact import WeightSpec
 
@@ -124,6 +126,7 @@ class Importer(Emitter, ModelInterface):
     def run(self) -> ImportedModel:
         self.opset = self._check_opset()
         self._check_ops()
+        validate(self.model, self.source, self.opset)
         initializer_names = self._load_initializers()
         self._bind_values(set(initializer_names))
         inputs = self._input_specs(initializer_names)
@@ -134,6 +137,7 @@ class Importer(Emitter, ModelInterface):
         for index, node in enumerate(self.graph.node):
             self._import_node(index, node)
         results = [self._output_value(vi.name) for vi in self.graph.output]
+        validate_shapes(self.model, self.source)
         self.close_main(fn, results)
         return ImportedModel(
             module=module,
@@ -154,7 +158,7 @@ class Importer(Emitter, ModelInterface):
             if default and node.op_type in OPS:
                 continue
             key = node.op_type if default else f"{node.domain}.{node.op_type}"
-            problems.setdefault(key, []).append(node.name or f"{node.op_type}_{index}")
+            problems.setdefault(key, []).append(node_name(node, index))
         if problems:
             parts = [f"{op} ({node_list(names)})" for op, names in sorted(problems.items())]
             raise self.error(f"unsupported ops: {', '.join(parts)}")
@@ -168,7 +172,7 @@ class Importer(Emitter, ModelInterface):
     # -- nodes ----------------------------------------------------------------------------
 
     def _import_node(self, index: int, proto: onnx.NodeProto) -> None:
-        name = proto.name or f"{proto.op_type}_{index}"
+        name = node_name(proto, index)
         node = Node(proto, name, {a.name: attribute_value(a) for a in proto.attribute})
         self.loc = loc(name)
         try:
@@ -178,6 +182,9 @@ class Importer(Emitter, ModelInterface):
                     continue
                 if i < len(results) and results[i] is not None:
                     self.env[out] = results[i]
+                    if isinstance(results[i], Lazy):  # a value op results are checked as emitted
+                        array = results[i].array
+                        check_size(f"output '{out}'", array.shape, array.dtype)
                 elif out in self.used:
                     raise NodeError(f"output '{self._label(node, i, False)}' is not supported")
         except NotConstantError as e:
@@ -185,6 +192,15 @@ class Importer(Emitter, ModelInterface):
             raise NeedsInputValuesError(message, e.inputs) from None
         except (NodeError, VerifyException) as e:
             raise self.error(f"node '{name}' ({proto.op_type}): {short_reason(e)}") from None
+
+    def emit_all(self, op: Operation) -> list[SSAValue]:
+        """``Emitter.emit_all``, once no result of ``op`` is too large to hold: before a folded
+        result is computed, or a run-time one planned."""
+        for index, result in enumerate(op.results):
+            if isinstance(result.type, TensorType):
+                dtype = wse.numpy_dtype(wse.element_type(result))
+                check_size(f"result {index} of {op.name}", wse.tensor_shape(result), dtype)
+        return super().emit_all(op)
 
     def _label(self, node: Node, index: int, is_input: bool = True) -> str:
         """The schema name of a node's input or output, e.g. ``shape`` for Reshape's second."""

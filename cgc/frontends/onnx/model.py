@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
-from onnx.external_data_helper import (
-    ExternalDataInfo,
-    load_external_data_for_tensor,
-    uses_external_data,
-)
+from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
 from cgc.frontends.imported import TensorSpec
 from cgc.frontends.onnx.nodes import Entry, Lazy, bad_attr
+from cgc.frontends.onnx.validation import element_name, oversize
 from cgc.machine import dtypes
 
 MIN_OPSET = 1
@@ -93,27 +91,76 @@ def load_model(path: Path, source: str, no_weights: bool = False) -> onnx.ModelP
     if not model.HasField("graph"):
         raise CgcError(f"{source}: not a valid ONNX model (no graph)")
     base = path.parent
-    needed = [
-        tensor
-        for tensor in _stored_tensors(model)
-        if uses_external_data(tensor) and not (no_weights and _is_weight(tensor))
-    ]
-    for tensor in needed:
-        location = ExternalDataInfo(tensor).location
-        if not (base / location).is_file():
-            hint = " (--no-weights compiles the graph without them)" if _is_weight(tensor) else ""
-            raise CgcError(
-                f"{source}: external data file '{location}' of tensor '{tensor.name}' is "
-                f"missing{hint}"
-            )
+    external = [tensor for tensor in _stored_tensors(model) if uses_external_data(tensor)]
+    places = [(tensor, external_place(tensor, source)) for tensor in external]
+    for tensor, place in places:
+        if not (no_weights and _is_weight(tensor)):
+            _check_external_file(tensor, place, base, source)
     try:
-        for tensor in needed:
-            load_external_data_for_tensor(tensor, os.fspath(base))
+        for tensor, _ in places:
+            if not (no_weights and _is_weight(tensor)):
+                load_external_data_for_tensor(tensor, os.fspath(base))
     except Exception as e:
         raise CgcError(
             f"{source}: not a valid ONNX model (external data: {short_reason(e)})"
         ) from None
     return model
+
+
+@dataclass(frozen=True)
+class ExternalPlace:
+    """Where a tensor's external data is: ``length`` bytes (None: to the end of the file)
+    from ``offset`` of the file at ``location``, relative to the model's directory."""
+
+    location: str
+    offset: int
+    length: int | None
+
+
+def external_place(tensor: TensorProto, source: str) -> ExternalPlace:
+    """The place of ``tensor``'s external data, checked: a relative location that stays in
+    the model's directory, and an offset and length that are whole numbers, not negative."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    what = f"{source}: external data of tensor '{tensor.name}'"
+    location = entries.get("location", "")
+    path = PurePosixPath(location.replace("\\", "/"))
+    if not location or path.is_absolute() or ".." in path.parts:
+        raise CgcError(
+            f"{what}: location '{location}' is not a relative path inside the model's directory"
+        )
+    numbers = {}
+    for key in ("offset", "length"):
+        text = entries.get(key)
+        if text is None:
+            continue
+        if not text.strip().isdigit():
+            raise CgcError(f"{what}: {key} '{text}' is not a whole number of bytes, 0 or more")
+        numbers[key] = int(text)
+    return ExternalPlace(location, numbers.get("offset", 0), numbers.get("length"))
+
+
+def _check_external_file(
+    tensor: TensorProto, place: ExternalPlace, base: Path, source: str
+) -> None:
+    """The file of ``tensor``'s external data is there and holds the bytes ``place`` names."""
+    file = base / place.location
+    if not file.is_file():
+        hint = " (--no-weights compiles the graph without them)" if _is_weight(tensor) else ""
+        raise CgcError(
+            f"{source}: external data file '{place.location}' of tensor '{tensor.name}' is "
+            f"missing{hint}"
+        )
+    if not file.resolve().is_relative_to(base.resolve()):  # a link that leads out
+        raise CgcError(
+            f"{source}: external data file '{place.location}' of tensor '{tensor.name}' is "
+            "outside the model's directory"
+        )
+    size = file.stat().st_size
+    if place.offset + (place.length or 0) > size:
+        raise CgcError(
+            f"{source}: external data file '{place.location}' of tensor '{tensor.name}' has "
+            f"{size} bytes, fewer than offset {place.offset} + length {place.length or 0}"
+        )
 
 
 def _is_weight(tensor: TensorProto) -> bool:
@@ -182,7 +229,7 @@ class ModelInterface:
     def _dtype(self, elem_type: int, what: str) -> str:
         if elem_type in ONNX_DTYPES:
             return ONNX_DTYPES[elem_type]
-        name = TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+        name = element_name(elem_type).lower()
         raise self.error(
             f"{what} has unsupported dtype {name} (supported: {', '.join(SUPPORTED_DTYPES)})"
         )
@@ -254,6 +301,9 @@ class ModelInterface:
         if self.batch_size is not None and self.batch_size < 1:
             raise self.error(f"--batch-size must be positive, got {self.batch_size}")
         specs = [self._input_spec(vi) for vi in graph_inputs]
+        for spec in specs:
+            if why := oversize(spec.shape, spec.dtype):
+                raise self.error(f"input '{spec.name}' of {why}")
         self._check_static_batch(specs)
         return specs
 

@@ -6,6 +6,7 @@ is imported (an ``Entry``: an SSA value, or a ``Lazy`` constant not yet used).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from xdsl.dialects.builtin import NameLoc
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.onnx.validation import oversize
 
 
 class NodeError(Exception):
@@ -35,6 +37,13 @@ def bad_attr(name: str, value: Any, why: str = "") -> NodeError:
     if isinstance(value, list | tuple):
         value = "[" + ", ".join(str(v) for v in value) + "]"
     return NodeError(f"attribute {name}={value} is not supported{why}")
+
+
+def check_size(what: str, shape: Sequence[int], dtype: np.dtype | str) -> None:
+    """Fails if the tensor ``what`` of ``shape`` and ``dtype`` is too large for cgc to hold:
+    checked before the tensor is allocated."""
+    if why := oversize(shape, dtype):
+        raise NodeError(f"{what} of {why}")
 
 
 def axis_of(axis: int, rank: int, what: str = "axis") -> int:
