@@ -166,6 +166,8 @@ class Program:
     registers: list[tuple[tuple[int, ...], str]]
     """Shape and numpy dtype name of every register."""
     layers: list[LayerInfo]
+    source: str | None = field(default=None, compare=False)
+    """The artifact file the program was read from; None for one compiled in this process."""
 
     @cached_property
     def layer_spans(self) -> list[range]:

@@ -6,6 +6,10 @@ costs, what each PE holds. The VM adds the numbers: it keeps every register's va
 the wafer, or the logical array of a weight, constant or stream), brings each operand to the
 layout its kernel's plan asks for, and runs the kernel's arithmetic
 (``cgc.runtime.kernels``). Without numbers a run is the timing engine alone.
+
+An index that comes with the data (a token id, a label, a gather's or scatter's index) is
+checked where its kernel runs; one out of range ends the run with a ``CgcError`` naming the
+instruction's source node (or, without one, its layer).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cgc.errors import CgcError
 from cgc.machine.bytecode import Instruction, Opcode, Program
 from cgc.machine.cost import Held, LayerRecord, OnWafer, Resident, Sram, Streamed, Timing
 from cgc.machine.layout import Layout
 from cgc.machine.plans import Plan
+from cgc.machine.ref_indexing import IndexOutOfRange
 from cgc.machine.target import Target
 from cgc.runtime import kernels
 from cgc.runtime.memoryx import MemoryX
@@ -61,6 +67,8 @@ class Executor:
         self.gradients: list[tuple[str, list[int] | None, np.ndarray | None]] = []
         self.optimizer: tuple[str, dict[str, float]] | None = None
         self.inputs: Sequence[np.ndarray] = ()
+        self.layer = ""
+        """The name of the layer running now, for errors of instructions without a location."""
 
     @property
     def numerics(self) -> bool:
@@ -86,7 +94,21 @@ class Executor:
                 self.step(ins)
 
     def step(self, ins: Instruction) -> None:
-        """Executes one instruction."""
+        """Executes one instruction. An instruction of a program read from a file that its
+        kernel cannot run is a CgcError naming it: reading checks the program's structure,
+        not every kernel's attributes, and a file can be edited with its checksums redone."""
+        try:
+            self._step(ins)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            if self.program.source is None or isinstance(e, CgcError):
+                raise
+            where = f"in layer '{self.layer}'" if self.layer else "before the first layer"
+            raise CgcError(
+                f"{self.program.source}: instruction '{ins.name}' {where} cannot run "
+                f"({type(e).__name__}: {e}); the artifact is damaged"
+            ) from None
+
+    def _step(self, ins: Instruction) -> None:
         result = self.timing.step(ins)
         if ins.opcode == Opcode.OPTIMIZER_STEP:
             self.optimizer = (ins.attrs["optimizer"], ins.attrs["config"])
@@ -103,6 +125,7 @@ class Executor:
         """The numbers of an instruction that moves data rather than computing."""
         opcode = Opcode(ins.opcode)
         if opcode == Opcode.LAYER:
+            self.layer = self.program.layers[ins.attrs["layer"]].name
             self._arrive()
         elif opcode == Opcode.INPUT:
             assert isinstance(layout, Layout)
@@ -152,7 +175,10 @@ class Executor:
             self._prepare(self._value(r), self.timing.now(r), want)
             for r, want in zip(ins.operands, plan.inputs, strict=True)
         ]
-        outs = kernels.run(ins.name, plan, prepared, ins.attrs)
+        try:
+            outs = kernels.run(ins.name, plan, prepared, ins.attrs)
+        except IndexOutOfRange as e:
+            raise e.located(ins.location, ins.name, self.layer) from None
         for register, out in zip(ins.results, outs, strict=True):
             self.values[register] = out
 
