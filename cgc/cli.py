@@ -23,12 +23,25 @@ import numpy as np
 from cgc.errors import CgcError
 from cgc.machine.files import npz_bytes
 from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+from cgc.tools.paths import (
+    input_text,
+    load_npz,
+    model_argument,
+    output_directory,
+    output_file,
+)
 
 if TYPE_CHECKING:
     from xdsl.passes import ModulePass
 
 _SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
 _MESH = re.compile(r"(\d+)x(\d+)")
+
+
+def one_line(message: str) -> str:
+    """``message`` with its line breaks written as escapes: names taken from a user's file
+    may hold them, and an error is one line."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class Application(click.Group):
@@ -38,7 +51,7 @@ class Application(click.Group):
         try:
             return super().invoke(ctx)
         except CgcError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {one_line(str(e))}", err=True)
             sys.exit(2)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -79,24 +92,6 @@ def _target_name(target: str, mesh: str | None) -> str:
     return f"{target}@{mesh}"
 
 
-def _load_npz(path: str, option: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise CgcError(f"{option} {path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise CgcError(f"{option} {path}: not a readable .npz file ({e})") from None
-
-
-def _writable(path: str) -> Path:
-    """``path``, if its directory exists (checked before any work that would be lost)."""
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise CgcError(f"{path}: directory {target.parent} does not exist")
-    return target
-
-
 def _torch_factory(spec: str):
     """The program of a PyTorch module that ``file.py:factory`` makes."""
     try:
@@ -111,7 +106,14 @@ def _torch_factory(spec: str):
 def _write_atomically(path: str, data: bytes | Iterable[bytes]) -> None:
     from cgc.machine.files import write_atomically
 
-    write_atomically(_writable(path), data)
+    write_atomically(path, data)
+
+
+def _outputs(paths: dict[str, str | None]) -> None:
+    """Checks the output files of ``paths`` (option -> path, if given) before any work."""
+    for option, path in paths.items():
+        if path is not None:
+            output_file(path, option)
 
 
 def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
@@ -163,7 +165,9 @@ def plan_options(command: Callable) -> Callable:
                 help="Read an ONNX model's graph without its weights (timing-only artifact).",
             ),
             click.option(
-                "--init-seed", type=int, help="Draw a params-file model's weights from this seed."
+                "--init-seed",
+                type=click.IntRange(0, 2**63 - 1),
+                help="Draw a params-file model's weights from this seed.",
             ),
         )
     ):
@@ -211,7 +215,10 @@ def compile(
     from cgc.machine.units import human_bytes
     from cgc.tools.report import summary_text
 
-    _writable(output)
+    model = model_argument(model, "MODEL")
+    output_file(output, "-o")
+    if dump_ir is not None:
+        output_directory(dump_ir, "--dump-ir")
     if re.search(r"\.py(:[^/\\]*)?$", model):
         model = _torch_factory(model)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
@@ -262,23 +269,22 @@ def run(
     from cgc.runtime.cluster import Cluster
     from cgc.runtime.simulation import Simulation
     from cgc.runtime.trace import trace_json
-    from cgc.tools.report import simulation_text
+    from cgc.tools.report import has_batch_axis, simulation_text
 
-    for path in (output_path, stats_json, trace):
-        if path:
-            _writable(path)
-    if timing_only and output_path:
+    model_argument(artifact, "ARTIFACT")
+    _outputs({"--output": output_path, "--stats-json": stats_json, "--trace": trace})
+    if timing_only and output_path is not None:
         raise CgcError("--output: a timing-only run computes no outputs")
-    if not timing_only and not inputs_path:
+    if not timing_only and inputs_path is None:
         raise CgcError("--inputs is required (or --timing-only)")
+    inputs = load_npz(inputs_path, "--inputs") if inputs_path is not None else None
     art = Artifact.load(artifact)
     _retarget(art, figures)
     if not timing_only:
         art.require_weights(artifact)
-    inputs = _load_npz(inputs_path, "--inputs") if inputs_path else None
     cluster = Cluster(art, num_csx, numerics=not timing_only)
     outputs, stats = cluster.infer(inputs)
-    if output_path:
+    if output_path is not None:
         _write_atomically(output_path, npz_bytes(outputs))
     report = stats.to_json()
     if stats_json:
@@ -288,19 +294,27 @@ def run(
     if trace:
         _write_atomically(trace, trace_json(stats.spans).encode())
     if timing_only:
-        click.echo(simulation_text(Simulation(stats, 1, False, cluster.target)), nl=False)
+        simulation = Simulation(stats, 1, False, cluster.target)
+        click.echo(simulation_text(simulation, batched=has_batch_axis(art.manifest)), nl=False)
     else:
-        _print_run(outputs, stats)
+        _print_run(outputs, stats, has_batch_axis(art.manifest))
 
 
-def _print_run(outputs: dict[str, np.ndarray], stats) -> None:
-    """What a run with numbers made and cost."""
+def _print_run(outputs: dict[str, np.ndarray], stats, batched: bool) -> None:
+    """What a run with numbers made and cost; ``batched``: whether the model has a batch
+    axis (without one, a run is of the inputs' fixed shapes, whatever their leading dim)."""
     for name, value in outputs.items():
         click.echo(f"{name}: {value.dtype} {list(value.shape)}")
+    if batched:
+        what, rate = f"{stats.batch_size} samples", "samples/s"
+    else:
+        runs = stats.batch_size
+        what = f"{runs} run{'s' if runs != 1 else ''} of the fixed input shapes (no batch axis)"
+        rate = "runs/s"
     click.echo(
-        f"simulated {stats.batch_size} samples on {stats.num_csx} x {stats.target} "
+        f"simulated {what} on {stats.num_csx} x {stats.target} "
         f"({stats.mode}): {stats.simulated_seconds * 1e6:.2f} us, "
-        f"{stats.samples_per_second:.4g} samples/s, PE utilization {stats.pe_utilization:.2%}, "
+        f"{stats.samples_per_second:.4g} {rate}, PE utilization {stats.pe_utilization:.2%}, "
         f"peak {stats.peak_pe_sram_bytes} bytes SRAM per PE"
     )
     if stats.pipeline and stats.pipeline["stages"]:
@@ -310,7 +324,7 @@ def _print_run(outputs: dict[str, np.ndarray], stats) -> None:
             "its input link" if slowest["link_seconds"] > slowest["compute_seconds"] else "kernels"
         )
         click.echo(
-            f"pipeline: {p['steady_samples_per_second']:.4g} samples/s per system in the steady "
+            f"pipeline: {p['steady_samples_per_second']:.4g} {rate} per system in the steady "
             f"state, fill {p['fill_seconds'] * 1e6:.2f} us, drain {p['drain_seconds'] * 1e6:.2f} "
             f"us; slowest stage {slowest['name']} (bound by {bound})"
         )
@@ -434,20 +448,21 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
             re.compile(pattern)
         except re.error as e:
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
-    for path in (trace, stats_json):
-        if path:
-            _writable(path)
+    model_argument(model, "MODEL")
+    _outputs({"--trace": trace, "--stats-json": stats_json})
+    if model_dir is not None:
+        output_directory(model_dir, "--model-dir")
     if not timing_only and (data_path is None or model_dir is None):
         raise CgcError("--data and --model-dir are required (or --timing-only)")
     if timing_only:
         from cgc.tools.timing_only import check_options
 
         check_options(steps, data_path, options)
-    held_out = _load_npz(options.pop("eval_path"), "--eval-data") if options["eval_path"] else None
-    data = _load_npz(data_path, "--data") if data_path else None
+    eval_path = options.pop("eval_path")
+    held_out = load_npz(eval_path, "--eval-data") if eval_path is not None else None
+    data = load_npz(data_path, "--data") if data_path is not None else None
     target = _targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
     settings = {k: options.pop(k) for k in list(options) if k in KEYWORDS}
-    options.pop("eval_path", None)
     artifact, loop, evaluation = cgc.prepare_training(
         model,
         steps=steps,
@@ -467,7 +482,7 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
 
 def _train(artifact, data, loop, model_dir: str, evaluation, trace: str | None, chosen: bool):
     """Runs the training loop with numbers and reports it."""
-    from cgc.runtime.trainer import check_data
+    from cgc.runtime.trainer import TRACED_STEPS, check_data
     from cgc.runtime.trainer import train as run_training
 
     artifact.require_weights(artifact.manifest["source"])
@@ -479,26 +494,27 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace: str | None, 
     click.echo(f"training {count} parameters in {len(names)} tensors, {how}: {', '.join(names)}")
     with contextlib.ExitStack() as stack:
         on_step = _progress(stack, loop.steps)
-        result = run_training(artifact, data, loop, model_dir, on_step, _warn, evaluation)
+        traced = TRACED_STEPS if trace else 0
+        result = run_training(artifact, data, loop, model_dir, on_step, _warn, evaluation, traced)
     if trace:
         from cgc.runtime.trace import trace_json
 
         _write_atomically(trace, trace_json(result.spans).encode())
+        if loop.steps > TRACED_STEPS:
+            click.echo(f"trace: the first {TRACED_STEPS} steps of this run (every step is alike)")
     final = f"final loss {result.metrics[-1]['loss']:.6f}; " if result.metrics else ""
     click.echo(f"{final}wrote {model_dir}/metrics.jsonl and {model_dir}/weights.safetensors")
 
 
 def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:
     """A progress bar on a terminal, a line per step otherwise."""
+    from cgc.tools.progress import ProgressBar, step_line
+
     if sys.stdout.isatty():
-        bar = stack.enter_context(click.progressbar(length=steps, label="training"))
-        return lambda _: bar.update(1)
-    return lambda metrics: click.echo(_step_line(metrics))
-
-
-def _step_line(metrics: dict) -> str:
-    held_out = f", eval loss {metrics['eval_loss']:.6f}" if "eval_loss" in metrics else ""
-    return f"step {metrics['step']}: loss {metrics['loss']:.6f}{held_out}"
+        bar = ProgressBar(steps, sys.stdout)
+        stack.callback(bar.close)
+        return bar
+    return lambda metrics: click.echo(step_line(metrics))
 
 
 def _warn(message: str) -> None:
@@ -549,9 +565,8 @@ def scale(
     from cgc.compiler.sources import ParamsSource, source_of
     from cgc.tools import scaling
 
-    for path in (json_path, csv_path, png_path):
-        if path:
-            _writable(path)
+    model_argument(model, "MODEL")
+    _outputs({"--json": json_path, "--csv": csv_path, "--png": png_path})
     sizes = _sizes(systems)
     source = source_of(model, no_weights=no_weights, training=True, init_seed=init_seed)
     params = source.params if isinstance(source, ParamsSource) else None
@@ -575,13 +590,13 @@ def scale(
         recompute,
     )
     click.echo(scaling.table_text(points, chosen), nl=False)
-    if json_path:
+    if json_path is not None:
         text = json.dumps(scaling.to_json(points, chosen, source.name), indent=1)
         _write_atomically(json_path, text.encode())
-    if csv_path:
+    if csv_path is not None:
         _write_atomically(csv_path, scaling.to_csv(points).encode())
-    if png_path:
-        scaling.save_png(points, _writable(png_path), f"{source.name} on {chosen.name}")
+    if png_path is not None:
+        scaling.save_png(points, Path(png_path), f"{source.name} on {chosen.name}")
         click.echo(f"wrote {png_path}")
 
 
@@ -613,6 +628,9 @@ def inspect(artifact, disasm, as_json, ir, placement) -> None:
     from cgc.machine.artifact import Artifact
     from cgc.tools.report import inspect_json, summary_text
 
+    model_argument(artifact, "ARTIFACT")
+    if placement not in (None, "-"):
+        output_file(placement, "--placement")
     # reading an artifact imports no compiler: only other names may be params files
     if not artifact.endswith(".cgc") and _is_params(artifact):
         import cgc
@@ -644,7 +662,7 @@ def _draw_placement(art, path: str, where: str) -> None:
     if where == "-":
         click.echo(picture.ascii_map(art), nl=False)
         return
-    picture.save_png(art, _writable(where))
+    picture.save_png(art, Path(where))
     click.echo(f"wrote {where}")
 
 
@@ -699,11 +717,10 @@ def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnosti
 
     if mesh is not None and target is None:
         raise CgcError("--mesh needs --target")
+    if output is not None:
+        output_file(output, "-o")
     chosen = get_target(_target_name(target, mesh)) if target is not None else None
-    try:
-        text = Path(file).read_text()
-    except OSError as e:
-        raise CgcError(f"{file}: {e.strerror.lower() if e.strerror else e}") from None
+    text = input_text(file, "FILE")
     available = {name: _given(p) for name, p in all_passes().items()}
     try:
         passes = PassPipeline.parse_spec(available, pipeline).passes if pipeline else ()
@@ -719,7 +736,7 @@ def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnosti
                 raise
             results.append(f"error: {e}\n")
     result = f"{SPLIT_MARKER}\n".join(results)
-    if output:
+    if output is not None:
         _write_atomically(output, result.encode())
     else:
         click.echo(result, nl=False)

@@ -22,6 +22,21 @@ def _batch(artifact: Artifact) -> int:
     return artifact.manifest["micro_batch"] or 1
 
 
+def has_batch_axis(manifest: dict) -> bool:
+    """Whether the artifact's inputs have a batch axis; without one (a model exported with a
+    fixed leading dim) a run takes the inputs' fixed shapes, counted as one sample."""
+    return any(spec["batch_axis"] == 0 for spec in manifest["inputs"])
+
+
+def _batch_line(manifest: dict) -> str:
+    """The systems and how many samples each runs."""
+    if manifest["per_system_batch"] is None or not has_batch_axis(manifest):
+        batch = "no batch axis (each run takes the inputs' fixed shapes)"
+    else:
+        batch = f"per-system batch {manifest['per_system_batch']}{_runs(manifest)}"
+    return f"systems: {manifest['num_csx']}, {batch}"
+
+
 def _runs(manifest: dict) -> str:
     """How a system's batch runs, when it runs as several micro-batches."""
     if manifest["micro_batches"] == 1:
@@ -147,7 +162,7 @@ def summary_text(artifact: Artifact) -> str:
         f"mode: {m['mode']} ({m['mode_reason']})",
         f"target: {t['name']}, {t['rows']} x {t['cols']} PEs, "
         f"{human_bytes(t['sram_bytes_per_pe'])} SRAM per PE, {t['clock_hz'] / 1e6:.0f} MHz",
-        f"systems: {m['num_csx']}, per-system batch {m['per_system_batch']}{_runs(m)}",
+        _batch_line(m),
         *[f"input:  {_tensor_line(s)}" for s in m["inputs"]],
         *[f"output: {_tensor_line(s)}" for s in m["outputs"]],
         f"passes: {m['pipeline']}",
@@ -239,13 +254,15 @@ def _seconds(value: float) -> str:
     return f"{value * 1e9:.3g} ns" if value else "0"
 
 
-def simulation_text(sim: Simulation, every_layer: bool = False) -> str:
+def simulation_text(sim: Simulation, every_layer: bool = False, batched: bool = True) -> str:
     """What a timing-only simulation found, for people: the step, the per-layer table, the
-    memory, and the assumptions it rests on."""
+    memory, and the assumptions it rests on; ``batched``: whether the model has a batch axis
+    (without one, a batch is a run of the inputs' fixed shapes)."""
     stats = sim.stats
     what, whats = ("training step", "training steps") if sim.training else ("batch", "batches")
+    size = f"{stats.batch_size} samples" if batched else "the fixed input shapes (no batch axis)"
     lines = [
-        f"{sim.steps} {what if sim.steps == 1 else whats} of {stats.batch_size} samples on "
+        f"{sim.steps} {what if sim.steps == 1 else whats} of {size} on "
         f"{stats.num_csx} x {stats.target} ({stats.mode}), timing only",
         f"per {what}: {_seconds(stats.simulated_seconds)}, "
         f"{stats.samples_per_second:.4g} samples/s"

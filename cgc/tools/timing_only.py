@@ -10,9 +10,10 @@ from pathlib import Path
 import click
 
 from cgc.errors import CgcError
-from cgc.machine.files import permissions, write_atomically
+from cgc.machine.files import permissions, remove_stale_temporaries, write_atomically
 from cgc.runtime.simulation import check_steps, simulate
 from cgc.runtime.trace import trace_json
+from cgc.runtime.trainer import TRACED_STEPS
 from cgc.tools.report import simulation_text
 
 
@@ -31,10 +32,6 @@ def simulate_training(
     if model_dir:
         _write_simulated_metrics(Path(model_dir), simulation)
 
-
-TRACED_STEPS = 16
-"""The steps a timing-only trace draws: they are all alike, and a trace of many thousands
-would not load in a viewer."""
 
 TRAINING_ONLY = {
     "eval_path": "--eval-data",
@@ -60,6 +57,7 @@ def _write_simulated_metrics(directory: Path, simulation) -> None:
     """``timing.jsonl`` of a timing-only run: every step's simulated figures (a training's
     ``metrics.jsonl`` in the same directory stays as it is)."""
     directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
+    remove_stale_temporaries(directory, ["timing.jsonl"])  # a killed run's half-written file
     stats = simulation.stats
     figures = {
         "simulated_seconds": stats.simulated_seconds,
