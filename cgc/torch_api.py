@@ -450,8 +450,17 @@ class Session:
             memoryx.steps,
             data,
             self._optimizer_record(),
+            self._loop_record(),
         )
         checkpoint.save(self.directory / "checkpoints", state)
+
+    def _loop_record(self) -> dict:
+        """The loop settings a checkpoint records (``checkpoint.loop_record``)."""
+        from cgc.runtime import checkpoint
+
+        assert self.artifact is not None
+        trained = self.artifact.manifest["training"]["trainable"]
+        return checkpoint.loop_record(self.optimizer.schedule, self.max_grad_norm, trained)
 
     def _load_checkpoint(self) -> int:
         """Loads the newest good checkpoint into MemoryX; returns the steps it had done."""
@@ -464,6 +473,13 @@ class Session:
             raise CgcError(
                 f"cgc.torch: resume: checkpoint step-{found.step} was written with other "
                 "optimizer settings"
+            )
+        changed = checkpoint.changed_setting(found, self._loop_record())
+        if changed is not None:
+            setting, then, now = changed
+            raise CgcError(
+                f"cgc.torch: resume: checkpoint step-{found.step} was written with {setting} "
+                f"{then}, this run has {now}"
             )
         memoryx = self.cluster.memoryx
         memoryx.weights.update(found.weights)

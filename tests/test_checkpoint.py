@@ -18,6 +18,7 @@ import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
 from cgc.machine import files
+from cgc.machine.optimizers import Schedule
 from cgc.runtime import checkpoint
 from cgc.runtime.trainer import sample_indices
 
@@ -212,3 +213,110 @@ def test_loop_option_errors(model, data, tmp_path):
     with pytest.raises(CgcError, match=r"--eval-data has 4 samples, fewer than one batch of 8"):
         train(model, data, tmp_path / "small", 2, eval_data=small)
     assert not (tmp_path / "small" / "metrics.jsonl").exists(), "refused before any step"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        ({"lr_schedule": "cosine"}, {}, "--lr-schedule cosine, this run has constant"),
+        (
+            {"lr_schedule": "cosine"},
+            {"lr_schedule": "cosine", "steps": 8},
+            "--steps 4, this run has 8",
+        ),
+        ({"warmup_steps": 3}, {"warmup_steps": 1}, "--warmup-steps 3, this run has 1"),
+        (
+            {"lr_schedule": "step", "lr_gamma": 0.5},
+            {"lr_schedule": "step", "lr_gamma": 0.9},
+            "--lr-gamma 0.5, this run has 0.9",
+        ),
+        (
+            {"lr_schedule": "step", "lr_step_size": 1},
+            {"lr_schedule": "step", "lr_step_size": 2},
+            "--lr-step-size 1, this run has 2",
+        ),
+        ({"max_grad_norm": 1.0}, {}, "--max-grad-norm 1, this run has none"),
+        ({}, {"max_grad_norm": 0.5}, "--max-grad-norm none, this run has 0.5"),
+        (
+            {"trainable": ["fc3.*"]},
+            {"trainable": ["fc[23].*"]},
+            "--trainable fc3.bias,fc3.weight, this run has fc2.bias,fc2.weight,fc3.bias,",
+        ),
+    ],
+)
+def test_resume_refuses_a_loop_setting_that_changes_the_steps_taken(
+    model, data, tmp_path, before, after, message
+):
+    train(model, data, tmp_path, 4, checkpoint_every=2, **before)
+    (tmp_path / "checkpoints" / "step-4").rename(tmp_path / "gone")  # resume from step-2
+    options = {"steps": 4} | after
+    with pytest.raises(CgcError, match=f"^--resume: checkpoint step-2 was written with {message}"):
+        train(model, data, tmp_path, resume=True, **options)
+
+
+def test_extending_a_constant_schedule_resumes_as_an_uninterrupted_run(
+    model, data, uninterrupted, tmp_path
+):
+    """More --steps leave a constant schedule's steps alone; the held-out loss only looks."""
+    train(model, data, tmp_path, 4, checkpoint_every=2)
+    result = train(model, data, tmp_path, 6, checkpoint_every=2, resume=True, eval_data=data)
+    assert [m["loss"] for m in result.metrics] == losses(uninterrupted)
+    assert (tmp_path / "weights.safetensors").read_bytes() == (
+        uninterrupted / "weights.safetensors"
+    ).read_bytes()
+
+
+def test_a_schedule_change_after_the_steps_taken_resumes(model, data, tmp_path):
+    """A step decay every 3 steps instead of 4 gives steps 1-2 the same rate: allowed."""
+    step_decay = {"lr_schedule": "step", "lr_gamma": 0.5, "checkpoint_every": 2}
+    train(model, data, tmp_path / "run", 3, lr_step_size=4, **step_decay)
+    train(model, data, tmp_path / "run", 6, lr_step_size=3, resume=True, **step_decay)
+    train(model, data, tmp_path / "whole", 6, lr_step_size=3, **step_decay)
+    same_run(tmp_path / "run", tmp_path / "whole")
+
+
+def test_a_checkpoint_without_the_loop_record_still_resumes(model, data, tmp_path):
+    """Written before the loop's settings were recorded: they are unknown, so unchecked."""
+    train(model, data, tmp_path, 2, checkpoint_every=2, lr_schedule="cosine")
+    state_path = tmp_path / "checkpoints" / "step-2" / "state.json"
+    state = json.loads(state_path.read_text())
+    del state["loop"]
+    state_path.write_text(json.dumps(state))
+    assert checkpoint.load(state_path.parent).loop is None
+    result = train(model, data, tmp_path, 4, resume=True)
+    assert [m["step"] for m in result.metrics] == [1, 2, 3, 4]
+
+
+def test_the_loop_record_round_trips_and_a_bad_one_is_damage(tmp_path):
+    schedule = Schedule("cosine", 1, 10, 1, 0.1)
+    record = checkpoint.loop_record(schedule, 2.0, ["b", "a"])
+    order = {"global_batch": 4, "shuffle": False, "seed": 0, "next_sample": 12}
+    saved = checkpoint.Checkpoint(3, {}, {}, 3, order, {"optimizer": "sgd"}, record)
+    where = checkpoint.save(tmp_path, saved)
+    assert checkpoint.load(where).loop == record and record["trainable"] == ["a", "b"]
+    state = json.loads((where / "state.json").read_text())
+    state["loop"]["schedule"]["kind"] = "linear"
+    (where / "state.json").write_text(json.dumps(state))
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="unknown schedule 'linear'"):
+        checkpoint.load(where)
+
+
+def test_changed_setting_compares_the_steps_taken_only():
+    def found_after(step: int, schedule: Schedule) -> checkpoint.Checkpoint:
+        record = checkpoint.loop_record(schedule, None, ["w"])
+        return checkpoint.Checkpoint(step, {}, {}, step, {}, {}, record)
+
+    def change(step: int, then: Schedule, now: Schedule):
+        return checkpoint.changed_setting(found_after(step, then), found_after(0, now).loop or {})
+
+    cosine = Schedule("cosine", 0, 10)
+    assert change(1, cosine, Schedule("cosine", 0, 20)) is None, "step 1's factor is 1 in both"
+    assert change(2, cosine, Schedule("cosine", 0, 20)) == ("steps", "10", "20")
+    assert change(5, Schedule("constant", 0, 10), Schedule("constant", 0, 20)) is None
+    warm = Schedule("cosine", 4, 10)
+    assert change(5, warm, Schedule("constant", 4, 10)) is None, "warm-up, then a full rate"
+    assert change(6, warm, Schedule("constant", 4, 10)) == ("lr_schedule", "cosine", "constant")
+    assert change(3, Schedule("step", 0, 10, 4), Schedule("step", 0, 20, 5)) is None
+    assert change(6, Schedule("step", 0, 10, 4), Schedule("step", 0, 20, 5)) == (
+        "lr_step_size", "4", "5"
+    )  # fmt: skip

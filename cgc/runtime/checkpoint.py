@@ -3,10 +3,27 @@
 A checkpoint of step N is the directory ``DIR/checkpoints/step-N/`` holding
 ``weights.safetensors`` (every weight MemoryX holds), ``optimizer.safetensors`` (each
 parameter's state tensors, keyed ``<parameter>/<slot>``) and ``state.json`` (the step, the
-number of optimizer updates, the data position and order, and the SHA-256 of both tensor
-files). It is written into a
-temporary directory beside it and renamed into place, so a run killed at any moment leaves
-whole checkpoints only; the checksums catch one damaged later.
+number of optimizer updates, the data position and order, the optimizer's settings, the
+loop's (``loop``: the learning-rate schedule, the gradient clipping and the trained weights)
+and the SHA-256 of both tensor files). It is written into a temporary directory beside it and
+renamed into place, so a run killed at any moment leaves whole checkpoints only; the
+checksums catch one damaged later.
+
+A run may resume from a checkpoint only if it would have taken the checkpoint's steps
+exactly as they were taken: then it ends as an uninterrupted run with its own settings
+would. ``changed_setting`` applies that rule to the loop's settings:
+
+- the learning-rate schedule (``--lr-schedule``, ``--warmup-steps``, ``--steps``,
+  ``--lr-step-size``, ``--lr-gamma``) may change only if it gives every step already taken
+  the same factor: extending ``--steps`` of a constant or step schedule passes, of a cosine
+  one (which decays towards 0 at ``--steps``) it does not, past its first step;
+- the gradient clipping (``--max-grad-norm``) and the trained weights may not change at all:
+  which steps a threshold clipped would take the gradients to tell;
+- what only observes or saves the run (``--eval-data``, ``--eval-every``,
+  ``--checkpoint-every``, ``--trace``) may change freely.
+
+A checkpoint written before ``loop`` was recorded, or missing part of it, leaves those
+settings unknown and unchecked.
 """
 
 from __future__ import annotations
@@ -17,13 +34,15 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 from cgc.machine.artifact import weights_from_bytes, weights_to_bytes
 from cgc.machine.files import permissions
+from cgc.machine.optimizers import Schedule
 
 FORMAT = "cgc-checkpoint-1"
 STEP_DIR = re.compile(r"step-(\d+)")
@@ -47,6 +66,71 @@ class Checkpoint:
     next sample position; a run resumes only with the same order of samples."""
     optimizer: dict
     """The optimizer and its settings, which a resumed run must share."""
+    loop: dict | None = None
+    """The loop's settings that shaped the updates (``loop_record``); None in a checkpoint
+    written before they were recorded, which leaves them unknown."""
+
+
+SCHEDULE_SETTINGS = {
+    "kind": "lr_schedule",
+    "warmup_steps": "warmup_steps",
+    "total_steps": "steps",
+    "step_size": "lr_step_size",
+    "gamma": "lr_gamma",
+}
+"""The keyword (``prepare_training``'s; ``--`` and dashes make the option) of each field of
+a ``Schedule``."""
+
+
+def loop_record(schedule: Schedule, max_grad_norm: float | None, trainable: Sequence[str]) -> dict:
+    """What a checkpoint records of the loop: every setting besides the optimizer's and the
+    data order's that changes the updates of the steps."""
+    return {
+        "schedule": asdict(schedule),
+        "max_grad_norm": max_grad_norm,
+        "trainable": sorted(trainable),
+    }
+
+
+def changed_setting(found: Checkpoint, record: dict) -> tuple[str, str, str] | None:
+    """The first loop setting in which ``record`` (this run's ``loop_record``) differs from
+    the one ``found`` was written with in a way that would have changed the steps it took,
+    as (keyword, its value then, its value now); None if there is none (the rule is the
+    module's)."""
+    if found.loop is None:
+        return None
+    for key in ("trainable", "max_grad_norm"):
+        if key in found.loop and found.loop[key] != record[key]:
+            return key, _shown(found.loop[key]), _shown(record[key])
+    if "schedule" not in found.loop:
+        return None
+    then, now = Schedule(**found.loop["schedule"]), Schedule(**record["schedule"])
+    if then == now or all(then.factor(s) == now.factor(s) for s in range(found.step)):
+        return None
+    field = next(
+        (f for f in _schedule_fields(then.kind) if getattr(then, f) != getattr(now, f)), "kind"
+    )
+    return SCHEDULE_SETTINGS[field], _shown(getattr(then, field)), _shown(getattr(now, field))
+
+
+def _schedule_fields(kind: str) -> list[str]:
+    """The fields of a ``Schedule`` of ``kind`` that its factors depend on, kind first (so a
+    changed kind is named before the fields that mean something else under it)."""
+    unused = {"constant": {"total_steps", "step_size", "gamma"},
+              "cosine": {"step_size", "gamma"},
+              "step": {"total_steps"}}.get(kind, set())  # fmt: skip
+    return [f.name for f in fields(Schedule) if f.name not in unused]
+
+
+def _shown(value: object) -> str:
+    """A setting's value as a user would type it."""
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(nothing)"
+    return str(value)
 
 
 def _digest(data: bytes) -> str:
@@ -80,6 +164,7 @@ def save(root: Path, checkpoint: Checkpoint) -> Path:
         "updates": checkpoint.updates,
         "data": checkpoint.data,
         "optimizer": checkpoint.optimizer,
+        **({"loop": checkpoint.loop} if checkpoint.loop is not None else {}),
         "sha256": {name: _digest(data) for name, data in files.items()},
     }
     files["state.json"] = (json.dumps(state, indent=1, sort_keys=True) + "\n").encode()
@@ -118,11 +203,23 @@ def load(directory: Path) -> Checkpoint:
             updates=int(state["updates"]),
             data=dict(state["data"]),
             optimizer=dict(state["optimizer"]),
+            loop=_loop_from(state.get("loop")),
         )
     except CorruptCheckpoint:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpoint(f"{type(e).__name__}: {e}") from None
+
+
+def _loop_from(recorded: object) -> dict | None:
+    """The ``loop`` record of a ``state.json``, its schedule checked (a bad one raises
+    ValueError, TypeError or KeyError, which make the checkpoint corrupt)."""
+    if recorded is None:
+        return None
+    loop = dict(recorded)  # type: ignore[call-overload]
+    if "schedule" in loop:
+        Schedule(**loop["schedule"])
+    return loop
 
 
 def saved_steps(root: Path) -> list[int]:

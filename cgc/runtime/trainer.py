@@ -5,7 +5,11 @@ B is the global batch (the per-system batch times K), or with shuffling that str
 epochs' permutations. Every step appends one JSON line to ``metrics.jsonl``; checkpoints go to
 ``checkpoints/step-N/``; at the end ``weights.safetensors`` holds every initializer, trained or
 not. A run resumed from a checkpoint ends with exactly the metrics and weights of a run that
-was never interrupted.
+was never interrupted; one whose settings would have taken the checkpoint's steps otherwise
+is refused (the rule: ``cgc.runtime.checkpoint``).
+
+A run keeps in memory only what does not grow with its steps, but for the metrics it returns
+(a line of JSON text a step): the timeline of its first ``trace_steps`` steps at most, for a trace.
 """
 
 from __future__ import annotations
@@ -13,29 +17,75 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 
 from cgc.errors import CgcError
 from cgc.machine.artifact import Artifact, weights_to_bytes
-from cgc.machine.files import write_atomically
+from cgc.machine.files import remove_stale_temporaries, write_atomically
 from cgc.machine.optimizers import Schedule
 from cgc.machine.streaming import Span
 from cgc.runtime import checkpoint
 from cgc.runtime.cluster import Cluster
 
 
+class MetricLines(MutableSequence[dict]):
+    """The metrics lines of a run, each held as its compact JSON text: a dict per step would
+    grow a long training's memory by half a kilobyte a step. Reading a line gives its dict."""
+
+    def __init__(self, lines: Iterable[dict] = ()):
+        self._texts: list[bytes] = []
+        self.extend(lines)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    @overload
+    def __getitem__(self, index: int) -> dict: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict]: ...
+    def __getitem__(self, index: int | slice) -> dict | list[dict]:
+        if isinstance(index, slice):
+            return [json.loads(text) for text in self._texts[index]]
+        return json.loads(self._texts[index])
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TypeError("metrics lines are appended, not replaced")
+
+    def __delitem__(self, index: Any) -> None:
+        raise TypeError("metrics lines are appended, not removed")
+
+    def insert(self, index: int, value: dict) -> None:
+        if index != len(self._texts):
+            raise TypeError("metrics lines are appended, not inserted")
+        self._texts.append(json.dumps(value, separators=(",", ":")).encode())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"MetricLines({list(self)!r})"
+
+
 @dataclass
 class TrainResult:
     """What a training run produced."""
 
-    metrics: list[dict] = field(default_factory=list)
+    metrics: MetricLines = field(default_factory=MetricLines)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     spans: list[Span] = field(default_factory=list)
-    """The simulated timeline of the steps this run took, one after another."""
+    """The simulated timeline of the first steps this run took (``train``'s
+    ``trace_steps``), one after another."""
+
+
+TRACED_STEPS = 16
+"""The steps whose timeline a run keeps for a trace by default: every step's is alike, a
+trace of many thousands would not load in a viewer, and keeping them all would grow the
+run's memory by kilobytes a step."""
 
 
 def check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
@@ -47,6 +97,9 @@ def check_data(artifact: Artifact, data: Mapping[str, np.ndarray]) -> int:
             f"training data lacks {missing}; it needs one array per model input "
             f"({[s['name'] for s in specs]}), first axis = samples"
         )
+    scalars = [s["name"] for s in specs if np.ndim(data[s["name"]]) == 0]
+    if scalars:
+        raise CgcError(f"training data '{scalars[0]}' is a scalar; its first axis must be samples")
     counts = {len(data[s["name"]]) for s in specs}
     if len(counts) != 1 or 0 in counts:
         raise CgcError(f"training data arrays have different or zero sample counts: {counts}")
@@ -152,10 +205,12 @@ def train(
     on_step: Callable[[dict], None] | None = None,
     warn: Callable[[str], None] | None = None,
     evaluation: Evaluation | None = None,
+    trace_steps: int = TRACED_STEPS,
 ) -> TrainResult:
     """Runs the training steps (from the newest checkpoint with ``loop.resume``) and writes
     the metrics, the checkpoints and the final weights; ``warn`` hears about damaged
-    checkpoints skipped."""
+    checkpoints skipped. The result keeps the timeline (``spans``) of the first
+    ``trace_steps`` steps this run takes."""
     training = artifact.manifest.get("training")
     if not training:
         raise CgcError("the artifact was not compiled for training")
@@ -166,6 +221,9 @@ def train(
     base_lr = training["optimizer"]["lr"]
     directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
+    # a killed run's half-written files would otherwise stay in the directory for good
+    remove_stale_temporaries(directory, ["metrics.jsonl", "weights.safetensors"])
+    remove_stale_temporaries(directory / "checkpoints", ["step-*"])
     result = TrainResult()
     evaluator = None
     if evaluation is not None:
@@ -176,7 +234,7 @@ def train(
     else:  # a new run: checkpoints of an earlier one must not be resumed into it later
         first = 0
         shutil.rmtree(directory / "checkpoints", ignore_errors=True)
-    result.metrics = metrics_before(directory / "metrics.jsonl", first)
+    result.metrics = MetricLines(metrics_before(directory / "metrics.jsonl", first))
     write_atomically(
         directory / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
     )
@@ -202,7 +260,8 @@ def train(
             log.write(json.dumps(line) + "\n")
             log.flush()
             result.metrics.append(line)
-            result.spans += _shifted(stats.spans, clock, step + 1)
+            if step - first < trace_steps:
+                result.spans += _shifted(stats.spans, clock, step + 1)
             clock += stats.simulated_seconds
             if loop.checkpoint_every and (step + 1) % loop.checkpoint_every == 0:
                 _save_checkpoint(cluster, directory, step + 1, loop)
@@ -234,11 +293,32 @@ def _data_order(loop: LoopOptions, batch: int, step: int) -> dict:
 def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOptions) -> None:
     memoryx = cluster.memoryx
     data = _data_order(loop, cluster.global_batch, step)
-    optimizer = cluster.artifact.manifest["training"]["optimizer"]
+    training = cluster.artifact.manifest["training"]
     state = checkpoint.Checkpoint(
-        step, memoryx.weights, memoryx.state, memoryx.steps, data, optimizer
+        step,
+        memoryx.weights,
+        memoryx.state,
+        memoryx.steps,
+        data,
+        training["optimizer"],
+        _loop_record(loop, training),
     )
     checkpoint.save(directory / "checkpoints", state)
+
+
+def _loop_record(loop: LoopOptions, training: Mapping) -> dict:
+    return checkpoint.loop_record(loop.schedule, loop.max_grad_norm, training["trainable"])
+
+
+def _check_loop(found: checkpoint.Checkpoint, loop: LoopOptions, training: Mapping) -> None:
+    """A resumed run must have taken the checkpoint's steps as they were taken."""
+    changed = checkpoint.changed_setting(found, _loop_record(loop, training))
+    if changed is not None:
+        keyword, then, now = changed
+        raise CgcError(
+            f"--resume: checkpoint step-{found.step} was written with "
+            f"--{keyword.replace('_', '-')} {then}, this run has {now}"
+        )
 
 
 def _check_order(found: checkpoint.Checkpoint, loop: LoopOptions, batch: int) -> None:
@@ -277,6 +357,7 @@ def _resume(
             f"settings ({', '.join(changed)}); resume with the same ones"
         )
     _check_order(found, loop, cluster.global_batch)
+    _check_loop(found, loop, cluster.artifact.manifest["training"])
     memoryx = cluster.memoryx
     unknown = sorted(set(found.weights) - set(memoryx.weights))
     if unknown:
