@@ -468,14 +468,7 @@ class Cluster:
         """One system's timeline of ``runs`` runs: its end and its spans."""
         if self.mode == "pipelined":
             timeline = self._pipeline(records, runs)
-            samples = [
-                Span(f"{track}: {stage.name}", f"sample {sample}", float(begin), float(end))
-                for stage, starts, ends in zip(
-                    timeline.stages, timeline.start, timeline.finish, strict=True
-                )
-                for sample, (begin, end) in enumerate(zip(starts, ends, strict=True))
-            ]
-            return timeline.seconds, samples
+            return timeline.seconds, timeline.spans(track)
         streamed = self._streaming(records, runs, training, track)
         return streamed.seconds, streamed.spans
 

@@ -10,9 +10,12 @@ once the stage has finished the sample before:
     finish[i, s] = max(ready[i, s], finish[i, s - 1]) + service[i]
                  = (s + 1) * service[i] + max over k <= s of (ready[i, k] - k * service[i])
 
-so the whole timeline is one cumulative maximum per stage over the samples. The fill is the
-first sample's latency through the pipeline, the drain the time from the last sample's start to
-the end; in between the slowest stage sets the rate.
+so the whole timeline is one cumulative maximum per stage over the samples; and as every
+sample costs the same, that maximum is at ``k = 0`` or ``k = s`` (``simulate``), so a timeline
+computes its first samples and its last, not all of them (a batch can have billions: time and
+memory by the stages, not the samples). The fill is the first sample's latency through the
+pipeline, the drain the time from the last sample's start to the end; in between the slowest
+stage sets the rate.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cgc.machine.bytecode import Route
+from cgc.machine.streaming import Span
 from cgc.machine.target import Target
 
 
@@ -49,21 +53,33 @@ class Stage:
         return max(busy, target.seconds(self.link_cycles)) / batch
 
 
+SHOWN = 64
+"""Samples a timeline keeps one by one, from the first: a batch can have billions, and the
+rest follow the same recurrence (its spans summarize them)."""
+
+
 @dataclass(frozen=True)
 class Timeline:
-    """When every stage starts and finishes every sample."""
+    """When every stage starts and finishes the first ``SHOWN`` samples and the last."""
 
     stages: list[Stage]
+    samples: int
     start: np.ndarray
-    """``[stage, sample]`` seconds."""
+    """``[stage, sample]`` seconds, for the first ``min(samples, SHOWN)`` samples."""
     finish: np.ndarray
+    rest_start: np.ndarray
+    """``[stage]`` seconds: when each stage starts the first sample after ``start``'s (the
+    last sample when there is none)."""
+    last_start: np.ndarray
+    """``[stage]`` seconds: when each stage starts the last sample."""
+    last_finish: np.ndarray
     service: np.ndarray
     """Seconds per sample, per stage."""
 
     @property
     def seconds(self) -> float:
         """From the first sample entering to the last leaving."""
-        return float(self.finish.max(initial=0.0))
+        return float(self.last_finish.max(initial=0.0))
 
     @property
     def fill_seconds(self) -> float:
@@ -76,36 +92,75 @@ class Timeline:
         end."""
         if not self.finish.size:
             return 0.0
-        return self.seconds - float(self.start[:, -1].min())
+        return self.seconds - float(self.last_start.min())
 
     @property
     def period_seconds(self) -> float:
         """The slowest stage's service time: the steady state's time per sample."""
         return float(self.service.max(initial=0.0))
 
+    def spans(self, track: str) -> list[Span]:
+        """A span per stage and sample of the first ``SHOWN`` samples, on a track per stage
+        named after ``track``, and one per stage for the samples after them."""
+        shown = self.start.shape[1]
+        out: list[Span] = []
+        for index, stage in enumerate(self.stages):
+            name = f"{track}: {stage.name}"
+            times = zip(self.start[index], self.finish[index], strict=True)
+            out += [Span(name, f"sample {s}", float(b), float(e)) for s, (b, e) in enumerate(times)]
+            if self.samples > shown:
+                rest = f"samples {shown}-{self.samples - 1}"
+                begin, end = float(self.rest_start[index]), float(self.last_finish[index])
+                out.append(Span(name, rest, begin, end))
+        return out
+
+
+def sampled(samples: int) -> np.ndarray:
+    """The samples a timeline of ``samples`` samples computes: the first ``SHOWN``, the one
+    after them and the last (ascending, without repeats)."""
+    head = np.arange(min(samples, SHOWN + 1))
+    return np.unique(np.append(head, samples - 1)) if samples else head
+
 
 def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) -> Timeline:
     """The timeline of ``samples`` samples through ``stages`` (in program order: producers
-    first) whose costs are for runs of ``batch`` samples."""
+    first) whose costs are for runs of ``batch`` samples.
+
+    Only the ``sampled`` samples are computed, exactly as if all were: a stage's ready time is
+    the latest of lines in the sample (every sample costs the same), so ``ready[k] - k *
+    service`` is convex in ``k`` and its maximum over ``k <= s`` is at ``k = 0`` or ``k = s``,
+    both sampled. Its finish times are again the latest of lines, and so on down the stages.
+    """
     service = np.array([s.service_seconds(target, batch) for s in stages])
-    count = np.arange(samples)
-    start = np.zeros((len(stages), samples))
-    finish = np.zeros((len(stages), samples))
+    count = sampled(samples)
+    finish = np.zeros((len(stages), count.size))
     for index, stage in enumerate(stages):
-        ready = np.zeros(samples)
+        ready = np.zeros(count.size)
         for route in stage.routes:
             ready = np.maximum(ready, finish[route.source] + target.seconds(route.hops))
         slack = np.maximum.accumulate(ready - count * service[index])
         finish[index] = (count + 1) * service[index] + slack
-        start[index] = finish[index] - service[index]
-    return Timeline(list(stages), start, finish, service)
+    start = finish - service[:, None]
+    shown = min(samples, SHOWN)
+    # columns: the shown samples, the one after them and the last (none without samples)
+    rest, last = (min(shown, count.size - 1), -1) if samples else (slice(0), slice(0))
+    return Timeline(
+        list(stages),
+        samples,
+        start[:, :shown],
+        finish[:, :shown],
+        start[:, rest],
+        start[:, last],
+        finish[:, last],
+        service,
+    )
 
 
 def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
     """Per stage and sample: its service time and what bounds it, and how busy the stage
     was over the whole run."""
     total = timeline.seconds
-    samples = timeline.finish.shape[1]
+    samples = timeline.samples
     out = []
     for stage, service in zip(timeline.stages, timeline.service, strict=True):
         out.append(
@@ -124,7 +179,7 @@ def route_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
     """Per route: its tensor's wavelets per sample and its busiest link's share of the whole
     run's cycles."""
     cycles = timeline.seconds * target.clock_hz
-    runs = timeline.finish.shape[1] / batch
+    runs = timeline.samples / batch
     out = []
     for stage in timeline.stages:
         for route in stage.routes:
