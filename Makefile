@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 EXAMPLES := build/examples
 TARGET ?= wse2
 
-.PHONY: demo test bench lint typecheck clean
+.PHONY: demo test bench fuzz lint typecheck clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_torch.py --repeat 1
 	$(BIN)/python benchmarks/bench_torch_training.py
 	$(BIN)/python benchmarks/validation.py
+
+# the long fuzzing run (3,000+ cases over ONNX files, artifacts, options); bad cases kept in
+# build/fuzz-cases with a replay.sh each, the report in build/fuzz.json
+fuzz: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/fuzz.py --cases 3000 --json build/fuzz.json --keep build/fuzz-cases
 
 lint: typecheck
 	$(BIN)/ruff check cgc tests examples benchmarks
