@@ -13,15 +13,17 @@ alone (an axis, a matrix row or column: never the whole tensor), giving a ``Fact
 flows per combination of the PE coordinates it touches. The flows between two PEs are the
 product of the factors: a ``Term``. A component too large to enumerate (an im2col's samples
 and channels tied to its windows), or cheaper to count so, is split by peeling a digit that the
-source element determines: its values fall into a few phase classes relative to the tiles, and
-within a class the flows are those of one representative shifted by whole PEs (``_peel``). The
-flows are then a short sum of terms.
+source element determines: its values fall into classes by where tile ends cut the rest of the
+coordinates (``index_maps.phase_classes``, in closed form: at most ``W + 1`` classes for a
+digit whose coordinate's other terms span ``W``, however many values), and within a class the
+flows are those of one representative shifted by whole PEs (``_peel``). The flows are then a
+sum of terms.
 
 Routing (``_Fabric``). ``Traffic`` follows from the terms without multiplying them out: the
 load of a link is a prefix sum times a suffix sum of marginals (a difference array where one
 factor holds both ends of a leg), PE loads and hops come from two-coordinate marginals, and
-the longest path from a max-plus over the factors. The work is linear in the mesh box and in
-the factors' sizes.
+the longest path from a max-plus over the factors. The work is linear in the factors' sizes
+and, per term, in the rows and columns of the mesh that the term spans.
 
 What stays inexact: a component that no peeling brings under ``ENUMERATION_LIMIT`` digit
 combinations within ``WORK_LIMIT`` (a tensor far larger than the limit whose reads tie one
@@ -32,11 +34,12 @@ Its traffic is then ``traffic.scattered_traffic``'s estimate. Every index map of
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property, reduce
 from itertools import product
-from math import gcd, lcm, prod
+from math import prod
 
 import numpy as np
 
@@ -49,6 +52,8 @@ from cgc.machine.index_maps import (
     Source,
     identity,
     movement_map,
+    phase_classes,
+    phase_count,
 )
 from cgc.machine.layout import Layout
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
@@ -57,7 +62,7 @@ ENUMERATION_LIMIT = 1 << 20
 """Digit combinations one component may enumerate at once."""
 WORK_LIMIT = 1 << 24
 """Digit combinations the enumerations of one index map may add up to."""
-TERM_LIMIT = 64
+TERM_LIMIT = 1024
 """Terms a sum of flows may hold."""
 PEEL_OVERHEAD = 1 << 14
 """What one peeled class costs beyond its enumerations, in digit combinations: a component
@@ -197,44 +202,68 @@ def _canonical(term: Sequence[Factor]) -> Term:
 
 def _merge(terms: Sequence[Term]) -> list[Term]:
     """The same sum with the terms that differ from a first one in the same one factor (or
-    in none) added up in that factor."""
-    groups: list[tuple[Term, list[int], list[Factor]]] = []
+    in none) added up in that factor: each term joins the earliest group it can, found by
+    hashing (hundreds of peeled terms would make comparing every pair dear)."""
+    ids = _Ids()
+    firsts: list[Term] = []
+    positions: list[int | None] = []
+    parts: list[list[Factor]] = []
+    keys: dict[tuple[object, ...], list[int]] = {}
     for term in terms:
-        for first, position, parts in groups:
-            k = _difference(term, first, position[0] if position else None)
-            if k is not None:
-                position[:] = [k]
-                parts.append(term[k])
-                break
-        else:
-            groups.append((term, [], []))
-    merged = []
-    for first, position, parts in groups:
-        if not position:
-            merged.append(first)
+        prints = tuple(map(ids, term))
+        masks = [
+            (k, *(f.vars for f in term), *prints[:k], *prints[k + 1 :]) for k in range(len(term))
+        ]
+        found = [
+            (g, k)
+            for k, mask in enumerate(masks)
+            for g in keys.get(mask, ())
+            if positions[g] in (None, k)
+        ]
+        if found:
+            g, k = min(found)
+            positions[g] = k
+            parts[g].append(term[k])
             continue
-        k = position[0]
-        parts = [first[k], *parts]
-        total = _factor(
-            first[k].vars,
-            np.concatenate([f.at for f in parts], axis=1),
-            np.concatenate([f.counts for f in parts]),
-        )
-        merged.append((*first[:k], total, *first[k + 1 :]))
+        for mask in masks:
+            keys.setdefault(mask, []).append(len(firsts))
+        firsts.append(term)
+        positions.append(None)
+        parts.append([])
+    merged = []
+    for first, position, rest in zip(firsts, positions, parts, strict=True):
+        if position is None:
+            merged.append(first)
+        else:
+            k = position
+            merged.append((*first[:k], _sum([first[k], *rest]), *first[k + 1 :]))
     return merged
 
 
-def _difference(a: Term, b: Term, position: int | None) -> int | None:
-    """The one factor (``position`` if given) in which two terms over the same coordinates
-    may differ, or None if they differ elsewhere."""
-    if [f.vars for f in a] != [f.vars for f in b]:
-        return None
-    differ = [
-        k for k, (f, g) in enumerate(zip(a, b, strict=True)) if k != position and not f.same(g)
-    ]
-    if position is not None:
-        return None if differ else position
-    return differ[0] if len(differ) == 1 else 0 if not differ else None
+class _Ids:
+    """A number for every distinct factor, equal for equal factors."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, list[tuple[Factor, int]]] = {}
+        self.count = 0
+
+    def __call__(self, f: Factor) -> int:
+        alike = self.seen.setdefault(hash((f.vars, f.at.tobytes(), f.counts.tobytes())), [])
+        for other, number in alike:
+            if f.same(other):
+                return number
+        self.count += 1
+        alike.append((f, self.count))
+        return self.count
+
+
+def _sum(parts: Sequence[Factor]) -> Factor:
+    """Factors over the same coordinates, added up."""
+    return _factor(
+        parts[0].vars,
+        np.concatenate([f.at for f in parts], axis=1),
+        np.concatenate([f.counts for f in parts]),
+    )
 
 
 # --------------------------------------------------------------------------- counting
@@ -394,30 +423,50 @@ class _Class:
     counts: np.ndarray
 
 
-def _peel(part: _Part, sizes: Sequence[int], budget: _Budget, peeling: _Phases) -> list[Term]:
+@dataclass(frozen=True)
+class _Peeling:
+    """A digit to peel: its phase classes, and what counting them all costs, in digit
+    combinations."""
+
+    classes: list[_Class]
+    cost: int
+
+
+def _peel(part: _Part, sizes: Sequence[int], budget: _Budget, peeling: _Peeling) -> list[Term]:
     """The flows of a component by classes of a peeled digit: the digit is held at one value
     per phase class, and the class's flows are that value's, shifted."""
-    terms: list[Term] = []
-    for c in peeling.classes():
-        for term in _flows(part.fix(c.digit, c.value), sizes, budget):
-            terms.extend(_shifted(term, c))
+    classes = [(c, _flows(part.fix(c.digit, c.value), sizes, budget)) for c in peeling.classes]
+    # the shifted factors of terms alike elsewhere merge into one, which for many classes
+    # is as large as the mesh times one value's flows: past the limit, shifts stay apart
+    ids, piles = _Ids(), Counter[tuple[int, ...]]()
+    for c, sums in classes:
+        for t in sums:
+            piles[tuple(ids(f) for f in t if not set(f.vars) & set(c.vars))] += _convolution(t, c)
+    apart = max(piles.values(), default=0) > CONVOLUTION_LIMIT
+    terms = [s for c, sums in classes for t in sums for s in _shifted(t, c, apart)]
     terms = _merge(terms)
     if len(terms) > TERM_LIMIT:
         raise TooLarge
     return terms
 
 
-def _peeling(part: _Part, sizes: Sequence[int], budget: _Budget) -> _Phases | None:
+def _peeling(part: _Part, sizes: Sequence[int], budget: _Budget) -> _Peeling | None:
     """The peelable digit (with its phases) whose classes cost the least to count, if any
     fits the budget."""
-    best: _Phases | None = None
+    best: _Peeling | None = None
     for digit in part.digits:
         if not _peelable(part, digit, sizes):
             continue
         rest = sum(p.size(sizes) for p in _components(part.fix(digit, 0)))
-        cost = _Phases.count(part, digit, sizes) * (rest + PEEL_OVERHEAD)
-        if cost <= budget.left and (best is None or cost < best.cost):
-            best = replace(_Phases.of(part, digit, sizes), cost=cost)
+        blocks = [(v, b) for v, b in part.pes if digit in b.digits]
+        cost = phase_count([b for _, b in blocks], digit, sizes) * (rest + PEEL_OVERHEAD)
+        if cost > budget.left or (best is not None and cost >= best.cost):
+            continue
+        found = phase_classes([b for _, b in blocks], digit, sizes)
+        if found is not None:
+            vars_ = tuple(v for v, _ in blocks)
+            classes = [_Class(digit, p.value, vars_, p.shifts, p.counts) for p in found]
+            best = _Peeling(classes, cost)
     return best
 
 
@@ -431,75 +480,21 @@ def _peelable(part: _Part, digit: int, sizes: Sequence[int]) -> bool:
     return any(isinstance(k, Affine) and k.recovers(digit, sizes) for k in part.keys)
 
 
-@dataclass(frozen=True)
-class _Phases:
-    """The values of a digit by their phases within the tiles of the PE coordinates ``vars``
-    they enter: how many PEs each value moves them (``shift``), the first value of each
-    phase class, and the class of every value."""
-
-    digit: int
-    vars: tuple[int, ...]
-    shift: np.ndarray
-    first: np.ndarray
-    inverse: np.ndarray
-    values: int
-    """How many values the digit has."""
-    cost: int = 0
-    """What counting all the classes costs, in digit combinations."""
-
-    @staticmethod
-    def count(part: _Part, digit: int, sizes: Sequence[int]) -> int:
-        """How many phase classes ``digit`` has in ``part``, without listing its values (a
-        digit can have billions): the phases of a step ``c`` in tiles of ``t`` repeat every
-        ``t / gcd(c, t)`` values, those of several PE coordinates every least common multiple."""
-        periods = [
-            b.tile // gcd(dict(_terms(b.coord))[digit], b.tile)
-            for _, b in part.pes
-            if digit in b.digits
-        ]
-        return min(lcm(*periods), sizes[digit])
-
-    @classmethod
-    def of(cls, part: _Part, digit: int, sizes: Sequence[int]) -> _Phases:
-        """The phases of ``digit`` in ``part``."""
-        blocks = [(v, b) for v, b in part.pes if digit in b.digits]
-        if not blocks:  # one class, whose values all have the flows of the first
-            one = np.zeros(1, np.int64)
-            return cls(digit, (), np.zeros((0, 1), np.int64), one, one, sizes[digit])
-        values = np.arange(sizes[digit])
-        steps = np.array([values * dict(_terms(b.coord))[digit] for _, b in blocks])
-        tiles = np.array([[b.tile] for _, b in blocks])
-        _, first, inverse = np.unique(steps % tiles, axis=1, return_index=True, return_inverse=True)
-        vars_ = tuple(v for v, _ in blocks)
-        return cls(digit, vars_, steps // tiles, first, inverse.reshape(-1), values.size)
-
-    def classes(self) -> list[_Class]:
-        """Every phase class, represented by its first value."""
-        if not self.vars:
-            return [_Class(self.digit, 0, (), self.shift, np.array([float(self.values)]))]
-        classes = []
-        for k, value in enumerate(self.first.tolist()):
-            distances = self.shift[:, self.inverse == k] - self.shift[:, [value]]
-            shifts, counts = np.unique(distances, axis=1, return_counts=True)
-            classes.append(_Class(self.digit, value, self.vars, shifts, counts.astype(np.float64)))
-        return classes
-
-
-def _terms(c: Coord) -> tuple[tuple[int, int], ...]:
-    """The terms of a coordinate known to be affine."""
-    assert isinstance(c, Affine)
-    return c.terms
-
-
-def _shifted(term: Term, c: _Class) -> list[Term]:
-    """The flows of all the values of class ``c``, from those of its representative."""
+def _shifted(term: Term, c: _Class, apart: bool) -> list[Term]:
+    """The flows of all the values of class ``c``, from those of its representative: in one
+    factor with the shifts unless ``apart`` or that factor would pass the limit."""
     if not c.vars:
         return [_canonical((*term, _scalar(float(c.counts.sum()))))]
     touched = [f for f in term if set(f.vars) & set(c.vars)]
     rest = [f for f in term if not set(f.vars) & set(c.vars)]
-    if prod(f.size for f in touched) * c.counts.size <= CONVOLUTION_LIMIT:
+    if not apart and _convolution(term, c) <= CONVOLUTION_LIMIT:
         return [_canonical((*rest, _convolved(_outer(touched), c)))]
     return _cut(touched, rest, c)
+
+
+def _convolution(term: Term, c: _Class) -> int:
+    """The entries of the factor that shifts ``term`` by class ``c`` (at most)."""
+    return prod(f.size for f in term if set(f.vars) & set(c.vars)) * c.counts.size
 
 
 def _convolved(f: Factor, c: _Class) -> Factor:
@@ -580,7 +575,7 @@ class _Fabric:
     the source row, then down the destination column, as ``traffic.Routes``)."""
 
     def __init__(self, row0: int, col0: int, rows: int, cols: int):
-        self.spans = {SR: (row0, rows), DR: (row0, rows), SC: (col0, cols), DC: (col0, cols)}
+        self.row0, self.col0 = row0, col0
         self.along_rows = np.zeros((2, rows, cols))
         """Eastward and westward loads: ``[_, row, column the link leaves eastward]``."""
         self.along_cols = np.zeros((2, cols, rows))
@@ -590,24 +585,35 @@ class _Fabric:
         self.hops = 0.0
         self.longest = 0
 
-    def axis(self, *vars_: int) -> Axis:
-        """The dense axis of the box along which the coordinates ``vars_`` run."""
-        origin, extent = self.spans[vars_[0]]
-        return (vars_, origin, extent)
-
     def add(self, term: Term) -> None:
-        """Adds the flows of ``term``."""
+        """Adds the flows of ``term``, each count over only the rows and columns it spans (a
+        term of a peeled class lies on a few PE rows of a wafer-wide box)."""
+        box = _Window.of(term)
         rows = [_marginal(f, DR) for f in term]
         cols = [_marginal(f, SC) for f in term]
-        self.along_rows[0] += self._legs(rows, SR, SC, DC)
-        self.along_rows[1] += self._legs(rows, SR, DC, SC)
-        self.along_cols[0] += self._legs(cols, DC, SR, DR)
-        self.along_cols[1] += self._legs(cols, DC, DR, SR)
-        staying = self._plane(term, (SR, DR), (SC, DC))
-        self.sent += self._plane(term, (SR,), (SC,)) - staying
-        self.received += self._plane(term, (DR,), (DC,)) - staying
-        self.hops += self._distance(term, SR, DR) + self._distance(term, SC, DC)
+        east, south = self._at(box, (SR,), (SC, DC)), self._at(box, (DC,), (SR, DR))
+        self.along_rows[(0, *east)] += box.legs(rows, SR, SC, DC)
+        self.along_rows[(1, *east)] += box.legs(rows, SR, DC, SC)
+        self.along_cols[(0, *south)] += box.legs(cols, DC, SR, DR)
+        self.along_cols[(1, *south)] += box.legs(cols, DC, DR, SR)
+        staying = box.plane(term, (SR, DR), (SC, DC))
+        on = self._at(box, (SR, DR), (SC, DC))
+        self.sent[self._at(box, (SR,), (SC,))] += box.plane(term, (SR,), (SC,))
+        self.sent[on] -= staying
+        self.received[self._at(box, (DR,), (DC,))] += box.plane(term, (DR,), (DC,))
+        self.received[on] -= staying
+        self.hops += box.distance(term, SR, DR) + box.distance(term, SC, DC)
         self.longest = max(self.longest, _longest(term))
+
+    def _at(
+        self, box: _Window, first: tuple[int, ...], second: tuple[int, ...]
+    ) -> tuple[slice, slice]:
+        """Where an array of the window over the coordinates ``first`` and then ``second``
+        lies in the fabric's arrays over the same (mesh rows or columns) axes."""
+        base = {SR: self.row0, DR: self.row0, SC: self.col0, DC: self.col0}
+        (rows, r0, height), (cols, c0, width) = box.axis(*first), box.axis(*second)
+        r0, c0 = r0 - base[rows[0]], c0 - base[cols[0]]
+        return slice(r0, r0 + height), slice(c0, c0 + width)
 
     def traffic(self, words: float) -> Traffic:
         """The traffic of everything added, ``words`` wavelets per element."""
@@ -622,7 +628,27 @@ class _Fabric:
             max_hops=self.longest,
         )
 
-    def _legs(self, factors: Sequence[Factor], line: int, start: int, end: int) -> np.ndarray:
+
+@dataclass(frozen=True)
+class _Window:
+    """The mesh rows and columns that a term's flows start or end on: ``spans`` gives the
+    first value and the count of the values of each PE coordinate (an axis over several
+    coordinates, such as a leg's two ends, covers them all)."""
+
+    spans: dict[int, tuple[int, int]]
+
+    @classmethod
+    def of(cls, term: Term) -> _Window:
+        low = {v: int(f.coords(v).min()) for f in term for v in f.vars}
+        return cls({v: (low[v], int(f.coords(v).max()) - low[v] + 1) for f in term for v in f.vars})
+
+    def axis(self, *vars_: int) -> Axis:
+        """The dense axis along which the coordinates ``vars_`` run: all their values."""
+        low = min(self.spans[v][0] for v in vars_)
+        high = max(sum(self.spans[v]) for v in vars_)
+        return (vars_, low, high - low)
+
+    def legs(self, factors: Sequence[Factor], line: int, start: int, end: int) -> np.ndarray:
         """``[line, x]``: the flows on mesh line ``line`` (a row or column) whose leg from
         ``start`` to ``end`` crosses the link between ``x`` and ``x + 1``: ``start <= x <
         end`` (eastward or southward when ``start`` is where the leg begins, westward or
@@ -634,8 +660,9 @@ class _Fabric:
         if first is last:
             load = self._joint_legs(first, line, start, end)
         else:
-            before = np.cumsum(_project(first, [across, self.axis(start)]), axis=1)
-            ends = _project(last, [across, self.axis(end)])
+            both = self.axis(start, end)
+            before = np.cumsum(_project(first, [across, ((start,), *both[1:])]), axis=1)
+            ends = _project(last, [across, ((end,), *both[1:])])
             load = before * (ends.sum(axis=1, keepdims=True) - np.cumsum(ends, axis=1))
         for f in factors:
             if f is not first and f is not last:
@@ -643,8 +670,8 @@ class _Fabric:
         return load
 
     def _joint_legs(self, f: Factor, line: int, start: int, end: int) -> np.ndarray:
-        """``_legs`` of a factor holding both ends: a difference array along the line."""
-        origin, length = self.spans[start]
+        """``legs`` of a factor holding both ends: a difference array along the line."""
+        _, origin, length = self.axis(start, end)
         a, b = f.coords(start) - origin, f.coords(end) - origin
         pick = a < b
         if line in f.vars:
@@ -657,21 +684,22 @@ class _Fabric:
         downs = np.bincount(lines * width + b[pick], weights, minlength=height * width)
         return np.cumsum((ups - downs).reshape(height, width), axis=1)[:, :length]
 
-    def _plane(self, term: Term, rows: tuple[int, ...], cols: tuple[int, ...]) -> np.ndarray:
+    def plane(self, term: Term, rows: tuple[int, ...], cols: tuple[int, ...]) -> np.ndarray:
         """``[row, col]``: the flows whose coordinates ``rows`` all equal ``row`` and whose
         ``cols`` all equal ``col``."""
         axes = [self.axis(*rows), self.axis(*cols)]
         return reduce(np.multiply, [_project(f, axes) for f in term])
 
-    def _distance(self, term: Term, u: int, v: int) -> float:
+    def distance(self, term: Term, u: int, v: int) -> float:
         """The sum over flows of ``|u - v|``."""
         fu = next(f for f in term if u in f.vars)
         fv = next(f for f in term if v in f.vars)
         scale = prod(f.total for f in term if f is not fu and f is not fv)
         if fu is fv:
             return scale * float(np.sum(fu.counts * np.abs(fu.coords(u) - fu.coords(v))))
-        a = _project(fu, [self.axis(u)])
-        b = _project(fv, [self.axis(v)])
+        both = self.axis(u, v)
+        a = _project(fu, [((u,), *both[1:])])
+        b = _project(fv, [((v,), *both[1:])])
         return scale * _cross_distance(a, b)
 
 

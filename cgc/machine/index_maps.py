@@ -5,8 +5,9 @@ one-hot, im2col, pooling windows, col2im) is an ``IndexMap``: the combinations o
 ``digits`` (a refinement of the result's axes, and the taps of a window) enumerate its reads,
 and every coordinate of the element read, and of the reading element, is a function of some
 digits (``Affine`` or ``Lookup``); a ``Block`` is the mesh row or column of the PE holding such
-a coordinate. ``movement_map`` builds the index map of each op; ``flows.map_traffic`` counts
-its traffic.
+a coordinate, and ``phase_classes`` sorts the values of a digit by where the blocks' tile ends
+cut the rest of their coordinates, without listing the values. ``movement_map`` builds the
+index map of each op; ``flows.map_traffic`` counts its traffic.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from math import prod
+from math import gcd, lcm, prod
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,154 @@ class Block:
     def recovers(self, digit: int, sizes: Sequence[int]) -> bool:
         """Whether the PE coordinate determines ``digit``: one element per PE."""
         return self.tile == 1 and self.coord.recovers(digit, sizes)
+
+
+# --------------------------------------------------------------------------- phases
+
+RUN_LIMIT = 1 << 20
+"""Runs of values (``_runs``) that the phase classes of a digit may be found from."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The values of a digit that make one pattern of PEs in the blocks it enters (a plain
+    term of each): the first such value, and how far (in PEs, along each block) the others
+    move it, with how many values at each distance (``shifts[:, k]``, ``counts[k]``)."""
+
+    value: int
+    shifts: np.ndarray
+    counts: np.ndarray
+
+
+def phase_count(blocks: Sequence[Block], digit: int, sizes: Sequence[int]) -> int:
+    """How many phase classes ``digit`` has in ``blocks`` at most, without listing its values
+    (a digit can have billions): the phases of a step ``c`` in tiles of ``t`` repeat every
+    ``t / gcd(c, t)`` values, those of several blocks every least common multiple; and in a
+    coordinate whose other terms span ``W`` values, no more than ``W + 1`` phases differ
+    (``_Line``): the rest of a sample's rows crosses a tile's end at as few places, however
+    large the batch makes the tiles."""
+    periods, keys = [], 1
+    for b in blocks:
+        line = _Line.of(b, digit, sizes)
+        periods.append(line.tile // gcd(line.stride, line.tile))
+        keys *= min(periods[-1], line.span + 1)
+    return min(lcm(*periods), keys, sizes[digit])
+
+
+def phase_classes(blocks: Sequence[Block], digit: int, sizes: Sequence[int]) -> list[Phase] | None:
+    """The phase classes of ``digit`` in ``blocks``, in the order of their patterns, in closed
+    form: the values fall into runs over which no block changes its PE or its pattern, and
+    only the values near a tile's end are runs of one (None where that lists more than
+    ``RUN_LIMIT`` runs)."""
+    if not blocks:  # one class, whose values all have the PEs of the first
+        return [Phase(0, np.zeros((0, 1), np.int64), np.array([float(sizes[digit])]))]
+    lines = [_Line.of(b, digit, sizes) for b in blocks]
+    runs = _runs(lines, sizes[digit])
+    if runs is None:
+        return None
+    first, length = runs
+    keys = np.array([line.key(first) for line in lines])
+    shift = np.array([line.pe(first) for line in lines])
+    _, leads, inverse = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    distances = shift - shift[:, leads[inverse]]
+    # one column per (class, distance), in class order and then in distance order
+    rows, where = np.unique(np.vstack([inverse, distances]), axis=1, return_inverse=True)
+    counts = np.bincount(where.reshape(-1), weights=length, minlength=rows.shape[1])
+    bounds = np.searchsorted(rows[0], np.arange(len(leads) + 1))
+    return [
+        Phase(int(first[lead]), rows[1:, lo:hi], counts[lo:hi])
+        for lead, lo, hi in zip(leads.tolist(), bounds[:-1], bounds[1:], strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class _Line:
+    """A PE coordinate as a function of one digit ``n``: the element coordinate runs over
+    ``[u, u + span]`` with ``u = stride * n + low``, tiles of ``tile`` elements. The PE is
+    ``u // tile + (u % tile + j) // tile``: ``u`` shifts the flows by ``u // tile`` PEs, and
+    the pattern is that of the phase ``u % tile``, where all phases up to ``tile - 1 -
+    span`` make the same one (no tile end within reach), so they share a key."""
+
+    stride: int
+    low: int
+    span: int
+    tile: int
+
+    @classmethod
+    def of(cls, b: Block, digit: int, sizes: Sequence[int]) -> _Line:
+        assert isinstance(b.coord, Affine)
+        terms = b.coord.terms
+        others = [(s, sizes[d] - 1) for d, s in terms if d != digit]
+        low = b.coord.offset + sum(min(0, s * top) for s, top in others)
+        span = sum(abs(s) * top for s, top in others)
+        return cls(dict(terms)[digit], low, span, b.tile)
+
+    def pe(self, n: np.ndarray) -> np.ndarray:
+        """How many PEs the values ``n`` move the coordinate."""
+        moved: np.ndarray = (self.stride * n + self.low) // self.tile
+        return moved
+
+    def key(self, n: np.ndarray) -> np.ndarray:
+        """The pattern class of the values ``n``."""
+        phase = (self.stride * n + self.low) % self.tile
+        key: np.ndarray = np.maximum(phase, self.tile - 1 - self.span)
+        return key
+
+    def cuts(self, size: int) -> np.ndarray | None:
+        """The values in ``(0, size)`` at which the PE changes (None if too many)."""
+        ends = self.pe(np.array([0, size - 1]))
+        if abs(int(ends[1] - ends[0])) > RUN_LIMIT:
+            return None
+        step, t = abs(self.stride), self.tile
+        if self.stride > 0:  # the first value whose coordinate reaches k * t
+            k = np.arange(ends[0] + 1, ends[1] + 1)
+            return -((self.low - k * t) // step)
+        k = np.arange(ends[1] + 1, ends[0] + 1)  # the first value whose coordinate is below
+        cut: np.ndarray = (self.low - k * t) // step + 1
+        return cut
+
+    def near(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """In runs ``[start, end)`` of one PE, where the values whose phase comes within
+        ``span`` of the tile's end lie: before the first value returned (a falling
+        coordinate) or from the second (a rising one)."""
+        # the phase reaches tile - span where stride * n >= (q + 1) * t - span - low
+        edge = (self.pe(start) + 1) * self.tile - self.span - self.low
+        if self.stride > 0:
+            return start, np.clip(-(-edge // self.stride), start, end)
+        return np.clip((-edge) // -self.stride + 1, start, end), end
+
+
+def _runs(lines: Sequence[_Line], size: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The values ``[0, size)`` as runs (first values, lengths) within which every line
+    has one PE and one key; None if they are more than ``RUN_LIMIT``."""
+    cuts = [line.cuts(size) for line in lines]
+    if any(c is None for c in cuts):
+        return None
+    bounds = np.unique(np.concatenate([[0, size], *(c for c in cuts if c is not None)]))
+    start, end = bounds[:-1], bounds[1:]
+    head, tail = start, end  # values before head or from tail are listed one by one
+    for line in lines:
+        before, after = line.near(start, end)
+        head, tail = np.maximum(head, before), np.minimum(tail, after)
+    tail = np.maximum(tail, head)
+    before, after = _ranges(start, head), _ranges(tail, end)
+    if before.size + after.size + start.size > RUN_LIMIT:
+        return None
+    middle = head < tail
+    first = np.concatenate([before, head[middle], after])
+    ones = np.ones(before.size + after.size, np.int64)
+    length = np.concatenate([ones[: before.size], (tail - head)[middle], ones[before.size :]])
+    order = np.argsort(first, kind="stable")
+    return first[order], length[order]
+
+
+def _ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The integers of the ranges ``[start, end)``, in order."""
+    lengths = end - start
+    offsets = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    values: np.ndarray = np.repeat(start, lengths) + np.arange(lengths.sum()) - offsets
+    return values
 
 
 # --------------------------------------------------------------------------- index maps
