@@ -203,3 +203,24 @@ def test_check_is_one_pass_and_names_the_first_bad_index() -> None:
         reference.check_indices(indices, 6, 0)
     reference.check_indices(np.zeros((0, 3), np.int64), 0, 0)  # nothing to check
     reference.check_labels(np.array([0, -100, 9]), 10, -100)
+
+
+@pytest.mark.parametrize("ignore_index", [None, 1, -1])
+def test_negative_log_likelihood_checks_its_targets(ignore_index) -> None:
+    """Out-of-range targets other than ignore_index are an error, as in onnxruntime; the
+    in-range ones (and the ignored) give onnxruntime's loss."""
+    extra = {} if ignore_index is None else {"ignore_index": ignore_index}
+    node = helper.make_node(
+        "NegativeLogLikelihoodLoss", ["x", "t"], ["y"], name="nll", reduction="none", **extra
+    )
+    inputs = [_vi("x", F, [3, 4, 2]), _vi("t", I64, [3, 2])]
+    x = np.random.default_rng(0).standard_normal((3, 4, 2)).astype(np.float32)
+    good = np.array(
+        [[0, 3], [1, 2], [3, 0]] if ignore_index is None else [[0, 3], [1, ignore_index], [3, 0]]
+    )
+    y, model = _run_op(node, inputs, {"x": x, "t": good}, [3, 2])
+    np.testing.assert_allclose(y, run_onnxruntime(model, {"x": x, "t": good})[0], rtol=1e-6)
+    bad = good.copy()
+    bad[2, 1] = 4
+    with pytest.raises(CgcError, match=r"node 'nll' \(one_hot\): label 4 at \[2, 1\]"):
+        _run_op(node, inputs, {"x": x, "t": bad}, [3, 2])

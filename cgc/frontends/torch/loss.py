@@ -12,11 +12,10 @@ frontend's NegativeLogLikelihoodLoss does.
 
 from __future__ import annotations
 
-import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import along, dtype_of
+from cgc.frontends.onnx.loss import class_mask
 from cgc.frontends.onnx.nodes import NodeError, shape_of
 from cgc.frontends.torch.lowering import Lowering, register
 
@@ -64,7 +63,7 @@ def _nll_loss(
         shape = shape_of(log_probs)
     if shape_of(labels) != (shape[0], *shape[2:]):
         raise NodeError(f"the labels' shape {shape_of(labels)} does not match the input's {shape}")
-    mask = _class_mask(lw, labels, shape[1], ignore_index)
+    mask = class_mask(lw, labels, shape[1], ignore_index)
     picked_weight = _picked(lw, mask, _class_weights(lw, weight, len(shape), log_probs))
     total_weight = lw.emit(wse.ReduceSumOp(picked_weight, list(range(len(shape) - 1)), False))
     scores = _log_softmax_input(log_probs)
@@ -95,19 +94,6 @@ def _class_weights(lw: Lowering, weight: SSAValue | None, rank: int, like: SSAVa
         return lw.scalar(1, like)
     classes = shape_of(weight)
     return lw.emit(wse.ReshapeOp(lw.tensor(weight), (1, *classes, *[1] * (rank - 2))))
-
-
-def _class_mask(lw: Lowering, labels: SSAValue, classes: int, ignore_index: int) -> SSAValue:
-    """(N, C, d1, ...) booleans: true at each sample's label, nowhere for an ignored one."""
-    label_shape = shape_of(labels)
-    dtype = dtype_of(labels)
-    columns = along(1, len(label_shape) + 1, np.arange(classes, dtype=dtype))
-    spread = lw.emit(wse.ReshapeOp(labels, (label_shape[0], 1, *label_shape[1:])))
-    mask = lw.emit(wse.EqualOp(spread, lw.const(columns)))
-    if not 0 <= ignore_index < classes:
-        return mask  # a label out of the classes matches none of them already
-    ignored = lw.emit(wse.EqualOp(spread, lw.const(np.array(ignore_index, dtype))))
-    return lw.emit(wse.AndOp(mask, lw.emit(wse.NotOp(ignored))))
 
 
 def _picked(lw: Lowering, mask: SSAValue, values: SSAValue) -> SSAValue:
