@@ -158,6 +158,9 @@ def prepare_training(
     micro_batch_size: int | None = None,
     recompute: bool | None = None,
     init_seed: int | None = None,
+    sparsity: float | None = None,
+    sparse_params: Sequence[str] = (),
+    sparsity_init: str = "random",
     **settings: Choice,
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
     """Compiles a training run of a model whose first output is the loss (an ONNX model, or a
@@ -177,9 +180,13 @@ def prepare_training(
     ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
     ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
     node (4 by default). ``no_weights``, ``micro_batch_size``, ``recompute`` and ``init_seed``
-    are ``compile``'s."""
+    are ``compile``'s. ``sparsity`` (a density in (0, 1]) makes the weights that
+    ``sparse_params`` match (default: every trained matrix but the embeddings) sparse, their
+    live values drawn from ``seed`` or, with ``sparsity_init="magnitude"``, the largest
+    initial ones (``cgc.machine.sparsity``)."""
     from cgc.compiler.driver import TrainingOptions, compile_model, training_options
     from cgc.frontends.params import ModelParams, is_params_source, load_params
+    from cgc.machine.sparsity import Sparsity
     from cgc.machine.target import resolve, with_swarmx_fanout
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
 
@@ -189,7 +196,12 @@ def prepare_training(
     if params is not None and max_grad_norm is None:
         max_grad_norm = params.optimizer.max_gradient_norm
     # bad settings fail here, before anything is compiled
-    options = training_options(params, optimizer, trainable, **settings)
+    sparse = None
+    if sparsity is not None:
+        sparse = Sparsity(sparsity, tuple(sparse_params), sparsity_init, seed)
+    elif sparse_params:
+        raise CgcError("--sparse-params needs --sparsity")
+    options = training_options(params, optimizer, trainable, sparse, **settings)
     loop = LoopOptions(
         steps,
         schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),

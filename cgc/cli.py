@@ -436,6 +436,17 @@ def _chosen_settings(options: dict) -> dict:
 @click.option("--num-csx", type=int, help="Systems  [default: the params file's, or 1]")
 @click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
+@click.option("--sparsity", type=float, help="Density of the sparse weights, e.g. 0.25.")
+@click.option(
+    "--sparse-params", multiple=True, help="Regex over the sparse weights' names (repeatable)."
+)
+@click.option(
+    "--sparsity-init",
+    type=click.Choice(["random", "magnitude"]),
+    default="random",
+    show_default=True,
+    help="Which values live: drawn from --seed, or the largest initial ones.",
+)
 @target_options
 @plan_options
 def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **options) -> None:

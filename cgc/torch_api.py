@@ -399,7 +399,9 @@ class Session:
             )
         # compile_model takes any source; its signature names the file kinds
         program: Any = capture(traced, args, kept_whole=KEPT_WHOLE)
-        training = TrainingOptions(self.optimizer.name, sorted(trained), **self.optimizer.keywords)
+        training = TrainingOptions(
+            self.optimizer.name, sorted(trained), None, **self.optimizer.keywords
+        )
         self.artifact = compile_model(
             program,
             "weight_streaming",
@@ -459,8 +461,13 @@ class Session:
         from cgc.runtime import checkpoint
 
         assert self.artifact is not None
-        trained = self.artifact.manifest["training"]["trainable"]
-        return checkpoint.loop_record(self.optimizer.schedule, self.max_grad_norm, trained)
+        training = self.artifact.manifest["training"]
+        return checkpoint.loop_record(
+            self.optimizer.schedule,
+            self.max_grad_norm,
+            training["trainable"],
+            training.get("sparsity"),
+        )
 
     def _load_checkpoint(self) -> int:
         """Loads the newest good checkpoint into MemoryX; returns the steps it had done."""

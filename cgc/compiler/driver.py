@@ -30,7 +30,7 @@ from xdsl.passes import ModulePass
 
 from cgc.compiler.memory import MemoryPlan, Planner
 from cgc.compiler.sources import Source, source_of
-from cgc.dialects import context, print_module, verify, wse
+from cgc.dialects import context, print_module, verify, ws, wse
 from cgc.dialects.ir import main_function, set_module_target
 from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, DoesNotFitError
@@ -40,6 +40,7 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.cost import LayerCost, Profile, profile, program_costs
+from cgc.machine.sparsity import Sparsity
 from cgc.machine.target import Target, checked_systems, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
@@ -61,13 +62,19 @@ class TrainingOptions:
     settings chosen for it by their API keywords (``lr``, ``betas``, ...: see
     ``cgc.machine.optimizers``; a setting left out or None takes torch.optim's default for the
     optimizer), and which initializers train: regular expressions matched in full against
-    their names (none: all float initializers that reach the loss)."""
+    their names (none: all float initializers that reach the loss), and the ``sparsity`` of
+    the trained weights, if any (``cgc.machine.sparsity``)."""
 
     def __init__(
-        self, optimizer: str = "sgd", trainable: Sequence[str] = (), **settings: optimizers.Choice
+        self,
+        optimizer: str = "sgd",
+        trainable: Sequence[str] = (),
+        sparsity: Sparsity | None = None,
+        **settings: optimizers.Choice,
     ):
         self.optimizer = optimizer
         self.trainable = tuple(trainable)
+        self.sparsity = sparsity
         self.chosen = optimizers.chosen_settings(optimizer, settings)
         """The settings chosen (a CgcError naming the option if one is bad)."""
 
@@ -85,18 +92,19 @@ def training_options(
     params: ModelParams | None,
     optimizer: str | None = None,
     trainable: Sequence[str] = (),
+    sparsity: Sparsity | None = None,
     **settings: optimizers.Choice,
 ) -> TrainingOptions:
     """The training of a model: ``optimizer`` (default: a params file's, else SGD) with
     ``settings`` (those left out or None: a params file's for its own optimizer, else
-    torch.optim's defaults)."""
+    torch.optim's defaults), and the weights' ``sparsity``."""
     chosen = {k: v for k, v in settings.items() if v is not None}
     if params is not None:
         kind, given = optimizer_settings(params)
         if optimizer is None or optimizer == kind:
             chosen = {**given, **chosen}
         optimizer = optimizer or kind
-    return TrainingOptions(optimizer or "sgd", trainable, **chosen)
+    return TrainingOptions(optimizer or "sgd", trainable, sparsity, **chosen)
 
 
 def pass_spec(p: ModulePass) -> str:
@@ -511,7 +519,7 @@ def _artifact(
     if request.training is not None:
         scale, reduction = c.loss
         manifest["training"] = _training_entry(
-            imported, program, request.training, scale, reduction
+            imported, program, request.training, scale, reduction, _embeddings(c.module)
         )
     used = {name for layer in program.layers for name in layer.weights}
     if request.training is not None:  # MemoryX keeps the buffers a step updates
@@ -554,10 +562,20 @@ def _training_entry(
     training: TrainingOptions,
     scale: float,
     reduction: str | None,
+    embeddings: set[str],
 ) -> dict:
     trained = sorted(
         {i.attrs["name"] for i in program.instructions if i.opcode == Opcode.STREAM_GRADIENT}
     )
+    sparsity = training.sparsity
+    if sparsity is not None:
+        shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
+        sparse = sparsity.chosen(trained, shapes, embeddings)
+        if not sparse:
+            raise CgcError(
+                "--sparse-params: no trained weight is sparse"
+                + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
+            )
     return {
         "loss": imported.outputs[0].name,
         "loss_scale": scale,
@@ -566,7 +584,20 @@ def _training_entry(
         "trainable": trained,
         "initializers": list(imported.initializers),
         "buffers": [update.to_json() for update in imported.buffer_updates],
+        "sparsity": None if sparsity is None else sparsity.to_json(sparse),
     }
+
+
+def _embeddings(module: ModuleOp) -> set[str]:
+    """The weights that some gather reads rows of: embedding tables (and the LM heads tied
+    to them), which sparsity leaves dense by default."""
+    found = set()
+    for op in module.walk():
+        if isinstance(op, wse.GatherOp):
+            owner = op.operands[0].owner
+            if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
+                found.add(owner.weight_name.data)
+    return found
 
 
 def _check_memoryx(imported: ImportedModel, manifest: dict, target: Target) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from cgc.errors import CgcError
 from cgc.machine import dtypes, optimizers
+from cgc.machine.sparsity import INITS
 from cgc.machine.target import MAX_SYSTEMS
 
 MAX_JSON_DEPTH = 64
@@ -124,6 +125,17 @@ _BUFFER: Schema = {
     },
 }
 
+_SPARSITY: Schema = {
+    "type": ["object", "null"],
+    "required": ["density", "init", "seed", "weights"],
+    "properties": {
+        "density": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "init": {"type": "string", "enum": list(INITS)},
+        "seed": _COUNT,
+        "weights": _NAMES,
+    },
+}
+
 _TRAINING: Schema = {
     "type": ["object", "null"],
     "required": [
@@ -142,6 +154,7 @@ _TRAINING: Schema = {
         "trainable": _NAMES,
         "initializers": _NAMES,
         "buffers": {"type": "array", "items": _BUFFER},
+        "sparsity": _SPARSITY,
     },
 }
 
@@ -386,6 +399,9 @@ def _check_training(training: Mapping[str, Any], outputs: list[dict[str, Any]]) 
         optimizers.settings(optimizer["optimizer"], config)
     except ValueError as e:
         raise CgcError(f"training.optimizer: {e}") from None
+    sparsity = training.get("sparsity")
+    if sparsity is not None and set(sparsity["weights"]) - set(training["trainable"]):
+        raise CgcError("training.sparsity.weights: names a weight that does not train")
     names = {spec["name"] for spec in outputs}
     for index, update in enumerate(training.get("buffers", [])):
         if update["output"] is not None and update["output"] not in names:

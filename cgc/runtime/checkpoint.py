@@ -17,8 +17,9 @@ would. ``changed_setting`` applies that rule to the loop's settings:
   ``--lr-step-size``, ``--lr-gamma``) may change only if it gives every step already taken
   the same factor: extending ``--steps`` of a constant or step schedule passes, of a cosine
   one (which decays towards 0 at ``--steps``) it does not, past its first step;
-- the gradient clipping (``--max-grad-norm``) and the trained weights may not change at all:
-  which steps a threshold clipped would take the gradients to tell;
+- the gradient clipping (``--max-grad-norm``), the trained weights and their sparsity
+  (``--sparsity`` and its masks) may not change at all: which steps a threshold clipped
+  would take the gradients to tell;
 - what only observes or saves the run (``--eval-data``, ``--eval-every``,
   ``--checkpoint-every``, ``--trace``) may change freely.
 
@@ -34,9 +35,10 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,13 +84,25 @@ SCHEDULE_SETTINGS = {
 a ``Schedule``."""
 
 
-def loop_record(schedule: Schedule, max_grad_norm: float | None, trainable: Sequence[str]) -> dict:
+def loop_record(
+    schedule: Schedule,
+    max_grad_norm: float | None,
+    trainable: Sequence[str],
+    sparsity: Mapping[str, Any] | None = None,
+) -> dict:
     """What a checkpoint records of the loop: every setting besides the optimizer's and the
-    data order's that changes the updates of the steps."""
+    data order's that changes the updates of the steps (``sparsity``: the artifact's
+    record, written as its density, init, seed and weights)."""
     return {
         "schedule": asdict(schedule),
         "max_grad_norm": max_grad_norm,
         "trainable": sorted(trainable),
+        "sparsity": None
+        if sparsity is None
+        else (
+            f"{sparsity['density']:g} {sparsity['init']} seed {sparsity['seed']}: "
+            + ", ".join(sparsity["weights"])
+        ),
     }
 
 
@@ -99,7 +113,7 @@ def changed_setting(found: Checkpoint, record: dict) -> tuple[str, str, str] | N
     module's)."""
     if found.loop is None:
         return None
-    for key in ("trainable", "max_grad_norm"):
+    for key in ("trainable", "max_grad_norm", "sparsity"):
         if key in found.loop and found.loop[key] != record[key]:
             return key, _shown(found.loop[key]), _shown(record[key])
     if "schedule" not in found.loop:

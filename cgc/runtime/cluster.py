@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine import dtypes, streaming
+from cgc.machine import dtypes, sparsity, streaming
 from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Opcode
 from cgc.machine.cost import LayerRecord, Sram
@@ -202,6 +202,9 @@ class Cluster:
         if numerics:
             artifact.require_weights(f"the artifact of {manifest['source']}")
         self.memoryx = MemoryX(artifact.weights, self.target, artifact.weight_specs)
+        sparse = (manifest["training"] or {}).get("sparsity")
+        if numerics and sparse is not None:
+            self.memoryx.sparsify(sparsity.masks(sparse, self.memoryx.weights))
         self.swarmx = SwarmX(self.num_csx, self.target)
         self.grad_norm: float | None = None
         """The global norm of the last training step's summed gradients, before clipping."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from cgc.machine import dtypes, optimizers, reference
 from cgc.machine.artifact import WeightSpec
+from cgc.machine.sparsity import masked
 from cgc.machine.target import Target
 
 
@@ -43,6 +44,8 @@ class MemoryX:
         self.gradients: dict[str, np.ndarray] = {}
         self.state: dict[str, dict[str, np.ndarray]] = {}
         self.steps = 0
+        self.masks: dict[str, np.ndarray] = {}
+        """The sparse weights' masks (``cgc.machine.sparsity``): their dead values stay 0."""
         self.groups: dict[str, dict[str, float]] = {}
         """Per-weight settings over the step's (torch.optim's param groups: no weight decay
         on biases, a lower learning rate for some layers); the schedule scales each ``lr``."""
@@ -80,6 +83,12 @@ class MemoryX:
                     new = momentum * values[output] + (1 - momentum) * old
                     self.weights[name] = new.astype(old.dtype)
 
+    def sparsify(self, masks: Mapping[str, np.ndarray]) -> None:
+        """Makes the weights of ``masks`` sparse: their dead values are 0 from now on."""
+        self.masks = dict(masks)
+        for name, mask in self.masks.items():
+            self.weights[name] = masked(self.weights[name], mask)
+
     def update_seconds(self, parameters: int) -> float:
         """Time for the optimizer to update ``parameters`` values."""
         return parameters / self.target.memoryx_update_params_per_s
@@ -104,6 +113,9 @@ class MemoryX:
         of ``max_grad_norm``; returns the gradients' global norm before clipping."""
         full = optimizers.settings(optimizer, config)
         update = optimizers.OPTIMIZERS[optimizer].update
+        for name, mask in self.masks.items():
+            if name in self.gradients:
+                self.gradients[name] = masked(self.gradients[name], mask)
         if max_grad_norm is not None:
             norm = optimizers.clip_by_global_norm(self.gradients, max_grad_norm)
         else:
@@ -113,6 +125,8 @@ class MemoryX:
             own = {**full, **self.groups.get(name, {})}
             own["lr"] = own["lr"] * lr_factor
             self.weights[name] = update(self.weights[name], self.gradients[name], state, own)
+            if name in self.masks:
+                self.weights[name] = masked(self.weights[name], self.masks[name])
             if state:
                 self.state[name] = state
         self.gradients.clear()

@@ -307,7 +307,9 @@ def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOpt
 
 
 def _loop_record(loop: LoopOptions, training: Mapping) -> dict:
-    return checkpoint.loop_record(loop.schedule, loop.max_grad_norm, training["trainable"])
+    return checkpoint.loop_record(
+        loop.schedule, loop.max_grad_norm, training["trainable"], training.get("sparsity")
+    )
 
 
 def _check_loop(found: checkpoint.Checkpoint, loop: LoopOptions, training: Mapping) -> None:

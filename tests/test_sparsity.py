@@ -1,0 +1,191 @@
+"""Unstructured weight sparsity in training: deterministic masks, and training equal to a
+PyTorch loop that applies the same masks to the gradients and the weights at every step."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import mlp_train_data
+from onnx import TensorProto, helper, numpy_helper
+
+import cgc
+from cgc.cli import main
+from cgc.errors import CgcError
+from cgc.frontends import zoo, zoo_torch
+from cgc.machine.sparsity import Sparsity, live_count, mask
+
+TARGET = "mesh16x16"
+SAMPLES, BATCH, STEPS = 16, 8, 5
+
+
+@pytest.fixture(scope="module")
+def model():
+    return zoo.MODELS["mlp_train"]()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return mlp_train_data(SAMPLES, seed=5)
+
+
+# -- masks ---------------------------------------------------------------------------------
+
+
+def test_masks_are_deterministic_and_exact() -> None:
+    w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    a, b = mask("fc1.weight", w, 0.25, "random", 7), mask("fc1.weight", w, 0.25, "random", 7)
+    assert a.dtype == bool and a.shape == w.shape and int(a.sum()) == 512 == live_count(2048, 0.25)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, mask("fc1.weight", w, 0.25, "random", 8))
+    assert not np.array_equal(a, mask("fc2.weight", w, 0.25, "random", 7))
+    big = mask("fc1.weight", w, 0.25, "magnitude", 7)
+    assert np.abs(w[big]).min() >= np.abs(w[~big]).max()
+    assert int(mask("b", np.zeros(3), 0.01, "random", 0).sum()) == 1  # never all dead
+
+
+def test_default_choice_leaves_embeddings_norms_and_biases_dense() -> None:
+    shapes = {"emb": (20, 8), "w": (8, 5), "b": (5,), "norm": (8,)}
+    chosen = Sparsity(0.5).chosen(["b", "emb", "norm", "w"], shapes, embeddings={"emb"})
+    assert chosen == ["w"]
+    assert Sparsity(0.5, ("e.*",)).chosen(["emb", "w"], shapes, set()) == ["emb"]
+
+
+def test_an_embedding_table_is_found_in_the_program(tmp_path) -> None:
+    """A weight that a gather reads rows of is an embedding: dense by default."""
+    emb = numpy_helper.from_array(np.ones((20, 8), np.float32), "emb")
+    w = numpy_helper.from_array(np.ones((8, 5), np.float32), "w")
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["e"]),
+        helper.make_node("MatMul", ["e", "w"], ["logits"]),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"]),
+            helper.make_tensor_value_info("labels", TensorProto.INT64, ["N"]),
+        ],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [emb, w],
+    )
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    artifact, _, _ = cgc.prepare_training(
+        onnx_model, batch_size=4, target=TARGET, sparsity=0.5, lr=0.1
+    )
+    record = artifact.manifest["training"]["sparsity"]
+    assert record == {"density": 0.5, "init": "random", "seed": 0, "weights": ["w"]}
+
+
+# -- training against PyTorch --------------------------------------------------------------
+
+
+def torch_reference(model, data, masks, optimizer, **settings):
+    """The same training in PyTorch, the masks applied to the weights at the start and to
+    the gradients and the weights at every step."""
+    weights = {t.name: torch.tensor(numpy_helper.to_array(t)) for t in model.graph.initializer}
+    live = {name: torch.tensor(m) for name, m in masks.items()}
+    with torch.no_grad():
+        for name, m in live.items():
+            weights[name].mul_(m)
+    for value in weights.values():
+        value.requires_grad_(True)
+    kind = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    opt = kind[optimizer](list(weights.values()), **settings)
+    losses = []
+    for step in range(STEPS):
+        index = np.arange(step * BATCH, (step + 1) * BATCH) % SAMPLES
+        logits = zoo_torch.mlp(weights, torch.tensor(data["x"][index]))
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(data["labels"][index]))
+        opt.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for name, m in live.items():
+                weights[name].grad.mul_(m)
+        opt.step()
+        with torch.no_grad():
+            for name, m in live.items():
+                weights[name].mul_(m)
+        losses.append(loss.item())
+    return losses, {k: v.detach().numpy() for k, v in weights.items()}
+
+
+CASES = [
+    ("sgd", {"lr": 0.1, "momentum": 0.9}, 1),
+    ("adam", {"lr": 0.01}, 4),
+    ("adamw", {"lr": 0.01, "weight_decay": 0.1}, 1),
+]
+
+
+@pytest.mark.parametrize(("optimizer", "settings", "num_csx"), CASES)
+def test_static_sparse_training_matches_pytorch(
+    model, data, optimizer, settings, num_csx, tmp_path
+):
+    result = cgc.train(
+        model, data, model_dir=tmp_path, batch_size=BATCH, steps=STEPS, target=TARGET,
+        num_csx=num_csx, optimizer=optimizer, sparsity=0.25, seed=3, **settings,
+    )  # fmt: skip
+    names = ["fc1.weight", "fc2.weight", "fc3.weight"]
+    initial = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    masks = {n: mask(n, initial[n], 0.25, "random", 3) for n in names}
+    losses, weights = torch_reference(model, data, masks, optimizer, **settings)
+    np.testing.assert_allclose([m["loss"] for m in result.metrics], losses, rtol=1e-5, atol=1e-6)
+    for name, value in weights.items():
+        np.testing.assert_allclose(result.weights[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    for name, live in masks.items():
+        assert not result.weights[name][~live].any(), name  # dead values stayed 0
+        assert result.weights[name][live].all(), name
+    assert losses[2] < losses[0]  # step 2 sees step 0's batch again
+
+
+def test_density_one_is_the_dense_training(model, data, tmp_path) -> None:
+    options = {"batch_size": BATCH, "steps": 3, "target": TARGET, "lr": 0.1}
+    dense = cgc.train(model, data, model_dir=tmp_path / "a", **options)
+    full = cgc.train(model, data, model_dir=tmp_path / "b", sparsity=1.0, **options)
+    assert [m["loss"] for m in full.metrics] == [m["loss"] for m in dense.metrics]
+    for name, value in dense.weights.items():
+        np.testing.assert_array_equal(full.weights[name], value)
+
+
+# -- bad options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sparsity", "0"], "--sparsity 0: the density must be in (0, 1]"),
+        (["--sparsity", "1.5"], "--sparsity 1.5: the density must be in (0, 1]"),
+        (["--sparse-params", "fc.*"], "--sparse-params needs --sparsity"),
+        (["--sparsity", "0.5", "--sparse-params", "("], "--sparse-params '(': not a regular"),
+        (["--sparsity", "0.5", "--sparse-params", "nothing"], "no trained weight is sparse"),
+    ],
+)
+def test_bad_sparsity_options_name_the_option(model, args, message, tmp_path) -> None:
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path)
+    command = ["train", str(path), "--steps", "1", "--batch-size", "8", "--timing-only", *args]
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_bad_density_in_the_api_is_a_cgc_error() -> None:
+    with pytest.raises(CgcError, match="density must be in"):
+        Sparsity(-0.5)
+
+
+def test_resume_finds_the_masks_again_and_refuses_another_sparsity(model, data, tmp_path):
+    options = {"batch_size": BATCH, "target": TARGET, "lr": 0.1, "sparsity": 0.5, "seed": 1}
+    whole = cgc.train(model, data, model_dir=tmp_path / "a", steps=4, **options)
+    cgc.train(model, data, model_dir=tmp_path / "b", steps=2, checkpoint_every=2, **options)
+    resumed = cgc.train(model, data, model_dir=tmp_path / "b", steps=4, resume=True, **options)
+    assert [m["loss"] for m in resumed.metrics] == [m["loss"] for m in whole.metrics]
+    for name, value in whole.weights.items():
+        np.testing.assert_array_equal(resumed.weights[name], value)
+    changed = {**options, "sparsity": 0.25}
+    with pytest.raises(CgcError, match=r"--sparsity 0.5 random seed 1: .*this run has 0.25"):
+        cgc.train(model, data, model_dir=tmp_path / "b", steps=4, resume=True, **changed)
