@@ -183,7 +183,8 @@ def prepare_training(
     are ``compile``'s. ``sparsity`` (a density in (0, 1]) makes the weights that
     ``sparse_params`` match (default: every trained matrix but the embeddings) sparse, their
     live values drawn from ``seed`` or, with ``sparsity_init="magnitude"``, the largest
-    initial ones (``cgc.machine.sparsity``)."""
+    initial ones (``cgc.machine.sparsity``); without ``sparsity``, a params file's
+    ``sparsity`` section says it."""
     from cgc.compiler.driver import TrainingOptions, compile_model, training_options
     from cgc.frontends.params import ModelParams, is_params_source, load_params
     from cgc.machine.sparsity import Sparsity
@@ -201,6 +202,9 @@ def prepare_training(
         sparse = Sparsity(sparsity, tuple(sparse_params), sparsity_init, seed)
     elif sparse_params:
         raise CgcError("--sparse-params needs --sparsity")
+    elif params is not None and params.sparsity is not None:
+        given = params.sparsity
+        sparse = Sparsity(given.density, given.param_name_patterns, given.init, seed)
     options = training_options(params, optimizer, trainable, sparse, **settings)
     loop = LoopOptions(
         steps,

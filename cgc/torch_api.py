@@ -40,6 +40,7 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.files import write_atomically
 from cgc.machine.optimizers import Schedule
+from cgc.machine.sparsity import Sparsity
 from cgc.machine.target import Target
 from cgc.runtime.trainer import final_weights, metrics_before
 
@@ -307,6 +308,10 @@ class Session:
         checkpoint_every: int = 0,
         resume: bool = False,
         micro_batch_size: int | None = None,
+        sparsity: float | None = None,
+        sparse_params: tuple[str, ...] = (),
+        sparsity_init: str = "random",
+        seed: int = 0,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -318,6 +323,13 @@ class Session:
         self.checkpoint_every = checkpoint_every
         self.resume = resume
         self.micro_batch_size = micro_batch_size
+        self.sparsity = (
+            None
+            if sparsity is None
+            else Sparsity(sparsity, tuple(sparse_params), sparsity_init, seed)
+        )
+        """The sparsity of the trained weights (``cgc.machine.sparsity``), named by their
+        ``state_dict`` keys."""
         self.steps = 0
         """Steps taken, including those a resumed run skips."""
         self.metrics: list[dict] = []
@@ -400,7 +412,7 @@ class Session:
         # compile_model takes any source; its signature names the file kinds
         program: Any = capture(traced, args, kept_whole=KEPT_WHOLE)
         training = TrainingOptions(
-            self.optimizer.name, sorted(trained), None, **self.optimizer.keywords
+            self.optimizer.name, sorted(trained), self.sparsity, **self.optimizer.keywords
         )
         self.artifact = compile_model(
             program,
@@ -526,7 +538,8 @@ def session(
     """A training session of ``model`` with ``optimizer`` (default: the ones wrapped last by
     ``cgc.torch.module`` and ``cgc.torch.optimizer``); ``options`` are ``Session``'s:
     ``num_csx``, ``model_dir``, ``target``, ``loss_fn``, ``max_grad_norm``,
-    ``checkpoint_every``, ``resume``, ``micro_batch_size``."""
+    ``checkpoint_every``, ``resume``, ``micro_batch_size``, and ``sparsity``,
+    ``sparse_params``, ``sparsity_init`` and ``seed`` (``cgc train``'s)."""
     if model is None and "module" not in _current:
         raise CgcError("cgc.torch.session: no module; wrap one with cgc.torch.module(model)")
     if optimizer is None and "optimizer" not in _current:

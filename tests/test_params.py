@@ -363,8 +363,8 @@ def test_invalid_yaml(tmp_path: Path):
 )
 def test_top_level_not_a_mapping(tmp_path: Path, document: str, message: str):
     assert error(tmp_path, document) == (
-        "gpt.yaml: expected a mapping of sections (model, train_input, optimizer, runconfig) "
-        f"at the top level, {message}"
+        "gpt.yaml: expected a mapping of sections (model, train_input, optimizer, runconfig, "
+        f"sparsity) at the top level, {message}"
     )
 
 
@@ -730,3 +730,28 @@ def test_a_billion_items_in_a_few_lines(tmp_path: Path):
     message = error(tmp_path, text)
     assert message.startswith("gpt.yaml: optimizer.betas: expected a list of two numbers, got [[")
     assert len(message) < 200
+
+
+def test_sparsity_section(tmp_path: Path):
+    document = {**MINIMAL, "sparsity": {"density": 0.25, "param_name_patterns": [".*attn.*"]}}
+    params = load_params(write(tmp_path, document))
+    assert params.sparsity is not None
+    assert (params.sparsity.density, params.sparsity.param_name_patterns) == (0.25, (".*attn.*",))
+    assert params.sparsity.init == "random"
+    assert load_params(write(tmp_path, MINIMAL)).sparsity is None
+
+
+@pytest.mark.parametrize(
+    ("sparsity", "message"),
+    [
+        ({}, "sparsity: missing required key density"),
+        ({"density": 0}, "sparsity.density: expected a number in (0, 1], got 0"),
+        ({"density": 0.5, "init": "lottery"}, "sparsity.init: expected one of random, magnitude"),
+        ({"density": 0.5, "schedule": "dynamic"}, "sparsity.schedule: dynamic sparsity is not"),
+        ({"density": 0.5, "param_name_patterns": "w"}, "expected a list of regular expressions"),
+        ({"density": 0.5, "param_name_patterns": ["("]}, "sparsity.param_name_patterns: '('"),
+        ({"density": 0.5, "update_every": 10}, "sparsity.update_every: unknown key"),
+    ],
+)
+def test_bad_sparsity_sections(tmp_path: Path, sparsity: dict, message: str):
+    assert message in error(tmp_path, {**MINIMAL, "sparsity": sparsity})

@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 from conftest import mlp_train_data
 from onnx import TensorProto, helper, numpy_helper
@@ -189,3 +190,21 @@ def test_resume_finds_the_masks_again_and_refuses_another_sparsity(model, data, 
     changed = {**options, "sparsity": 0.25}
     with pytest.raises(CgcError, match=r"--sparsity 0.5 random seed 1: .*this run has 0.25"):
         cgc.train(model, data, model_dir=tmp_path / "b", steps=4, resume=True, **changed)
+
+
+def test_a_params_file_says_its_sparsity(tmp_path) -> None:
+    """The ``sparsity`` section of a params file, with embeddings left dense by default."""
+    document = {
+        "model": {"hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2, "vocab_size": 50},
+        "train_input": {"batch_size": 2, "max_sequence_length": 8},
+        "sparsity": {"density": 0.1, "init": "magnitude"},
+    }
+    path = tmp_path / "gpt.yaml"
+    path.write_text(yaml.safe_dump(document))
+    artifact, _, _ = cgc.prepare_training(str(path), target=TARGET, seed=4)
+    record = artifact.manifest["training"]["sparsity"]
+    assert (record["density"], record["init"], record["seed"]) == (0.1, "magnitude", 4)
+    shapes = artifact.weight_specs
+    assert record["weights"] and all(len(shapes[n].shape) == 2 for n in record["weights"])
+    embedded = [n for n in artifact.manifest["training"]["trainable"] if "emb" in n or "wte" in n]
+    assert embedded and not set(embedded) & set(record["weights"])

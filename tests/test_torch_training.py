@@ -21,6 +21,7 @@ from torch import nn
 
 import cgc
 from cgc.errors import CgcError
+from cgc.machine.sparsity import mask
 from cgc.torch_api import schedule_of
 
 TARGET = "mesh16x16"
@@ -354,3 +355,51 @@ def test_without_torch_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(CgcError, match=r"pip install cgc\[torch\]"):
         cgc.torch  # noqa: B018
+
+
+# -- sparse weights --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_sparse_weights_match_a_masked_eager_loop(num_csx, tmp_path):
+    """A session with ``sparsity`` equals eager with the same masks applied to the weights and
+    their gradients at every step; biases stay dense."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
+    reference = copy.deepcopy(model)
+    names = {"0.weight": reference[0].weight, "2.weight": reference[2].weight}
+    masks = {
+        n: torch.tensor(mask(f"model.{n}", p.detach().numpy(), 0.5, "random", 9))
+        for n, p in names.items()
+    }
+    g = torch.Generator().manual_seed(4)
+    batches = [(torch.randn(8, 12, generator=g), torch.randint(0, 5, (8,), generator=g))
+               for _ in range(2)] * 2  # fmt: skip
+    opt = torch.optim.SGD(reference.parameters(), lr=0.2, momentum=0.9)
+    with torch.no_grad():
+        for n, p in names.items():
+            p.mul_(masks[n])
+    want = []
+    for x, y in batches:
+        loss = F.cross_entropy(reference(x), y)
+        opt.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for n, p in names.items():
+                p.grad.mul_(masks[n])
+        opt.step()
+        with torch.no_grad():
+            for n, p in names.items():
+                p.mul_(masks[n])
+        want.append(loss.item())
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9)
+
+    got = on_cgc(
+        model, sgd, batches, tmp_path, num_csx=num_csx, loss_fn=F.cross_entropy,
+        sparsity=0.5, seed=9,
+    )  # fmt: skip
+    same_training(got, want, model, reference)
+    assert int((model[0].weight == 0).sum()) == 12 * 16 // 2
+    assert bool((model[0].bias != 0).all())

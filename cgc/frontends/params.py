@@ -6,6 +6,7 @@ A params file is YAML with four sections, keyed as the Cerebras Model Zoo keys t
     train_input:    # batch_size (the global batch, in sequences), max_sequence_length
     optimizer:      # optimizer_type, learning_rate, betas, eps, weight_decay, ...
     runconfig:      # num_csx, precision
+    sparsity:       # density, param_name_patterns, init (optional: dense without it)
 
 ``load_params`` reads one (a path, or ``zoo:NAME`` for a built-in one from
 ``cgc/frontends/configs``) into a ``ModelParams``; any problem is a ``CgcError`` whose one line
@@ -198,9 +199,20 @@ class ModelParams:
     train_input: TrainInput
     optimizer: OptimizerConfig
     runconfig: RunConfig
+    sparsity: SparsityConfig | None = None
+    """The sparsity of the trained weights, when the file has a ``sparsity`` section."""
 
 
-_SECTIONS = ("model", "train_input", "optimizer", "runconfig")
+@dataclass(frozen=True)
+class SparsityConfig:
+    """A params file's ``sparsity`` section (``cgc.machine.sparsity``)."""
+
+    density: float
+    param_name_patterns: tuple[str, ...]
+    init: str
+
+
+_SECTIONS = ("model", "train_input", "optimizer", "runconfig", "sparsity")
 _REQUIRED_SECTIONS = ("model", "train_input")
 _ZOO_BIAS_KEYS = ("use_projection_bias_in_attention", "use_ffn_bias_in_attention", "use_ffn_bias")
 _MODEL_KEYS = (
@@ -242,6 +254,7 @@ _OPTIMIZER_KEYS = (
 )
 _ADAM_KEYS = ("betas", "beta1", "beta2", "eps")
 _RUNCONFIG_KEYS = ("num_csx", "precision")
+_SPARSITY_KEYS = ("density", "param_name_patterns", "init", "schedule")
 
 
 @dataclass(frozen=True)
@@ -255,6 +268,7 @@ class _Range:
 _POSITIVE = _Range("a positive number", lambda x: x > 0)
 _NON_NEGATIVE = _Range("a non-negative number", lambda x: x >= 0)
 _FRACTION = _Range("a number in [0, 1)", lambda x: 0 <= x < 1)
+_DENSITY = _Range("a number in (0, 1]", lambda x: 0 < x <= 1)
 
 # YAML 1.1 (PyYAML) reads 6e-4 as a string: its floats need a decimal point.
 _FLOAT_WITHOUT_POINT = re.compile(r"^([-+]?[0-9]+)[eE]([-+]?[0-9]+)$")
@@ -461,6 +475,26 @@ def _read_use_bias(section: _Section) -> bool:
     return first_value
 
 
+def _read_sparsity(section: _Section) -> SparsityConfig:
+    if section.choice("schedule", "static", ("static", "dynamic")) == "dynamic":
+        raise section.error("schedule", "dynamic sparsity is not supported yet (static is)")
+    patterns = section.values.get("param_name_patterns", [])
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise section.error(
+            "param_name_patterns", f"expected a list of regular expressions, got {_show(patterns)}"
+        )
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise section.error("param_name_patterns", f"{pattern!r}: {e}") from None
+    return SparsityConfig(
+        density=section.check_number("density", section._get("density"), _DENSITY),
+        param_name_patterns=tuple(patterns),
+        init=section.choice("init", "random", ("random", "magnitude")),
+    )
+
+
 def _read_train_input(section: _Section) -> TrainInput:
     return TrainInput(
         batch_size=section.integer("batch_size"),
@@ -619,6 +653,9 @@ def _parse(text: bytes, name: str, source: str) -> ModelParams:
         train_input=train_input,
         optimizer=_read_optimizer(section("optimizer", _OPTIMIZER_KEYS)),
         runconfig=_read_runconfig(section("runconfig", _RUNCONFIG_KEYS), train_input.batch_size),
+        sparsity=(
+            _read_sparsity(section("sparsity", _SPARSITY_KEYS)) if "sparsity" in document else None
+        ),
     )
 
 
