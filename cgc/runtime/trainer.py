@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import overload
 
 import numpy as np
 
@@ -33,13 +33,17 @@ from cgc.runtime import checkpoint
 from cgc.runtime.cluster import Cluster
 
 
-class MetricLines(MutableSequence[dict]):
+class MetricLines(Sequence[dict]):
     """The metrics lines of a run, each held as its compact JSON text: a dict per step would
     grow a long training's memory by half a kilobyte a step. Reading a line gives its dict."""
 
     def __init__(self, lines: Iterable[dict] = ()):
         self._texts: list[bytes] = []
-        self.extend(lines)
+        for line in lines:
+            self.append(line)
+
+    def append(self, line: dict) -> None:
+        self._texts.append(json.dumps(line, separators=(",", ":")).encode())
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -52,17 +56,6 @@ class MetricLines(MutableSequence[dict]):
         if isinstance(index, slice):
             return [json.loads(text) for text in self._texts[index]]
         return json.loads(self._texts[index])
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        raise TypeError("metrics lines are appended, not replaced")
-
-    def __delitem__(self, index: Any) -> None:
-        raise TypeError("metrics lines are appended, not removed")
-
-    def insert(self, index: int, value: dict) -> None:
-        if index != len(self._texts):
-            raise TypeError("metrics lines are appended, not inserted")
-        self._texts.append(json.dumps(value, separators=(",", ":")).encode())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)

@@ -33,12 +33,7 @@ from cgc.dialects import wse
 from cgc.errors import NeedsInputValuesError
 from cgc.frontends.emitter import Emitter, loc, registrar
 from cgc.frontends.imported import ImportedModel
-from cgc.frontends.onnx.model import (
-    SUPPORTED_DTYPES,
-    ModelInterface,
-    load_model,
-    short_reason,
-)
+from cgc.frontends.onnx.model import SUPPORTED_DTYPES, ModelInterface, load_model
 from cgc.frontends.onnx.nodes import (
     Entry,
     Lazy,
@@ -48,7 +43,7 @@ from cgc.frontends.onnx.nodes import (
     attribute_value,
     check_size,
 )
-from cgc.frontends.onnx.validation import node_name, validate, validate_shapes
+from cgc.frontends.onnx.validation import node_name, short_reason, validate, validate_shapes
 from cgc.machine import dtypes
 from cgc.machine.artifact import WeightSpec
 

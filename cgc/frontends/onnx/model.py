@@ -27,7 +27,7 @@ from cgc.dialects import wse
 from cgc.errors import CgcError
 from cgc.frontends.imported import TensorSpec
 from cgc.frontends.onnx.nodes import Entry, Lazy, bad_attr
-from cgc.frontends.onnx.validation import element_name, oversize
+from cgc.frontends.onnx.validation import element_name, oversize, short_reason
 from cgc.machine import dtypes
 
 MIN_OPSET = 1
@@ -184,13 +184,6 @@ def _stored_tensors(model: onnx.ModelProto) -> list[TensorProto]:
                 tensors.append(attr.t)
             tensors.extend(attr.tensors)
     return tensors
-
-
-def short_reason(error: Exception) -> str:
-    """The first line of an error's text, cut to 120 characters."""
-    text = str(error).strip().splitlines()
-    reason = text[0] if text else type(error).__name__
-    return reason if len(reason) <= 120 else reason[:117] + "..."
 
 
 # ---------------------------------------------------------------------------------------------

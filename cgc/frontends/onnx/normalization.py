@@ -228,7 +228,7 @@ def as_statistic(im: Importer, value: SSAValue, like: SSAValue) -> SSAValue:
     return im.emit(wse.ReshapeOp(value, shape_of(like)))
 
 
-def running_average(im: Importer, old: SSAValue, new: SSAValue, momentum: float) -> SSAValue:
+def running_average(im: Emitter, old: SSAValue, new: SSAValue, momentum: float) -> SSAValue:
     """``old * momentum + new * (1 - momentum)``."""
     kept = im.emit(wse.MulOp(old, im.scalar(momentum, old)))
     return im.emit(wse.AddOp(kept, im.emit(wse.MulOp(new, im.scalar(1 - momentum, new)))))

@@ -331,7 +331,7 @@ def checker_problem(node: onnx.NodeProto, ctx: cpp_checker.CheckerContext) -> st
         try:
             onnx.checker.check_attribute(attr, ctx)
         except onnx.checker.ValidationError as e:
-            return f"attribute '{attr.name}': {_first_line(e)}"
+            return f"attribute '{attr.name}': {short_reason(e, 200)}"
     return None
 
 
@@ -412,7 +412,7 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 def inference_reason(error: Exception) -> str:
     """The node and reason of an inference error, e.g. ``node 'mm' (MatMul): Incompatible
     dimensions for matrix multiplication``."""
-    text = _first_line(error)
+    text = short_reason(error, 200)
     _, _, rest = text.partition("(op_type:")
     op_type, _, rest = rest.partition(", node name: ")
     name, _, reason = rest.partition("): ")
@@ -422,7 +422,8 @@ def inference_reason(error: Exception) -> str:
     return f"node '{name or op_type}' ({op_type}): {reason.strip()} (ONNX shape inference)"
 
 
-def _first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    line = lines[0] if lines else type(error).__name__
-    return line if len(line) <= 200 else line[:197] + "..."
+def short_reason(error: Exception, limit: int = 120) -> str:
+    """The first line of an error's text, cut to ``limit`` characters."""
+    text = str(error).strip().splitlines()
+    reason = text[0] if text else type(error).__name__
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."

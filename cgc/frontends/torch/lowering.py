@@ -34,6 +34,7 @@ from cgc.frontends.imported import BufferUpdate, ImportedModel, TensorSpec
 from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import node_list
 from cgc.frontends.onnx.nodes import NodeError
+from cgc.frontends.onnx.normalization import running_average
 
 Lowered = Any
 """What a node lowers to: an SSA value, a Python number, None, or a tuple of these."""
@@ -271,8 +272,7 @@ class Lowering(Emitter):
     def moving_average(self, running: SSAValue, batch: SSAValue, momentum: float) -> SSAValue:
         """``(1 - momentum) * running + momentum * batch``, the new value of a running
         statistic, remembered as folding ``batch`` in: a training step folds in each run's."""
-        kept = self.emit(wse.MulOp(running, self.scalar(1 - momentum, running)))
-        new = self.emit(wse.AddOp(self.emit(wse.MulOp(batch, self.scalar(momentum, batch))), kept))
+        new = running_average(self, running, batch, 1 - momentum)
         self.averages[new] = (batch, momentum)
         return new
 
