@@ -478,7 +478,7 @@ class Session:
             self.optimizer.schedule,
             self.max_grad_norm,
             training["trainable"],
-            training.get("sparsity"),
+            self.artifact.manifest.get("sparsity"),
         )
 
     def _load_checkpoint(self) -> int:

@@ -77,7 +77,7 @@ def test_an_embedding_table_is_found_in_the_program(tmp_path) -> None:
     artifact, _, _ = cgc.prepare_training(
         onnx_model, batch_size=4, target=TARGET, sparsity=0.5, lr=0.1
     )
-    record = artifact.manifest["training"]["sparsity"]
+    record = artifact.manifest["sparsity"]
     assert record == {"density": 0.5, "init": "random", "seed": 0, "weights": ["w"]}
 
 
@@ -202,7 +202,7 @@ def test_a_params_file_says_its_sparsity(tmp_path) -> None:
     path = tmp_path / "gpt.yaml"
     path.write_text(yaml.safe_dump(document))
     artifact, _, _ = cgc.prepare_training(str(path), target=TARGET, seed=4)
-    record = artifact.manifest["training"]["sparsity"]
+    record = artifact.manifest["sparsity"]
     assert (record["density"], record["init"], record["seed"]) == (0.1, "magnitude", 4)
     shapes = artifact.weight_specs
     assert record["weights"] and all(len(shapes[n].shape) == 2 for n in record["weights"])

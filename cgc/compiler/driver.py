@@ -299,6 +299,8 @@ class Request:
     training: TrainingOptions | None
     micro_batch_size: int | None
     recompute: bool | None
+    sparsity: Sparsity | None = None
+    """The sparse weights (a training's are its options'; ``cgc.machine.sparsity``)."""
 
 
 @_cyclic_gc_paused()
@@ -317,6 +319,7 @@ def compile_model(
     micro_batch_size: int | None = None,
     recompute: bool | None = None,
     init_seed: int | None = None,
+    sparsity: Sparsity | None = None,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
     ``ModelParams``) into an artifact. ``batch_size`` is the global batch, split evenly over
@@ -325,7 +328,8 @@ def compile_model(
     graph inputs to compile-time arrays (see ``import_model``); ``no_weights`` declares an
     ONNX model's float initializers without reading their data; ``micro_batch_size`` and
     ``recompute`` fix what the weight-streaming memory plan would choose
-    (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights."""
+    (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights;
+    ``sparsity`` makes weights sparse (a training's: its options')."""
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
@@ -347,6 +351,7 @@ def compile_model(
         training,
         micro_batch_size,
         recompute,
+        training.sparsity if training is not None else sparsity,
     )
     dumps = IRDumps(dump_ir, print_ir_after_all)
     if mode == "weight_streaming" or training is not None:
@@ -516,12 +521,16 @@ def _artifact(
         ],
         "training": None,
     }
+    used = {name for layer in program.layers for name in layer.weights}
     if request.training is not None:
         scale, reduction = c.loss
         manifest["training"] = _training_entry(
-            imported, program, request.training, scale, reduction, _embeddings(c.module)
+            imported, program, request.training, scale, reduction
         )
-    used = {name for layer in program.layers for name in layer.weights}
+    if request.sparsity is not None:
+        manifest["sparsity"] = _sparsity_entry(
+            request.sparsity, imported, manifest["training"], used, _embeddings(c.module)
+        )
     if request.training is not None:  # MemoryX keeps the buffers a step updates
         used |= {update.buffer for update in imported.buffer_updates}
     weights = {k: v for k, v in imported.weights.items() if k in used}
@@ -562,20 +571,10 @@ def _training_entry(
     training: TrainingOptions,
     scale: float,
     reduction: str | None,
-    embeddings: set[str],
 ) -> dict:
     trained = sorted(
         {i.attrs["name"] for i in program.instructions if i.opcode == Opcode.STREAM_GRADIENT}
     )
-    sparsity = training.sparsity
-    if sparsity is not None:
-        shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
-        sparse = sparsity.chosen(trained, shapes, embeddings)
-        if not sparse:
-            raise CgcError(
-                "--sparse-params: no trained weight is sparse"
-                + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
-            )
     return {
         "loss": imported.outputs[0].name,
         "loss_scale": scale,
@@ -584,8 +583,28 @@ def _training_entry(
         "trainable": trained,
         "initializers": list(imported.initializers),
         "buffers": [update.to_json() for update in imported.buffer_updates],
-        "sparsity": None if sparsity is None else sparsity.to_json(sparse),
     }
+
+
+def _sparsity_entry(
+    sparsity: Sparsity,
+    imported: ImportedModel,
+    training: dict | None,
+    used: set[str],
+    embeddings: set[str],
+) -> dict:
+    """The manifest's record of the sparse weights: among those a training trains, or else
+    all the program reads."""
+    candidates = training["trainable"] if training is not None else sorted(used)
+    shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
+    sparse = sparsity.chosen(candidates, shapes, embeddings)
+    if not sparse:
+        kind = "trained " if training is not None else ""
+        raise CgcError(
+            f"--sparse-params: no {kind}weight is sparse"
+            + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
+        )
+    return sparsity.to_json(sparse)
 
 
 def _embeddings(module: ModuleOp) -> set[str]:

@@ -154,7 +154,6 @@ _TRAINING: Schema = {
         "trainable": _NAMES,
         "initializers": _NAMES,
         "buffers": {"type": "array", "items": _BUFFER},
-        "sparsity": _SPARSITY,
     },
 }
 
@@ -198,6 +197,7 @@ SCHEMA: Schema = {
         "pipeline": {"type": "string"},
         "layers": {"type": "array", "items": _LAYER},
         "training": _TRAINING,
+        "sparsity": _SPARSITY,
         "declared_weights": {
             "type": "object",
             "additionalProperties": {
@@ -354,6 +354,7 @@ def check_manifest(manifest: Any) -> dict[str, Any]:
         _check_unique(manifest, "outputs")
         if manifest["training"] is not None:
             _check_training(manifest["training"], manifest["outputs"])
+        _check_sparsity(manifest)
     except CgcError as e:
         raise CgcError(f"manifest: {e}") from None
     checked: dict[str, Any] = manifest
@@ -387,6 +388,15 @@ def _check_unique(manifest: Mapping[str, Any], key: str) -> None:
         seen.add(spec["name"])
 
 
+def _check_sparsity(manifest: Mapping[str, Any]) -> None:
+    """A training artifact's sparse weights are weights it trains."""
+    sparsity, training = manifest.get("sparsity"), manifest["training"]
+    if sparsity is None or training is None:
+        return
+    if set(sparsity["weights"]) - set(training["trainable"]):
+        raise CgcError("sparsity.weights: names a weight that does not train")
+
+
 def _check_training(training: Mapping[str, Any], outputs: list[dict[str, Any]]) -> None:
     """The optimizer's settings are its own and in range; buffers fold outputs that exist."""
     optimizer = training["optimizer"]
@@ -399,9 +409,6 @@ def _check_training(training: Mapping[str, Any], outputs: list[dict[str, Any]]) 
         optimizers.settings(optimizer["optimizer"], config)
     except ValueError as e:
         raise CgcError(f"training.optimizer: {e}") from None
-    sparsity = training.get("sparsity")
-    if sparsity is not None and set(sparsity["weights"]) - set(training["trainable"]):
-        raise CgcError("training.sparsity.weights: names a weight that does not train")
     names = {spec["name"] for spec in outputs}
     for index, update in enumerate(training.get("buffers", [])):
         if update["output"] is not None and update["output"] not in names:

@@ -202,7 +202,7 @@ class Cluster:
         if numerics:
             artifact.require_weights(f"the artifact of {manifest['source']}")
         self.memoryx = MemoryX(artifact.weights, self.target, artifact.weight_specs)
-        sparse = (manifest["training"] or {}).get("sparsity")
+        sparse = manifest.get("sparsity")
         if numerics and sparse is not None:
             self.memoryx.sparsify(sparsity.masks(sparse, self.memoryx.weights))
         self.swarmx = SwarmX(self.num_csx, self.target)

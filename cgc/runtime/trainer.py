@@ -294,20 +294,21 @@ def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOpt
         memoryx.steps,
         data,
         training["optimizer"],
-        _loop_record(loop, training),
+        _loop_record(loop, cluster.artifact.manifest),
     )
     checkpoint.save(directory / "checkpoints", state)
 
 
-def _loop_record(loop: LoopOptions, training: Mapping) -> dict:
+def _loop_record(loop: LoopOptions, manifest: Mapping) -> dict:
+    trainable = manifest["training"]["trainable"]
     return checkpoint.loop_record(
-        loop.schedule, loop.max_grad_norm, training["trainable"], training.get("sparsity")
+        loop.schedule, loop.max_grad_norm, trainable, manifest.get("sparsity")
     )
 
 
-def _check_loop(found: checkpoint.Checkpoint, loop: LoopOptions, training: Mapping) -> None:
+def _check_loop(found: checkpoint.Checkpoint, loop: LoopOptions, manifest: Mapping) -> None:
     """A resumed run must have taken the checkpoint's steps as they were taken."""
-    changed = checkpoint.changed_setting(found, _loop_record(loop, training))
+    changed = checkpoint.changed_setting(found, _loop_record(loop, manifest))
     if changed is not None:
         keyword, then, now = changed
         raise CgcError(
@@ -352,7 +353,7 @@ def _resume(
             f"settings ({', '.join(changed)}); resume with the same ones"
         )
     _check_order(found, loop, cluster.global_batch)
-    _check_loop(found, loop, cluster.artifact.manifest["training"])
+    _check_loop(found, loop, cluster.artifact.manifest)
     memoryx = cluster.memoryx
     unknown = sorted(set(found.weights) - set(memoryx.weights))
     if unknown:
