@@ -61,6 +61,11 @@ def compile(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     dynamic_batch: bool = True,
+    sparsity: float | None = None,
+    sparse_params: Sequence[str] = (),
+    sparsity_init: str = "random",
+    seed: int = 0,
+    detect_sparsity: float | None = None,
 ) -> Artifact:
     """Compiles a model for ``target`` (a name, or any ``cgc.machine.Target`` value): an ONNX
     model (a path or a ModelProto), or a params file (a ``.yaml`` path, ``zoo:NAME``, or a
@@ -80,8 +85,16 @@ def compile(
     and ``kwargs`` (axis 0 of each a symbolic batch if ``dynamic_batch``), and lowered from
     core ATen; a ``torch.export.ExportedProgram`` is lowered as it is. ``batch_size`` defaults
     to the example's.
+
+    ``sparsity`` (the fraction of zeros, in [0, 1)) makes the weights ``sparse_params``
+    match (default: every matrix but the embeddings) sparse, their live values drawn from
+    ``seed`` or the largest (``sparsity_init="magnitude"``); ``detect_sparsity`` instead
+    makes sparse the matrices with at least that fraction of zeros, their zeros dead. MemoryX
+    streams a sparse weight's live values and their indices, and the wafer multiplies by
+    those alone (``cgc.machine.sparse_tiles``).
     """
     from cgc.compiler.driver import compile_model
+    from cgc.machine.sparsity import Sparsity
 
     if _is_torch(model):
         from cgc.frontends.torch import capture
@@ -103,6 +116,8 @@ def compile(
         micro_batch_size=micro_batch_size,
         recompute=recompute,
         init_seed=init_seed,
+        sparsity=Sparsity.of(sparsity, sparse_params, sparsity_init, seed),
+        detect_sparsity=detect_sparsity,
     )
 
 
@@ -161,6 +176,12 @@ def prepare_training(
     sparsity: float | None = None,
     sparse_params: Sequence[str] = (),
     sparsity_init: str = "random",
+    sparsity_schedule: str | None = None,
+    sparsity_update_every: int | None = None,
+    sparsity_drop_fraction: float | None = None,
+    sparsity_regrow: str | None = None,
+    sparsity_decay: str | None = None,
+    sparsity_end_step: int | None = None,
     **settings: Choice,
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
     """Compiles a training run of a model whose first output is the loss (an ONNX model, or a
@@ -180,11 +201,14 @@ def prepare_training(
     ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
     ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
     node (4 by default). ``no_weights``, ``micro_batch_size``, ``recompute`` and ``init_seed``
-    are ``compile``'s. ``sparsity`` (a density in (0, 1]) makes the weights that
+    are ``compile``'s. ``sparsity`` (the fraction of zeros, in [0, 1)) makes the weights that
     ``sparse_params`` match (default: every trained matrix but the embeddings) sparse, their
     live values drawn from ``seed`` or, with ``sparsity_init="magnitude"``, the largest
-    initial ones (``cgc.machine.sparsity``); without ``sparsity``, a params file's
-    ``sparsity`` section says it."""
+    initial ones (``cgc.machine.sparsity``). ``sparsity_schedule="dynamic"`` moves the masks
+    every ``sparsity_update_every`` steps (until ``sparsity_end_step``), dropping a
+    ``sparsity_drop_fraction`` of the live values (``sparsity_decay``: ``constant`` or
+    ``cosine``) and regrowing as many by ``sparsity_regrow``: ``gradient`` (RigL) or
+    ``random`` (SET). Without ``sparsity``, a params file's ``sparsity`` section says it."""
     from cgc.compiler.driver import TrainingOptions, compile_model, training_options
     from cgc.frontends.params import ModelParams, is_params_source, load_params
     from cgc.machine.sparsity import Sparsity
@@ -197,14 +221,15 @@ def prepare_training(
     if params is not None and max_grad_norm is None:
         max_grad_norm = params.optimizer.max_gradient_norm
     # bad settings fail here, before anything is compiled
-    sparse = None
-    if sparsity is not None:
-        sparse = Sparsity(sparsity, tuple(sparse_params), sparsity_init, seed)
-    elif sparse_params:
-        raise CgcError("--sparse-params needs --sparsity")
-    elif params is not None and params.sparsity is not None:
+    sparse = Sparsity.of(
+        sparsity, sparse_params, sparsity_init, seed, sparsity_schedule,
+        update_every=sparsity_update_every, drop_fraction=sparsity_drop_fraction,
+        regrow=sparsity_regrow, decay=sparsity_decay, end_step=sparsity_end_step,
+    )  # fmt: skip
+    if sparse is None and params is not None and params.sparsity is not None:
         given = params.sparsity
-        sparse = Sparsity(given.density, given.param_name_patterns, given.init, seed)
+        sparse = Sparsity(given.density, given.param_name_patterns, given.init, seed,
+                          given.schedule, **dict(given.dynamic))  # fmt: skip
     options = training_options(params, optimizer, trainable, sparse, **settings)
     loop = LoopOptions(
         steps,

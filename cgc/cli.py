@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING
 import click
 import numpy as np
 
+from cgc.cli_options import (
+    dynamic_sparsity_options,
+    plan_options,
+    sparsity_options,
+    target_options,
+)
 from cgc.errors import CgcError
 from cgc.machine.files import npz_bytes
 from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
@@ -124,57 +130,6 @@ def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
     return with_figures(chosen, figures) if figures else chosen
 
 
-def target_options(command: Callable) -> Callable:
-    """``--target``, ``--mesh`` and ``--set``."""
-    for option in reversed(
-        (
-            click.option(
-                "--target", default="wse2", show_default=True, help="wse2, wse3 or meshRxC."
-            ),
-            click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS."),
-            click.option(
-                "--set",
-                "figures",
-                multiple=True,
-                metavar="FIGURE=VALUE",
-                help="Change a figure of the target, e.g. memoryx_bytes_per_s=3e11 (repeatable).",
-            ),
-        )
-    ):
-        command = option(command)
-    return command
-
-
-def plan_options(command: Callable) -> Callable:
-    """The weight-streaming memory plan's and the weights' options."""
-    for option in reversed(
-        (
-            click.option(
-                "--micro-batch-size",
-                type=int,
-                help="Samples per run of the program (default: the largest that fits).",
-            ),
-            click.option(
-                "--recompute/--no-recompute",
-                default=None,
-                help="Recompute activations per transformer block (default: if faster).",
-            ),
-            click.option(
-                "--no-weights",
-                is_flag=True,
-                help="Read an ONNX model's graph without its weights (timing-only artifact).",
-            ),
-            click.option(
-                "--init-seed",
-                type=click.IntRange(0, 2**63 - 1),
-                help="Draw a params-file model's weights from this seed.",
-            ),
-        )
-    ):
-        command = option(command)
-    return command
-
-
 @main.command()
 @click.argument("model")
 @click.option("-o", "--output", required=True, help="Artifact file to write.")
@@ -190,6 +145,11 @@ def plan_options(command: Callable) -> Callable:
 @click.option("--shape", "shapes", multiple=True, help="NAME=D0xD1...: an input's shape.")
 @click.option("--num-csx", type=int, help="Systems to split over  [default: the model's, or 1]")
 @plan_options
+@sparsity_options
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the masks.")
+@click.option(
+    "--detect-sparsity", type=float, help="Weights with this fraction of zeros are sparse."
+)
 @click.option("--dump-ir", type=click.Path(), help="Write the IR after every pass here.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
 def compile(
@@ -208,10 +168,12 @@ def compile(
     init_seed,
     dump_ir,
     print_ir_after_all,
+    **sparse,
 ) -> None:
     """Compile MODEL (an .onnx file, a params .yaml file, zoo:NAME, or file.py:factory, a
     function that returns a PyTorch module and its example inputs) into an artifact."""
     from cgc.compiler.driver import compile_model
+    from cgc.machine.sparsity import Sparsity
     from cgc.machine.units import human_bytes
     from cgc.tools.report import summary_text
 
@@ -235,6 +197,10 @@ def compile(
         micro_batch_size=micro_batch_size,
         recompute=recompute,
         init_seed=init_seed,
+        sparsity=Sparsity.of(
+            sparse["sparsity"], sparse["sparse_params"], sparse["sparsity_init"], sparse["seed"]
+        ),
+        detect_sparsity=sparse["detect_sparsity"],
     )
     data = artifact.to_bytes()
     _write_atomically(output, data)
@@ -436,17 +402,8 @@ def _chosen_settings(options: dict) -> dict:
 @click.option("--num-csx", type=int, help="Systems  [default: the params file's, or 1]")
 @click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
-@click.option("--sparsity", type=float, help="Density of the sparse weights, e.g. 0.25.")
-@click.option(
-    "--sparse-params", multiple=True, help="Regex over the sparse weights' names (repeatable)."
-)
-@click.option(
-    "--sparsity-init",
-    type=click.Choice(["random", "magnitude"]),
-    default="random",
-    show_default=True,
-    help="Which values live: drawn from --seed, or the largest initial ones.",
-)
+@sparsity_options
+@dynamic_sparsity_options
 @target_options
 @plan_options
 def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **options) -> None:

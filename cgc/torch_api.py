@@ -312,6 +312,12 @@ class Session:
         sparse_params: tuple[str, ...] = (),
         sparsity_init: str = "random",
         seed: int = 0,
+        sparsity_schedule: str | None = None,
+        sparsity_update_every: int | None = None,
+        sparsity_drop_fraction: float | None = None,
+        sparsity_regrow: str | None = None,
+        sparsity_decay: str | None = None,
+        sparsity_end_step: int | None = None,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -323,11 +329,11 @@ class Session:
         self.checkpoint_every = checkpoint_every
         self.resume = resume
         self.micro_batch_size = micro_batch_size
-        self.sparsity = (
-            None
-            if sparsity is None
-            else Sparsity(sparsity, tuple(sparse_params), sparsity_init, seed)
-        )
+        self.sparsity = Sparsity.of(
+            sparsity, sparse_params, sparsity_init, seed, sparsity_schedule,
+            update_every=sparsity_update_every, drop_fraction=sparsity_drop_fraction,
+            regrow=sparsity_regrow, decay=sparsity_decay, end_step=sparsity_end_step,
+        )  # fmt: skip
         """The sparsity of the trained weights (``cgc.machine.sparsity``), named by their
         ``state_dict`` keys."""
         self.steps = 0
@@ -465,6 +471,7 @@ class Session:
             data,
             self._optimizer_record(),
             self._loop_record(),
+            memoryx.masks or None,
         )
         checkpoint.save(self.directory / "checkpoints", state)
 
@@ -501,9 +508,7 @@ class Session:
                 f"{then}, this run has {now}"
             )
         memoryx = self.cluster.memoryx
-        memoryx.weights.update(found.weights)
-        memoryx.state = found.optimizer_state
-        memoryx.steps = found.updates
+        memoryx.restore(found.weights, found.optimizer_state, found.updates, found.masks)
         self.metrics = metrics_before(self.directory / "metrics.jsonl", found.step)
         if len(self.metrics) != found.step:
             raise CgcError(f"cgc.torch: resume: metrics.jsonl lacks steps before step-{found.step}")
@@ -539,7 +544,9 @@ def session(
     ``cgc.torch.module`` and ``cgc.torch.optimizer``); ``options`` are ``Session``'s:
     ``num_csx``, ``model_dir``, ``target``, ``loss_fn``, ``max_grad_norm``,
     ``checkpoint_every``, ``resume``, ``micro_batch_size``, and ``sparsity``,
-    ``sparse_params``, ``sparsity_init`` and ``seed`` (``cgc train``'s)."""
+    ``sparse_params``, ``sparsity_init``, ``seed``, ``sparsity_schedule``,
+    ``sparsity_update_every``, ``sparsity_drop_fraction``, ``sparsity_regrow``,
+    ``sparsity_decay`` and ``sparsity_end_step`` (``cgc train``'s)."""
     if model is None and "module" not in _current:
         raise CgcError("cgc.torch.session: no module; wrap one with cgc.torch.module(model)")
     if optimizer is None and "optimizer" not in _current:

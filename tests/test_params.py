@@ -738,7 +738,18 @@ def test_sparsity_section(tmp_path: Path):
     assert params.sparsity is not None
     assert (params.sparsity.density, params.sparsity.param_name_patterns) == (0.25, (".*attn.*",))
     assert params.sparsity.init == "random"
+    assert (params.sparsity.schedule, params.sparsity.dynamic) == ("static", ())
     assert load_params(write(tmp_path, MINIMAL)).sparsity is None
+    dynamic = {"density": 0.25, "schedule": "Dynamic", "update_every": 50, "drop_fraction": 0.1,
+               "regrow": "random", "decay": "cosine", "end_step": 500}  # fmt: skip
+    params = load_params(write(tmp_path, {**MINIMAL, "sparsity": dynamic}))
+    assert params.sparsity is not None and params.sparsity.schedule == "dynamic"
+    assert dict(params.sparsity.dynamic) == {"update_every": 50, "drop_fraction": 0.1,
+                                             "regrow": "random", "decay": "cosine",
+                                             "end_step": 500}  # fmt: skip
+
+
+DYNAMIC = {"density": 0.5, "schedule": "dynamic"}
 
 
 @pytest.mark.parametrize(
@@ -747,10 +758,16 @@ def test_sparsity_section(tmp_path: Path):
         ({}, "sparsity: missing required key density"),
         ({"density": 0}, "sparsity.density: expected a number in (0, 1], got 0"),
         ({"density": 0.5, "init": "lottery"}, "sparsity.init: expected one of random, magnitude"),
-        ({"density": 0.5, "schedule": "dynamic"}, "sparsity.schedule: dynamic sparsity is not"),
+        ({"density": 0.5, "schedule": "sometimes"}, "sparsity.schedule: expected one of static"),
+        ({"density": 0.5, "update_every": 10}, "sparsity.update_every: needs schedule: dynamic"),
         ({"density": 0.5, "param_name_patterns": "w"}, "expected a list of regular expressions"),
         ({"density": 0.5, "param_name_patterns": ["("]}, "sparsity.param_name_patterns: '('"),
-        ({"density": 0.5, "update_every": 10}, "sparsity.update_every: unknown key"),
+        ({"density": 0.5, "rewind": 10}, "sparsity.rewind: unknown key"),
+        ({**DYNAMIC, "update_every": 0}, "sparsity.update_every: expected a positive integer"),
+        ({**DYNAMIC, "drop_fraction": 1}, "sparsity.drop_fraction: expected a number in (0, 1)"),
+        ({**DYNAMIC, "regrow": "lottery"}, "sparsity.regrow: expected one of gradient, random"),
+        ({**DYNAMIC, "decay": "cosine"}, "sparsity.decay: cosine needs end_step"),
+        ({**DYNAMIC, "end_step": 1.5}, "sparsity.end_step: expected a positive integer"),
     ],
 )
 def test_bad_sparsity_sections(tmp_path: Path, sparsity: dict, message: str):

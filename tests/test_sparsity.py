@@ -3,6 +3,8 @@ PyTorch loop that applies the same masks to the gradients and the weights at eve
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -16,7 +18,10 @@ import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
 from cgc.frontends import zoo, zoo_torch
+from cgc.machine.manifest import check_manifest
 from cgc.machine.sparsity import Sparsity, live_count, mask
+from cgc.machine.target import resolve
+from cgc.runtime.memoryx import MemoryX
 
 TARGET = "mesh16x16"
 SAMPLES, BATCH, STEPS = 16, 8, 5
@@ -127,7 +132,7 @@ def test_static_sparse_training_matches_pytorch(
 ):
     result = cgc.train(
         model, data, model_dir=tmp_path, batch_size=BATCH, steps=STEPS, target=TARGET,
-        num_csx=num_csx, optimizer=optimizer, sparsity=0.25, seed=3, **settings,
+        num_csx=num_csx, optimizer=optimizer, sparsity=0.75, seed=3, **settings,
     )  # fmt: skip
     names = ["fc1.weight", "fc2.weight", "fc3.weight"]
     initial = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -145,7 +150,7 @@ def test_static_sparse_training_matches_pytorch(
 def test_density_one_is_the_dense_training(model, data, tmp_path) -> None:
     options = {"batch_size": BATCH, "steps": 3, "target": TARGET, "lr": 0.1}
     dense = cgc.train(model, data, model_dir=tmp_path / "a", **options)
-    full = cgc.train(model, data, model_dir=tmp_path / "b", sparsity=1.0, **options)
+    full = cgc.train(model, data, model_dir=tmp_path / "b", sparsity=0.0, **options)
     assert [m["loss"] for m in full.metrics] == [m["loss"] for m in dense.metrics]
     for name, value in dense.weights.items():
         np.testing.assert_array_equal(full.weights[name], value)
@@ -157,8 +162,8 @@ def test_density_one_is_the_dense_training(model, data, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sparsity", "0"], "--sparsity 0: the density must be in (0, 1]"),
-        (["--sparsity", "1.5"], "--sparsity 1.5: the density must be in (0, 1]"),
+        (["--sparsity", "1"], "--sparsity 1: the fraction of zeros must be in [0, 1)"),
+        (["--sparsity", "-0.5"], "--sparsity -0.5: the fraction of zeros must be in [0, 1)"),
         (["--sparse-params", "fc.*"], "--sparse-params needs --sparsity"),
         (["--sparsity", "0.5", "--sparse-params", "("], "--sparse-params '(': not a regular"),
         (["--sparsity", "0.5", "--sparse-params", "nothing"], "no trained weight is sparse"),
@@ -175,7 +180,7 @@ def test_bad_sparsity_options_name_the_option(model, args, message, tmp_path) ->
 
 
 def test_bad_density_in_the_api_is_a_cgc_error() -> None:
-    with pytest.raises(CgcError, match="density must be in"):
+    with pytest.raises(CgcError, match=r"density -0.5: must be in \(0, 1\]"):
         Sparsity(-0.5)
 
 
@@ -188,7 +193,8 @@ def test_resume_finds_the_masks_again_and_refuses_another_sparsity(model, data, 
     for name, value in whole.weights.items():
         np.testing.assert_array_equal(resumed.weights[name], value)
     changed = {**options, "sparsity": 0.25}
-    with pytest.raises(CgcError, match=r"--sparsity 0.5 random seed 1: .*this run has 0.25"):
+    expected = r"--sparsity density 0.5 random seed 1: .*this run has density 0.75"
+    with pytest.raises(CgcError, match=expected):
         cgc.train(model, data, model_dir=tmp_path / "b", steps=4, resume=True, **changed)
 
 
@@ -208,3 +214,42 @@ def test_a_params_file_says_its_sparsity(tmp_path) -> None:
     assert record["weights"] and all(len(shapes[n].shape) == 2 for n in record["weights"])
     embedded = [n for n in artifact.manifest["training"]["trainable"] if "emb" in n or "wte" in n]
     assert embedded and not set(embedded) & set(record["weights"])
+
+
+# -- the record, the footprint, old checkpoints ---------------------------------------------
+
+
+def test_a_static_record_keeps_its_keys_and_a_dynamic_one_is_checked(model) -> None:
+    artifact, _, _ = cgc.prepare_training(
+        model, batch_size=BATCH, target=TARGET, sparsity=0.5, no_weights=True
+    )
+    manifest = artifact.manifest
+    assert set(manifest["sparsity"]) == {"density", "init", "seed", "weights"}
+    dynamic = Sparsity(0.5, schedule="dynamic").to_json(manifest["sparsity"]["weights"])
+    check_manifest({**manifest, "sparsity": dynamic})
+    for changed, message in [
+        ({"update_every": 1.5}, "sparsity.update_every: expected a whole number"),
+        ({"schedule": "static"}, "sparsity.update_every: only a dynamic sparsity has it"),
+        ({"decay": "cosine"}, "--sparsity-decay cosine needs --sparsity-end-step"),
+        ({"drop_fraction": 1}, "--sparsity-drop-fraction 1: must be in (0, 1)"),
+    ]:
+        with pytest.raises(CgcError, match=re.escape(message)):
+            check_manifest({**manifest, "sparsity": {**dynamic, **changed}})
+    missing = {k: v for k, v in dynamic.items() if k != "regrow"}
+    with pytest.raises(CgcError, match=r"sparsity\.regrow: missing"):
+        check_manifest({**manifest, "sparsity": missing})
+
+
+def test_dense_state_of_an_old_checkpoint_is_kept_over_the_live_values() -> None:
+    weights = {"w": np.arange(1, 9, dtype=np.float32).reshape(2, 4)}
+    memoryx = MemoryX(weights, resolve(TARGET))
+    live = np.array([[True, False, False, True], [False, True, False, False]])
+    record = Sparsity(0.375).to_json(["w"])
+    memoryx.sparsify(record, {"w": live})
+    np.testing.assert_array_equal(memoryx.weights["w"], [[1, 0, 0, 4], [0, 6, 0, 0]])
+    dense = {"w": {"exp_avg": np.arange(8, dtype=np.float32).reshape(2, 4),
+                   "step": np.float32(3)}}  # fmt: skip
+    memoryx.restore({"w": memoryx.weights["w"]}, dense, 3)
+    np.testing.assert_array_equal(memoryx.state["w"]["exp_avg"], [0, 3, 5])
+    assert memoryx.state["w"]["step"] == 3 and memoryx.steps == 3
+    assert memoryx.footprint(["w"], "adam", {}).gradients == 3 * 4

@@ -403,3 +403,110 @@ def test_sparse_weights_match_a_masked_eager_loop(num_csx, tmp_path):
     same_training(got, want, model, reference)
     assert int((model[0].weight == 0).sum()) == 12 * 16 // 2
     assert bool((model[0].bias != 0).all())
+
+
+def masked_eager(model, make_optimizer, batches, masks, loss_fn=None, micro_batches=1):
+    """``eager`` with ``masks`` (by parameter name) applied to the weights at the start and to
+    the gradients and the weights at every step."""
+    params = dict(model.named_parameters())
+    optimizer = make_optimizer(model)
+    with torch.no_grad():
+        for name, m in masks.items():
+            params[name].mul_(m)
+    losses = []
+    for batch in batches:
+        optimizer.zero_grad()
+        total = 0.0
+        for part in zip(*(t.chunk(micro_batches) for t in batch), strict=True):
+            out = model(*part) if loss_fn is None else loss_fn(model(*part[:-1]), part[-1])
+            (out / micro_batches).backward()
+            total += out.item() / micro_batches
+        with torch.no_grad():
+            for name, m in masks.items():
+                params[name].grad.mul_(m)
+        optimizer.step()
+        with torch.no_grad():
+            for name, m in masks.items():
+                params[name].mul_(m)
+        losses.append(total)
+    return losses
+
+
+def sparse_on_cgc(model, make_optimizer, batches, tmp_path, **options):
+    """``on_cgc`` at density 0.5 (seed 9); also the sparse weights' masks, by the names of
+    ``model``'s parameters."""
+    wrapped = cgc.torch.module(model)
+    cgc.torch.optimizer(make_optimizer(wrapped))
+    options = {"target": TARGET, "model_dir": tmp_path, "sparsity": 0.5, "seed": 9, **options}
+    with cgc.torch.session(**options) as s:
+        initial = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+        losses = [s.step(batch) for batch in cgc.torch.dataloader(batches)]
+        sparse = s.artifact.manifest["sparsity"]["weights"]
+    prefix = "model." if "loss_fn" in options else ""
+    masks = {}
+    for name in sparse:
+        own = name.removeprefix(prefix)
+        masks[own] = torch.tensor(mask(name, initial[own], 0.5, "random", 9))
+    return losses, masks
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_sparse_gpt_matches_a_masked_eager_loop(num_csx, tmp_path):
+    """A GPT-style LM: its matrices sparse, its (tied) embeddings, norms and biases dense."""
+    torch.manual_seed(0)
+    model = GPT()
+    reference = copy.deepcopy(model)
+    batches = lm_batches()
+
+    def adam(m):
+        return torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    got, masks = sparse_on_cgc(model, adam, batches, tmp_path, num_csx=num_csx)
+    assert sorted(masks) == ["attn.proj.weight", "attn.qkv.weight", "fc.weight", "out.weight"]
+    want = masked_eager(reference, adam, batches, masks)
+    same_training(got, want, model, reference)
+    assert int((model.fc.weight == 0).sum()) == model.fc.weight.numel() // 2
+
+
+@pytest.mark.parametrize("num_csx", [1, 4])
+def test_sparse_cnn_matches_a_masked_eager_loop(num_csx, tmp_path):
+    """A CNN: its convolution and linear weights sparse, batch norm dense and training."""
+    torch.manual_seed(0)
+    model = CNN()
+    reference = copy.deepcopy(model)
+    batches = cnn_batches()[:2] * 2  # step 2 sees step 0's batch again
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+    got, masks = sparse_on_cgc(
+        model, sgd, batches, tmp_path, num_csx=num_csx, loss_fn=F.cross_entropy
+    )
+    assert sorted(masks) == ["conv.weight", "fc.weight"]
+    want = masked_eager(reference, sgd, batches, masks, F.cross_entropy, micro_batches=num_csx)
+    same_training(got, want, model, reference)
+
+
+def test_a_dynamic_sparse_session_resumes_exactly(tmp_path):
+    """A session's masks move (RigL, every step) and come back with a checkpoint."""
+    torch.manual_seed(0)
+    whole = GPT()
+    first, again, initial = (copy.deepcopy(whole) for _ in range(3))
+    batches = lm_batches()
+    options = {"sparsity": 0.5, "seed": 9, "sparsity_schedule": "dynamic",
+               "sparsity_update_every": 1, "sparsity_drop_fraction": 0.25}  # fmt: skip
+
+    def adam(m):
+        return torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    losses = on_cgc(whole, adam, batches, tmp_path / "a", **options)
+    on_cgc(first, adam, batches[:3], tmp_path / "b", checkpoint_every=2, **options)
+    resumed = on_cgc(again, adam, batches, tmp_path / "b", resume=True, **options)
+    assert resumed == losses
+    for a, b in zip(again.state_dict().values(), whole.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    start = torch.tensor(mask("fc.weight", initial.fc.weight.detach().numpy(), 0.5, "random", 9))
+    assert not torch.equal(whole.fc.weight != 0, start)  # the mask moved
+    assert int((whole.fc.weight != 0).sum()) <= whole.fc.weight.numel() // 2
+    with pytest.raises(CgcError, match="--sparsity-regrow needs --sparsity"):
+        cgc.torch.session(whole, adam(whole), sparsity_regrow="random")

@@ -40,7 +40,8 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.cost import LayerCost, Profile, profile, program_costs
-from cgc.machine.sparsity import Sparsity
+from cgc.machine.sparse_tiles import sparse_weights
+from cgc.machine.sparsity import Sparsity, live_bytes
 from cgc.machine.target import Target, checked_systems, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass
@@ -301,6 +302,8 @@ class Request:
     recompute: bool | None
     sparsity: Sparsity | None = None
     """The sparse weights (a training's are its options'; ``cgc.machine.sparsity``)."""
+    detect_sparsity: float | None = None
+    """Weights with at least this fraction of zeros are sparse, their zeros dead."""
 
 
 @_cyclic_gc_paused()
@@ -320,6 +323,7 @@ def compile_model(
     recompute: bool | None = None,
     init_seed: int | None = None,
     sparsity: Sparsity | None = None,
+    detect_sparsity: float | None = None,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
     ``ModelParams``) into an artifact. ``batch_size`` is the global batch, split evenly over
@@ -329,7 +333,8 @@ def compile_model(
     ONNX model's float initializers without reading their data; ``micro_batch_size`` and
     ``recompute`` fix what the weight-streaming memory plan would choose
     (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights;
-    ``sparsity`` makes weights sparse (a training's: its options')."""
+    ``sparsity`` makes weights sparse (a training's: its options'), or ``detect_sparsity``
+    those of at least that fraction of zeros, whose zeros stay dead."""
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
@@ -352,6 +357,7 @@ def compile_model(
         micro_batch_size,
         recompute,
         training.sparsity if training is not None else sparsity,
+        _checked_threshold(detect_sparsity, sparsity or (training and training.sparsity)),
     )
     dumps = IRDumps(dump_ir, print_ir_after_all)
     if mode == "weight_streaming" or training is not None:
@@ -499,9 +505,29 @@ def _artifact(
     tgt = request.target
     program = c.program if c.program is not None else lower(c.module, tgt.whole)
     imported = c.imported
-    if c.costs is None:
-        c.costs = program_costs(program, tgt)
-    costs = c.costs
+    used = {name for layer in program.layers for name in layer.weights}
+    training = None
+    if request.training is not None:
+        scale, reduction = c.loss
+        training = _training_entry(imported, program, request.training, scale, reduction)
+    sparsity = None
+    if request.sparsity is not None:
+        sparsity = _sparsity_entry(
+            request.sparsity, imported, training, used, _embeddings(c.module)
+        )
+    elif request.detect_sparsity is not None:
+        sparsity = _detected_entry(
+            request.detect_sparsity, imported, training, used, _embeddings(c.module)
+        )
+    if sparsity is not None:
+        shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
+        sparse = sparse_weights(sparsity, shapes, imported.weights)
+        program = dataclasses.replace(program, sparse=sparse)
+        costs = program_costs(program, tgt)
+    else:
+        if c.costs is None:
+            c.costs = program_costs(program, tgt)
+        costs = c.costs
     manifest: dict = {
         "format_version": FORMAT_VERSION,
         "cgc_version": __version__,
@@ -519,18 +545,10 @@ def _artifact(
         "layers": [
             _layer_entry(cost, info) for cost, info in zip(costs, program.layers, strict=True)
         ],
-        "training": None,
+        "training": training,
     }
-    used = {name for layer in program.layers for name in layer.weights}
-    if request.training is not None:
-        scale, reduction = c.loss
-        manifest["training"] = _training_entry(
-            imported, program, request.training, scale, reduction
-        )
-    if request.sparsity is not None:
-        manifest["sparsity"] = _sparsity_entry(
-            request.sparsity, imported, manifest["training"], used, _embeddings(c.module)
-        )
+    if sparsity is not None:
+        manifest["sparsity"] = sparsity
     if request.training is not None:  # MemoryX keeps the buffers a step updates
         used |= {update.buffer for update in imported.buffer_updates}
     weights = {k: v for k, v in imported.weights.items() if k in used}
@@ -607,6 +625,51 @@ def _sparsity_entry(
     return sparsity.to_json(sparse)
 
 
+def _checked_threshold(threshold: float | None, sparsity: object) -> float | None:
+    """``--detect-sparsity``'s fraction of zeros, if in (0, 1] and alone."""
+    if threshold is None:
+        return None
+    if sparsity:
+        raise CgcError("--detect-sparsity and --sparsity both say which weights are sparse")
+    if not 0 < threshold <= 1:
+        raise CgcError(f"--detect-sparsity {threshold:g}: the fraction of zeros must be in (0, 1]")
+    return threshold
+
+
+def _detected_entry(
+    threshold: float,
+    imported: ImportedModel,
+    training: dict | None,
+    used: set[str],
+    embeddings: set[str],
+) -> dict:
+    """The record of the weights with at least ``threshold`` of zeros (matrices, not
+    embeddings): their zeros are the dead values."""
+    candidates = training["trainable"] if training is not None else sorted(used)
+    shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
+    matrices = [n for n in candidates if len(shapes[n]) >= 2 and n not in embeddings]
+    unread = [n for n in matrices if n not in imported.weights]
+    if unread:
+        raise CgcError(
+            f"--detect-sparsity: weight '{unread[0]}' has no values to look at "
+            "(declared by shape: a params file or --no-weights)"
+        )
+    zeros = {n: 1 - np.count_nonzero(imported.weights[n]) / imported.weights[n].size
+             for n in matrices}  # fmt: skip
+    chosen = [n for n in matrices if zeros[n] >= threshold]
+    if not chosen:
+        most = max(zeros, key=zeros.__getitem__, default=None)
+        found = f"; the most: '{most}', {zeros[most]:.1%}" if most is not None else ""
+        raise CgcError(
+            f"--detect-sparsity {threshold:g}: no weight has that fraction of zeros{found}"
+        )
+    live = sum(np.count_nonzero(imported.weights[n]) for n in chosen)
+    if not live:
+        raise CgcError(f"--detect-sparsity: every value of {', '.join(chosen)} is zero")
+    size = sum(imported.weights[n].size for n in chosen)
+    return {"density": live / size, "init": "detected", "seed": 0, "weights": chosen}
+
+
 def _embeddings(module: ModuleOp) -> set[str]:
     """The weights that some gather reads rows of: embedding tables (and the LM heads tied
     to them), which sparsity leaves dense by default."""
@@ -630,7 +693,10 @@ def _check_memoryx(imported: ImportedModel, manifest: dict, target: Target) -> N
     else:
         optimizer = training["optimizer"]
         config = {k: v for k, v in optimizer.items() if k != "optimizer"}
-        need = optimizers.footprint(stored, training["trainable"], optimizer["optimizer"], config)
+        live = live_bytes(manifest.get("sparsity"), specs)
+        need = optimizers.footprint(
+            stored, training["trainable"], optimizer["optimizer"], config, live
+        )
     capacity = target.memoryx_capacity_bytes
     if need.total <= capacity:
         return

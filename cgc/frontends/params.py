@@ -6,7 +6,8 @@ A params file is YAML with four sections, keyed as the Cerebras Model Zoo keys t
     train_input:    # batch_size (the global batch, in sequences), max_sequence_length
     optimizer:      # optimizer_type, learning_rate, betas, eps, weight_decay, ...
     runconfig:      # num_csx, precision
-    sparsity:       # density, param_name_patterns, init (optional: dense without it)
+    sparsity:       # density, param_name_patterns, init, schedule (static or dynamic) and
+                    # update_every, drop_fraction, regrow, decay, end_step (optional)
 
 ``load_params`` reads one (a path, or ``zoo:NAME`` for a built-in one from
 ``cgc/frontends/configs``) into a ``ModelParams``; any problem is a ``CgcError`` whose one line
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError
+from cgc.machine.sparsity import DECAYS, DYNAMIC, INITS, REGROWS, SCHEDULES
 from cgc.machine.target import MAX_SYSTEMS
 
 ZOO_PREFIX = "zoo:"
@@ -210,6 +212,10 @@ class SparsityConfig:
     density: float
     param_name_patterns: tuple[str, ...]
     init: str
+    schedule: str = "static"
+    dynamic: tuple[tuple[str, Any], ...] = ()
+    """The dynamic settings the file gives (``cgc.machine.sparsity.DYNAMIC``), as (name,
+    value) pairs."""
 
 
 _SECTIONS = ("model", "train_input", "optimizer", "runconfig", "sparsity")
@@ -254,7 +260,7 @@ _OPTIMIZER_KEYS = (
 )
 _ADAM_KEYS = ("betas", "beta1", "beta2", "eps")
 _RUNCONFIG_KEYS = ("num_csx", "precision")
-_SPARSITY_KEYS = ("density", "param_name_patterns", "init", "schedule")
+_SPARSITY_KEYS = ("density", "param_name_patterns", "init", "schedule", *DYNAMIC)
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,7 @@ _POSITIVE = _Range("a positive number", lambda x: x > 0)
 _NON_NEGATIVE = _Range("a non-negative number", lambda x: x >= 0)
 _FRACTION = _Range("a number in [0, 1)", lambda x: 0 <= x < 1)
 _DENSITY = _Range("a number in (0, 1]", lambda x: 0 < x <= 1)
+_DROP_FRACTION = _Range("a number in (0, 1)", lambda x: 0 < x < 1)
 
 # YAML 1.1 (PyYAML) reads 6e-4 as a string: its floats need a decimal point.
 _FLOAT_WITHOUT_POINT = re.compile(r"^([-+]?[0-9]+)[eE]([-+]?[0-9]+)$")
@@ -476,8 +483,24 @@ def _read_use_bias(section: _Section) -> bool:
 
 
 def _read_sparsity(section: _Section) -> SparsityConfig:
-    if section.choice("schedule", "static", ("static", "dynamic")) == "dynamic":
-        raise section.error("schedule", "dynamic sparsity is not supported yet (static is)")
+    schedule = section.choice("schedule", "static", SCHEDULES)
+    dynamic: dict[str, Any] = {}
+    for key in DYNAMIC:
+        if key not in section:
+            continue
+        if schedule != "dynamic":
+            raise section.error(key, "needs schedule: dynamic")
+        value = section.values[key]
+        if key in ("update_every", "end_step"):  # steps: no limit, they cost no compiling
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise section.error(key, f"expected a positive integer, got {_show(value)}")
+            dynamic[key] = value
+        elif key == "drop_fraction":
+            dynamic[key] = section.number(key, 0.0, _DROP_FRACTION)
+        else:
+            dynamic[key] = section.choice(key, "", REGROWS if key == "regrow" else DECAYS)
+    if dynamic.get("decay") == "cosine" and "end_step" not in dynamic:
+        raise section.error("decay", "cosine needs end_step")
     patterns = section.values.get("param_name_patterns", [])
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise section.error(
@@ -491,7 +514,9 @@ def _read_sparsity(section: _Section) -> SparsityConfig:
     return SparsityConfig(
         density=section.check_number("density", section._get("density"), _DENSITY),
         param_name_patterns=tuple(patterns),
-        init=section.choice("init", "random", ("random", "magnitude")),
+        init=section.choice("init", "random", INITS),
+        schedule=schedule,
+        dynamic=tuple(dynamic.items()),
     )
 
 

@@ -23,6 +23,7 @@ is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ from cgc.machine import dtypes, optimizers
 from cgc.machine.bytecode import KERNEL_BASE, PRIMITIVES, Instruction, Opcode, Program, opcode_name
 from cgc.machine.files import write_atomically
 from cgc.machine.manifest import DTYPES, Schema, check_manifest, parse_json, shown, validate
+from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
 from cgc.machine.target import Target, checked
 
 MAGIC = b"CGCARTF\0"
@@ -126,6 +128,12 @@ class Artifact:
         specs = {name: WeightSpec.of(array) for name, array in self.weights.items()}
         return dict(sorted({**specs, **self.declared}.items()))
 
+    def sparse_weights(self) -> dict[str, SparseWeight]:
+        """The sparse weights of the manifest's sparsity record, their masks from the seed or
+        the stored values (``cgc.machine.sparse_tiles``)."""
+        shapes = {name: spec.shape for name, spec in self.weight_specs.items()}
+        return sparse_weights(self.manifest.get("sparsity"), shapes, self.weights)
+
     def require_weights(self, source: str) -> None:
         """Raises a CgcError if some weight has no data (a run with numbers needs them all)."""
         missing = sorted(self.declared)
@@ -196,6 +204,7 @@ class Artifact:
             check_contents(artifact)
         except CgcError as e:
             raise ArtifactError(f"{source}: {e}") from None
+        artifact.program = dataclasses.replace(program, sparse=artifact.sparse_weights())
         return artifact
 
 
@@ -405,6 +414,7 @@ def _check_weights(artifact: Artifact) -> None:
         },
         **{u["buffer"]: "training.buffers" for u in training.get("buffers", [])},
         **{n: "training.trainable" for n in training.get("trainable", [])},
+        **{n: "sparsity.weights" for n in (manifest.get("sparsity") or {}).get("weights", [])},
     }
     for name, array in stored.items():
         if name not in named:

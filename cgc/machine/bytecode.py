@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
@@ -25,6 +26,7 @@ from math import prod
 from typing import Any
 
 from cgc.machine import dtypes
+from cgc.machine.sparse_tiles import SparseView, SparseWeight
 
 MAGIC = b"CGBC"
 VERSION = 2
@@ -168,6 +170,9 @@ class Program:
     layers: list[LayerInfo]
     source: str | None = field(default=None, compare=False)
     """The artifact file the program was read from; None for one compiled in this process."""
+    sparse: Mapping[str, SparseWeight] = field(default_factory=dict, compare=False)
+    """The sparse weights by name (``cgc.machine.sparse_tiles``): what they stream and cost
+    depends on their masks, which the manifest's sparsity record gives."""
 
     @cached_property
     def layer_spans(self) -> list[range]:
@@ -199,6 +204,18 @@ class Program:
         return inputs
 
     @cached_property
+    def sparse_gradients(self) -> dict[int, SparseView]:
+        """The registers that stream out as the gradient of a view of a static sparse weight:
+        their kernel needs to form the live values only."""
+        found = {}
+        for ins in self.instructions:
+            weight = self.sparse.get(ins.attrs.get("name", ""))
+            if ins.opcode == Opcode.STREAM_GRADIENT and weight is not None and not weight.dynamic:
+                perm = ins.attrs.get("perm")
+                found[ins.operands[0]] = SparseView(weight, None if perm is None else tuple(perm))
+        return found
+
+    @cached_property
     def layer_signatures(self) -> list[tuple[object, ...]]:
         """Per layer, what its cost depends on: its instructions with registers renumbered in
         order of appearance, with their shapes, dtypes and attributes, names left out. Layers
@@ -212,7 +229,10 @@ class Program:
             ins = self.instructions[position]
             attrs = ins.attrs
             if not ins.is_kernel:
+                weight = self.sparse.get(attrs.get("name", ""))
                 attrs = {k: v for k, v in attrs.items() if k not in NAMING_ATTRS}
+                if weight is not None:  # its mask, not its name, sets its cost
+                    attrs["sparse"] = [weight.live, weight.seed, weight.digest]
             registers = tuple(
                 (numbering.setdefault(r, len(numbering)), self.registers[r])
                 for r in (*ins.operands, *ins.results)

@@ -32,6 +32,7 @@ from cgc.machine import plans
 from cgc.machine.bytecode import Instruction, Opcode, Program
 from cgc.machine.layout import Layout, Rect
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Plan
+from cgc.machine.sparse_tiles import SparseView
 from cgc.machine.target import Target
 from cgc.machine.traffic import Traffic, edge_traffic
 
@@ -156,6 +157,7 @@ class Streamed:
 
     shape: tuple[int, ...]
     dtype: str
+    sparse: SparseView | None = None
 
 
 Held = OnWafer | Resident | Streamed
@@ -232,6 +234,8 @@ class Timing:
         """The current layer's copies of its inputs (when delivering)."""
         self.records: list[LayerRecord] = []
         self.rect: Rect = target.whole
+        self.unsent: set[int] = set()
+        """Registers of sparse weights streamed in whose bytes are not counted yet."""
 
     @property
     def record(self) -> LayerRecord:
@@ -332,12 +336,31 @@ class Timing:
 
     def _stream_weight(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
-        self.record.stream_in_bytes += self.program.tensor_bytes(ins.results[0])
-        self.held[ins.results[0]] = Streamed(shape, dtype)
+        weight = self.program.sparse.get(ins.attrs["name"])
+        if weight is None:
+            self.record.stream_in_bytes += self.program.tensor_bytes(ins.results[0])
+            self.held[ins.results[0]] = Streamed(shape, dtype)
+            return
+        # its bytes are those of the encoding its kernel asks for (``_count_stream``)
+        perm = ins.attrs.get("perm")
+        view = SparseView(weight, None if perm is None else tuple(perm))
+        self.held[ins.results[0]] = Streamed(shape, dtype, view)
+        self.unsent.add(ins.results[0])
+
+    def _count_stream(self, register: int, plan: Plan | None) -> None:
+        """Counts the bytes of a sparse weight's stream once, as the first kernel that reads
+        it planned them (``stream_bytes``), or whole, zeros and all, if it did not."""
+        self.unsent.discard(register)
+        whole = self.program.tensor_bytes(register)
+        self.record.stream_in_bytes += plan.detail.get("stream_bytes", whole) if plan else whole
 
     def _stream_gradient(self, ins: Instruction) -> Layout:
         layout = self._send(ins.operands[0])
-        self.record.stream_out_bytes += self.program.tensor_bytes(ins.operands[0])
+        nbytes = self.program.tensor_bytes(ins.operands[0])
+        weight = self.program.sparse.get(ins.attrs["name"])
+        if weight is not None and not weight.dynamic:  # MemoryX knows where the live ones go
+            nbytes = nbytes * weight.live // weight.size
+        self.record.stream_out_bytes += nbytes
         return layout
 
     def _optimizer_step(self, ins: Instruction) -> None:
@@ -345,6 +368,8 @@ class Timing:
 
     def _free(self, ins: Instruction) -> None:
         for register in ins.operands:
+            if register in self.unsent:
+                self._count_stream(register, None)
             copy = self.arrived.pop(register, None)
             if copy is not None:
                 self.sram.release(copy)
@@ -367,15 +392,21 @@ class Timing:
 
     def _kernel(self, ins: Instruction) -> Plan:
         held = [self.now(r) for r in ins.operands]
+        attrs = ins.attrs
+        live = self.program.sparse_gradients.get(ins.results[0]) if ins.results else None
+        if live is not None and ins.name == "matmul_transpose_a":
+            attrs = {**attrs, "live": live}
         plan = plans.plan(
             ins.name,
             self.target,
             self.rect,
             [_operand(h) for h in held],
-            ins.attrs,
+            attrs,
             [self.program.registers[r] for r in ins.results],
         )
         self.record.add(plan.cost)
+        for register in set(ins.operands) & self.unsent:
+            self._count_stream(register, plan)
         for value, want in zip(held, plan.inputs, strict=True):
             self._prepare(value, want)
         self.sram.transient(plan.outputs[0], plan.cost.scratch_bytes)
@@ -388,7 +419,7 @@ def _operand(held: Held | None) -> Operand:
     if isinstance(held, Resident):
         return Operand(held.shape, held.dtype, RESIDENT)
     if isinstance(held, Streamed):
-        return Operand(held.shape, held.dtype, STREAM)
+        return Operand(held.shape, held.dtype, STREAM, sparse=held.sparse)
     assert held is not None, "operand register is empty"
     layout = held.layout
     return Operand(layout.shape, layout.dtype, WAFER, layout)

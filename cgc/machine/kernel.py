@@ -15,6 +15,7 @@ from typing import Any
 
 from cgc.machine.flows import movement_traffic, regrid_traffic
 from cgc.machine.layout import Layout, Rect
+from cgc.machine.sparse_tiles import SparseView
 from cgc.machine.target import Target
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, edge_traffic
 
@@ -37,6 +38,8 @@ class Operand:
     dtype: str
     source: str = WAFER
     layout: Layout | None = None
+    sparse: SparseView | None = None
+    """A streamed view of a sparse weight: MemoryX sends its live values only."""
 
 
 @dataclass(frozen=True)

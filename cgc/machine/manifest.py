@@ -31,7 +31,7 @@ import numpy as np
 
 from cgc.errors import CgcError
 from cgc.machine import dtypes, optimizers
-from cgc.machine.sparsity import INITS
+from cgc.machine.sparsity import DECAYS, DYNAMIC, INITS, REGROWS, SCHEDULES, Sparsity
 from cgc.machine.target import MAX_SYSTEMS
 
 MAX_JSON_DEPTH = 64
@@ -133,8 +133,15 @@ _SPARSITY: Schema = {
         "init": {"type": "string", "enum": list(INITS)},
         "seed": _COUNT,
         "weights": _NAMES,
+        "schedule": {"type": "string", "enum": list(SCHEDULES)},
+        "update_every": _POSITIVE,
+        "drop_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "regrow": {"type": "string", "enum": list(REGROWS)},
+        "decay": {"type": "string", "enum": list(DECAYS)},
+        "end_step": {"type": ["integer", "null"], "minimum": 1},
     },
 }
+"""A static sparsity's record has the first four keys; a dynamic one all of them."""
 
 _TRAINING: Schema = {
     "type": ["object", "null"],
@@ -389,9 +396,21 @@ def _check_unique(manifest: Mapping[str, Any], key: str) -> None:
 
 
 def _check_sparsity(manifest: Mapping[str, Any]) -> None:
-    """A training artifact's sparse weights are weights it trains."""
+    """A dynamic sparsity has all its settings, which go together; a training artifact's
+    sparse weights are weights it trains."""
     sparsity, training = manifest.get("sparsity"), manifest["training"]
-    if sparsity is None or training is None:
+    if sparsity is None:
+        return
+    dynamic = sparsity.get("schedule", "static") == "dynamic"
+    for key in DYNAMIC:
+        if (key in sparsity) != dynamic:
+            problem = "missing" if dynamic else "only a dynamic sparsity has it"
+            raise CgcError(f"sparsity.{key}: {problem}")
+    try:
+        Sparsity.from_json(sparsity)
+    except CgcError as e:
+        raise CgcError(f"sparsity: {e}") from None
+    if training is None:
         return
     if set(sparsity["weights"]) - set(training["trainable"]):
         raise CgcError("sparsity.weights: names a weight that does not train")

@@ -364,13 +364,17 @@ def footprint(
     trained: Sequence[str],
     optimizer: str | None,
     config: Mapping[str, float],
+    live_bytes: Mapping[str, int] | None = None,
 ) -> Footprint:
     """MemoryX's bytes for weights whose master copies take ``master_bytes[name]`` bytes, of
     which ``trained`` receive gradients (kept at the master precision) and the state of
-    ``optimizer`` under ``config`` (None: inference, nothing but the weights)."""
+    ``optimizer`` under ``config`` (None: inference, nothing but the weights). A sparse
+    weight's gradient and state tensors take the bytes of its live values,
+    ``live_bytes[name]`` (``cgc.machine.sparsity.live_bytes``)."""
     stored = sum(master_bytes.values())
     if optimizer is None:
         return Footprint(stored, 0, 0)
-    gradients = sum(master_bytes[name] for name in trained)
+    live = live_bytes or {}
+    gradients = sum(live.get(name, master_bytes[name]) for name in trained)
     slots = OPTIMIZERS[optimizer].state(settings(optimizer, config))
     return Footprint(stored, gradients, slots * gradients)

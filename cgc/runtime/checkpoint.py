@@ -2,7 +2,9 @@
 
 A checkpoint of step N is the directory ``DIR/checkpoints/step-N/`` holding
 ``weights.safetensors`` (every weight MemoryX holds), ``optimizer.safetensors`` (each
-parameter's state tensors, keyed ``<parameter>/<slot>``) and ``state.json`` (the step, the
+parameter's state tensors, keyed ``<parameter>/<slot>``; a sparse weight's over its live
+values), ``masks.safetensors`` with sparse weights (their masks as they stand: a dynamic
+sparsity moves them) and ``state.json`` (the step, the
 number of optimizer updates, the data position and order, the optimizer's settings, the
 loop's (``loop``: the learning-rate schedule, the gradient clipping and the trained weights)
 and the SHA-256 of both tensor files). It is written into a temporary directory beside it and
@@ -18,8 +20,8 @@ would. ``changed_setting`` applies that rule to the loop's settings:
   the same factor: extending ``--steps`` of a constant or step schedule passes, of a cosine
   one (which decays towards 0 at ``--steps``) it does not, past its first step;
 - the gradient clipping (``--max-grad-norm``), the trained weights and their sparsity
-  (``--sparsity`` and its masks) may not change at all: which steps a threshold clipped
-  would take the gradients to tell;
+  (``--sparsity``, its masks and its dynamic schedule) may not change at all: which steps
+  a threshold clipped would take the gradients to tell;
 - what only observes or saves the run (``--eval-data``, ``--eval-every``,
   ``--checkpoint-every``, ``--trace``) may change freely.
 
@@ -45,6 +47,7 @@ import numpy as np
 from cgc.machine.artifact import weights_from_bytes, weights_to_bytes
 from cgc.machine.files import permissions
 from cgc.machine.optimizers import Schedule
+from cgc.machine.sparsity import Sparsity
 
 FORMAT = "cgc-checkpoint-1"
 STEP_DIR = re.compile(r"step-(\d+)")
@@ -71,6 +74,9 @@ class Checkpoint:
     loop: dict | None = None
     """The loop's settings that shaped the updates (``loop_record``); None in a checkpoint
     written before they were recorded, which leaves them unknown."""
+    masks: dict[str, np.ndarray] | None = None
+    """The sparse weights' masks; None without sparse weights, or in a checkpoint written
+    before they were saved (a static sparsity's, which the run finds again)."""
 
 
 SCHEDULE_SETTINGS = {
@@ -92,17 +98,14 @@ def loop_record(
 ) -> dict:
     """What a checkpoint records of the loop: every setting besides the optimizer's and the
     data order's that changes the updates of the steps (``sparsity``: the artifact's
-    record, written as its density, init, seed and weights)."""
+    record, written as its settings, ``Sparsity.describe``, and weights)."""
     return {
         "schedule": asdict(schedule),
         "max_grad_norm": max_grad_norm,
         "trainable": sorted(trainable),
         "sparsity": None
         if sparsity is None
-        else (
-            f"{sparsity['density']:g} {sparsity['init']} seed {sparsity['seed']}: "
-            + ", ".join(sparsity["weights"])
-        ),
+        else f"{Sparsity.from_json(sparsity).describe()}: " + ", ".join(sparsity["weights"]),
     }
 
 
@@ -172,6 +175,8 @@ def save(root: Path, checkpoint: Checkpoint) -> Path:
         "weights.safetensors": weights_to_bytes(checkpoint.weights),
         "optimizer.safetensors": weights_to_bytes(_state_to_flat(checkpoint.optimizer_state)),
     }
+    if checkpoint.masks:
+        files["masks.safetensors"] = weights_to_bytes(checkpoint.masks)
     state = {
         "format": FORMAT,
         "step": checkpoint.step,
@@ -218,6 +223,7 @@ def load(directory: Path) -> Checkpoint:
             data=dict(state["data"]),
             optimizer=dict(state["optimizer"]),
             loop=_loop_from(state.get("loop")),
+            masks=_masks_from(blobs.get("masks.safetensors")),
         )
     except CorruptCheckpoint:
         raise
@@ -234,6 +240,18 @@ def _loop_from(recorded: object) -> dict | None:
     if "schedule" in loop:
         Schedule(**loop["schedule"])
     return loop
+
+
+def _masks_from(data: bytes | None) -> dict[str, np.ndarray] | None:
+    """The masks of a ``masks.safetensors``, if the checkpoint has one (a ValueError if
+    one is not boolean, which makes the checkpoint corrupt)."""
+    if data is None:
+        return None
+    masks = weights_from_bytes(data)
+    for name, mask in masks.items():
+        if mask.dtype != np.bool_:
+            raise ValueError(f"the mask of {name} is {mask.dtype}, not bool")
+    return masks
 
 
 def saved_steps(root: Path) -> list[int]:

@@ -203,8 +203,9 @@ class Cluster:
             artifact.require_weights(f"the artifact of {manifest['source']}")
         self.memoryx = MemoryX(artifact.weights, self.target, artifact.weight_specs)
         sparse = manifest.get("sparsity")
-        if numerics and sparse is not None:
-            self.memoryx.sparsify(sparsity.masks(sparse, self.memoryx.weights))
+        if sparse is not None:  # timing-only: the live counts, for the footprint
+            masks = sparsity.masks(sparse, self.memoryx.weights) if numerics else None
+            self.memoryx.sparsify(sparse, masks)
         self.swarmx = SwarmX(self.num_csx, self.target)
         self.grad_norm: float | None = None
         """The global norm of the last training step's summed gradients, before clipping."""
@@ -525,7 +526,8 @@ class Cluster:
 
     def _update_parameters(self) -> dict[int, int]:
         """Per layer, the parameters of the trained weights it is the first to stream
-        (MemoryX updates each once per step, in the order the next step needs them)."""
+        (MemoryX updates each once per step, in the order the next step needs them; a sparse
+        weight's live ones)."""
         trained = {
             ins.attrs["name"]
             for ins in self.program.instructions
@@ -538,8 +540,10 @@ class Cluster:
                 if ins.opcode == Opcode.STREAM_WEIGHT and ins.attrs["name"] in trained:
                     first.setdefault(ins.attrs["name"], index)
         counts: dict[int, int] = {}
+        sparse = self.program.sparse
         for name, index in first.items():
-            counts[index] = counts.get(index, 0) + self.memoryx.specs[name].size
+            size = sparse[name].live if name in sparse else self.memoryx.specs[name].size
+            counts[index] = counts.get(index, 0) + size
         return counts
 
 

@@ -101,7 +101,7 @@ def _reduce(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> lis
 
 
 def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
-    if plan.detail["algorithm"] == "stream":
+    if plan.detail["algorithm"] in ("stream", "stream-sparse"):  # zeros add nothing
         weights = values[1]
         assert isinstance(weights, np.ndarray)
         return [_streaming_matmul(plan, _tiles(values[0]), weights)]

@@ -8,6 +8,14 @@ such as batch norm's running averages, and at the end of a step applies the opti
 (``optimizers``: SGD, Adam, AdamW with torch.optim's arithmetic), after an optional
 clipping of the gradients' global norm.
 
+A sparse weight (``cgc.machine.sparsity``) keeps its dead values at 0, and MemoryX keeps its
+gradient and optimizer state over its live positions only: vectors indexed by ``live``, the
+flat positions of the live values, so that they take memory in proportion to the live count.
+Every optimizer's arithmetic is elementwise, so the update of the live values is the dense
+update of the masked gradient at those positions, bit for bit (the global norm of the
+gradients may differ in the last bit: it sums the squares without the dead zeros). A dynamic
+sparsity moves the masks after the update of the steps its rule says.
+
 A MemoryX of an artifact whose weights are declared without data knows their shapes only: it
 serves timing-only runs, which never ask it for numbers.
 """
@@ -20,7 +28,7 @@ import numpy as np
 
 from cgc.machine import dtypes, optimizers, reference
 from cgc.machine.artifact import WeightSpec
-from cgc.machine.sparsity import masked
+from cgc.machine.sparsity import Sparsity, live_bytes
 from cgc.machine.target import Target
 
 
@@ -46,6 +54,12 @@ class MemoryX:
         self.steps = 0
         self.masks: dict[str, np.ndarray] = {}
         """The sparse weights' masks (``cgc.machine.sparsity``): their dead values stay 0."""
+        self.live: dict[str, np.ndarray] = {}
+        """Each sparse weight's live positions, flat and ascending: its gradient and its
+        optimizer state are vectors over them."""
+        self.sparsity: Sparsity | None = None
+        """The sparsity's settings, and its record (``Sparsity.to_json``) in ``record``."""
+        self.record: dict | None = None
         self.groups: dict[str, dict[str, float]] = {}
         """Per-weight settings over the step's (torch.optim's param groups: no weight decay
         on biases, a lower learning rate for some layers); the schedule scales each ``lr``."""
@@ -62,6 +76,8 @@ class MemoryX:
         stored element type."""
         stored = self.weights[name]
         mapped = reference.weight_unview(gradient, stored.shape, perm).astype(stored.dtype)
+        if name in self.live and not self._regrows_by_gradient():
+            mapped = mapped.reshape(-1)[self.live[name]]
         if name in self.gradients:
             self.gradients[name] = self.gradients[name] + mapped
         else:
@@ -83,11 +99,56 @@ class MemoryX:
                     new = momentum * values[output] + (1 - momentum) * old
                     self.weights[name] = new.astype(old.dtype)
 
-    def sparsify(self, masks: Mapping[str, np.ndarray]) -> None:
-        """Makes the weights of ``masks`` sparse: their dead values are 0 from now on."""
-        self.masks = dict(masks)
-        for name, mask in self.masks.items():
-            self.weights[name] = masked(self.weights[name], mask)
+    def sparsify(self, record: Mapping, masks: Mapping[str, np.ndarray] | None = None) -> None:
+        """Makes the weights of the sparsity ``record`` (``Sparsity.to_json``) sparse with
+        ``masks``: their dead values are 0 from now on, and their gradients and optimizer
+        state are kept over their live values. Without ``masks`` (a timing-only MemoryX) it
+        knows their live counts only."""
+        self.record = dict(record)
+        self.sparsity = Sparsity.from_json(record)
+        if masks is None:
+            return
+        self.masks = {name: np.asarray(mask, dtype=bool) for name, mask in masks.items()}
+        self.live = {name: np.flatnonzero(mask) for name, mask in self.masks.items()}
+        for name, live in self.live.items():
+            kept = self.weights[name].reshape(-1)[live]
+            self.weights[name] = self._scattered(name, kept)
+
+    def restore(
+        self,
+        weights: Mapping[str, np.ndarray],
+        state: dict[str, dict[str, np.ndarray]],
+        steps: int,
+        masks: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        """Takes up a checkpoint's weights, optimizer state, updates and masks (None: the
+        ones it has, which a checkpoint without masks was written with). State written
+        dense (by a MemoryX before it kept sparse weights' state over their live values)
+        is kept over the live values."""
+        self.weights.update(weights)
+        if masks is not None and self.record is not None:
+            self.sparsify(self.record, masks)
+        for name, slots in state.items():
+            if name in self.live:
+                shape = self.specs[name].shape
+                for slot, value in slots.items():
+                    if value.ndim and tuple(value.shape) == tuple(shape):
+                        slots[slot] = value.reshape(-1)[self.live[name]]
+        self.state = state
+        self.steps = steps
+
+    def _scattered(self, name: str, live_values: np.ndarray) -> np.ndarray:
+        """Weight ``name`` with ``live_values`` at its live positions and 0 elsewhere."""
+        stored = self.weights[name]
+        dense = np.zeros(stored.shape, dtype=stored.dtype)
+        dense.reshape(-1)[self.live[name]] = live_values
+        return dense
+
+    def _regrows_by_gradient(self) -> bool:
+        """Whether the step under way moves the masks by the gradients, which it then
+        keeps dense until the update."""
+        rule = self.sparsity
+        return rule is not None and rule.regrow == "gradient" and rule.updates_at(self.steps + 1)
 
     def update_seconds(self, parameters: int) -> float:
         """Time for the optimizer to update ``parameters`` values."""
@@ -97,9 +158,10 @@ class MemoryX:
         self, trained: Sequence[str], optimizer: str | None, config: Mapping[str, float]
     ) -> optimizers.Footprint:
         """The bytes it holds: every weight, and for training the gradients of ``trained``
-        and ``optimizer``'s state."""
+        and ``optimizer``'s state (a sparse weight's by its live values)."""
         stored = {name: spec.nbytes for name, spec in self.specs.items()}
-        return optimizers.footprint(stored, trained, optimizer, config)
+        live = live_bytes(self.record, self.specs)
+        return optimizers.footprint(stored, trained, optimizer, config, live)
 
     def apply(
         self,
@@ -113,9 +175,14 @@ class MemoryX:
         of ``max_grad_norm``; returns the gradients' global norm before clipping."""
         full = optimizers.settings(optimizer, config)
         update = optimizers.OPTIMIZERS[optimizer].update
-        for name, mask in self.masks.items():
-            if name in self.gradients:
-                self.gradients[name] = masked(self.gradients[name], mask)
+        step = self.steps + 1
+        moving = self.sparsity is not None and self.sparsity.updates_at(step)
+        dense: dict[str, np.ndarray] = {}
+        if self._regrows_by_gradient():  # the gradients were kept dense for the regrowth
+            for name, live in self.live.items():
+                if name in self.gradients:
+                    dense[name] = self.gradients[name]
+                    self.gradients[name] = dense[name].reshape(-1)[live]
         if max_grad_norm is not None:
             norm = optimizers.clip_by_global_norm(self.gradients, max_grad_norm)
         else:
@@ -124,11 +191,41 @@ class MemoryX:
             state = self.state.get(name, {})
             own = {**full, **self.groups.get(name, {})}
             own["lr"] = own["lr"] * lr_factor
-            self.weights[name] = update(self.weights[name], self.gradients[name], state, own)
-            if name in self.masks:
-                self.weights[name] = masked(self.weights[name], self.masks[name])
+            if name in self.live:  # the update of the live values, the dead ones stay 0
+                values = self.weights[name].reshape(-1)[self.live[name]]
+                new = update(values, self.gradients[name], state, own)
+                self.weights[name] = self._scattered(name, new)
+            else:
+                self.weights[name] = update(self.weights[name], self.gradients[name], state, own)
             if state:
                 self.state[name] = state
         self.gradients.clear()
-        self.steps += 1
+        self.steps = step
+        if moving:
+            self._move_masks(step, dense)
         return norm
+
+    def _move_masks(self, step: int, gradients: Mapping[str, np.ndarray]) -> None:
+        """The mask update of step ``step`` (``cgc.machine.sparsity``'s rule): drops and
+        regrows live values of every sparse weight, zeroing the dropped values and giving
+        the regrown ones zero state; ``gradients``: the step's dense gradients."""
+        assert self.sparsity is not None
+        for name in sorted(self.live):
+            old = self.live[name]
+            new = self.sparsity.moved(name, self.weights[name], old, gradients.get(name), step)
+            if new is old:
+                continue
+            flat = self.weights[name].reshape(-1)
+            self.live[name] = new
+            self.weights[name] = self._scattered(name, flat[new])
+            mask = np.zeros(flat.size, dtype=bool)
+            mask[new] = True
+            self.masks[name] = mask.reshape(self.weights[name].shape)
+            # where each new live position was among the old ones, if it was
+            where = np.minimum(np.searchsorted(old, new), old.size - 1)
+            stayed = old[where] == new
+            for slot, value in self.state.get(name, {}).items():
+                if value.ndim:  # per live value; a step count is per weight
+                    moved = np.zeros(new.shape, dtype=value.dtype)
+                    moved[stayed] = value[where[stayed]]
+                    self.state[name][slot] = moved

@@ -295,6 +295,7 @@ def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOpt
         data,
         training["optimizer"],
         _loop_record(loop, cluster.artifact.manifest),
+        memoryx.masks or None,
     )
     checkpoint.save(directory / "checkpoints", state)
 
@@ -360,9 +361,7 @@ def _resume(
         raise CgcError(
             f"--resume: checkpoint step-{found.step} holds weights the model lacks: {unknown[:3]}"
         )
-    memoryx.weights.update(found.weights)
-    memoryx.state = found.optimizer_state
-    memoryx.steps = found.updates
+    memoryx.restore(found.weights, found.optimizer_state, found.updates, found.masks)
     return found.step
 
 

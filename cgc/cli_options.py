@@ -1,0 +1,104 @@
+"""Options that several ``cgc`` commands share: the target, the weight-streaming plan and
+the weights' sparsity."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+
+def _options(command: Callable, options: tuple[Callable, ...]) -> Callable:
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def target_options(command: Callable) -> Callable:
+    """``--target``, ``--mesh`` and ``--set``."""
+    return _options(
+        command,
+        (
+            click.option(
+                "--target", default="wse2", show_default=True, help="wse2, wse3 or meshRxC."
+            ),
+            click.option("--mesh", help="Override the target's mesh size, ROWSxCOLS."),
+            click.option(
+                "--set",
+                "figures",
+                multiple=True,
+                metavar="FIGURE=VALUE",
+                help="Change a figure of the target, e.g. memoryx_bytes_per_s=3e11 (repeatable).",
+            ),
+        ),
+    )
+
+
+def plan_options(command: Callable) -> Callable:
+    """The weight-streaming memory plan's and the weights' options."""
+    return _options(
+        command,
+        (
+            click.option(
+                "--micro-batch-size",
+                type=int,
+                help="Samples per run of the program (default: the largest that fits).",
+            ),
+            click.option(
+                "--recompute/--no-recompute",
+                default=None,
+                help="Recompute activations per transformer block (default: if faster).",
+            ),
+            click.option(
+                "--no-weights",
+                is_flag=True,
+                help="Read an ONNX model's graph without its weights (timing-only artifact).",
+            ),
+            click.option(
+                "--init-seed",
+                type=click.IntRange(0, 2**63 - 1),
+                help="Draw a params-file model's weights from this seed.",
+            ),
+        ),
+    )
+
+
+def sparsity_options(command: Callable) -> Callable:
+    """``--sparsity``, ``--sparse-params`` and ``--sparsity-init``."""
+    return _options(
+        command,
+        (
+            click.option(
+                "--sparsity",
+                type=float,
+                help="Fraction of zeros of the sparse weights, e.g. 0.75 (0: dense).",
+            ),
+            click.option(
+                "--sparse-params",
+                multiple=True,
+                help="Regex over the sparse weights' names (repeatable).",
+            ),
+            click.option(
+                "--sparsity-init",
+                type=click.Choice(["random", "magnitude"]),
+                default="random",
+                show_default=True,
+                help="Which values live: drawn from --seed, or the largest initial ones.",
+            ),
+        ),
+    )
+
+
+def dynamic_sparsity_options(command: Callable) -> Callable:
+    """The settings of dynamic sparsity (``cgc.machine.sparsity``)."""
+    return _options(
+        command,
+        (
+            click.option("--sparsity-schedule", help="static, or dynamic: the masks move."),
+            click.option("--sparsity-update-every", type=int, help="Steps per mask update [100]"),
+            click.option("--sparsity-drop-fraction", type=float, help="Live share dropped [0.3]"),
+            click.option("--sparsity-regrow", help="By gradient (RigL) or random (SET) [gradient]"),
+            click.option("--sparsity-decay", help="Drop fraction constant or cosine [constant]"),
+            click.option("--sparsity-end-step", type=int, help="Masks stop moving at this step."),
+        ),
+    )

@@ -1,0 +1,228 @@
+"""Sparse weights in the simulator: live values streamed in the cheapest encoding per tile,
+AXPYs of live weights only, the imbalance of the mask between PE columns, against hand
+counts; statistics for weights too large to mask; density 1 is the dense path."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import numpy_helper
+
+import cgc
+from cgc.cli import main
+from cgc.frontends import zoo
+from cgc.machine import plans, sparse_tiles
+from cgc.machine.layout import Layout
+from cgc.machine.plans import STREAM, WAFER, Operand
+from cgc.machine.sparse_tiles import SparseView, SparseWeight, TileGrid, tile_counts, with_mask
+from cgc.machine.sparsity import mask
+from cgc.machine.target import get_target
+from cgc.runtime.cluster import Cluster
+
+
+def _hand_mask() -> np.ndarray:
+    """8 x 8, cut 4 x 4 by a 2 x 2 mesh: tiles of 16, 1, 8 and 0 live values."""
+    live = np.zeros((8, 8), dtype=bool)
+    live[:4, :4] = True  # tile (0, 0): whole
+    live[2, 5] = True  # tile (0, 1): one
+    live[4:8:2, :4] = True  # tile (1, 0): eight
+    return live
+
+
+def test_sparse_streaming_matmul_against_a_hand_count() -> None:
+    target = get_target("mesh2x2")
+    rect = target.whole
+    a_at = Layout((4, 8), "float32", 0, 0, 2, 2)
+    view = SparseView(with_mask("w", _hand_mask(), seed=0), None)
+    plan = plans.plan(
+        "matmul",
+        target,
+        rect,
+        [Operand((4, 8), "float32", WAFER, a_at), Operand((8, 8), "float32", STREAM, None, view)],
+        {},
+        [((4, 8), "float32")],
+    )
+    # Each PE holds 2 rows of A: a dense tile costs 16 x 2 cycles, a live weight an AXPY of
+    # 2 cycles and 1 for its index, a coordinate tile 1.5 words a value and 1 a column, a
+    # bitmap tile 1 word a value and 1 for its 16 bits.
+    # tile (0,0), 16 live: dense 32 | coordinate max(52, 28) | bitmap max(49, 17): dense, 16 words
+    # tile (0,1),  1 live: dense 32 | coordinate max(7, 5.5)  | bitmap max(4, 2):   bitmap, 2
+    # tile (1,0),  8 live: dense 32 | coordinate max(28, 16)  | bitmap max(25, 9):  bitmap, 9
+    # tile (1,1),  0 live: dense 32 | coordinate max(4, 4)    | bitmap max(1, 1):   bitmap, 1
+    assert plan.detail["formats"] == {"dense": 1, "bitmap": 3}
+    assert plan.detail["stream_bytes"] == (16 + 2 + 9 + 1) * 4
+    # the FMACs issued: the dense tile's 16 and the 9 live ones, 2 rows, on 2 PE rows
+    assert plan.cost.fmacs == (16 + 1 + 8 + 0) * 2 * 2
+    assert plan.cost.flops == 2 * 4 * 25  # useful: the live weights only
+    # chunk 0 waits for its slower column (32 against 25), chunk 1 for its partial sums (8
+    # words, one hop); then the weights' and the partials' time of flight (2 and 1 hops)
+    assert plan.cost.cycles == 32 + 8 + 2 + 1
+    assert plan.detail["imbalance"] == pytest.approx((32 + 4) / ((32 + 25) / 2 + (4 + 1) / 2))
+
+
+def test_sampled_weight_gradient_against_a_hand_count() -> None:
+    """``a^T @ b`` on 2 x 2 PEs, 2 rows of ``a`` and ``b`` and 2 columns of ``b`` each: a
+    dense block of a result row costs 2 x 2 cycles, a live entry a dot of 2 and 1 for its
+    index; the PEs of a block take whichever is sooner."""
+    target = get_target("mesh2x2")
+    placed = Layout((4, 4), "float32", 0, 0, 2, 2)
+    live = np.zeros((4, 4), dtype=bool)
+    live[0, :2] = live[1, 3] = live[2, :] = True
+    view = SparseView(with_mask("w", live, seed=0), None)
+    operands = [Operand((4, 4), "float32", WAFER, placed)] * 2
+    results = [((4, 4), "float32")]
+    plan = plans.plan("matmul_transpose_a", target, target.whole, operands, {"live": view}, results)
+    dense = plans.plan("matmul_transpose_a", target, target.whole, operands, {}, results)
+    # per result row, the blocks' compute | the column multicast (2) | their partials down:
+    # row 0: dense 4 (2 live: 6) | 2 | 2 words; none live: 0 | 2 | 0       -> 4
+    # row 1: none: 0 | 2 | 0; one live: 3 | 2 | 1                         -> 3
+    # row 2: dense 4 | 2 | 2 twice                                        -> 4
+    # row 3: none live                                                     -> 2
+    assert plan.cost.cycles == 4 + 3 + 4 + 2 + 1 + 1  # and a hop across, a hop down
+    assert dense.cost.cycles == 4 * 4 + 1 + 1
+    assert plan.cost.fmacs == (4 + 0 + 0 + 2 + 4 + 4 + 0 + 0) * 2  # on both PE rows
+    assert plan.cost.flops == 2 * 4 * 7
+
+
+def test_tile_counts_of_a_view_follow_its_permutation() -> None:
+    live = _hand_mask()
+    weight = with_mask("w", live, seed=0)
+    grid = TileGrid(8, 8, 4, 4)
+    np.testing.assert_array_equal(tile_counts(weight, None, grid), [[16, 1], [8, 0]])
+    np.testing.assert_array_equal(tile_counts(weight, (1, 0), grid), [[16, 8], [1, 0]])
+    assert weight.mask() is not None and np.array_equal(weight.mask(), live)
+
+
+def test_a_weight_too_large_to_mask_is_counted_by_statistics(monkeypatch) -> None:
+    monkeypatch.setattr(sparse_tiles, "MASK_LIMIT", 100)
+    record = {"density": 0.1, "init": "random", "seed": 3, "weights": ["big", "small"]}
+    found = sparse_tiles.sparse_weights(record, {"big": (300, 200), "small": (10, 10)}, {})
+    big, small = found["big"], found["small"]
+    assert big.bits is None and big.live == 6000 and small.bits is not None
+    grid = TileGrid(300, 200, 7, 9)
+    counts = tile_counts(big, None, grid)
+    assert counts.shape == (43, 23) and counts.sum() == 6000
+    assert (counts <= grid.sizes).all()
+    np.testing.assert_array_equal(counts, tile_counts(big, None, grid))  # deterministic
+    # the same shape, density and seed: the same counts, whatever the name
+    twin = SparseWeight("other", (300, 200), 6000, 3)
+    assert twin == big
+
+
+def _timing(sparsity: float | None, numerics: bool) -> tuple[dict, float]:
+    model = zoo.MODELS["mlp_train"]()
+    artifact, _, _ = cgc.prepare_training(
+        model, batch_size=8, target="mesh16x16", lr=0.1, sparsity=sparsity
+    )
+    cluster = Cluster(artifact, numerics=numerics)
+    if numerics:
+        rng = np.random.default_rng(0)
+        inputs = {
+            "x": rng.standard_normal((8, 64)).astype(np.float32),
+            "labels": rng.integers(0, 10, 8),
+        }
+        stats = cluster.train_step(inputs)[1]
+    else:
+        stats = cluster.train_step()[1]
+    return artifact.manifest, stats.simulated_seconds
+
+
+def test_density_one_is_the_dense_path_and_sparse_streams_less() -> None:
+    dense, dense_seconds = _timing(None, False)
+    whole, whole_seconds = _timing(0.0, False)
+    assert whole.pop("sparsity")["density"] == 1.0
+    assert whole == dense and whole_seconds == dense_seconds
+    sparse, _ = _timing(0.9, False)
+    streamed = {x["name"]: x["stream_in_bytes"] for x in sparse["layers"]}
+    for layer in dense["layers"]:
+        if layer["stream_in_bytes"]:
+            assert streamed[layer["name"]] < layer["stream_in_bytes"]
+
+
+def test_timing_only_times_a_sparse_step_as_a_numeric_one() -> None:
+    assert _timing(0.75, False)[1] == _timing(0.75, True)[1]
+
+
+# -- inference: --sparsity and --detect-sparsity ---------------------------------------------
+
+
+def _pruned(model: onnx.ModelProto, zeros: float) -> onnx.ModelProto:
+    """``model`` with the smallest ``zeros`` of every matrix set to 0."""
+    pruned = onnx.ModelProto()
+    pruned.CopyFrom(model)
+    for tensor in pruned.graph.initializer:
+        values = numpy_helper.to_array(tensor)
+        if values.ndim == 2:
+            cut = np.quantile(np.abs(values), zeros)
+            tensor.CopyFrom(
+                numpy_helper.from_array(np.where(np.abs(values) > cut, values, 0), tensor.name)
+            )
+    return pruned
+
+
+def _onnxruntime(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
+
+
+@pytest.mark.parametrize("mode", ["weight_streaming", "pipelined"])
+def test_a_pruned_model_runs_as_onnxruntime_runs_it_and_streams_less(mode: str) -> None:
+    model = _pruned(zoo.MODELS["mlp"](), 0.8)
+    inputs = zoo.sample_inputs(model, 8)
+    dense = cgc.compile(model, mode=mode, target="mesh16x16", batch_size=8)
+    found = cgc.compile(model, mode=mode, target="mesh16x16", batch_size=8, detect_sparsity=0.7)
+    record = found.manifest["sparsity"]
+    assert record["init"] == "detected" and len(record["weights"]) == 3
+    assert record["density"] == pytest.approx(0.2, abs=0.01)
+    outputs = cgc.run(found, inputs)
+    for ours, theirs in zip(outputs.values(), _onnxruntime(model, inputs), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+    if mode == "weight_streaming":
+        sent = sum(x["stream_in_bytes"] for x in found.manifest["layers"])
+        assert sent < 0.5 * sum(x["stream_in_bytes"] for x in dense.manifest["layers"])
+
+
+def test_compiling_sparse_prunes_as_a_masked_model_does() -> None:
+    """``--sparsity`` on a dense model: the outputs of the model with the masks' zeros."""
+    model = zoo.MODELS["mlp"]()
+    inputs = zoo.sample_inputs(model, 8)
+    artifact = cgc.compile(
+        model, mode="weight_streaming", target="mesh16x16", batch_size=8, sparsity=0.75, seed=4
+    )
+    masked = onnx.ModelProto()
+    masked.CopyFrom(model)
+    for tensor in masked.graph.initializer:
+        if tensor.name in artifact.manifest["sparsity"]["weights"]:
+            values = numpy_helper.to_array(tensor)
+            live = mask(tensor.name, values, 0.25, "random", 4)
+            tensor.CopyFrom(numpy_helper.from_array(np.where(live, values, 0), tensor.name))
+    outputs = cgc.run(artifact, inputs)
+    for ours, theirs in zip(outputs.values(), _onnxruntime(masked, inputs), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sparsity", "1"], "--sparsity 1: the fraction of zeros must be in [0, 1)"),
+        (["--detect-sparsity", "0"], "--detect-sparsity 0: the fraction of zeros must be in"),
+        (["--detect-sparsity", "0.99"], "--detect-sparsity 0.99: no weight has that fraction"),
+        (["--detect-sparsity", "0.5", "--sparsity", "0.5"], "--detect-sparsity and --sparsity"),
+        (["--detect-sparsity", "0.5", "--no-weights"], "has no values to look at"),
+        (["--sparse-params", "fc.*"], "--sparse-params needs --sparsity"),
+        (["--sparsity", "0.5", "--sparse-params", "nothing"], "--sparse-params: no weight is"),
+    ],
+)
+def test_bad_sparsity_options_of_compile_name_the_option(args, message, tmp_path) -> None:
+    path = tmp_path / "mlp.onnx"
+    zoo.save(_pruned(zoo.MODELS["mlp"](), 0.6), path)
+    command = ["compile", str(path), "-o", str(tmp_path / "a.cgc"), "--batch-size", "8",
+               "--target", "mesh16x16", "--mode", "weight_streaming", *args]  # fmt: skip
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output
+    assert not (tmp_path / "a.cgc").exists()
