@@ -13,13 +13,14 @@ from onnx import numpy_helper
 
 import cgc
 from cgc.cli import main
+from cgc.errors import DoesNotFitError
 from cgc.frontends import zoo
 from cgc.machine import plans, sparse_tiles
 from cgc.machine.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand
 from cgc.machine.sparse_tiles import SparseView, SparseWeight, TileGrid, tile_counts, with_mask
 from cgc.machine.sparsity import mask
-from cgc.machine.target import get_target
+from cgc.machine.target import get_target, with_figures
 from cgc.runtime.cluster import Cluster
 
 
@@ -226,3 +227,23 @@ def test_bad_sparsity_options_of_compile_name_the_option(args, message, tmp_path
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
     assert not (tmp_path / "a.cgc").exists()
+
+
+def test_sparse_weights_take_less_sram_so_a_pipelined_model_fits() -> None:
+    """On 4 x 4 PEs of 3 KiB the MLP's dense weights do not fit; at 90 % sparsity they do, and
+    the run gives the masked model's outputs."""
+    small = with_figures(get_target("mesh4x4"), ["sram_bytes_per_pe=3072"])
+    model = zoo.MODELS["mlp"]()
+    with pytest.raises(DoesNotFitError):
+        cgc.compile(model, mode="pipelined", target=small, batch_size=8)
+    pruned = _pruned(model, 0.9)
+    artifact = cgc.compile(
+        pruned, mode="pipelined", target=small, batch_size=8, detect_sparsity=0.8
+    )
+    assert max(x["sram_bytes_per_pe"] for x in artifact.manifest["layers"]) <= 3072
+    inputs = zoo.sample_inputs(model, 8)
+    outputs = cgc.run(artifact, inputs)
+    for ours, theirs in zip(outputs.values(), _onnxruntime(pruned, inputs), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+    auto = cgc.compile(pruned, target=small, batch_size=8, detect_sparsity=0.8)
+    assert auto.manifest["mode"] == "pipelined"

@@ -31,7 +31,7 @@ from xdsl.passes import ModulePass
 from cgc.compiler.memory import MemoryPlan, Planner
 from cgc.compiler.sources import Source, source_of
 from cgc.dialects import context, print_module, verify, ws, wse
-from cgc.dialects.ir import main_function, set_module_target
+from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
 from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends.imported import ImportedModel
@@ -368,10 +368,11 @@ def compile_model(
     imported = source.imported(request.per_system_batch)
     c = Compilation(imported, request.target, dumps)
     c.run(*(p() for p in FRONT))
+    saved = _mark_sparse(c, request)
     if mode == "pipelined":
         c.run(PlaceLayersPass(), RouteTensorsPass())
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
-    weights = sum(spec.nbytes for spec in imported.weight_specs.values())
+    weights = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target
     if weights > tgt.sram_bytes:
         why: str | None = (
@@ -510,15 +511,7 @@ def _artifact(
     if request.training is not None:
         scale, reduction = c.loss
         training = _training_entry(imported, program, request.training, scale, reduction)
-    sparsity = None
-    if request.sparsity is not None:
-        sparsity = _sparsity_entry(
-            request.sparsity, imported, training, used, _embeddings(c.module)
-        )
-    elif request.detect_sparsity is not None:
-        sparsity = _detected_entry(
-            request.detect_sparsity, imported, training, used, _embeddings(c.module)
-        )
+    sparsity = _sparsity_record(request, imported, training, used, c.module)
     if sparsity is not None:
         shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
         sparse = sparse_weights(sparsity, shapes, imported.weights)
@@ -623,6 +616,37 @@ def _sparsity_entry(
             + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
         )
     return sparsity.to_json(sparse)
+
+
+def _sparsity_record(
+    request: Request,
+    imported: ImportedModel,
+    training: dict | None,
+    used: set[str],
+    module: ModuleOp,
+) -> dict | None:
+    """The manifest's sparsity record of ``request``, if it asks for sparse weights."""
+    if request.sparsity is not None:
+        return _sparsity_entry(request.sparsity, imported, training, used, _embeddings(module))
+    if request.detect_sparsity is not None:
+        return _detected_entry(
+            request.detect_sparsity, imported, training, used, _embeddings(module)
+        )
+    return None
+
+
+def _mark_sparse(c: Compilation, request: Request) -> int:
+    """Records the live values of ``request``'s sparse weights in the module, for the
+    placement; returns the bytes of SRAM they save against dense weights."""
+    used = {op.weight_name.data for op in c.module.walk() if isinstance(op, wse.WeightOp)}
+    record = _sparsity_record(request, c.imported, None, used, c.module)
+    if record is None:
+        return 0
+    specs = c.imported.weight_specs
+    shapes = {name: spec.shape for name, spec in specs.items()}
+    sparse = sparse_weights(record, shapes, c.imported.weights)
+    set_module_sparse_weights(c.module, {name: w.live for name, w in sparse.items()})
+    return sum(specs[n].nbytes * (w.size - w.live) // w.size for n, w in sparse.items())
 
 
 def _checked_threshold(threshold: float | None, sparsity: object) -> float | None:

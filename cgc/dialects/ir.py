@@ -3,16 +3,24 @@ target, and an op builder that keeps source locations.
 
 The compiler records the whole target (``cgc.machine.target.Target``) in the module's
 ``wse.target`` attribute once (``set_module_target``); every pass reads it from there
-(``module_target``).
+(``module_target``). The live values of the sparse weights, if any, are in its
+``wse.sparse_weights`` attribute (``set_module_sparse_weights``), for the placement's SRAM.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    i64,
+)
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from cgc.dialects import wse
@@ -61,6 +69,27 @@ def module_target(module: ModuleOp) -> Target:
 def set_module_target(module: ModuleOp, target: Target) -> None:
     """Records ``target`` in the module, for every pass to read."""
     module.attributes[TARGET_ATTR] = wse.TargetAttr(checked(target))
+
+
+SPARSE_ATTR = "wse.sparse_weights"
+"""The module attribute holding the live values of each sparse weight, by name."""
+
+
+def set_module_sparse_weights(module: ModuleOp, live: Mapping[str, int]) -> None:
+    """Records the live values of each sparse weight in the module."""
+    entries = {name: IntegerAttr(count, i64) for name, count in sorted(live.items())}
+    module.attributes[SPARSE_ATTR] = DictionaryAttr(entries)
+
+
+def module_sparse_weights(module: ModuleOp) -> dict[str, int]:
+    """The live values of each sparse weight the module records (none: all dense)."""
+    attr = module.attributes.get(SPARSE_ATTR)
+    if attr is None:
+        return {}
+    entries = attr.data if isinstance(attr, DictionaryAttr) else None
+    if entries is None or not all(isinstance(v, IntegerAttr) for v in entries.values()):
+        raise CgcError(f"the module's '{SPARSE_ATTR}' must map weight names to live counts")
+    return {name: value.value.data for name, value in entries.items()}  # type: ignore[union-attr]
 
 
 class Emitter:

@@ -32,7 +32,7 @@ from cgc.machine import plans
 from cgc.machine.bytecode import Instruction, Opcode, Program
 from cgc.machine.layout import Layout, Rect
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Plan
-from cgc.machine.sparse_tiles import SparseView
+from cgc.machine.sparse_tiles import SparseView, SparseWeight, layout_grid, resident_bytes
 from cgc.machine.target import Target
 from cgc.machine.traffic import Traffic, edge_traffic
 
@@ -72,7 +72,8 @@ class Sram:
         """Most bytes the whole mesh has held."""
         self.recent = 0
         """Most bytes any PE has held since ``restart``."""
-        self.pinned: set[tuple[str, Layout]] = set()
+        self.pinned: dict[tuple[str, Layout], int | None] = {}
+        """The pinned weights and constants, and their bytes a PE if not their tiles'."""
 
     def held(self) -> int:
         """Most bytes any PE holds now."""
@@ -102,11 +103,13 @@ class Sram:
         right = self._cut(self.col_edges, layout.col0 + layout.w, 1)
         return self.cells[top:bottom, left:right]
 
-    def allocate(self, layout: Layout) -> None:
-        """Charges ``layout``'s tiles to its PEs."""
+    def allocate(self, layout: Layout, tile_bytes: int | None = None) -> None:
+        """Charges ``layout``'s tiles to its PEs (``tile_bytes`` each: its tiles' bytes, or
+        the most a PE holds of a sparse weight)."""
+        nbytes = layout.tile_bytes if tile_bytes is None else tile_bytes
         region = self._pes(layout)
-        region += layout.tile_bytes
-        self.total += layout.tile_bytes * layout.pes
+        region += nbytes
+        self.total += nbytes * layout.pes
         self.peak_total = max(self.peak_total, self.total)
         self._check(layout, int(region.max()))
 
@@ -119,11 +122,11 @@ class Sram:
         """Checks that ``layout``'s PEs have room for ``nbytes`` of scratch right now."""
         self._check(layout, int(self._pes(layout).max()) + nbytes)
 
-    def pin(self, key: str, layout: Layout) -> None:
+    def pin(self, key: str, layout: Layout, tile_bytes: int | None = None) -> None:
         """Keeps weight or constant ``key`` in ``layout`` for good (once)."""
         if (key, layout) not in self.pinned:
-            self.pinned.add((key, layout))
-            self.allocate(layout)
+            self.pinned[key, layout] = tile_bytes
+            self.allocate(layout, tile_bytes)
 
     def _check(self, layout: Layout, used: int) -> None:
         self.peak = max(self.peak, used)
@@ -149,6 +152,8 @@ class Resident:
     key: str
     shape: tuple[int, ...]
     dtype: str
+    sparse: SparseWeight | None = None
+    """A sparse weight: it keeps its live values (``sparse_tiles.resident_bytes``)."""
 
 
 @dataclass(frozen=True)
@@ -292,7 +297,11 @@ class Timing:
         there (once); moving the others costs what the plan counted."""
         if isinstance(held, Resident):
             assert want is not None
-            self.sram.pin(held.key, want)
+            nbytes = None
+            if held.sparse is not None:
+                grid = layout_grid(want.shape, want.rows, want.cols, want.rt, want.ct)
+                nbytes = resident_bytes(held.sparse, grid, want.dtype)
+            self.sram.pin(held.key, want, nbytes)
 
     def _leaving(self, register: int) -> Layout:
         """The layout in which ``register``'s tensor leaves through the edge."""
@@ -328,7 +337,8 @@ class Timing:
     def _weight(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
         name, perm = ins.attrs["name"], ins.attrs.get("perm")
-        self.held[ins.results[0]] = Resident(f"{name}:{perm}" if perm else name, shape, dtype)
+        key = f"{name}:{perm}" if perm else name
+        self.held[ins.results[0]] = Resident(key, shape, dtype, self.program.sparse.get(name))
 
     def _constant(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
@@ -484,8 +494,8 @@ def layer_cost(program: Program, index: int, rect: Rect, target: Target) -> Laye
     """
     first = _run_layer(program, target, index, rect, Sram(target, False, rect))
     warm = Sram(target, strict=False, region=rect)
-    for key, layout in first.sram.pinned:
-        warm.pin(key, layout)
+    for (key, layout), nbytes in first.sram.pinned.items():
+        warm.pin(key, layout, nbytes)
     timing = _run_layer(program, target, index, rect, warm)
     record = timing.records[-1]
     weight_bytes = sum(

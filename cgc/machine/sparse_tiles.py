@@ -285,6 +285,40 @@ def encoding(
     return Encoding(live, formats[0], chosen, np.take_along_axis(cycles, formats, axis=0)[0])
 
 
+@lru_cache(maxsize=256)
+def resident_bytes(weight: SparseWeight, grid: TileGrid, dtype: str) -> int:
+    """The bytes the busiest PE holds of a sparse weight kept on the wafer in tiles of
+    ``grid``, each in the smallest of the encodings (all values; the live ones with a 16-bit
+    index each; the live ones and a bit per position). Counted by the statistics of a
+    uniformly random mask of its live count, whatever its mask: the placement chooses the
+    rectangles from the live counts alone, before any mask exists."""
+    sizes = grid.sizes
+    key = [weight.live, grid.rows, grid.cols, grid.kb, grid.nt]
+    rng = np.random.default_rng(key)
+    live = rng.multivariate_hypergeometric(sizes.ravel(), weight.live, method="marginals")
+    live = live.reshape(sizes.shape)
+    itemsize = dtypes.dtype(dtype).itemsize
+    smallest = np.minimum(
+        sizes * itemsize,
+        np.minimum(live * (itemsize + INDEX_BITS // 8), live * itemsize + -(-sizes // 8)),
+    )
+    return int(smallest.max())
+
+
+def live_only(
+    live: Mapping[str, int], shapes: Mapping[str, Sequence[int]]
+) -> dict[str, SparseWeight]:
+    """Sparse weights known by their live counts alone, of the sizes ``shapes`` give (what
+    ``resident_bytes`` needs: a placement knows no more)."""
+    return {name: SparseWeight(name, tuple(shapes[name]), n, 0) for name, n in live.items()}
+
+
+def layout_grid(shape: Sequence[int], rows: int, cols: int, rt: int, ct: int) -> TileGrid:
+    """The tiles of a tensor of ``shape`` laid out ``rt`` x ``ct`` a PE over its ``rows`` x
+    ``cols`` matrix (the leading axes whole on every PE)."""
+    return TileGrid(rows, cols, rt, ct, tuple(shape[:-2]))
+
+
 @dataclass(frozen=True)
 class SparseView:
     """A kernel's operand that is a view of a sparse weight: its permutation of the stored

@@ -23,8 +23,8 @@ A model that does not fit raises ``DoesNotFitError`` naming the layers that do n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from math import ceil, sqrt
 
 import numpy as np
@@ -33,12 +33,13 @@ from xdsl.dialects.builtin import IntAttr, ModuleOp
 from xdsl.passes import ModulePass
 
 from cgc.dialects import wse
-from cgc.dialects.ir import main_function, module_target
+from cgc.dialects.ir import main_function, module_sparse_weights, module_target
 from cgc.dialects.lowering import LayerWork, layer_graph, layer_works
 from cgc.errors import DoesNotFitError
 from cgc.machine.bytecode import Opcode, Program
 from cgc.machine.cost import LayerCost, LayerCosts
 from cgc.machine.layout import Rect, matrix_dims
+from cgc.machine.sparse_tiles import live_only
 from cgc.machine.target import Target
 from cgc.machine.traffic import lane_ends
 from cgc.machine.units import human_bytes
@@ -131,12 +132,26 @@ def _widen_strip(rects: list[Rect], members: list[int], width: int) -> None:
         rects[i] = (x, y, width, h)
 
 
+def _sparse(work: Program, live: Mapping[str, int]) -> Program:
+    """``work`` with the sparse weights it reads, of ``live`` live values each."""
+    shapes = {
+        ins.attrs["name"]: work.registers[ins.results[0]][0]
+        for ins in work.instructions
+        if ins.opcode == Opcode.WEIGHT and ins.attrs["name"] in live
+    }
+    if not shapes:
+        return work
+    return replace(work, sparse=live_only({n: live[n] for n in shapes}, shapes))
+
+
 class Placer:
     """Chooses the rectangles of a module's layers, from their works (one-layer programs,
     ``cgc.dialects.lowering``)."""
 
-    def __init__(self, works: Sequence[LayerWork], target: Target):
-        self.works = [work.program for work in works]
+    def __init__(
+        self, works: Sequence[LayerWork], target: Target, live: Mapping[str, int] | None = None
+    ):
+        self.works = [_sparse(work.program, live or {}) for work in works]
         self.target = target
         self.count = len(works)
         self.costs = LayerCosts(target)
@@ -236,13 +251,16 @@ class Placer:
         return lo
 
     def _least_bytes(self, index: int) -> int:
-        """A lower bound of the SRAM layer ``index`` needs on any rectangle: its weights and
-        its largest tensor (without padding)."""
+        """A lower bound of the SRAM layer ``index`` needs on any rectangle: its weights (a
+        sparse one's live values) and its largest tensor (without padding)."""
         work = self.works[index]
         weights, largest = 0, 0
         for ins in work.instructions:
             for register in ins.results:
                 size = work.tensor_bytes(register)
+                sparse = work.sparse.get(ins.attrs.get("name", ""))
+                if ins.opcode == Opcode.WEIGHT and sparse is not None:
+                    size = min(size, sparse.live * size // sparse.size)
                 if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
                     weights += size
                 else:
@@ -424,7 +442,8 @@ class PlaceLayersPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
         works = [w for w in layer_works(main_function(op), target.whole) if w.layer is not None]
-        for work, rect in zip(works, Placer(works, target).place(), strict=True):
+        placer = Placer(works, target, module_sparse_weights(op))
+        for work, rect in zip(works, placer.place(), strict=True):
             assert work.layer is not None
             x, y, w, h = rect
             work.layer.rect = wse.RectAttr(IntAttr(x), IntAttr(y), IntAttr(w), IntAttr(h))
