@@ -86,10 +86,11 @@ def module_sparse_weights(module: ModuleOp) -> dict[str, int]:
     attr = module.attributes.get(SPARSE_ATTR)
     if attr is None:
         return {}
-    entries = attr.data if isinstance(attr, DictionaryAttr) else None
-    if entries is None or not all(isinstance(v, IntegerAttr) for v in entries.values()):
+    entries = attr.data if isinstance(attr, DictionaryAttr) else {}
+    counts = {k: v.value.data for k, v in entries.items() if isinstance(v, IntegerAttr)}
+    if not isinstance(attr, DictionaryAttr) or len(counts) != len(entries):
         raise CgcError(f"the module's '{SPARSE_ATTR}' must map weight names to live counts")
-    return {name: value.value.data for name, value in entries.items()}  # type: ignore[union-attr]
+    return counts
 
 
 class Emitter:
