@@ -24,7 +24,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from child import peak_rss_mib
 
 FAMILY = (
     "cerebras-gpt-111m", "cerebras-gpt-256m", "cerebras-gpt-590m", "cerebras-gpt-1.3b",
@@ -90,10 +91,7 @@ def _child(kind: str, argument: str) -> None:
         result = _sweep(request["name"])
     else:
         result = _step(request["name"], request["systems"], request.get("overrides", {}))
-    # the peak of this process alone (a child's ru_maxrss keeps its parent's)
-    status = Path("/proc/self/status").read_text().splitlines()
-    peak = next(line for line in status if line.startswith("VmHWM"))
-    result["peak_rss_mib"] = int(peak.split()[1]) / 1024
+    result["peak_rss_mib"] = peak_rss_mib()
     print(json.dumps(result))
 
 

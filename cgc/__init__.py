@@ -66,6 +66,7 @@ def compile(
     sparsity_init: str = "random",
     seed: int = 0,
     detect_sparsity: float | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> Artifact:
     """Compiles a model for ``target`` (a name, or any ``cgc.machine.Target`` value): an ONNX
     model (a path or a ModelProto), or a params file (a ``.yaml`` path, ``zoo:NAME``, or a
@@ -91,7 +92,8 @@ def compile(
     ``seed`` or the largest (``sparsity_init="magnitude"``); ``detect_sparsity`` instead
     makes sparse the matrices with at least that fraction of zeros, their zeros dead. MemoryX
     streams a sparse weight's live values and their indices, and the wafer multiplies by
-    those alone (``cgc.machine.sparse_tiles``).
+    those alone (``cgc.machine.sparse_tiles``). ``weights`` replaces weights of the model by
+    name (the tensors of a ``weights.safetensors`` that ``train`` wrote, say).
     """
     from cgc.compiler.driver import compile_model
     from cgc.machine.sparsity import Sparsity
@@ -118,6 +120,7 @@ def compile(
         init_seed=init_seed,
         sparsity=Sparsity.of(sparsity, sparse_params, sparsity_init, seed),
         detect_sparsity=detect_sparsity,
+        weights=weights,
     )
 
 

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from cgc.cli_options import (
     dynamic_sparsity_options,
     plan_options,
+    sparsity_levels_options,
     sparsity_options,
     target_options,
 )
@@ -30,6 +31,7 @@ from cgc.errors import CgcError
 from cgc.machine.files import npz_bytes
 from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
 from cgc.tools.paths import (
+    input_file,
     input_text,
     load_npz,
     model_argument,
@@ -150,6 +152,7 @@ def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
 @click.option(
     "--detect-sparsity", type=float, help="Weights with this fraction of zeros are sparse."
 )
+@click.option("--weights", "weights_path", help="A .safetensors file of weights, by name.")
 @click.option("--dump-ir", type=click.Path(), help="Write the IR after every pass here.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
 def compile(
@@ -179,6 +182,7 @@ def compile(
 
     model = model_argument(model, "MODEL")
     output_file(output, "-o")
+    weights = None if sparse["weights_path"] is None else _safetensors(sparse["weights_path"])
     if dump_ir is not None:
         output_directory(dump_ir, "--dump-ir")
     if re.search(r"\.py(:[^/\\]*)?$", model):
@@ -201,6 +205,7 @@ def compile(
             sparse["sparsity"], sparse["sparse_params"], sparse["sparsity_init"], sparse["seed"]
         ),
         detect_sparsity=sparse["detect_sparsity"],
+        weights=weights,
     )
     data = artifact.to_bytes()
     _write_atomically(output, data)
@@ -494,9 +499,7 @@ def _warn(message: str) -> None:
 @click.option(
     "--num-csx",
     "systems",
-    default="1,2,4,8,16,32,64",
-    show_default=True,
-    help="Cluster sizes to simulate, comma-separated.",
+    help="Cluster sizes to simulate, comma-separated  [default: 1,2,4,...,64; 1 with --sparsity]",
 )
 @click.option("--per-system-batch", type=int, help="A fixed batch per system (weak scaling).")
 @click.option(
@@ -510,6 +513,8 @@ def _warn(message: str) -> None:
 @click.option("--json", "json_path", type=click.Path(), help="Write the table as JSON here.")
 @click.option("--csv", "csv_path", type=click.Path(), help="Write the table as CSV here.")
 @click.option("--png", "png_path", type=click.Path(), help="Draw throughput and efficiency here.")
+@sparsity_levels_options
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the masks.")
 def scale(
     model,
     systems,
@@ -526,16 +531,24 @@ def scale(
     json_path,
     csv_path,
     png_path,
+    levels,
+    sparse_params,
+    sparsity_init,
+    seed,
 ) -> None:
     """Simulate a training step of MODEL on clusters of every size in --num-csx (timing only)
-    and tabulate throughput, speed-up, efficiency and what bounds each."""
+    and tabulate throughput, speed-up, efficiency and what bounds each; with --sparsity, the
+    step at every sparsity level against the dense one, and what stops each layer gaining."""
     from cgc.compiler.driver import training_options
     from cgc.compiler.sources import ParamsSource, source_of
-    from cgc.tools import scaling
+    from cgc.tools import scaling, sparsity_study
 
     model_argument(model, "MODEL")
     _outputs({"--json": json_path, "--csv": csv_path, "--png": png_path})
-    sizes = _sizes(systems)
+    if levels is None and (sparse_params or sparsity_init != "random"):
+        raise CgcError("--sparse-params and --sparsity-init need --sparsity")
+    default = "1" if levels is not None else "1,2,4,8,16,32,64"
+    sizes = _sizes(systems if systems is not None else default)
     source = source_of(model, no_weights=no_weights, training=True, init_seed=init_seed)
     params = source.params if isinstance(source, ParamsSource) else None
     chosen = _targeted(target, mesh, figures)
@@ -547,24 +560,25 @@ def scale(
                 f"the model's batch of {source.batch_size} does not split evenly over "
                 f"{left_out} systems: left out (give --global-batch or --per-system-batch)"
             )
-    points = scaling.study(
-        source,
-        chosen,
-        training_options(params, optimizer),
-        sizes,
-        per_system_batch,
-        global_batch,
-        micro_batch_size,
-        recompute,
-    )
-    click.echo(scaling.table_text(points, chosen), nl=False)
+    training = training_options(params, optimizer)
+    batches = (per_system_batch, global_batch, micro_batch_size, recompute)
+    if levels is None:
+        study: Any = scaling
+        points: Any = scaling.study(source, chosen, training, sizes, *batches)
+    else:
+        study = sparsity_study
+        points = sparsity_study.sparsity_study(
+            source, chosen, training, _levels(levels), sizes, *batches,
+            sparse_params, sparsity_init, seed,
+        )  # fmt: skip
+    click.echo(study.table_text(points, chosen), nl=False)
     if json_path is not None:
-        text = json.dumps(scaling.to_json(points, chosen, source.name), indent=1)
+        text = json.dumps(study.to_json(points, chosen, source.name), indent=1)
         _write_atomically(json_path, text.encode())
     if csv_path is not None:
-        _write_atomically(csv_path, scaling.to_csv(points).encode())
+        _write_atomically(csv_path, study.to_csv(points).encode())
     if png_path is not None:
-        scaling.save_png(points, Path(png_path), f"{source.name} on {chosen.name}")
+        study.save_png(points, Path(png_path), f"{source.name} on {chosen.name}")
         click.echo(f"wrote {png_path}")
 
 
@@ -572,6 +586,23 @@ def _is_params(spec: str) -> bool:
     from cgc.frontends.params import is_params_source
 
     return is_params_source(spec)
+
+
+def _safetensors(path: str) -> dict[str, np.ndarray]:
+    """The tensors of a .safetensors file (``--weights``)."""
+    from cgc.machine.artifact import weights_from_bytes
+
+    try:
+        return weights_from_bytes(input_file(path, "--weights").read_bytes())
+    except ValueError as e:
+        raise CgcError(f"--weights {path}: {e}") from None
+
+
+def _levels(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CgcError(f"--sparsity {text}: expected levels such as 0,0.5,0.9") from None
 
 
 def _sizes(text: str) -> list[int]:

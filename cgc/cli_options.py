@@ -65,26 +65,37 @@ def plan_options(command: Callable) -> Callable:
 
 def sparsity_options(command: Callable) -> Callable:
     """``--sparsity``, ``--sparse-params`` and ``--sparsity-init``."""
-    return _options(
-        command,
-        (
-            click.option(
-                "--sparsity",
-                type=float,
-                help="Fraction of zeros of the sparse weights, e.g. 0.75 (0: dense).",
-            ),
-            click.option(
-                "--sparse-params",
-                multiple=True,
-                help="Regex over the sparse weights' names (repeatable).",
-            ),
-            click.option(
-                "--sparsity-init",
-                type=click.Choice(["random", "magnitude"]),
-                default="random",
-                show_default=True,
-                help="Which values live: drawn from --seed, or the largest initial ones.",
-            ),
+    level = click.option(
+        "--sparsity",
+        type=float,
+        help="Fraction of zeros of the sparse weights, e.g. 0.75 (0: dense).",
+    )
+    return _options(command, (level, *_which_sparse()))
+
+
+def sparsity_levels_options(command: Callable) -> Callable:
+    """``--sparsity`` as a list of levels, ``--sparse-params`` and ``--sparsity-init``."""
+    levels = click.option(
+        "--sparsity",
+        "levels",
+        help="Sparsity levels (fractions of zeros) to compare, e.g. 0,0.5,0.75,0.9,0.95.",
+    )
+    return _options(command, (levels, *_which_sparse()))
+
+
+def _which_sparse() -> tuple[Callable, ...]:
+    return (
+        click.option(
+            "--sparse-params",
+            multiple=True,
+            help="Regex over the sparse weights' names (repeatable).",
+        ),
+        click.option(
+            "--sparsity-init",
+            type=click.Choice(["random", "magnitude"]),
+            default="random",
+            show_default=True,
+            help="Which values live: drawn from --seed, or the largest initial ones.",
         ),
     )
 

@@ -16,6 +16,7 @@ from cgc.cli import main
 from cgc.errors import DoesNotFitError
 from cgc.frontends import zoo
 from cgc.machine import plans, sparse_tiles
+from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand
 from cgc.machine.sparse_tiles import SparseView, SparseWeight, TileGrid, tile_counts, with_mask
@@ -58,10 +59,12 @@ def test_sparse_streaming_matmul_against_a_hand_count() -> None:
     # the FMACs issued: the dense tile's 16 and the 9 live ones, 2 rows, on 2 PE rows
     assert plan.cost.fmacs == (16 + 1 + 8 + 0) * 2 * 2
     assert plan.cost.flops == 2 * 4 * 25  # useful: the live weights only
-    # chunk 0 waits for its slower column (32 against 25), chunk 1 for its partial sums (8
-    # words, one hop); then the weights' and the partials' time of flight (2 and 1 hops)
-    assert plan.cost.cycles == 32 + 8 + 2 + 1
-    assert plan.detail["imbalance"] == pytest.approx((32 + 4) / ((32 + 25) / 2 + (4 + 1) / 2))
+    # chunk 0: its slower column is done at 32, the chain (8 words, one hop) takes it at 40;
+    # chunk 1: the columns ran ahead (a buffer each was free) and are done at 36 and 26,
+    # the chain takes it at 48; then the weights' and the partials' time of flight (2, 1)
+    assert plan.cost.cycles == 48 + 2 + 1
+    assert plan.detail["groups"] == 1  # two groups of one column: 64 cycles for chunk 0
+    assert plan.detail["imbalance"] == pytest.approx((32 + 4) / ((32 + 4 + 25 + 1) / 2))
 
 
 def test_sampled_weight_gradient_against_a_hand_count() -> None:
@@ -77,12 +80,12 @@ def test_sampled_weight_gradient_against_a_hand_count() -> None:
     results = [((4, 4), "float32")]
     plan = plans.plan("matmul_transpose_a", target, target.whole, operands, {"live": view}, results)
     dense = plans.plan("matmul_transpose_a", target, target.whole, operands, {}, results)
-    # per result row, the blocks' compute | the column multicast (2) | their partials down:
-    # row 0: dense 4 (2 live: 6) | 2 | 2 words; none live: 0 | 2 | 0       -> 4
-    # row 1: none: 0 | 2 | 0; one live: 3 | 2 | 1                         -> 3
-    # row 2: dense 4 | 2 | 2 twice                                        -> 4
-    # row 3: none live                                                     -> 2
-    assert plan.cost.cycles == 4 + 3 + 4 + 2 + 1 + 1  # and a hop across, a hop down
+    # per result row and column block, the larger of its compute and its partials down:
+    # row 0: dense 4 (2 live: 6) | none live: 0;  row 1: 0 | one live, 3 (1 word down)
+    # row 2: dense 4 | dense 4;                   row 3: 0 | 0
+    # a's column m reaches the blocks at 2, 4, 6, 8 (2 words each, run ahead of them): block 0
+    # is done at 6, 6, 10, 10 and block 1 at 2, 7, 11, 11; then a hop across and one down
+    assert plan.cost.cycles == 11 + 1 + 1
     assert dense.cost.cycles == 4 * 4 + 1 + 1
     assert plan.cost.fmacs == (4 + 0 + 0 + 2 + 4 + 4 + 0 + 0) * 2  # on both PE rows
     assert plan.cost.flops == 2 * 4 * 7
@@ -113,11 +116,15 @@ def test_a_weight_too_large_to_mask_is_counted_by_statistics(monkeypatch) -> Non
     assert twin == big
 
 
-def _timing(sparsity: float | None, numerics: bool) -> tuple[dict, float]:
+def _training(sparsity: float | None) -> Artifact:
     model = zoo.MODELS["mlp_train"]()
-    artifact, _, _ = cgc.prepare_training(
-        model, batch_size=8, target="mesh16x16", lr=0.1, sparsity=sparsity
-    )
+    return cgc.prepare_training(model, batch_size=8, target="mesh16x16", lr=0.1, sparsity=sparsity)[
+        0
+    ]
+
+
+def _timing(sparsity: float | None, numerics: bool) -> tuple[dict, float]:
+    artifact = _training(sparsity)
     cluster = Cluster(artifact, numerics=numerics)
     if numerics:
         rng = np.random.default_rng(0)
@@ -132,6 +139,12 @@ def _timing(sparsity: float | None, numerics: bool) -> tuple[dict, float]:
 
 
 def test_density_one_is_the_dense_path_and_sparse_streams_less() -> None:
+    a, b = _training(None), _training(0.0)
+    assert a.program.encode() == b.program.encode()
+    assert weights_to_bytes(a.weights) == weights_to_bytes(b.weights)
+    record = b.manifest.pop("sparsity")
+    assert a.to_bytes() == b.to_bytes()  # the same artifact but for its sparsity record
+    assert record["density"] == 1.0
     dense, dense_seconds = _timing(None, False)
     whole, whole_seconds = _timing(0.0, False)
     assert whole.pop("sparsity")["density"] == 1.0
@@ -247,3 +260,46 @@ def test_sparse_weights_take_less_sram_so_a_pipelined_model_fits() -> None:
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     auto = cgc.compile(pruned, target=small, batch_size=8, detect_sparsity=0.8)
     assert auto.manifest["mode"] == "pipelined"
+
+
+def test_weights_from_a_safetensors_file_with_their_zeros_detected(tmp_path) -> None:
+    """``cgc compile --weights FILE --detect-sparsity``: pruned weights from a file (as
+    ``cgc train`` writes them) replace the model's, and their zeros are dead."""
+    model = zoo.MODELS["mlp"]()
+    pruned = _pruned(model, 0.8)
+    tensors = {t.name: numpy_helper.to_array(t) for t in pruned.graph.initializer}
+    (tmp_path / "w.safetensors").write_bytes(weights_to_bytes(tensors))
+    zoo.save(model, tmp_path / "mlp.onnx")
+    weights = str(tmp_path / "w.safetensors")
+    command = ["compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "a.cgc"),
+               "--batch-size", "8", "--target", "mesh16x16", "--mode", "weight_streaming",
+               "--weights", weights, "--detect-sparsity", "0.7"]  # fmt: skip
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 0, result.output
+    artifact = cgc.load(tmp_path / "a.cgc")
+    assert artifact.manifest["sparsity"]["init"] == "detected"
+    inputs = zoo.sample_inputs(model, 8)
+    outputs = cgc.run(artifact, inputs)
+    for ours, theirs in zip(outputs.values(), _onnxruntime(pruned, inputs), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("tensors", "message"),
+    [
+        ({"nothing": np.zeros(3, np.float32)}, "--weights: 'nothing' is not a weight of"),
+        ({"fc1.weight": np.zeros((3, 3), np.float32)}, "--weights: 'fc1.weight' is [3, 3]"),
+        ({"fc1.bias": np.zeros(32, np.int64)}, "--weights: 'fc1.bias' is int64"),
+        (None, "the weights' safetensors header claims"),
+    ],
+)
+def test_a_bad_weights_file_is_named(tensors, message, tmp_path) -> None:
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(b"not safetensors" if tensors is None else weights_to_bytes(tensors))
+    zoo.save(zoo.MODELS["mlp"](), tmp_path / "mlp.onnx")
+    command = ["compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "a.cgc"),
+               "--batch-size", "8", "--target", "mesh16x16", "--weights", str(path)]  # fmt: skip
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output

@@ -29,7 +29,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from cgc.compiler.memory import MemoryPlan, Planner
-from cgc.compiler.sources import Source, source_of
+from cgc.compiler.sources import Source, WithWeights, source_of
 from cgc.dialects import context, print_module, verify, ws, wse
 from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
 from cgc.dialects.lowering import lower
@@ -324,6 +324,7 @@ def compile_model(
     init_seed: int | None = None,
     sparsity: Sparsity | None = None,
     detect_sparsity: float | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
     ``ModelParams``) into an artifact. ``batch_size`` is the global batch, split evenly over
@@ -334,10 +335,13 @@ def compile_model(
     ``recompute`` fix what the weight-streaming memory plan would choose
     (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights;
     ``sparsity`` makes weights sparse (a training's: its options'), or ``detect_sparsity``
-    those of at least that fraction of zeros, whose zeros stay dead."""
+    those of at least that fraction of zeros, whose zeros stay dead; ``weights`` replaces
+    weights of the model by name (a ``--weights`` file)."""
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
+    if weights is not None:
+        source = WithWeights(source, weights, "--weights")
     systems = checked_systems(num_csx if num_csx is not None else (source.num_csx or 1))
     batch = batch_size if batch_size is not None else source.batch_size
     if batch is not None and (batch < 1 or batch % systems):
@@ -372,18 +376,18 @@ def compile_model(
     if mode == "pipelined":
         c.run(PlaceLayersPass(), RouteTensorsPass())
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
-    weights = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
+    held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target
-    if weights > tgt.sram_bytes:
+    if held > tgt.sram_bytes:
         why: str | None = (
-            f"the weights ({human_bytes(weights)}) exceed the SRAM of {tgt.name} "
+            f"the weights ({human_bytes(held)}) exceed the SRAM of {tgt.name} "
             f"({human_bytes(tgt.sram_bytes)})"
         )
     else:
         why = c.try_place()
     if why is None:
         reason = (
-            f"the weights ({human_bytes(weights)}) and buffers fit in the SRAM of "
+            f"the weights ({human_bytes(held)}) and buffers fit in the SRAM of "
             f"{tgt.name} ({human_bytes(tgt.sram_bytes)})"
         )
         return _artifact(c, request, "pipelined", reason, None)

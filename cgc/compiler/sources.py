@@ -9,6 +9,7 @@ a very large model.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from cgc.frontends import transformer
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx import import_model, import_onnx
 from cgc.frontends.params import ModelParams, is_params_source, load_params
+from cgc.machine import dtypes
 
 
 class Source(abc.ABC):
@@ -178,6 +180,66 @@ def is_torch_program(model: object) -> bool:
     """Whether ``model`` is a ``torch.export.ExportedProgram`` (torch imported or not)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(model, torch.export.ExportedProgram)
+
+
+class WithWeights(Source):
+    """Another source whose weights, some or all, come from a file (``--weights``): by name,
+    of the model's shapes, in its element types."""
+
+    def __init__(self, source: Source, weights: Mapping[str, np.ndarray], origin: str):
+        self.source = source
+        self.weights = dict(weights)
+        self.origin = origin
+        self.name = source.name
+
+    @property
+    def batch_size(self) -> int | None:
+        """The wrapped source's."""
+        return self.source.batch_size
+
+    @property
+    def num_csx(self) -> int | None:
+        """The wrapped source's."""
+        return self.source.num_csx
+
+    @property
+    def blocks(self) -> int | None:
+        """The wrapped source's."""
+        return self.source.blocks
+
+    @property
+    def rebatchable(self) -> bool:
+        """The wrapped source's."""
+        return self.source.rebatchable
+
+    @property
+    def segments(self) -> str | None:
+        """The wrapped source's."""
+        return self.source.segments
+
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        """The wrapped source's model with the file's weights (of a model with fewer blocks,
+        those it has)."""
+        model = self.source.imported(batch, blocks)
+        specs = model.weight_specs
+        unknown = sorted(set(self.weights) - set(specs))
+        if unknown and blocks is None:
+            raise CgcError(f"{self.origin}: '{unknown[0]}' is not a weight of {self.name}")
+        given = {}
+        for name in sorted(set(self.weights) & set(specs)):
+            value, spec = self.weights[name], specs[name]
+            if tuple(value.shape) != tuple(spec.shape):
+                raise CgcError(
+                    f"{self.origin}: '{name}' is {list(value.shape)}, the model's "
+                    f"{list(spec.shape)}"
+                )
+            if dtypes.is_float(value.dtype) != dtypes.is_float(dtypes.dtype(spec.dtype)):
+                raise CgcError(
+                    f"{self.origin}: '{name}' is {value.dtype}, the model's {spec.dtype}"
+                )
+            given[name] = value.astype(dtypes.dtype(spec.dtype))
+        declared = {k: v for k, v in model.declared.items() if k not in given}
+        return dataclasses.replace(model, weights={**model.weights, **given}, declared=declared)
 
 
 def source_of(

@@ -111,6 +111,30 @@ def multicast(tile: Layout, out: Layout) -> Traffic:
     return Traffic(words * links, words, words, words, down + across)
 
 
+def row_chain(steps: int, words: float, hops: int, rows: int) -> Traffic:
+    """``steps`` partial sums of ``words`` on every PE of ``rows`` mesh rows, each summed
+    along its row in a chain of ``hops`` links."""
+    return Traffic(
+        steps * words * hops * rows,
+        steps * words * (hops > 0),
+        steps * words,
+        steps * words * hops,
+        hops,
+    )
+
+
+def row_multicast(steps: int, words: float, grid: Layout) -> Traffic:
+    """``steps`` blocks of ``words``, each multicast from one PE column along the rows of
+    ``grid``."""
+    return Traffic(
+        steps * words * grid.h * (grid.w - 1),
+        steps * words * (grid.w > 1),
+        steps * words,
+        steps * words,
+        grid.w - 1,
+    )
+
+
 def sequential_cycles(*parts: float | Traffic) -> float:
     """Adds up phases that run one after another."""
     return sum(p.cycles if isinstance(p, Traffic) else p for p in parts)

@@ -1,5 +1,5 @@
 """The plans of matmul (SUMMA, or the weight-streaming kernel when B streams in from MemoryX)
-and of the weight gradient's ``a^T @ b``.
+and of the weight gradient's ``a^T @ b`` (their sparse forms: ``plan_sparse``).
 
 SUMMA: step ``s`` broadcasts A's column block ``s`` along the rows and B's row block ``s``
 down the columns, then every PE multiply-accumulates. Weight streaming: each column receives
@@ -9,9 +9,7 @@ a chain reduction along the row lands in the output layout.
 
 from __future__ import annotations
 
-from math import ceil, prod
-
-import numpy as np
+from math import prod
 
 from cgc.machine.kernel import (
     STREAM,
@@ -21,18 +19,13 @@ from cgc.machine.kernel import (
     Plan,
     Request,
     arrival,
+    row_chain,
+    row_multicast,
     sequential_cycles,
 )
 from cgc.machine.layout import Layout, Rect, grid_extent
-from cgc.machine.sparse_tiles import (
-    INDEX_CYCLES,
-    SparseView,
-    TileGrid,
-    encoding,
-    row_counts,
-    stream_grid,
-)
-from cgc.machine.target import WAVELET_BYTES, Target
+from cgc.machine.plan_sparse import sampled, sparse_streaming
+from cgc.machine.target import Target
 from cgc.machine.traffic import Traffic
 
 
@@ -47,7 +40,7 @@ class Matmul(Kernel):
         nb_out = prod(shape[:-2])
         flops = 2.0 * nb_out * shape[-2] * shape[-1] * k
         if b.source == STREAM and b.sparse is not None:
-            return self._plan_sparse_streaming(q.target, q.rect, a, b.sparse, b, out, flops)
+            return sparse_streaming(q.target, q.rect, a, b.sparse, b, out, flops)
         if b.source == STREAM:
             return self._plan_streaming(q.target, q.rect, a, b, out, flops)
         steps = grid_extent(k, min(q.rect[2], q.rect[3]))
@@ -99,7 +92,7 @@ class Matmul(Kernel):
             chunks * weight_words,
             out.h,
         )
-        reduction = _row_chain(chunks, partial_words, reduce_hops, out.h)
+        reduction = row_chain(chunks, partial_words, reduce_hops, out.h)
         moved = arrival(a, a_at)
         step = max(compute, weight_words, partial_words * (reduce_hops > 0))
         # per chunk, the weight rows arriving beyond the arithmetic are the weights' arrival
@@ -116,72 +109,6 @@ class Matmul(Kernel):
         )
         return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})
 
-    def _plan_sparse_streaming(
-        self,
-        target: Target,
-        rect: Rect,
-        a: Operand,
-        view: SparseView,
-        b: Operand,
-        out: Layout,
-        flops: float,
-    ) -> Plan:
-        """The streaming kernel on the live weights alone (``cgc.machine.sparse_tiles``):
-        tile ``(c, j)``, the rows of PE column ``c`` in chunk ``j``, arrives in its encoding
-        and costs the PE an AXPY per live weight; a chunk ends when its slowest column has
-        done, then its partials sum along the rows."""
-        grid = stream_grid(b.shape, rect[2])
-        nb_out, mt = prod(out.batch), out.rt
-        rows = nb_out * mt // grid.stacked
-        code = encoding(view.weight, view.perm, grid, b.dtype, rows, target.fmacs(out.dtype))
-        cols, chunks = code.live.shape
-        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols)
-        step = np.maximum(code.cycles, code.words)
-        partial_words = nb_out * mt * out.ct * out.words_per_element
-        reduce_hops = cols - 1
-        chunk = np.maximum(step.max(axis=0), partial_words * (reduce_hops > 0))
-        column_words = float(code.words.sum(axis=1).max())
-        ingress = Traffic(code.total_words * out.h, column_words, column_words, column_words, out.h)
-        reduction = _row_chain(chunks, partial_words, reduce_hops, out.h)
-        moved = arrival(a, a_at)
-        slowest = code.cycles.max(axis=0)
-        worked = np.where(code.formats == 0, grid.sizes, code.live)
-        cost = Cost(
-            cycles=sequential_cycles(moved)
-            + float(chunk.sum())
-            + ingress.max_hops
-            + reduction.max_hops,
-            flops=flops * float(code.live.sum()) / float(grid.sizes.sum()),
-            fmacs=float(worked.sum()) * rows * out.h,
-            traffic=moved + ingress + reduction,
-            scratch_bytes=(out.ct + nb_out * mt * out.ct) * out.itemsize,
-            compute_cycles=float(slowest.sum()),
-            arrival_cycles=moved.cycles
-            + float((step.max(axis=0) - slowest).sum())
-            + ingress.max_hops,
-        )
-        mean = float(step.mean(axis=0).sum())
-        info = {
-            "algorithm": "stream-sparse",
-            "steps": chunks,
-            "formats": code.format_counts(),
-            "imbalance": float(step.max(axis=0).sum()) / mean if mean else 1.0,
-            "stream_bytes": code.total_words * WAVELET_BYTES,
-        }
-        return Plan((a_at, None), (out,), cost, info)
-
-
-def _row_chain(chunks: int, words: float, hops: int, rows: int) -> Traffic:
-    """``chunks`` partial sums of ``words`` on every PE, summed along ``rows`` mesh rows in a
-    chain of ``hops`` links."""
-    return Traffic(
-        chunks * words * hops * rows,
-        chunks * words * (hops > 0),
-        chunks * words,
-        chunks * words * hops,
-        hops,
-    )
-
 
 class MatmulTransposeA(Kernel):
     """``a^T @ b`` where ``a`` ``[.., R, M]`` and ``b`` ``[.., R, N]`` share their rows (the
@@ -197,7 +124,7 @@ class MatmulTransposeA(Kernel):
         out = Layout.on(shape, dtype, q.rect)
         b_at = Layout.on(b.shape, b.dtype, q.rect)
         if q.attrs.get("live") is not None:
-            return self._plan_sampled(q, a, b, out, b_at)
+            return sampled(q, a, out, b_at)
         a_at = Layout(
             a.shape, a.dtype, b_at.row0, b_at.col0, b_at.h, grid_extent(a.shape[-1], q.rect[2])
         )
@@ -207,13 +134,7 @@ class MatmulTransposeA(Kernel):
         compute = macs / q.target.fmacs(dtype)
         column = nb * b_at.rt * a_at.words_per_element
         partial = nb * b_at.ct * out.words_per_element
-        across = Traffic(
-            m * column * b_at.h * (b_at.w - 1),
-            m * column * (b_at.w > 1),
-            m * column,
-            m * column,
-            b_at.w - 1,
-        )
+        across = row_multicast(m, column, b_at)
         down = Traffic(
             m * partial * (b_at.h - 1) * b_at.w,
             m * partial * (b_at.h > 1),
@@ -233,47 +154,3 @@ class MatmulTransposeA(Kernel):
             arrival_cycles=moved,
         )
         return Plan((a_at, b_at), (out,), cost, {"algorithm": "row-reduce", "steps": m})
-
-    def _plan_sampled(self, q: Request, a: Operand, b: Operand, out: Layout, b_at: Layout) -> Plan:
-        """The gradient of a static sparse weight, its live values alone (``attrs["live"]``,
-        the view of the weight it is the gradient of): row ``m``'s PEs of column block ``j``
-        form the dot products of its live entries there (``INDEX_CYCLES`` more for each
-        index), or the whole partial row where that is sooner, and only the live partials
-        sum down the columns; a row takes as long as its slowest block."""
-        view: SparseView = q.attrs["live"]
-        a_at = Layout(
-            a.shape, a.dtype, b_at.row0, b_at.col0, b_at.h, grid_extent(a.shape[-1], q.rect[2])
-        )
-        nb, rows, m = prod(out.batch), a.shape[-2], out.shape[-2]
-        rate = q.target.fmacs(out.dtype)
-        grid = TileGrid(m, out.shape[-1], 1, b_at.ct, out.batch)
-        live, scale = row_counts(view.weight, view.perm, grid)
-        dense = nb * b_at.rt * b_at.ct / rate
-        sampled = live * (ceil(nb * b_at.rt / rate) + INDEX_CYCLES)
-        compute = np.minimum(sampled, dense)
-        column = nb * b_at.rt * a_at.words_per_element
-        partial = np.where(sampled < dense, live, b_at.ct) * nb * out.words_per_element
-        step = np.maximum(np.maximum(compute, column * (b_at.w > 1)), partial * (b_at.h > 1))
-        steps = float(step.max(axis=1).sum()) * scale
-        across = Traffic(
-            m * column * b_at.h * (b_at.w - 1),
-            m * column * (b_at.w > 1),
-            m * column,
-            m * column,
-            b_at.w - 1,
-        )
-        sums = float(partial.sum()) * scale
-        busiest = float(partial.sum(axis=0).max()) * scale
-        down = Traffic(sums * (b_at.h - 1), busiest * (b_at.h > 1), busiest, busiest, b_at.h - 1)
-        moved = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
-        worked = np.where(sampled < dense, live * nb * b_at.rt, nb * b_at.rt * b_at.ct)
-        cost = Cost(
-            cycles=moved + steps + across.max_hops + down.max_hops,
-            flops=2.0 * nb * rows * m * out.shape[-1] * view.weight.density,
-            fmacs=float(worked.sum()) * scale * b_at.h,
-            traffic=arrival(a, a_at) + arrival(b, b_at) + across + down,
-            scratch_bytes=(nb * b_at.rt + nb * b_at.ct) * out.itemsize,
-            compute_cycles=float(compute.max(axis=1).sum()) * scale,
-            arrival_cycles=moved,
-        )
-        return Plan((a_at, b_at), (out,), cost, {"algorithm": "sampled", "steps": m})

@@ -49,7 +49,7 @@ from cgc.machine.ref_movement import weight_view
 from cgc.machine.sparsity import live_count, mask
 from cgc.machine.target import WAVELET_BYTES
 
-MASK_LIMIT = 1 << 24
+MASK_LIMIT = 1 << 20
 """Most values of a weight whose tiles are counted from its mask."""
 FORMATS = ("dense", "coordinate", "bitmap")
 """The encodings of a streamed tile, in order of preference on a tie."""
@@ -328,11 +328,11 @@ class SparseView:
     perm: tuple[int, ...] | None
 
 
-def stream_grid(shape: Sequence[int], width: int) -> TileGrid:
-    """The tiles of a weight view of ``shape`` ``[.., K, N]`` streaming into a rectangle
-    ``width`` PEs wide: ``K`` split over the columns, ``N`` in chunks of as many columns as
-    the output has on each PE (``plan_matmul``)."""
+def stream_grid(shape: Sequence[int], k_width: int, n_width: int) -> TileGrid:
+    """The tiles of a weight view of ``shape`` ``[.., K, N]`` streaming into a rectangle:
+    ``K`` split over ``k_width`` columns, ``N`` in chunks of as many columns as the output
+    has on each PE of ``n_width`` (``plan_sparse``)."""
     *lead, rows, cols = shape
-    kb = math.ceil(rows / grid_extent(rows, width))
-    nt = math.ceil(cols / grid_extent(cols, width))
+    kb = math.ceil(rows / grid_extent(rows, k_width))
+    nt = math.ceil(cols / grid_extent(cols, n_width))
     return TileGrid(rows, cols, kb, nt, tuple(lead))

@@ -8,7 +8,8 @@ only the number of its runs per step and the SwarmX tree around it tell apart.
 
 Throughput is samples per second; the speed-up of K systems is their throughput over one
 system's with the same per-system batch policy, the efficiency the speed-up over K, and the
-ideal line K times one system's throughput.
+ideal line K times one system's throughput. The same study over levels of weight sparsity is
+``cgc.tools.sparsity_study``.
 """
 
 from __future__ import annotations
@@ -175,32 +176,53 @@ COLUMNS = (
 )
 
 
-def _cell(value: object, fmt: str) -> str:
+def cell(value: object, fmt: str) -> str:
+    """A table's cell: ``value`` formatted, ``-`` for None."""
     return "-" if value is None else fmt.format(value)
 
 
-def table_text(points: Sequence[Point], target: Target) -> str:
-    """The study as a table for people, with the assumptions it rests on."""
-    rows = [[_cell(getattr(p, key), fmt) for key, _, fmt in COLUMNS] for p in points]
-    headers = [label for _, label, _ in COLUMNS]
+def table_lines(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = ()
+) -> list[str]:
+    """Columns two spaces apart, right-aligned but those numbered in ``left``."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def assumed_line(target: Target) -> str:
+    """The unpublished figures of ``target`` a study rests on, as one line."""
     figures = target.to_json()
     assumed = ", ".join(f"{name} = {figures[name]:g}" for name in ASSUMED)
-    lines.append(f"assumed (not published): {assumed}")
-    return "\n".join(lines) + "\n"
+    return f"assumed (not published): {assumed}"
 
 
-def to_json(points: Sequence[Point], target: Target, model: str) -> dict[str, Any]:
-    """The study as JSON."""
+def study_json(target: Target, model: str) -> dict[str, Any]:
+    """What the JSON of a study says of its model and target."""
     figures = target.to_json()
     return {
         "model": model,
         "target": figures,
         "assumed": {name: figures[name] for name in ASSUMED},
-        "points": [asdict(p) for p in points],
     }
+
+
+def table_text(points: Sequence[Point], target: Target) -> str:
+    """The study as a table for people, with the assumptions it rests on."""
+    rows = [[cell(getattr(p, key), fmt) for key, _, fmt in COLUMNS] for p in points]
+    lines = table_lines([label for _, label, _ in COLUMNS], rows)
+    return "\n".join([*lines, assumed_line(target)]) + "\n"
+
+
+def to_json(points: Sequence[Point], target: Target, model: str) -> dict[str, Any]:
+    """The study as JSON."""
+    return {**study_json(target, model), "points": [asdict(p) for p in points]}
 
 
 def to_csv(points: Sequence[Point]) -> str:
