@@ -230,9 +230,7 @@ def prepare_training(
         regrow=sparsity_regrow, decay=sparsity_decay, end_step=sparsity_end_step,
     )  # fmt: skip
     if sparse is None and params is not None and params.sparsity is not None:
-        given = params.sparsity
-        sparse = Sparsity(given.density, given.param_name_patterns, given.init, seed,
-                          given.schedule, **dict(given.dynamic))  # fmt: skip
+        sparse = params.sparsity.sparsity(seed)
     options = training_options(params, optimizer, trainable, sparse, **settings)
     loop = LoopOptions(
         steps,

@@ -54,7 +54,7 @@ def test_masks_are_deterministic_and_exact() -> None:
 
 def test_default_choice_leaves_embeddings_norms_and_biases_dense() -> None:
     shapes = {"emb": (20, 8), "w": (8, 5), "b": (5,), "norm": (8,)}
-    chosen = Sparsity(0.5).chosen(["b", "emb", "norm", "w"], shapes, embeddings={"emb"})
+    chosen = Sparsity(0.5).chosen(["b", "emb", "norm", "w"], shapes, dense={"emb"})
     assert chosen == ["w"]
     assert Sparsity(0.5, ("e.*",)).chosen(["emb", "w"], shapes, set()) == ["emb"]
 
@@ -212,8 +212,12 @@ def test_a_params_file_says_its_sparsity(tmp_path) -> None:
     assert (record["density"], record["init"], record["seed"]) == (0.1, "magnitude", 4)
     shapes = artifact.weight_specs
     assert record["weights"] and all(len(shapes[n].shape) == 2 for n in record["weights"])
-    embedded = [n for n in artifact.manifest["training"]["trainable"] if "emb" in n or "wte" in n]
-    assert embedded and not set(embedded) & set(record["weights"])
+    trained = artifact.manifest["training"]["trainable"]
+    tables = [n for n in trained if "wte" in n or "wpe" in n]  # token and position tables
+    assert len(tables) == 2 and not set(tables) & set(record["weights"])
+    # the same section compiles an inference artifact sparse too
+    inference = cgc.compile(str(path), mode="weight_streaming", target=TARGET, init_seed=4)
+    assert inference.manifest["sparsity"]["weights"] == record["weights"]
 
 
 # -- the record, the footprint, old checkpoints ---------------------------------------------

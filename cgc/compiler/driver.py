@@ -19,7 +19,7 @@ import gc
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from cgc.compiler.memory import MemoryPlan, Planner
-from cgc.compiler.sources import Source, WithWeights, source_of
+from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
 from cgc.dialects import context, print_module, verify, ws, wse
 from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
 from cgc.dialects.lowering import lower
@@ -40,7 +40,7 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.cost import LayerCost, Profile, profile, program_costs
-from cgc.machine.sparse_tiles import sparse_weights
+from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
 from cgc.machine.sparsity import Sparsity, live_bytes
 from cgc.machine.target import Target, checked_systems, resolve
 from cgc.machine.units import human_bytes
@@ -169,12 +169,14 @@ class Compilation:
         self.applied: list[str] = []
         self.program: Program | None = None
         """The lowered program, once lowered."""
-        self.profile: Profile | None = None
-        """The lowered program's SRAM, once the memory plan asked for it."""
+        self.profiles: dict[tuple[object, ...], Profile] = {}
+        """The lowered program's SRAM per sparsity asked for, once the memory plan asked."""
         self.costs: list[LayerCost] | None = None
         """Every layer's cost, once the manifest asked for them."""
         self.loss: tuple[float, str | None] = (1.0, None)
         """For training: the backward seed and the loss's batch reduction (``loss_scale``)."""
+        self.sparse: dict[tuple[object, ...], tuple[dict, dict[str, SparseWeight]]] = {}
+        """Per sparsity asked for, its manifest record and sparse weights (``sparse_for``)."""
         set_module_target(self.module, target)
         # verifying a large module costs as much as a pass: after every pass only when the IR
         # is dumped for reading, otherwise once at the end (the importer checks each op)
@@ -205,6 +207,25 @@ class Compilation:
             f"{self.imported.source} after the passes {passes}"
             " (--print-ir-after-all verifies after each pass)",
         )
+
+    def sparse_for(self, request: Request) -> tuple[dict, dict[str, SparseWeight]] | None:
+        """The manifest's sparsity record of ``request`` and its sparse weights (None: it
+        asks for none), chosen among the weights the module trains, or else reads."""
+        if request.sparsity is None and request.detect_sparsity is None:
+            return None
+        key = (request.sparsity, request.detect_sparsity)
+        if key not in self.sparse:
+            found = _sparsity_record(request, self.imported, self.module)
+            shapes = {name: spec.shape for name, spec in self.imported.weight_specs.items()}
+            self.sparse[key] = found, sparse_weights(found, shapes, self.imported.weights)
+        return self.sparse[key]
+
+    def program_for(self, request: Request) -> Program:
+        """The lowered program, with ``request``'s sparse weights."""
+        if self.program is None:
+            self.program = lower(self.module, self.target.whole)
+        sparse = self.sparse_for(request)
+        return self.program if sparse is None else replace(self.program, sparse=sparse[1])
 
     def try_place(self) -> str | None:
         """Places the layers if the model fits; returns why not otherwise."""
@@ -340,6 +361,7 @@ def compile_model(
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
+    given = source.params.sparsity if isinstance(source, ParamsSource) else None
     if weights is not None:
         source = WithWeights(source, weights, "--weights")
     systems = checked_systems(num_csx if num_csx is not None else (source.num_csx or 1))
@@ -352,6 +374,10 @@ def compile_model(
         raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
     if mode == "pipelined" and (micro_batch_size is not None or recompute is not None):
         raise CgcError("--micro-batch-size and --recompute apply to weight-streaming mode")
+    if training is not None and sparsity is not None:
+        raise CgcError("a training says its sparsity in its options (TrainingOptions)")
+    if sparsity is None and detect_sparsity is None and given is not None:
+        sparsity = given.sparsity(0)
     request = Request(
         source,
         resolve(target),
@@ -465,10 +491,10 @@ class StreamingCompiler:
 
         def program(micro_batch: int | None, recompute: bool, blocks: int | None) -> Profile:
             built = self.build(request, micro_batch, recompute, blocks)
-            if built.profile is None:
-                assert built.program is not None
-                built.profile = profile(built.program, request.target)
-            return built.profile
+            key = (request.sparsity, request.detect_sparsity)
+            if key not in built.profiles:
+                built.profiles[key] = profile(built.program_for(request), request.target)
+            return built.profiles[key]
 
         batch = request.per_system_batch
         choices = _recompute_choices(request)
@@ -508,18 +534,15 @@ def _artifact(
     """The artifact of a finished compilation."""
     c.verify()
     tgt = request.target
-    program = c.program if c.program is not None else lower(c.module, tgt.whole)
+    program = c.program_for(request)
     imported = c.imported
     used = {name for layer in program.layers for name in layer.weights}
     training = None
     if request.training is not None:
         scale, reduction = c.loss
         training = _training_entry(imported, program, request.training, scale, reduction)
-    sparsity = _sparsity_record(request, imported, training, used, c.module)
-    if sparsity is not None:
-        shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
-        sparse = sparse_weights(sparsity, shapes, imported.weights)
-        program = dataclasses.replace(program, sparse=sparse)
+    sparse = c.sparse_for(request)
+    if sparse is not None:
         costs = program_costs(program, tgt)
     else:
         if c.costs is None:
@@ -544,15 +567,15 @@ def _artifact(
         ],
         "training": training,
     }
-    if sparsity is not None:
-        manifest["sparsity"] = sparsity
+    if sparse is not None:
+        manifest["sparsity"] = sparse[0]
     if request.training is not None:  # MemoryX keeps the buffers a step updates
         used |= {update.buffer for update in imported.buffer_updates}
     weights = {k: v for k, v in imported.weights.items() if k in used}
     declared = {k: v.to_json() for k, v in sorted(imported.declared.items()) if k in used}
     if declared:
         manifest[DECLARED] = declared
-    _check_memoryx(imported, manifest, tgt)
+    _check_memoryx(imported, manifest, tgt, program)
     # the manifest a loaded artifact has: plain JSON values (lists, not tuples)
     manifest = json.loads(json.dumps(manifest))
     module = c.module
@@ -604,17 +627,16 @@ def _training_entry(
 def _sparsity_entry(
     sparsity: Sparsity,
     imported: ImportedModel,
-    training: dict | None,
-    used: set[str],
-    embeddings: set[str],
+    candidates: Sequence[str],
+    trains: bool,
+    dense: set[str],
 ) -> dict:
-    """The manifest's record of the sparse weights: among those a training trains, or else
-    all the program reads."""
-    candidates = training["trainable"] if training is not None else sorted(used)
+    """The manifest's record of the sparse weights among ``candidates`` (by default not
+    those in ``dense``)."""
     shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
-    sparse = sparsity.chosen(candidates, shapes, embeddings)
+    sparse = sparsity.chosen(candidates, shapes, dense)
     if not sparse:
-        kind = "trained " if training is not None else ""
+        kind = "trained " if trains else ""
         raise CgcError(
             f"--sparse-params: no {kind}weight is sparse"
             + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
@@ -622,33 +644,27 @@ def _sparsity_entry(
     return sparsity.to_json(sparse)
 
 
-def _sparsity_record(
-    request: Request,
-    imported: ImportedModel,
-    training: dict | None,
-    used: set[str],
-    module: ModuleOp,
-) -> dict | None:
-    """The manifest's sparsity record of ``request``, if it asks for sparse weights."""
+def _sparsity_record(request: Request, imported: ImportedModel, module: ModuleOp) -> dict:
+    """The manifest's sparsity record of ``request`` (which asks for sparse weights), among
+    the weights ``module`` trains, or else reads."""
+    trains = request.training is not None
+    kinds = ws.StreamGradientOp if trains else wse.WeightOp | ws.StreamWeightOp
+    candidates = sorted({op.weight_name.data for op in module.walk() if isinstance(op, kinds)})
+    dense = _embeddings(module) | (set(candidates) - _multiplied(module))
     if request.sparsity is not None:
-        return _sparsity_entry(request.sparsity, imported, training, used, _embeddings(module))
-    if request.detect_sparsity is not None:
-        return _detected_entry(
-            request.detect_sparsity, imported, training, used, _embeddings(module)
-        )
-    return None
+        return _sparsity_entry(request.sparsity, imported, candidates, trains, dense)
+    assert request.detect_sparsity is not None
+    return _detected_entry(request.detect_sparsity, imported, candidates, dense)
 
 
 def _mark_sparse(c: Compilation, request: Request) -> int:
     """Records the live values of ``request``'s sparse weights in the module, for the
     placement; returns the bytes of SRAM they save against dense weights."""
-    used = {op.weight_name.data for op in c.module.walk() if isinstance(op, wse.WeightOp)}
-    record = _sparsity_record(request, c.imported, None, used, c.module)
-    if record is None:
+    found = c.sparse_for(request)
+    if found is None:
         return 0
+    sparse = found[1]
     specs = c.imported.weight_specs
-    shapes = {name: spec.shape for name, spec in specs.items()}
-    sparse = sparse_weights(record, shapes, c.imported.weights)
     set_module_sparse_weights(c.module, {name: w.live for name, w in sparse.items()})
     return sum(specs[n].nbytes * (w.size - w.live) // w.size for n, w in sparse.items())
 
@@ -665,17 +681,12 @@ def _checked_threshold(threshold: float | None, sparsity: object) -> float | Non
 
 
 def _detected_entry(
-    threshold: float,
-    imported: ImportedModel,
-    training: dict | None,
-    used: set[str],
-    embeddings: set[str],
+    threshold: float, imported: ImportedModel, candidates: Sequence[str], dense: set[str]
 ) -> dict:
-    """The record of the weights with at least ``threshold`` of zeros (matrices, not
-    embeddings): their zeros are the dead values."""
-    candidates = training["trainable"] if training is not None else sorted(used)
+    """The record of the weights among ``candidates`` with at least ``threshold`` of zeros
+    (matrices not in ``dense``): their zeros are the dead values."""
     shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
-    matrices = [n for n in candidates if len(shapes[n]) >= 2 and n not in embeddings]
+    matrices = [n for n in candidates if len(shapes[n]) >= 2 and n not in dense]
     unread = [n for n in matrices if n not in imported.weights]
     if unread:
         raise CgcError(
@@ -698,6 +709,19 @@ def _detected_entry(
     return {"density": live / size, "init": "detected", "seed": 0, "weights": chosen}
 
 
+def _multiplied(module: ModuleOp) -> set[str]:
+    """The weights some matmul multiplies: the matrices sparsity makes sparse by default
+    (a position table added to the activations, a norm's scale, a bias stay dense)."""
+    found = set()
+    for op in module.walk():
+        if isinstance(op, wse.MatmulOp | wse.MatmulTransposeAOp):
+            for operand in op.operands:
+                owner = operand.owner
+                if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
+                    found.add(owner.weight_name.data)
+    return found
+
+
 def _embeddings(module: ModuleOp) -> set[str]:
     """The weights that some gather reads rows of: embedding tables (and the LM heads tied
     to them), which sparsity leaves dense by default."""
@@ -710,9 +734,12 @@ def _embeddings(module: ModuleOp) -> set[str]:
     return found
 
 
-def _check_memoryx(imported: ImportedModel, manifest: dict, target: Target) -> None:
-    """A model whose weights, gradients and optimizer state exceed MemoryX is an error
-    naming the bytes and the largest weight."""
+def _check_memoryx(
+    imported: ImportedModel, manifest: dict, target: Target, program: Program
+) -> None:
+    """A model whose weights, gradients and optimizer state (a sparse weight's by the live
+    values of ``program``'s) exceed MemoryX is an error naming the bytes and the largest
+    weight."""
     specs = imported.weight_specs
     training = manifest["training"]
     stored = {name: spec.nbytes for name, spec in specs.items()}
@@ -721,7 +748,7 @@ def _check_memoryx(imported: ImportedModel, manifest: dict, target: Target) -> N
     else:
         optimizer = training["optimizer"]
         config = {k: v for k, v in optimizer.items() if k != "optimizer"}
-        live = live_bytes(manifest.get("sparsity"), specs)
+        live = live_bytes({n: w.live for n, w in program.sparse.items()}, specs)
         need = optimizers.footprint(
             stored, training["trainable"], optimizer["optimizer"], config, live
         )

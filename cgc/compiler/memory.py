@@ -13,12 +13,14 @@ compiler does instead of refusing the model:
 
 The plan takes, for each choice about recomputing, the largest micro-batch (a divisor of the
 per-system batch) predicted to fit, and of those the one whose step the machine's timing
-engine predicts fastest. For a model of repeated blocks the prediction measures small copies
+engine finds fastest. For a model of repeated blocks the prediction measures small copies
 of it (one and two blocks, micro-batches of one and two samples) and extrapolates: exact for
-the SRAM of identical blocks, close for the time. The chosen plan is then compiled whole and
-checked exactly; should it not fit, it takes the next smaller micro-batch that does, keeping
-its choice about recomputing. What does not fit even one sample
-at a time is an error naming the layer and the bytes a PE would need.
+the SRAM of identical blocks. Each choice's plan is then compiled whole and checked exactly
+(should it not fit, it takes the next smaller micro-batch that does, keeping its choice about
+recomputing), and the whole programs' timing picks between them: the copies predict the time
+only roughly (the edges of a copy of one or two blocks weigh more than in the whole). What
+does not fit even one sample at a time is an error naming the layer and the bytes a PE would
+need.
 """
 
 from __future__ import annotations
@@ -171,8 +173,16 @@ class Planner:
         estimates = [e for e in (self._estimate(choice) for choice in self.choices) if e]
         if not estimates:
             return self._refuse(min(self.candidates()))
-        _, micro_batch, recompute = min(estimates)
-        return self._settle(micro_batch, recompute)
+        if len(estimates) == 1:
+            return self._settle(estimates[0][1], estimates[0][2])
+        # the copies predict each choice's time only roughly: the whole programs decide
+        plans = [self._settle(micro_batch, recompute) for _, micro_batch, recompute in estimates]
+        return min(plans, key=self._seconds)
+
+    def _seconds(self, plan: MemoryPlan) -> float:
+        """The time of a plan's runs, its whole program timed."""
+        found = self.build(plan.micro_batch, plan.recompute, None)
+        return measure(found, self.target, plan.micro_batches).seconds
 
     def _first_fitting(self) -> MemoryPlan:
         """Whole-program trials, for each choice in order until one fits."""

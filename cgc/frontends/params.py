@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError
-from cgc.machine.sparsity import DECAYS, DYNAMIC, INITS, REGROWS, SCHEDULES
+from cgc.machine.sparsity import CHOSEN_INITS, DECAYS, DYNAMIC, REGROWS, SCHEDULES, Sparsity
 from cgc.machine.target import MAX_SYSTEMS
 
 ZOO_PREFIX = "zoo:"
@@ -216,6 +216,11 @@ class SparsityConfig:
     dynamic: tuple[tuple[str, Any], ...] = ()
     """The dynamic settings the file gives (``cgc.machine.sparsity.DYNAMIC``), as (name,
     value) pairs."""
+
+    def sparsity(self, seed: int) -> Sparsity:
+        """The sparsity the section says, its masks drawn from ``seed``."""
+        return Sparsity(self.density, self.param_name_patterns, self.init, seed, self.schedule,
+                        **dict(self.dynamic))  # fmt: skip
 
 
 _SECTIONS = ("model", "train_input", "optimizer", "runconfig", "sparsity")
@@ -514,7 +519,7 @@ def _read_sparsity(section: _Section) -> SparsityConfig:
     return SparsityConfig(
         density=section.check_number("density", section._get("density"), _DENSITY),
         param_name_patterns=tuple(patterns),
-        init=section.choice("init", "random", INITS),
+        init=section.choice("init", "random", CHOSEN_INITS),
         schedule=schedule,
         dynamic=tuple(dynamic.items()),
     )

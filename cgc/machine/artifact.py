@@ -202,9 +202,9 @@ class Artifact:
         artifact = cls(manifest, program, ir, weights)
         try:
             check_contents(artifact)
+            artifact.program = dataclasses.replace(program, sparse=artifact.sparse_weights())
         except CgcError as e:
             raise ArtifactError(f"{source}: {e}") from None
-        artifact.program = dataclasses.replace(program, sparse=artifact.sparse_weights())
         return artifact
 
 

@@ -205,12 +205,16 @@ class Program:
 
     @cached_property
     def sparse_gradients(self) -> dict[int, SparseView]:
-        """The registers that stream out as the gradient of a view of a static sparse weight:
-        their kernel needs to form the live values only."""
+        """The registers that stream out as the gradient of a view of a sparse weight whose
+        dense gradient MemoryX does not need: their kernel forms the live values only."""
         found = {}
         for ins in self.instructions:
             weight = self.sparse.get(ins.attrs.get("name", ""))
-            if ins.opcode == Opcode.STREAM_GRADIENT and weight is not None and not weight.dynamic:
+            if (
+                ins.opcode == Opcode.STREAM_GRADIENT
+                and weight is not None
+                and not weight.dense_gradient
+            ):
                 perm = ins.attrs.get("perm")
                 found[ins.operands[0]] = SparseView(weight, None if perm is None else tuple(perm))
         return found

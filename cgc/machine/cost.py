@@ -300,7 +300,7 @@ class Timing:
             nbytes = None
             if held.sparse is not None:
                 grid = layout_grid(want.shape, want.rows, want.cols, want.rt, want.ct)
-                nbytes = resident_bytes(held.sparse, grid, want.dtype)
+                nbytes = resident_bytes(held.sparse.live, grid, want.dtype)
             self.sram.pin(held.key, want, nbytes)
 
     def _leaving(self, register: int) -> Layout:
@@ -368,7 +368,7 @@ class Timing:
         layout = self._send(ins.operands[0])
         nbytes = self.program.tensor_bytes(ins.operands[0])
         weight = self.program.sparse.get(ins.attrs["name"])
-        if weight is not None and not weight.dynamic:  # MemoryX knows where the live ones go
+        if weight is not None and not weight.dense_gradient:  # MemoryX knows the live places
             nbytes = nbytes * weight.live // weight.size
         self.record.stream_out_bytes += nbytes
         return layout

@@ -355,6 +355,7 @@ def check_manifest(manifest: Any) -> dict[str, Any]:
     """``manifest`` if it fits ``SCHEMA`` and its entries agree with each other; else a
     CgcError starting ``manifest:`` and naming the key."""
     try:
+        _upgrade(manifest)
         validate(manifest, SCHEMA)
         _check_batches(manifest)
         _check_unique(manifest, "inputs")
@@ -395,12 +396,23 @@ def _check_unique(manifest: Mapping[str, Any], key: str) -> None:
         seen.add(spec["name"])
 
 
+def _upgrade(manifest: Any) -> None:
+    """Moves the sparsity record of a training artifact written before records had their
+    own key (``training.sparsity``) to the top level."""
+    training = manifest.get("training") if isinstance(manifest, dict) else None
+    if isinstance(training, dict) and "sparsity" in training and "sparsity" not in manifest:
+        manifest["sparsity"] = training.pop("sparsity")
+
+
 def _check_sparsity(manifest: Mapping[str, Any]) -> None:
     """A dynamic sparsity has all its settings, which go together; a training artifact's
     sparse weights are weights it trains."""
     sparsity, training = manifest.get("sparsity"), manifest["training"]
     if sparsity is None:
         return
+    names = sparsity["weights"]
+    if len(set(names)) != len(names):
+        raise CgcError("sparsity.weights: names a weight twice")
     dynamic = sparsity.get("schedule", "static") == "dynamic"
     for key in DYNAMIC:
         if (key in sparsity) != dynamic:

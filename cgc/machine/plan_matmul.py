@@ -9,6 +9,7 @@ a chain reduction along the row lands in the output layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 
 from cgc.machine.kernel import (
@@ -40,7 +41,11 @@ class Matmul(Kernel):
         nb_out = prod(shape[:-2])
         flops = 2.0 * nb_out * shape[-2] * shape[-1] * k
         if b.source == STREAM and b.sparse is not None:
-            return sparse_streaming(q.target, q.rect, a, b.sparse, b, out, flops)
+            sparse = sparse_streaming(q.target, q.rect, a, b.sparse, b, out, flops)
+            dense = self._plan_streaming(q.target, q.rect, a, b, out, flops)
+            if dense.cost.cycles < sparse.cost.cycles:  # zeros and all: the live FLOPs
+                return replace(dense, cost=replace(dense.cost, flops=sparse.cost.flops))
+            return sparse
         if b.source == STREAM:
             return self._plan_streaming(q.target, q.rect, a, b, out, flops)
         steps = grid_extent(k, min(q.rect[2], q.rect[3]))

@@ -70,8 +70,9 @@ class SparseWeight:
     shape: tuple[int, ...]
     live: int
     seed: int
-    dynamic: bool = False
-    """Its mask changes during training: the wafer sends MemoryX the dense gradient."""
+    dense_gradient: bool = False
+    """MemoryX needs its dense gradient (its mask moves where the gradient is largest:
+    RigL's regrowth), so the wafer forms and sends it whole."""
     bits: bytes | None = field(default=None, compare=False, repr=False)
     """The mask, ``np.packbits`` of its values in row-major order; None: not known."""
     digest: str = ""
@@ -95,11 +96,11 @@ class SparseWeight:
         return flat.astype(bool).reshape(self.shape)
 
 
-def with_mask(name: str, live: np.ndarray, seed: int, dynamic: bool = False) -> SparseWeight:
+def with_mask(name: str, live: np.ndarray, seed: int, dense_gradient: bool = False) -> SparseWeight:
     """The sparse weight whose mask is ``live``."""
     bits = np.packbits(live.ravel()).tobytes()
     return SparseWeight(
-        name, tuple(live.shape), int(live.sum()), seed, dynamic, bits,
+        name, tuple(live.shape), int(live.sum()), seed, dense_gradient, bits,
         hashlib.sha256(bits).hexdigest(),
     )  # fmt: skip
 
@@ -116,7 +117,9 @@ def sparse_weights(
     if record is None:
         return {}
     density, init, seed = record["density"], record["init"], record["seed"]
-    dynamic = record.get("schedule", "static") == "dynamic"
+    # RigL's regrowth needs the dense gradient, every step as cgc counts it (an upper bound:
+    # it is read on update steps only); SET's random regrowth needs only the live values
+    dense = record.get("schedule") == "dynamic" and record.get("regrow") == "gradient"
     out = {}
     for name in record["weights"]:
         shape = tuple(shapes[name])
@@ -127,14 +130,14 @@ def sparse_weights(
         if init == "detected":  # its zeros are its dead values
             if initial is None:
                 raise CgcError(f"sparsity: weight '{name}' has a detected mask but no values")
-            out[name] = with_mask(name, initial != 0, seed, dynamic)
+            out[name] = with_mask(name, initial != 0, seed, dense)
             continue
         if initial is None and init == "random":
             initial = np.broadcast_to(np.float32(0), shape)  # a random mask needs no values
         if size > MASK_LIMIT or initial is None:
-            out[name] = SparseWeight(name, shape, live_count(size, density), seed, dynamic)
+            out[name] = SparseWeight(name, shape, live_count(size, density), seed, dense)
         else:
-            out[name] = with_mask(name, mask(name, initial, density, init, seed), seed, dynamic)
+            out[name] = with_mask(name, mask(name, initial, density, init, seed), seed, dense)
     return out
 
 
@@ -181,7 +184,7 @@ def _sizes(n: int, per: int) -> np.ndarray:
     return np.array([per] * full + ([rest] if rest else []), dtype=np.int64)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)
 def tile_counts(weight: SparseWeight, perm: tuple[int, ...] | None, grid: TileGrid) -> np.ndarray:
     """Live values per tile of the view ``perm`` of ``weight`` (``[row tiles, column
     tiles]``; the view's shape is the grid's: as ``ref_movement.weight_view`` reads it), from
@@ -192,12 +195,13 @@ def tile_counts(weight: SparseWeight, perm: tuple[int, ...] | None, grid: TileGr
         sizes = grid.sizes
         rng = np.random.default_rng(key)
         drawn = rng.multivariate_hypergeometric(sizes.ravel(), weight.live, method="marginals")
-        return drawn.reshape(sizes.shape)
+        return drawn.reshape(sizes.shape).astype(np.int32)
     view = weight_view(live, grid.shape, perm)
     matrix = view.reshape(-1, grid.rows, grid.cols).sum(axis=0, dtype=np.int64)
     starts_r = np.arange(0, grid.rows, grid.kb)
     starts_c = np.arange(0, grid.cols, grid.nt)
-    return np.add.reduceat(np.add.reduceat(matrix, starts_r, axis=0), starts_c, axis=1)
+    counts = np.add.reduceat(np.add.reduceat(matrix, starts_r, axis=0), starts_c, axis=1)
+    return counts.astype(np.int32)
 
 
 SAMPLED_ROWS = 256
@@ -205,7 +209,7 @@ SAMPLED_ROWS = 256
 not know the mask: the cost of the others is theirs scaled."""
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)
 def row_counts(
     weight: SparseWeight, perm: tuple[int, ...] | None, grid: TileGrid
 ) -> tuple[np.ndarray, float]:
@@ -240,7 +244,7 @@ class Encoding:
     @property
     def total_words(self) -> float:
         """Wavelets of every tile."""
-        return float(self.words.sum())
+        return float(self.words.sum(dtype=np.float64))
 
     def format_counts(self) -> dict[str, int]:
         """Tiles per encoding."""
@@ -248,7 +252,7 @@ class Encoding:
         return {name: int(n) for name, n in zip(FORMATS, counts, strict=True) if n}
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)
 def encoding(
     weight: SparseWeight,
     perm: tuple[int, ...] | None,
@@ -282,27 +286,34 @@ def encoding(
     soonest = steps == steps.min(axis=0)
     formats = np.argmin(np.where(soonest, words, np.inf), axis=0)[np.newaxis]
     chosen = np.take_along_axis(words, formats, axis=0)[0]
-    return Encoding(live, formats[0], chosen, np.take_along_axis(cycles, formats, axis=0)[0])
+    # kept compact (a weight of a 13B model has half a million tiles): whole numbers and
+    # halves of at most a few million, exact in float32
+    chosen_cycles = np.take_along_axis(cycles, formats, axis=0)[0]
+    return Encoding(
+        live,
+        formats[0].astype(np.int8),
+        chosen.astype(np.float32),
+        chosen_cycles.astype(np.float32),
+    )
 
 
 @lru_cache(maxsize=256)
-def resident_bytes(weight: SparseWeight, grid: TileGrid, dtype: str) -> int:
-    """The bytes the busiest PE holds of a sparse weight kept on the wafer in tiles of
-    ``grid``, each in the smallest of the encodings (all values; the live ones with a 16-bit
-    index each; the live ones and a bit per position). Counted by the statistics of a
-    uniformly random mask of its live count, whatever its mask: the placement chooses the
-    rectangles from the live counts alone, before any mask exists."""
+def resident_bytes(live: int, grid: TileGrid, dtype: str) -> int:
+    """The bytes the busiest PE holds of a sparse weight of ``live`` live values kept on the
+    wafer in tiles of ``grid``, each in the smallest of the encodings (all values; the live
+    ones with a 16-bit index each and a control word per column; the live ones and a bit per
+    position). Counted by the statistics of a uniformly random mask of that live count,
+    whatever its mask: the placement chooses the rectangles from the live counts alone,
+    before any mask exists."""
     sizes = grid.sizes
-    key = [weight.live, grid.rows, grid.cols, grid.kb, grid.nt]
-    rng = np.random.default_rng(key)
-    live = rng.multivariate_hypergeometric(sizes.ravel(), weight.live, method="marginals")
-    live = live.reshape(sizes.shape)
+    rng = np.random.default_rng([live, grid.rows, grid.cols, grid.kb, grid.nt])
+    counts = rng.multivariate_hypergeometric(sizes.ravel(), live, method="marginals")
+    counts = counts.reshape(sizes.shape)
     itemsize = dtypes.dtype(dtype).itemsize
-    smallest = np.minimum(
-        sizes * itemsize,
-        np.minimum(live * (itemsize + INDEX_BITS // 8), live * itemsize + -(-sizes // 8)),
-    )
-    return int(smallest.max())
+    columns = grid.stacked * grid.col_sizes[np.newaxis, :]
+    coordinate = counts * (itemsize + INDEX_BITS // 8) + columns * WAVELET_BYTES
+    bitmap = counts * itemsize + -(-sizes // 8)
+    return int(np.minimum(sizes * itemsize, np.minimum(coordinate, bitmap)).max())
 
 
 def live_only(
@@ -328,11 +339,11 @@ class SparseView:
     perm: tuple[int, ...] | None
 
 
-def stream_grid(shape: Sequence[int], k_width: int, n_width: int) -> TileGrid:
-    """The tiles of a weight view of ``shape`` ``[.., K, N]`` streaming into a rectangle:
-    ``K`` split over ``k_width`` columns, ``N`` in chunks of as many columns as the output
-    has on each PE of ``n_width`` (``plan_sparse``)."""
+def stream_grid(shape: Sequence[int], width: int) -> TileGrid:
+    """The tiles of a weight view of ``shape`` ``[.., K, N]`` streaming into a rectangle
+    ``width`` PEs wide: ``K`` split over the columns, ``N`` in chunks of as many columns as
+    the output has on each PE (``plan_sparse``)."""
     *lead, rows, cols = shape
-    kb = math.ceil(rows / grid_extent(rows, k_width))
-    nt = math.ceil(cols / grid_extent(cols, n_width))
+    kb = math.ceil(rows / grid_extent(rows, width))
+    nt = math.ceil(cols / grid_extent(cols, width))
     return TileGrid(rows, cols, kb, nt, tuple(lead))

@@ -61,8 +61,10 @@ from cgc.errors import CgcError
 DETECTED = "detected"
 """The ``init`` of the masks ``--detect-sparsity`` found: a weight's zeros are its dead
 values."""
-INITS = ("random", "magnitude", DETECTED)
-"""How the live values of a mask are picked."""
+CHOSEN_INITS = ("random", "magnitude")
+"""How the live values of a mask are picked, by a user's choice."""
+INITS = (*CHOSEN_INITS, DETECTED)
+"""How the live values of a mask are picked, or were found."""
 SCHEDULES = ("static", "dynamic")
 """Whether the masks stay or move during training."""
 REGROWS = ("gradient", "random")
@@ -161,6 +163,8 @@ class Sparsity:
             raise CgcError(f"{_option(next(iter(given)))} needs --sparsity-schedule dynamic")
         if isinstance(level, bool) or not 0 <= level < 1:
             raise CgcError(f"--sparsity {level:g}: the fraction of zeros must be in [0, 1)")
+        if init not in CHOSEN_INITS:
+            raise CgcError(f"--sparsity-init {init}: expected one of {', '.join(CHOSEN_INITS)}")
         density = 1.0 - level
         return cls(density, tuple(patterns), init, seed, schedule or "static", **given)
 
@@ -177,14 +181,15 @@ class Sparsity:
         return self.schedule == "dynamic"
 
     def chosen(
-        self, trained: Sequence[str], shapes: Mapping[str, Sequence[int]], embeddings: set[str]
+        self, candidates: Sequence[str], shapes: Mapping[str, Sequence[int]], dense: set[str]
     ) -> list[str]:
-        """The trained weights this sparsity makes sparse: those the patterns match, or by
-        default every matrix (rank 2 or more) that is not an embedding."""
+        """The weights among ``candidates`` this sparsity makes sparse: those the patterns
+        match, or by default every matrix (rank 2 or more) not in ``dense`` (embeddings,
+        position tables: what a matmul does not multiply)."""
         if self.patterns:
             compiled = [re.compile(p) for p in self.patterns]
-            return [n for n in trained if any(p.fullmatch(n) for p in compiled)]
-        return [n for n in trained if len(shapes[n]) >= 2 and n not in embeddings]
+            return [n for n in candidates if any(p.fullmatch(n) for p in compiled)]
+        return [n for n in candidates if len(shapes[n]) >= 2 and n not in dense]
 
     def to_json(self, weights: Sequence[str]) -> dict[str, Any]:
         """The record an artifact keeps: the settings and the sparse weights (a static
@@ -281,11 +286,6 @@ def mask(name: str, initial: np.ndarray, density: float, init: str, seed: int) -
     return flat.reshape(initial.shape)
 
 
-def masked(values: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """``values`` with the dead ones (``live`` false) set to 0, in their own type."""
-    return np.where(live, values, 0).astype(values.dtype, copy=False)
-
-
 def masks(record: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The masks of an artifact's sparsity ``record`` (``Sparsity.to_json``), from the
     weights' initial values."""
@@ -295,14 +295,11 @@ def masks(record: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> dict[
     }
 
 
-def live_bytes(record: Mapping[str, Any] | None, specs: Mapping[str, Any]) -> dict[str, int]:
-    """The bytes of the live values of each sparse weight of an artifact's sparsity
-    ``record`` (none without one), ``specs`` giving each weight's ``size`` and ``nbytes``:
-    what its gradient and each tensor of its optimizer state take in MemoryX."""
-    if record is None:
-        return {}
+def live_bytes(live: Mapping[str, int], specs: Mapping[str, Any]) -> dict[str, int]:
+    """The bytes of the ``live`` values of each sparse weight, ``specs`` giving each
+    weight's ``size`` and ``nbytes``: what its gradient and each tensor of its optimizer
+    state take in MemoryX."""
     return {
-        name: live_count(specs[name].size, record["density"])
-        * (specs[name].nbytes // max(1, specs[name].size))
-        for name in record["weights"]
+        name: count * (specs[name].nbytes // max(1, specs[name].size))
+        for name, count in live.items()
     }

@@ -117,8 +117,11 @@ def changed_setting(found: Checkpoint, record: dict) -> tuple[str, str, str] | N
     if found.loop is None:
         return None
     for key in ("trainable", "max_grad_norm", "sparsity"):
-        if key in found.loop and found.loop[key] != record[key]:
-            return key, _shown(found.loop[key]), _shown(record[key])
+        then = found.loop.get(key, record[key])
+        if key == "sparsity" and isinstance(then, str) and not then.startswith("density "):
+            then = f"density {then}"  # written before the record named the density
+        if then != record[key]:
+            return key, _shown(then), _shown(record[key])
     if "schedule" not in found.loop:
         return None
     then, now = Schedule(**found.loop["schedule"]), Schedule(**record["schedule"])

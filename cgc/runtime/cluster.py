@@ -204,7 +204,8 @@ class Cluster:
         self.memoryx = MemoryX(artifact.weights, self.target, artifact.weight_specs)
         sparse = manifest.get("sparsity")
         if sparse is not None:  # timing-only: the live counts, for the footprint
-            masks = sparsity.masks(sparse, self.memoryx.weights) if numerics else None
+            found = sparse["init"] == sparsity.DETECTED  # its masks are the stored zeros
+            masks = sparsity.masks(sparse, self.memoryx.weights) if numerics or found else None
             self.memoryx.sparsify(sparse, masks)
         self.swarmx = SwarmX(self.num_csx, self.target)
         self.grad_norm: float | None = None

@@ -28,7 +28,7 @@ import numpy as np
 
 from cgc.machine import dtypes, optimizers, reference
 from cgc.machine.artifact import WeightSpec
-from cgc.machine.sparsity import Sparsity, live_bytes
+from cgc.machine.sparsity import Sparsity, live_bytes, live_count
 from cgc.machine.target import Target
 
 
@@ -108,7 +108,9 @@ class MemoryX:
         self.sparsity = Sparsity.from_json(record)
         if masks is None:
             return
-        self.masks = {name: np.asarray(mask, dtype=bool) for name, mask in masks.items()}
+        # a weight all of whose values live is dense: kept, streamed and updated as one
+        given = {name: np.asarray(mask, dtype=bool) for name, mask in masks.items()}
+        self.masks = {name: mask for name, mask in given.items() if not mask.all()}
         self.live = {name: np.flatnonzero(mask) for name, mask in self.masks.items()}
         for name, live in self.live.items():
             kept = self.weights[name].reshape(-1)[live]
@@ -160,8 +162,17 @@ class MemoryX:
         """The bytes it holds: every weight, and for training the gradients of ``trained``
         and ``optimizer``'s state (a sparse weight's by its live values)."""
         stored = {name: spec.nbytes for name, spec in self.specs.items()}
-        live = live_bytes(self.record, self.specs)
+        live = live_bytes(self.live_counts(), self.specs)
         return optimizers.footprint(stored, trained, optimizer, config, live)
+
+    def live_counts(self) -> dict[str, int]:
+        """The live values of each sparse weight: its mask's, or without masks (timing
+        only) the record's density's; a weight all of whose values live is dense."""
+        if self.live or self.record is None:
+            return {name: int(live.size) for name, live in self.live.items()}
+        density = self.record["density"]
+        counts = {n: live_count(self.specs[n].size, density) for n in self.record["weights"]}
+        return {name: n for name, n in counts.items() if n < self.specs[name].size}
 
     def apply(
         self,

@@ -26,7 +26,7 @@ import io
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
@@ -377,9 +377,11 @@ def _compute_reason(index: int, m: _Measured, d: _Measured, density: float) -> t
     ones' times the density, and what binds the worst of them.
 
     The kernels are the same instructions in both programs: one on a sparse weight is one
-    that does fewer FLOPs than its dense self, whatever its algorithm."""
+    that does fewer FLOPs than its dense self, whatever its algorithm. Its dense self is
+    the same program without sparse weights: the dense point's memory plan may differ."""
+    dense = replace(m.program, sparse={})
     pairs = list(
-        zip(_kernels(m.program, m.target, index), _kernels(d.program, d.target, index), strict=True)
+        zip(_kernels(m.program, m.target, index), _kernels(dense, m.target, index), strict=True)
     )
     if not pairs:
         return "dense kernels", "no kernels: its compute is host I/O and data movement"
@@ -445,8 +447,10 @@ def table_text(points: Sequence[SparsePoint], target: Target) -> str:
         headers.append(f"why below {SLOW:g}x at {at:.0%}")
         reasons = {g.name: g.reason for g in explained.layers}
         table = []
-        for i, group in enumerate(mine[0].layers):
-            gains = [f"{p.layers[i].speedup:.2f}" for p in mine]
+        # the levels' plans may differ (recomputing or not): layers by name, "-" where absent
+        speedups = [{g.name: g.speedup for g in p.layers} for p in mine]
+        for group in mine[0].layers:
+            gains = [f"{x[group.name]:.2f}" if group.name in x else "-" for x in speedups]
             why = reasons.get(group.name, "")
             table.append([group.name, str(group.count), _seconds(group.dense_seconds), *gains, why])
         lines.append(f"per layer on {fewest} system{'s' * (fewest > 1)}, per step:")
