@@ -25,6 +25,7 @@ from cgc.machine.artifact import (
     weights_to_bytes,
 )
 from cgc.machine.files import npz_bytes
+from cgc.machine.manifest import check_manifest
 
 HEADER = struct.Struct("<8sII")
 ENTRY = struct.Struct("<16sQQ32s")
@@ -301,3 +302,14 @@ def test_npz_bytes_takes_any_array_name():
         assert sorted(archive.files) == sorted(arrays)
         for name, value in arrays.items():
             np.testing.assert_array_equal(archive[name], value)
+
+
+def test_a_program_without_a_batch_axis_runs_once(artifact):
+    """A manifest that says it runs a program without a batch axis more than once is
+    refused: nothing would tell the runs apart (a fuzzed count of 2**64 once overflowed)."""
+    manifest = copy.deepcopy(artifact.manifest)
+    manifest.update(micro_batches=2**64, per_system_batch=None, micro_batch=None)
+    for spec in (*manifest["inputs"], *manifest["outputs"]):
+        spec["batch_axis"] = None
+    with pytest.raises(CgcError, match="micro_batches: 18446744073709551616 runs of a program"):
+        check_manifest(manifest)

@@ -72,6 +72,35 @@ def track_extents(timeline: streaming.Timeline) -> dict[tuple[str, str], float]:
     return extents
 
 
+ALTERNATING = [  # an MLP's inference on 8 x 8 PEs: its runs repeat every two runs, not one
+    Layer("fc1", 367.0, 2048.0, 0.0, 8320.0, 0.0),
+    Layer("fc2", 167.0, 0.0, 0.0, 4224.0, 0.0),
+    Layer("fc3", 93.0, 0.0, 320.0, 1320.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("runs", [2, 5, 6, 7, 40, 41])
+def test_runs_that_repeat_every_few_runs_take_their_period_exactly(runs, monkeypatch):
+    """The shortcut also takes runs that settle into a cycle of two (the runs that do not fill
+    a cycle at the end run as they would): the time and the tracks of simulating every run."""
+    target = get_target("mesh8x8")
+    fast = streaming.simulate(ALTERNATING, target, Tree(1, target), runs, False, "s")
+    monkeypatch.setattr(streaming, "_cycle", lambda *a: None)
+    slow = streaming.simulate(ALTERNATING, target, Tree(1, target), runs, False, "s")
+    assert fast.seconds == pytest.approx(slow.seconds, rel=1e-12)
+    assert track_extents(fast) == pytest.approx(track_extents(slow), rel=1e-12)
+    if runs >= 40:
+        assert len(fast.spans) < len(slow.spans) / 4
+        assert any(", as micro-batches " in x.name for x in fast.spans)
+
+
+def test_a_trillion_runs_that_alternate_cost_a_few():
+    target = get_target("mesh8x8")
+    timeline = streaming.simulate(ALTERNATING, target, Tree(1, target), 1 << 40, False, "s")
+    assert len(timeline.spans) < 100
+    assert timeline.seconds >= target.seconds((1 << 40) * sum(x.cycles for x in ALTERNATING))
+
+
 @pytest.mark.parametrize("streams", sorted(STREAMS))
 def test_millions_of_runs_cost_a_few(streams):
     """A batch of millions of sequences, one a run: the runs turn steady within a few."""

@@ -379,6 +379,8 @@ def _check_batches(manifest: Mapping[str, Any]) -> None:
         raise CgcError(
             f"per_system_batch: {whole} is not micro_batch {micro} x micro_batches {runs}"
         )
+    if micro is None and runs != 1:  # a program without a batch axis runs once
+        raise CgcError(f"micro_batches: {runs} runs of a program without a batch axis")
     for key in ("inputs", "outputs"):
         for index, spec in enumerate(manifest[key]):
             if spec["batch_axis"] == 0 and spec["shape"][:1] != [micro]:

@@ -188,6 +188,12 @@ class _Clock:
             setattr(self, name, getattr(self, name) + later)
 
 
+MOST_CYCLE = 4
+"""The longest cycle of runs a timeline looks for: runs may settle into a pattern that repeats
+every few runs rather than every run (a layer's weights arriving before or after the wafer
+is free, in turn)."""
+
+
 def _step(
     layers: Sequence[Layer],
     target: Target,
@@ -200,31 +206,51 @@ def _step(
     the first run's layers.
 
     Every run after the first is the same max-plus map of the moments the next one depends
-    on (``_Clock.state``), so once the runs are steady (``_periods``) every later run moves
-    the moments as the last did: the runs from there on cost that, exactly, and their spans
-    are one span a track that says so.
+    on (``_Clock.state``), so once ``k`` runs moved the moments as the ``k`` before them did
+    (``_cycle``) every later ``k`` runs move them so too: those runs cost that, exactly, and
+    their spans are one span a track that says so; the few runs that do not fill a cycle
+    run as the first ones did.
     """
     spans: list[Span] = []
     first: list[LayerTime] = []
     backlog = sum(swarmx.link_seconds(layer.stream_out_bytes) for layer in layers)
-    before = clock.state
-    for run in range(runs):
+    states = [clock.state]
+    run = 0
+    while run < runs:
         suffix = f" (micro-batch {run + 1})" if runs > 1 else ""
         for index, layer in enumerate(layers):
             ready = clock.ready[index] if run == 0 and clock.ready else 0.0
             figures = _layer(layer, target, swarmx, clock, spans, track, suffix, ready)
             if run == 0:
                 first.append(figures)
-        after = clock.state
-        moved = [b - a for a, b in zip(before, after, strict=True)]
+        states.append(clock.state)
         left = runs - run - 1
-        periods = _periods(moved, backlog) if run and left else None
-        if periods is not None:
-            spans += _repeated(spans, run, left, periods, runs)
-            clock.advance([left * m for m in moved])
-            break
-        before = after
+        found = _cycle(states, backlog) if left else None
+        if found is not None and left >= found[0]:
+            k, moved, periods = found
+            cycles = left // k
+            spans += _repeated(spans, run, k, cycles, periods)
+            clock.advance([cycles * m for m in moved])
+            run += cycles * k
+            states = [clock.state]
+        run += 1
     return spans, first
+
+
+def _cycle(
+    states: Sequence[tuple[float, ...]], backlog: float
+) -> tuple[int, list[float], dict[str, float]] | None:
+    """The shortest cycle of runs, up to ``MOST_CYCLE``, over which the last runs moved the
+    moments as every later cycle will (``_periods``, the first run left out: it starts from
+    nothing), with what it moves them by and each track's period; None if none yet."""
+    for k in range(1, MOST_CYCLE + 1):
+        if len(states) < k + 2:
+            return None
+        moved = [b - a for a, b in zip(states[-1 - k], states[-1], strict=True)]
+        periods = _periods(moved, k * backlog)
+        if periods is not None:
+            return k, moved, periods
+    return None
 
 
 def _periods(moved: Sequence[float], backlog: float) -> dict[str, float] | None:
@@ -251,20 +277,23 @@ def _periods(moved: Sequence[float], backlog: float) -> dict[str, float] | None:
 
 
 def _repeated(
-    spans: list[Span], run: int, left: int, periods: dict[str, float], runs: int
+    spans: list[Span], run: int, k: int, cycles: int, periods: dict[str, float]
 ) -> list[Span]:
-    """One span a track for the runs after ``run`` that repeat its spans a period apart
-    (``_periods``)."""
-    last = f" (micro-batch {run + 1})"
-    mine = [x for x in spans if x.name.endswith(last)]
-    repeats = f"micro-batches {run + 2}-{runs}, each as micro-batch {run + 1}"
-    tracks = dict.fromkeys(x.track for x in mine)
+    """One span a track for the ``cycles`` cycles of ``k`` runs after ``run`` that repeat the
+    spans of the ``k`` runs up to it a period apart (``_periods``)."""
+    numbers = range(run - k + 2, run + 2)
+    mine = [x for x in spans if any(x.name.endswith(f" (micro-batch {n})") for n in numbers)]
+    last = run + 1 + cycles * k
+    if k == 1:
+        repeats = f"micro-batches {run + 2}-{last}, each as micro-batch {run + 1}"
+    else:
+        repeats = f"micro-batches {run + 2}-{last}, as micro-batches {numbers[0]}-{run + 1}"
     out = []
-    for track in tracks:
+    for track in dict.fromkeys(x.track for x in mine):
         on_it = [x for x in mine if x.track == track]
         period = periods.get(track, periods[INGRESS])
         start = min(x.start for x in on_it) + period
-        end = max(x.end for x in on_it) + left * period
+        end = max(x.end for x in on_it) + cycles * period
         out.append(Span(track, repeats, start, end))
     return out
 

@@ -21,6 +21,7 @@ import onnx
 
 import cgc.tools.fuzz_mutators as mut
 from cgc.frontends import zoo
+from cgc.machine.artifact import weights_to_bytes
 
 DIR = "{dir}"
 """Stands for the case's directory in a step's arguments."""
@@ -122,11 +123,14 @@ class SetupFiles:
                   "--dump-ir", f"{DIR}/ir"]),
             Step(["compile", f"{DIR}/conv.onnx", "-o", f"{DIR}/conv_ws.cgc", "--mode",
                   "weight_streaming"]),
+            Step(["compile", f"{DIR}/conv.onnx", "-o", f"{DIR}/conv_sparse.cgc", "--mode",
+                  "weight_streaming", "--sparsity", "0.75", "--sparse-params", ".*"]),
         ]  # fmt: skip
         results = run(str(where), steps)
         if len(results) != len(steps) or any(r.get("exit") != 0 for r in results):
             raise RuntimeError(f"the fuzzer's setup failed: {results}")
-        artifacts = {n: (where / f"{n}.cgc").read_bytes() for n in ("mlp", "conv_ws")}
+        names = ("mlp", "conv_ws", "conv_sparse")
+        artifacts = {n: (where / f"{n}.cgc").read_bytes() for n in names}
         inputs = {}
         for name, data in artifacts.items():
             arrays = inputs_for(manifest_of(data), seed=1)
@@ -309,8 +313,21 @@ def _compile(d: Draw) -> list[str]:
     d.maybe(args, "--dump-ir", [f"{DIR}/ir", *OUT_PATHS], 0.15)
     if d.rng.random() < 0.1:
         args.append(d.rng.choice(["--no-weights", "--recompute", "--print-ir-after-all"]))
+    _sparsity(d, args)
+    d.maybe(args, "--detect-sparsity", FLOATS, 0.08)
+    if d.rng.random() < 0.05:
+        weights = {"fc1.weight": np.zeros(d.rng.choice([(32, 16), (16, 32), (3,)]), np.float32)}
+        args += ["--weights", d.path("w.safetensors", weights_to_bytes(weights))]
+        d.notes.append("--weights")
     d.target(args)
     return args
+
+
+def _sparsity(d: Draw, args: list[str]) -> None:
+    """Sparsity options: levels, patterns, mask choices."""
+    d.maybe(args, "--sparsity", [*FLOATS, "0.75", "0.9", "0.999999"], 0.12)
+    d.maybe(args, "--sparse-params", ["(", ".*", "fc1.*", "nothing", ".*bias"], 0.06)
+    d.maybe(args, "--sparsity-init", ["random", "magnitude", "detected", ""], 0.05)
 
 
 def _artifact(d: Draw) -> tuple[str, str]:
@@ -360,6 +377,12 @@ def _train(d: Draw) -> list[str]:
     if d.rng.random() < 0.1:
         args.append(d.rng.choice(["--resume", "--shuffle", "--nesterov", "--amsgrad"]))
     d.maybe(args, "--trace", [f"{DIR}/t.json", *OUT_PATHS], 0.1)
+    _sparsity(d, args)
+    d.maybe(args, "--sparsity-schedule", ["static", "dynamic", "x"], 0.06)
+    for option in ("--sparsity-update-every", "--sparsity-end-step"):
+        d.maybe(args, option, INTS, 0.04)
+    d.maybe(args, "--sparsity-drop-fraction", FLOATS, 0.04)
+    d.maybe(args, "--sparsity-regrow", ["gradient", "random", "x"], 0.04)
     d.target(args)
     return args
 
@@ -372,6 +395,7 @@ def _scale(d: Draw) -> list[str]:
     d.maybe(args, "--optimizer", ["sgd", "adam", "adamw", "x"], 0.1)
     for option, name in (("--json", "s.json"), ("--csv", "s.csv"), ("--png", "s.png")):
         d.maybe(args, option, [f"{DIR}/{name}", *OUT_PATHS], 0.1)
+    d.maybe(args, "--sparsity", ["0,0.5", "0.9", "1", "a", "0,0", "-1", ",", "nan"], 0.15)
     d.target(args)
     return args
 
