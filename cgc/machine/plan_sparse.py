@@ -1,5 +1,6 @@
 """The plans of matmul on a sparse weight: the weight-streaming kernel on the live weights
-alone, and the weight gradient that forms a static sparse weight's live values alone.
+alone, and the weight gradient that forms only the live values of a sparse weight whose
+dense gradient MemoryX does not need (static, or SET's random regrowth).
 
 Streaming (``sparse_streaming``): PE column ``c`` receives tile ``(c, j)`` of the weight, its
 rows of chunk ``j`` of the output columns, in the encoding ``sparse_tiles.encoding`` chose,
@@ -135,7 +136,8 @@ def _paced(step: np.ndarray, column: float) -> float:
 
 def sampled(q: Request, a: Operand, out: Layout, b_at: Layout) -> Plan:
     """The gradient of the static sparse weight ``q.attrs["live"]`` views, its live values
-    alone; a result row takes as long as its slowest column block."""
+    alone; the column blocks keep pace with the multicast of the activations' columns
+    (``_paced``)."""
     view: SparseView = q.attrs["live"]
     width = grid_extent(a.shape[-1], q.rect[2])
     a_at = Layout(a.shape, a.dtype, b_at.row0, b_at.col0, b_at.h, width)

@@ -1,10 +1,12 @@
 """Sparse weights as the machine sees them: live values counted per weight-streaming tile,
-each tile streamed in the encoding that takes fewest wavelets, and what a PE pays for it.
+each tile streamed in the encoding that suits it, and what a PE pays for it.
 
-The weight-streaming matmul (``plan_matmul``) cuts a streamed weight ``[.., K, N]`` into
+The weight-streaming matmul (``plan_sparse``) cuts a streamed weight ``[.., K, N]`` into
 tiles of ``kb`` rows by ``nt`` columns: PE column ``c`` receives rows ``c*kb...`` of the
 output columns of chunk ``j``. MemoryX keeps every tile of a sparse weight in one of three
-encodings and streams it as such; it picks per tile the one of fewest 32-bit wavelets:
+encodings and streams it as such; it picks per tile the one that lets the PE finish the tile
+soonest (its arrival and its arithmetic overlap: the longer counts), of fewest 32-bit
+wavelets on a tie:
 
 * ``dense``: every value, zeros included (``S`` values for a tile of ``S``): no metadata, and
   the PE multiplies the zeros as a dense tile's FMACs;
@@ -18,8 +20,8 @@ A PE does one AXPY per live weight it receives (the weight times its rows of the
 column ``k``, into the partial sums of column ``n``): the vector op's cycles, plus
 ``INDEX_CYCLES`` to decode the index and point the op at its operands, plus per tile the
 encoding's fixed work (a control wavelet per column, a bitmap word per 32 positions). The
-columns of PEs then sum their partials along the row, chunk by chunk, so every chunk takes
-as long as its slowest column: the imbalance of the mask between columns costs time.
+columns of PEs then sum their partials along the row, chunk by chunk, so the imbalance of the
+mask between columns costs time (``plan_sparse`` says how much).
 
 Which values live comes from the mask where the timing can have it: a weight of at most
 ``MASK_LIMIT`` values whose mask is known (random masks from their seed; a magnitude or
