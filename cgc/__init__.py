@@ -185,6 +185,8 @@ def prepare_training(
     sparsity_regrow: str | None = None,
     sparsity_decay: str | None = None,
     sparsity_end_step: int | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
+    detect_sparsity: float | None = None,
     **settings: Choice,
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
     """Compiles a training run of a model whose first output is the loss (an ONNX model, or a
@@ -211,7 +213,9 @@ def prepare_training(
     every ``sparsity_update_every`` steps (until ``sparsity_end_step``), dropping a
     ``sparsity_drop_fraction`` of the live values (``sparsity_decay``: ``constant`` or
     ``cosine``) and regrowing as many by ``sparsity_regrow``: ``gradient`` (RigL) or
-    ``random`` (SET). Without ``sparsity``, a params file's ``sparsity`` section says it."""
+    ``random`` (SET). Without ``sparsity``, a params file's ``sparsity`` section says it.
+    ``weights`` and ``detect_sparsity`` are ``compile``'s: a pruned model's zeros stay dead
+    through its training."""
     from cgc.compiler.driver import TrainingOptions, compile_model, training_options
     from cgc.frontends.params import ModelParams, is_params_source, load_params
     from cgc.machine.sparsity import Sparsity
@@ -257,6 +261,8 @@ def prepare_training(
             micro_batch_size=micro_batch,
             recompute=recompute if training else None,
             init_seed=init_seed,
+            weights=weights,
+            detect_sparsity=detect_sparsity if training else None,
         )
 
     artifact = compiled(options, micro_batch_size)

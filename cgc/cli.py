@@ -26,6 +26,7 @@ from cgc.cli_options import (
     sparsity_levels_options,
     sparsity_options,
     target_options,
+    weights_options,
 )
 from cgc.errors import CgcError
 from cgc.machine.files import npz_bytes
@@ -149,10 +150,7 @@ def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
 @plan_options
 @sparsity_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the masks.")
-@click.option(
-    "--detect-sparsity", type=float, help="Weights with this fraction of zeros are sparse."
-)
-@click.option("--weights", "weights_path", help="A .safetensors file of weights, by name.")
+@weights_options
 @click.option("--dump-ir", type=click.Path(), help="Write the IR after every pass here.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
 def compile(
@@ -409,6 +407,7 @@ def _chosen_settings(options: dict) -> dict:
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
 @sparsity_options
 @dynamic_sparsity_options
+@weights_options
 @target_options
 @plan_options
 def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **options) -> None:
@@ -436,11 +435,13 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
     data = load_npz(data_path, "--data") if data_path is not None else None
     target = _targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
     settings = {k: options.pop(k) for k in list(options) if k in KEYWORDS}
+    weights_path = options.pop("weights_path")
     artifact, loop, evaluation = cgc.prepare_training(
         model,
         steps=steps,
         eval_data=held_out,
         target=target,
+        weights=None if weights_path is None else _safetensors(weights_path),
         **options,
         **_chosen_settings(settings),
     )

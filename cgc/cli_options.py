@@ -113,3 +113,20 @@ def dynamic_sparsity_options(command: Callable) -> Callable:
             click.option("--sparsity-end-step", type=int, help="Masks stop moving at this step."),
         ),
     )
+
+
+def weights_options(command: Callable) -> Callable:
+    """``--weights`` and ``--detect-sparsity``."""
+    return _options(
+        command,
+        (
+            click.option(
+                "--weights", "weights_path", help="A .safetensors file of weights, by name."
+            ),
+            click.option(
+                "--detect-sparsity",
+                type=float,
+                help="Weights with this fraction of zeros are sparse, their zeros dead.",
+            ),
+        ),
+    )

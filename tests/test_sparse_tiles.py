@@ -9,6 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
+from conftest import mlp_train_data
 from onnx import numpy_helper
 
 import cgc
@@ -16,7 +17,7 @@ from cgc.cli import main
 from cgc.errors import DoesNotFitError
 from cgc.frontends import zoo
 from cgc.machine import plans, sparse_tiles
-from cgc.machine.artifact import Artifact, weights_to_bytes
+from cgc.machine.artifact import Artifact, weights_from_bytes, weights_to_bytes
 from cgc.machine.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand
 from cgc.machine.sparse_tiles import SparseView, SparseWeight, TileGrid, tile_counts, with_mask
@@ -338,3 +339,27 @@ def test_a_bad_weights_file_is_named(tensors, message, tmp_path) -> None:
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_a_pruned_model_trains_with_its_zeros_dead(tmp_path) -> None:
+    """``cgc train --weights FILE --detect-sparsity``: the file's zeros are the masks, and they
+    stay zero through the steps, where a dense training of the same weights fills them."""
+    model = zoo.MODELS["mlp_train"]()
+    tensors = {t.name: numpy_helper.to_array(t) for t in _pruned(model, 0.8).graph.initializer}
+    (tmp_path / "w.safetensors").write_bytes(weights_to_bytes(tensors))
+    data = mlp_train_data(16, seed=1)
+    zoo.save(model, tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "data.npz", **data)
+    common = [str(tmp_path / "mlp.onnx"), "--data", str(tmp_path / "data.npz"), "--steps", "3",
+              "--batch-size", "8", "--target", "mesh16x16", "--lr", "0.1",
+              "--weights", str(tmp_path / "w.safetensors")]  # fmt: skip
+    runs = {}
+    for name, extra in (("sparse", ["--detect-sparsity", "0.7"]), ("dense", [])):
+        out = tmp_path / name
+        result = CliRunner().invoke(main, ["train", *common, "--model-dir", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        runs[name] = weights_from_bytes((out / "weights.safetensors").read_bytes())
+    for name, start in tensors.items():
+        if start.ndim == 2:
+            assert not runs["sparse"][name][start == 0].any(), name
+            assert runs["dense"][name][start == 0].any(), name
