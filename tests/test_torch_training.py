@@ -125,12 +125,25 @@ def lm_batches(steps=4, batch=8, seed=1):
     ]
 
 
-def eager(model, make_optimizer, batches, loss_fn=None, make_scheduler=None, micro_batches=1):
+def eager(
+    model, make_optimizer, batches, loss_fn=None, make_scheduler=None, micro_batches=1, masks=None
+):
     """Per-step losses of the loop in eager; trains ``model`` in place. Each batch is split
     into ``micro_batches`` whose gradients add up (what K systems running their share of the
-    batch do; the same as one pass unless the model has batch statistics)."""
+    batch do; the same as one pass unless the model has batch statistics). ``masks`` (by
+    parameter name) apply to the weights at the start and to the gradients and the weights at
+    every step."""
+    params = dict(model.named_parameters())
+    masks = masks or {}
+
+    def mask(grads: bool = False) -> None:
+        with torch.no_grad():
+            for name, m in masks.items():
+                (params[name].grad if grads else params[name]).mul_(m)
+
     optimizer = make_optimizer(model)
     scheduler = make_scheduler(optimizer) if make_scheduler else None
+    mask()
     losses = []
     for batch in batches:
         optimizer.zero_grad()
@@ -140,7 +153,9 @@ def eager(model, make_optimizer, batches, loss_fn=None, make_scheduler=None, mic
             loss = out / micro_batches
             loss.backward()
             total += loss.item()
+        mask(grads=True)
         optimizer.step()
+        mask()
         if scheduler is not None:
             scheduler.step()
         losses.append(total)
@@ -375,27 +390,11 @@ def test_sparse_weights_match_a_masked_eager_loop(num_csx, tmp_path):
     g = torch.Generator().manual_seed(4)
     batches = [(torch.randn(8, 12, generator=g), torch.randint(0, 5, (8,), generator=g))
                for _ in range(2)] * 2  # fmt: skip
-    opt = torch.optim.SGD(reference.parameters(), lr=0.2, momentum=0.9)
-    with torch.no_grad():
-        for n, p in names.items():
-            p.mul_(masks[n])
-    want = []
-    for x, y in batches:
-        loss = F.cross_entropy(reference(x), y)
-        opt.zero_grad()
-        loss.backward()
-        with torch.no_grad():
-            for n, p in names.items():
-                p.grad.mul_(masks[n])
-        opt.step()
-        with torch.no_grad():
-            for n, p in names.items():
-                p.mul_(masks[n])
-        want.append(loss.item())
 
     def sgd(m):
         return torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9)
 
+    want = eager(reference, sgd, batches, F.cross_entropy, masks=masks)
     got = on_cgc(
         model, sgd, batches, tmp_path, num_csx=num_csx, loss_fn=F.cross_entropy,
         sparsity=0.5, seed=9,
@@ -403,33 +402,6 @@ def test_sparse_weights_match_a_masked_eager_loop(num_csx, tmp_path):
     same_training(got, want, model, reference)
     assert int((model[0].weight == 0).sum()) == 12 * 16 // 2
     assert bool((model[0].bias != 0).all())
-
-
-def masked_eager(model, make_optimizer, batches, masks, loss_fn=None, micro_batches=1):
-    """``eager`` with ``masks`` (by parameter name) applied to the weights at the start and to
-    the gradients and the weights at every step."""
-    params = dict(model.named_parameters())
-    optimizer = make_optimizer(model)
-    with torch.no_grad():
-        for name, m in masks.items():
-            params[name].mul_(m)
-    losses = []
-    for batch in batches:
-        optimizer.zero_grad()
-        total = 0.0
-        for part in zip(*(t.chunk(micro_batches) for t in batch), strict=True):
-            out = model(*part) if loss_fn is None else loss_fn(model(*part[:-1]), part[-1])
-            (out / micro_batches).backward()
-            total += out.item() / micro_batches
-        with torch.no_grad():
-            for name, m in masks.items():
-                params[name].grad.mul_(m)
-        optimizer.step()
-        with torch.no_grad():
-            for name, m in masks.items():
-                params[name].mul_(m)
-        losses.append(total)
-    return losses
 
 
 def sparse_on_cgc(model, make_optimizer, batches, tmp_path, **options):
@@ -463,7 +435,7 @@ def test_sparse_gpt_matches_a_masked_eager_loop(num_csx, tmp_path):
 
     got, masks = sparse_on_cgc(model, adam, batches, tmp_path, num_csx=num_csx)
     assert sorted(masks) == ["attn.proj.weight", "attn.qkv.weight", "fc.weight", "out.weight"]
-    want = masked_eager(reference, adam, batches, masks)
+    want = eager(reference, adam, batches, masks=masks)
     same_training(got, want, model, reference)
     assert int((model.fc.weight == 0).sum()) == model.fc.weight.numel() // 2
 
@@ -483,7 +455,7 @@ def test_sparse_cnn_matches_a_masked_eager_loop(num_csx, tmp_path):
         model, sgd, batches, tmp_path, num_csx=num_csx, loss_fn=F.cross_entropy
     )
     assert sorted(masks) == ["conv.weight", "fc.weight"]
-    want = masked_eager(reference, sgd, batches, masks, F.cross_entropy, micro_batches=num_csx)
+    want = eager(reference, sgd, batches, F.cross_entropy, micro_batches=num_csx, masks=masks)
     same_training(got, want, model, reference)
 
 
