@@ -108,56 +108,35 @@ def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> lis
     a, b = _tiles(values[0]), _tiles(values[1])
     out = plan.outputs[0]
     rank = len(out.tile_shape())
-    # Every PE of grid row i multiplies the same block of A's column s, every PE of grid
-    # column j the same block of B's row s: one mesh step over all PEs is one GEMM of the
-    # blocks stacked along the grid.
+    # SUMMA's steps each add one block of A's columns times one block of B's rows on every
+    # PE; stacked along the grid, all steps of all PEs are one GEMM of the padded matrices
+    # (padding is zero, so it adds nothing)
     wide = accumulator(out.dtype)
-    at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0))
-    bt = _stack_grid_cols(_batch_aligned(b.masked(0), rank))
-    at, bt = at.astype(wide, copy=False), bt.astype(wide, copy=False)
-    acc = at[0] @ bt[0]
-    for s in range(1, plan.detail["steps"]):
-        acc += at[s] @ bt[s]
-    return [DistTensor(out, _unstack(acc.astype(out.dtype, copy=False), out))]
+    at = _padded_matrix(_batch_aligned(a.masked(0), rank)).astype(wide, copy=False)
+    bt = _padded_matrix(_batch_aligned(b.masked(0), rank)).astype(wide, copy=False)
+    return [DistTensor(out, _unstack((at @ bt).astype(out.dtype, copy=False), out))]
 
 
 def _streaming_matmul(plan: Plan, a: DistTensor, weights: np.ndarray) -> DistTensor:
+    """Every PE multiply-accumulates the weight rows of its column and the chain along each
+    mesh row sums the partials: over all PEs and chunks, one GEMM of the activations (their
+    padding zero) with the weights padded to the grid."""
     out, a_at = plan.outputs[0], plan.inputs[0]
     assert a_at is not None
-    cols, kb, nt = a_at.w, a_at.ct, out.ct
-    lead = weights.shape[:-2]
     k, n = weights.shape[-2:]
     wide = accumulator(out.dtype)
-    padded = np.zeros((*lead, cols * kb, out.w * nt), dtype=wide)
-    padded[..., :k, :n] = weights
-    blocks = padded.reshape(*lead, cols, kb, out.w, nt)
-    nl = len(lead)
-    blocks = np.moveaxis(blocks, (nl, nl + 2), (0, 1))  # [cols, w, *lead, kb, nt]
     rank = len(out.tile_shape())
-    # [cols, *batch, h * mt, kb]: the activations of each grid column, stacked over rows
-    at = _stack_grid_rows(np.moveaxis(_batch_aligned(a.masked(0), rank), 1, 0)).astype(
-        wide, copy=False
-    )
-    chunks = []
-    for c in range(out.w):
-        # every PE multiply-accumulates the weight rows of its column (one batched GEMM
-        # over the grid columns), then the chain along each row sums the partials
-        weight_rows = _batch_aligned(blocks[:, c][:, None], rank)[:, 0]
-        chunks.append((at @ weight_rows).sum(axis=0))
-    stacked = np.stack(chunks, axis=-2).astype(out.dtype, copy=False)  # [*batch, h * mt, w, nt]
-    return DistTensor(out, _unstack(stacked.reshape(*stacked.shape[:-2], -1), out))
+    at = _padded_matrix(_batch_aligned(a.masked(0), rank))[..., :k].astype(wide, copy=False)
+    product = at @ weights.astype(wide, copy=False)
+    padded = np.zeros((*product.shape[:-2], product.shape[-2], out.w * out.ct), dtype=out.dtype)
+    padded[..., :n] = product
+    return DistTensor(out, _unstack(padded, out))
 
 
-def _stack_grid_rows(tiles: np.ndarray) -> np.ndarray:
-    """``[n, h, *batch, mt, kt]`` to ``[n, *batch, h * mt, kt]``."""
-    moved = np.moveaxis(tiles, 1, -3)
-    return moved.reshape(*moved.shape[:-3], -1, moved.shape[-1])
-
-
-def _stack_grid_cols(tiles: np.ndarray) -> np.ndarray:
-    """``[n, w, *batch, kt, nt]`` to ``[n, *batch, kt, w * nt]``."""
-    moved = np.moveaxis(tiles, 1, -2)
-    return moved.reshape(*moved.shape[:-2], -1)
+def _padded_matrix(tiles: np.ndarray) -> np.ndarray:
+    """Tiles ``[h, w, *batch, rt, ct]`` as the padded matrices ``[*batch, h * rt, w * ct]``."""
+    moved = np.moveaxis(tiles, (0, 1), (-4, -2))
+    return moved.reshape(*moved.shape[:-4], moved.shape[-4] * moved.shape[-3], -1)
 
 
 def _unstack(matrix: np.ndarray, out: Layout) -> np.ndarray:
