@@ -18,6 +18,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,11 +45,12 @@ from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
 from cgc.machine.sparsity import Sparsity, live_bytes
 from cgc.machine.target import Target, checked_systems, resolve
 from cgc.machine.units import human_bytes
-from cgc.passes.autodiff import AutodiffPass
+from cgc.passes.autodiff import AutodiffPass, trains
 from cgc.passes.channels_last import ChannelsLastPass
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
+from cgc.passes.fuse_attention import fixed_masks
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.route_tensors import RouteTensorsPass
@@ -306,8 +308,18 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 STREAMED_FOR_TRAINING = "training streams weights from MemoryX"
 
-FRONT = (DecomposePass, FoldConstantsPass, ChannelsLastPass, FoldConstantsPass, FormLayersPass)
-"""The passes every compile starts with."""
+
+def front(imported: ImportedModel, training: TrainingOptions | None) -> tuple[ModulePass, ...]:
+    """The passes every compile starts with; attention's masks are the weights the compile
+    holds fixed (all in an inference; in a training, those it does not train)."""
+    patterns = [re.compile(p) for p in training.trainable] if training is not None else None
+    fuse = fixed_masks(
+        imported.module,
+        imported.weights,
+        lambda op: patterns is not None and trains(op, patterns),
+    )
+    rest = (DecomposePass(), FoldConstantsPass(), ChannelsLastPass(), FoldConstantsPass())
+    return (fuse, *rest, FormLayersPass())
 
 
 @dataclass(frozen=True)
@@ -397,7 +409,7 @@ def compile_model(
         )
     imported = source.imported(request.per_system_batch)
     c = Compilation(imported, request.target, dumps)
-    c.run(*(p() for p in FRONT))
+    c.run(*front(imported, None))
     saved = _mark_sparse(c, request)
     if mode == "pipelined":
         c.run(PlaceLayersPass(), RouteTensorsPass())
@@ -436,7 +448,7 @@ def _streaming_compilation(
         per_system = request.per_system_batch or 1
         runs = request.num_csx * (per_system // (micro_batch or per_system))
         c.loss = loss_scale(imported, runs)
-    c.run(*(p() for p in FRONT))
+    c.run(*front(imported, training))
     if training is not None:
         c.run(AutodiffPass(training.trainable, c.loss[0]), FoldConstantsPass())
         if recompute:

@@ -39,6 +39,15 @@ from cgc.dialects.ir import Emitter, main_function
 from cgc.errors import CgcError
 
 
+def trains(op: Operation, patterns: Sequence[re.Pattern[str]]) -> bool:
+    """Whether ``op`` is a weight that a training of the weights matching ``patterns`` (all
+    when empty) trains: a float weight not frozen."""
+    if not isinstance(op, wse.WeightOp) or op.frozen is not None or not is_float(op.result):
+        return False
+    name = op.weight_name.data
+    return not patterns or any(p.fullmatch(name) for p in patterns)
+
+
 class Differentiator:
     """Appends the backward layers of one function."""
 
@@ -54,10 +63,7 @@ class Differentiator:
 
     def trainable(self, op: Operation) -> bool:
         """Whether ``op`` is a weight the pass differentiates with respect to."""
-        if not isinstance(op, wse.WeightOp) or op.frozen is not None or not is_float(op.result):
-            return False
-        name = op.weight_name.data
-        return not self.patterns or any(p.fullmatch(name) for p in self.patterns)
+        return trains(op, self.patterns)
 
     @property
     def ret(self) -> func.ReturnOp:

@@ -155,8 +155,12 @@ class Placer:
         self.target = target
         self.count = len(works)
         self.costs = LayerCosts(target)
-        self.edges = [(a, b, w) for a, b, w in layer_graph(works).edges(data="wavelets")]
-        """``(producer, consumer, wavelets)`` of every tensor between layers."""
+        pairs: dict[tuple[int, int], int] = {}
+        for a, b, w in layer_graph(works).edges(data="wavelets"):
+            pairs[a, b] = pairs.get((a, b), 0) + w
+        self.edges = [(a, b, w) for (a, b), w in pairs.items()]
+        """``(producer, consumer, wavelets)`` of the tensors between two layers, which cross
+        on the same lanes."""
         self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
         """Per layer, the widths timed so far (at its height) and their cycles."""
 
@@ -290,7 +294,7 @@ class Placer:
         return None
 
     def _lanes_keep_up(self, rects: list[Rect], limit: float) -> bool:
-        """Whether every tensor between layers crosses on enough lanes to take at most
+        """Whether the tensors between every two layers cross on enough lanes to take at most
         ``limit`` cycles (each lane a link moving one wavelet a cycle; the routing pass then
         counts the routes that share links)."""
         for producer, consumer, wavelets in self.edges:

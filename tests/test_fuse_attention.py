@@ -1,0 +1,146 @@
+"""``fuse-attention``: attention written as matmuls and a softmax runs as ``wse.attention``.
+
+The masks the pass accepts, the ONNX decoder (its causal mask a weight) against onnxruntime in
+both modes, and a multi-head model trained through a ``cgc.torch`` session against the same
+loop in eager: the fused kernel's gradient stands in for the matmuls' and the softmax's.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import cgc
+from cgc.compiler.driver import TrainingOptions, front
+from cgc.compiler.sources import source_of
+from cgc.dialects import parse_module
+from cgc.frontends import zoo
+from cgc.passes.fuse_attention import CAUSAL, OPEN, FuseAttentionPass, fixed_masks, mask_kind
+
+CAUSAL_ADDITIVE = np.triu(np.full((4, 4), -1e9, np.float32), 1)
+
+
+@pytest.mark.parametrize(
+    ("mask", "kind"),
+    [
+        (CAUSAL_ADDITIVE, CAUSAL),
+        (np.triu(np.full((2, 1, 4, 4), -np.inf, np.float32), 1), CAUSAL),
+        (np.tri(4, dtype=bool)[None, None], CAUSAL),
+        (np.zeros((2, 1, 4, 4), np.float32), OPEN),
+        (np.ones((4, 4), bool), OPEN),
+        (np.triu(np.full((4, 4), -1e3, np.float32), 1), None),  # exp(-1e3 + s) need not vanish
+        (np.tri(4, k=1, dtype=bool), None),  # one later key let through
+        (np.stack([CAUSAL_ADDITIVE, np.zeros((4, 4), np.float32)]), None),  # slices differ
+        (np.zeros((4, 3), np.float32), None),  # not square
+        (np.triu(np.ones((4, 4), np.int64), 1), None),  # integers add, but mask nothing
+    ],
+)
+def test_mask_kinds(mask, kind):
+    assert mask_kind(mask) == kind
+
+
+def _fused(dump: Path) -> int:
+    return (dump / "01-fuse-attention.mlir").read_text().count("wse.attention ")
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "weight_streaming"])
+def test_onnx_decoder_matches_onnxruntime(mode, tmp_path):
+    """Sixteen tokens: the causal mask is a weight (too large to be inline), found causal."""
+    model = zoo.decoder(blocks=2, seq=16, width=32, heads=4)
+    artifact = cgc.compile(
+        model, mode=mode, target="mesh32x32", batch_size=2, dump_ir=tmp_path / "ir"
+    )
+    assert _fused(tmp_path / "ir") == 2
+    inputs = zoo.sample_inputs(model, 2, seed=1)
+    (got,) = cgc.run(artifact, inputs).values()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, inputs)[0], rtol=1e-4, atol=1e-5)
+
+
+WEIGHT_MASK = """
+func.func @main(%s: tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> {
+  %mask = wse.weight "mask" : tensor<4x4xf32>
+  %masked = wse.add %s, %mask : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  func.return %masked : tensor<1x2x4x4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_a_trained_mask_is_not_held(trained):
+    """A mask a training changes is not a mask the compile may rely on."""
+    module = parse_module(WEIGHT_MASK, "mask.mlir")
+    fuse = fixed_masks(module, {"mask": CAUSAL_ADDITIVE}, lambda op: trained)
+    assert fuse.causal_masks == (() if trained else ("mask",))
+
+
+@pytest.mark.parametrize("trainable", [None, (), (r"b0\.q\.weight",)])
+def test_the_decoders_mask_is_held(trainable):
+    """The ONNX importer makes the decoder's mask a frozen constant: an inference and a
+    training alike hold it fixed."""
+    model = zoo.decoder(blocks=1, seq=16, width=32, heads=4)
+    imported = source_of(model, None, None, False, trainable is not None, None).imported(2)
+    training = None if trainable is None else TrainingOptions("sgd", trainable, lr=0.1)
+    fuse = front(imported, training)[0]
+    assert isinstance(fuse, FuseAttentionPass)
+    assert fuse.causal_masks == ("causal_mask",)
+
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).parent))
+from test_torch_training import TARGET, eager, on_cgc, same_training  # noqa: E402
+
+HEADS, WIDTH, TOKENS, VOCAB = 2, 16, 8, 16
+
+
+class MultiHead(torch.nn.Module):
+    """A GPT-2-style attention block on embeddings, as transformers writes it: heads split by
+    ``view`` and ``transpose``, a boolean causal buffer, the lowest float where it is false."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(VOCAB, WIDTH)
+        # no key bias: its gradient is zero up to rounding, which Adam would blow up to +-lr
+        self.qkv = torch.nn.Linear(WIDTH, 3 * WIDTH, bias=False)
+        self.proj = torch.nn.Linear(WIDTH, WIDTH)
+        self.head = torch.nn.Linear(WIDTH, VOCAB)
+        self.register_buffer("keep", torch.tril(torch.ones(TOKENS, TOKENS, dtype=torch.bool)))
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        b, t, c = x.shape
+        q, k, v = (
+            part.view(b, t, HEADS, c // HEADS).transpose(1, 2)
+            for part in self.qkv(x).split(WIDTH, dim=-1)
+        )
+        scores = q @ k.transpose(-2, -1) * (c // HEADS) ** -0.5
+        scores = torch.where(self.keep, scores, torch.finfo(scores.dtype).min)
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+        logits = self.head(x + self.proj(y))
+        return torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+
+def test_multi_head_training_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    model = MultiHead()
+    reference = copy.deepcopy(model)
+    data = torch.randint(0, VOCAB, (24, TOKENS + 1), generator=torch.Generator().manual_seed(1))
+    batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data.split(8)]
+
+    def adam(m):
+        return torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    want = eager(reference, adam, batches)
+    got = on_cgc(model, adam, batches, tmp_path / "run")
+    same_training(got, want, model, reference)
+    idx, targets = batches[0]
+    cgc.compile(
+        MultiHead(), args=(idx, targets), mode="weight_streaming", target=TARGET,
+        dump_ir=tmp_path / "ir",
+    )  # fmt: skip
+    assert _fused(tmp_path / "ir") == 1
