@@ -12,8 +12,14 @@ The section on sparsity sets cgc's simulated speed-up of GPT-3 XL (Cerebras-GPT 
 90 % and 75 % unstructured weight sparsity beside the seeds' "10x" and SPDF's FLOP reduction,
 with the per-layer figures that explain the difference (``cgc.tools.sparsity_study``).
 
+The section on model FLOPs utilization sets out, for a weight-streaming training step of
+Cerebras-GPT 1.3B on one system and of 13B on its default systems, the step's MFU, where its
+time goes by term and each layer group's share, MFU and bound, as ``cgc run --timing-only``
+reports them (``cgc.tools.utilization``), and says from those figures what binds each.
+
     python benchmarks/validation.py            # a few minutes on 2 cores
     python benchmarks/validation.py --only sparsity   # that section alone, the rest kept
+    python benchmarks/validation.py --only mfu        # likewise
 """
 
 from __future__ import annotations
@@ -355,6 +361,74 @@ def sparsity_rows() -> list[dict[str, Any]]:
     ]
 
 
+MFU = "mfu"
+"""The ``section`` of the rows on model FLOPs utilization: one row per model and cluster."""
+MFU_RUNS = (("cerebras-gpt-1.3b", 1), ("cerebras-gpt-13b", None))
+"""The weight-streaming training steps of the MFU section: the model, and its systems (None:
+the params file's), each at its params file's global batch."""
+
+
+def _also_streamed(program: Any) -> dict[str, dict[str, list[str]]]:
+    """Per group of a repeated block's layers, its layers that also stream weights of no
+    block (the first block's ``q_proj`` streams the embeddings), and those weights."""
+    from cgc.tools.utilization import BLOCK_INDEX, group_name
+
+    out: dict[str, dict[str, list[str]]] = {}
+    for layer in program.layers:
+        if not BLOCK_INDEX.search(layer.name):
+            continue
+        foreign = [w for w in layer.weights if not BLOCK_INDEX.search(w)]
+        if foreign:
+            out.setdefault(group_name(layer.name), {})[layer.name] = sorted(foreign)
+    return out
+
+
+def mfu_row(name: str, systems: int | None) -> dict[str, Any]:
+    """One model's weight-streaming training step at its params file's global batch: its MFU
+    and, from ``cgc.tools.report`` (as ``cgc run --timing-only --stats-json`` gives them), its
+    time by term and its layer groups' FLOPs, share, MFU and bound, with each group's parts
+    per step (``layer_groups``) and the weights its layers stream from outside their block."""
+    import cgc
+    from cgc.frontends.params import load_params, parameter_count
+    from cgc.runtime.cluster import RECOMPUTED
+    from cgc.tools.report import layer_groups, simulation_json
+    from cgc.tools.utilization import runs_per_step
+
+    params = load_params(f"zoo:{name}")
+    artifact = cgc.prepare_training(params, num_csx=systems)[0]
+    sim = cgc.simulate(artifact)
+    stats = sim.stats
+    use = simulation_json(sim, artifact.program)["utilization"]
+    parts = {g["name"]: g for g in layer_groups(stats, every_layer=False)}
+    foreign = _also_streamed(artifact.program)
+    for group in use["layers"]:
+        part = parts[group["name"]]
+        group.update({key: part[key] for key in part if key.endswith("_seconds")})
+        group["also_streams"] = foreign.get(group["name"], {})
+    return {
+        "section": MFU,
+        "figure": f"{name} on {stats.num_csx} wse2: model FLOPs utilization of a training step",
+        "unit": "MFU of the step",
+        "predicted": use["mfu"],
+        "model": name,
+        "systems": stats.num_csx,
+        "default_systems": systems is None,
+        "batch": stats.batch_size,
+        "micro_batches": runs_per_step(stats),
+        "micro_batch": stats.micro_batch,
+        "recompute": any(x["name"].endswith(RECOMPUTED) for x in stats.layers),
+        "bound": stats.bound,
+        "parameters": parameter_count(params.model),
+        "memoryx_update_params_per_s": sim.target.memoryx_update_params_per_s,
+        "utilization": use,
+    }
+
+
+def mfu_rows() -> list[dict[str, Any]]:
+    """The rows of the MFU section, one per step of ``MFU_RUNS``."""
+    return [mfu_row(name, systems) for name, systems in MFU_RUNS]
+
+
 def _row_line(row: dict[str, Any]) -> str:
     ratio = row["predicted"] / row["published"] if row["published"] else math.nan
     return (
@@ -415,6 +489,212 @@ def _sparsity_section(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f} %"
+
+
+def _short(row: dict[str, Any]) -> str:
+    """A model's short name in the tables (``1.3b`` of ``cerebras-gpt-1.3b``)."""
+    return str(row["model"]).rsplit("-", 1)[-1]
+
+
+def _systems(row: dict[str, Any]) -> str:
+    return f"{row['systems']} system" + ("" if row["systems"] == 1 else "s")
+
+
+def _setup(row: dict[str, Any]) -> str:
+    """``cerebras-gpt-13b`` on its default 12 systems (global batch 1080: 9 micro-batches of
+    10 on each)."""
+    where = f"its default {_systems(row)}" if row["default_systems"] else _systems(row)
+    each = " on each" if row["systems"] > 1 else ""
+    recompute = ", recomputing activations" if row["recompute"] else ""
+    return (
+        f"`{row['model']}` on {where} (global batch {row['batch']}: {row['micro_batches']} "
+        f"micro-batches of {row['micro_batch']}{each}{recompute})"
+    )
+
+
+def _names(names: list[str]) -> str:
+    quoted = [f"`{n}`" for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+BOUND_WORDS = {
+    "compute": "the wafer's compute",
+    "weight stream": "the weight stream",
+    "gradient stream": "the gradient stream",
+}
+"""How the prose names a bound (``streaming.BOUNDS``); others as they are."""
+RATE_WORDS = {"system I/O": "the system's I/O rate", "SwarmX": "a SwarmX link's rate"}
+"""How the prose names what sets the streams' rate (``StepUtilization.stream_limit``); others
+as ``NAME's rate``."""
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
+
+
+def _mfu_why(row: dict[str, Any]) -> str:
+    """What binds a step, in words, every figure from the row."""
+    from cgc.runtime.cluster import RECOMPUTED
+
+    use, short = row["utilization"], _short(row)
+    shares, groups = use["shares"], use["layers"]
+    stream = [g for g in groups if g["bound"] == "weight stream"]
+    forward = [
+        g
+        for g in groups
+        if g["weight_stream_seconds"] and not g["name"].endswith((".grad", RECOMPUTED))
+    ]
+    bases = [g["name"] for g in stream if not g["name"].endswith(RECOMPUTED)]
+    busy = [g for g in groups if g["bound"] == "arithmetic" and g["mfu"] > 0]
+    grads = [g for g in groups if g["name"].endswith(".grad")]
+    text = [
+        f"On {_systems(row)} the {short} step ({row['micro_batches']} micro-batches of "
+        f"{row['micro_batch']} per system) is bound by "
+        f"{BOUND_WORDS.get(row['bound'], row['bound'])}: MFU {_pct(use['mfu'])}."
+    ]
+    if busy:
+        every_grad = grads and all(g in busy for g in grads)
+        low, high = min(g["mfu"] for g in busy), max(g["mfu"] for g in busy)
+        text.append(
+            f"Its {len(busy)} layer groups bound by the wafer's arithmetic"
+            + (" (every backward one among them: a gradient doubles the forward's arithmetic)"
+               if every_grad else "")
+            + f" run at {100 * low:.0f}-{100 * high:.0f} % of peak; padding and vector work "
+            f"(tiles the shapes do not fill, the norms' and activations' vector work) take "
+            f"{_pct(shares.get('arithmetic', 0.0))} of the step."
+        )  # fmt: skip
+    if stream:
+        worst = max(stream, key=lambda g: g["seconds"])
+        every = {g["name"] for g in forward} <= set(bases)
+        redone = [g for g in groups if g["name"] in {b + RECOMPUTED for b in bases}]
+        which = "every forward matmul" if every else f"only {_names(bases)}"
+        if redone and all(g in stream for g in redone):  # their recomputes too
+            which += " and their recomputes" if len(bases) > 1 and not every else ""
+            which += " and its recompute" if len(bases) == 1 or every else ""
+        whose = "its" if bases == [worst["name"]] else f"`{worst['name']}`'s"
+        limit = RATE_WORDS.get(use["stream_limit"], f"{use['stream_limit']}'s rate")
+        text.append(
+            f"The weight stream binds {which}: {whose} weights take "
+            f"{_ms(worst['weight_stream_seconds'])} a step to stream in against "
+            f"{_ms(worst['compute_seconds'])} of compute "
+            f"({worst['weight_stream_seconds'] / worst['compute_seconds']:.2f}x), at "
+            f"{limit}, and the stream's wait costs "
+            f"{_pct(shares.get('weight_stream', 0.0))} of the step."
+        )
+        if not every:  # why those: what else their layers stream
+            for g in stream:
+                for layer, weights in g["also_streams"].items():
+                    if not layer.endswith(RECOMPUTED):
+                        text.append(f"`{layer}` also streams {_names(weights)}.")
+    else:
+        text.append("No layer waits on its weights.")
+    losses = []
+    if shares.get("recompute"):
+        losses.append(
+            f"recomputing the activations the memory plan does not keep costs "
+            f"{_pct(shares['recompute'])} of the step"
+        )
+    if shares.get("memoryx_update"):
+        losses.append(
+            f"MemoryX's update of the weights between steps (assumed "
+            f"{row['memoryx_update_params_per_s']:.3g} parameters/s, "
+            f"{row['parameters'] / 1e9:.3g}B parameters) {_pct(shares['memoryx_update'])}"
+        )
+    wafer = shares.get("weights_edge", 0.0) + shares.get("partial_sums", 0.0)
+    losses.append(
+        f"the streaming matmul's own terms on the wafer, the weights arriving through the "
+        f"edge and the partial-sum chain, {_pct(wafer)} together"
+    )
+    timeline = shares.get("timeline", 0.0)
+    losses.append(
+        f"the overlap of streams with the neighbouring layers' compute gives back {_pct(-timeline)}"
+        if timeline < 0
+        else f"the timeline's waits beyond the layers add {_pct(timeline)}"
+    )
+    text.append(losses[0][0].upper() + "; ".join(losses)[1:] + ".")
+    return " ".join(text)
+
+
+def _mfu_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The section on model FLOPs utilization: the steps' layer groups side by side, where
+    each step's time goes, and what binds it."""
+    import textwrap
+
+    from cgc.tools.utilization import LABELS, TERMS
+
+    def wrap(text: str) -> list[str]:
+        return textwrap.wrap(text, 90, break_long_words=False, break_on_hyphens=False)
+
+    intro = (
+        "cgc's timing-only training step of "
+        + " and of ".join(_setup(row) for row in rows)
+        + ", as `cgc run ART --timing-only` and `cgc train MODEL --timing-only` report them "
+        "(`cgc.tools.utilization`; `--stats-json` holds the same figures under "
+        "`utilization`). A layer's time is its longest part per run (the wafer's compute, "
+        "its weight stream, its gradient stream) times the runs, plus MemoryX's update of its "
+        "weights; its MFU is its model FLOPs over that time at the cluster's peak (a "
+        "recomputed layer's FLOPs are not the model's: 0 %). The bound is the part that sets "
+        "that time, and on the wafer the term of the kernels' plans that binds most of its "
+        "cycles (arithmetic, the weights arriving through the edge, the partial sums along "
+        "the rows, the weight gradient's multicast). A group's FLOPs are its share of the "
+        "step's model FLOPs, its time its share of the step's."
+    )
+    shorts = [_short(row) for row in rows]
+    header = ["layer", "count"]
+    for short in shorts:
+        header += [f"{short}: FLOPs", f"{short}: time", f"{short}: MFU", f"{short}: bound"]
+    lines = ["", "## Weight streaming: model FLOPs utilization", "", *wrap(intro), ""]
+    lines += [
+        "| " + " | ".join(header) + " |",
+        "|---|---:|" + "---:|---:|---:|---|" * len(rows),
+    ]
+    step = ["step", ""]
+    for row in rows:
+        use = row["utilization"]
+        flops = sum(g["flops"] for g in use["layers"])
+        step += [
+            f"100 % ({flops:.3g})",
+            f"100 % ({use['seconds']:.3g} s)",
+            _pct(use["mfu"]),
+            str(row["bound"]),
+        ]
+    lines.append("| " + " | ".join(step) + " |")
+    by_row = [{g["name"]: g for g in row["utilization"]["layers"]} for row in rows]
+    names = list(dict.fromkeys(name for groups in by_row for name in groups))
+    for name in names:
+        counts = list(dict.fromkeys(str(g[name]["count"]) for g in by_row if name in g))
+        cells = [f"`{name}`", " / ".join(counts)]
+        for row, groups in zip(rows, by_row, strict=True):
+            total = sum(g["flops"] for g in row["utilization"]["layers"]) or 1.0
+            g = groups.get(name)
+            cells += (
+                [_pct(g["flops"] / total), _pct(g["share"]), _pct(g["mfu"]), g["bound"]]
+                if g
+                else ["", "", "", ""]
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    used = [key for key, _ in TERMS if any(key in row["utilization"]["shares"] for row in rows)]
+    lines += [
+        "",
+        "Where the step's time goes (shares of the step, adding up to 100 %; the model's",
+        "FLOPs at peak are the MFU):",
+        "",
+        "| step | " + " | ".join(LABELS[key] for key in used) + " |",
+        "|---|" + "---:|" * len(used),
+    ]
+    for row in rows:
+        shares = row["utilization"]["shares"]
+        cells = [f"{_short(row)}, {_systems(row)}"]
+        cells += [_pct(shares[key]) if key in shares else "" for key in used]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "What bounds it."]
+    for row in rows:
+        lines += ["", *wrap(_mfu_why(row))]
+    return lines
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     """The page for a list of rows."""
     lines = [
@@ -432,18 +712,26 @@ def render(rows: list[dict[str, Any]]) -> str:
     sparse = [row for row in rows if row.get("section") == SPARSITY]
     if sparse:
         lines += _sparsity_section(sparse)
+    mfu = [row for row in rows if row.get("section") == MFU]
+    if mfu:
+        lines += _mfu_section(mfu)
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=[SPARSITY], help="Recompute this section alone.")
+    sections = {SPARSITY: sparsity_rows, MFU: mfu_rows}
+    parser.add_argument("--only", choices=list(sections), help="Recompute this section alone.")
     args = parser.parse_args()
-    if args.only == SPARSITY:
+    if args.only is not None:
         kept = json.loads((DOCS / "validation.json").read_text())
-        rows = [row for row in kept if row.get("section") != SPARSITY] + sparsity_rows()
+        computed = {args.only: sections[args.only]()}
+        # each section's rows in their place: the page's order is the sections'
+        rows = [row for row in kept if row.get("section") is None]
+        for section in sections:
+            rows += computed.get(section) or [r for r in kept if r.get("section") == section]
     else:
-        rows = closed_form_rows() + simulated_rows() + sparsity_rows()
+        rows = closed_form_rows() + simulated_rows() + sparsity_rows() + mfu_rows()
     (DOCS / "validation.json").write_text(json.dumps(rows, indent=1) + "\n")
     (DOCS / "validation.md").write_text(render(rows))
     print(render(rows))

@@ -238,7 +238,7 @@ def run(
     from cgc.runtime.cluster import Cluster
     from cgc.runtime.simulation import Simulation
     from cgc.runtime.trace import trace_json
-    from cgc.tools.report import has_batch_axis, simulation_text
+    from cgc.tools.report import has_batch_axis, simulation_json, simulation_text
 
     model_argument(artifact, "ARTIFACT")
     _outputs({"--output": output_path, "--stats-json": stats_json, "--trace": trace})
@@ -258,13 +258,14 @@ def run(
     report = stats.to_json()
     if stats_json:
         if timing_only:
-            report = Simulation(stats, 1, False, cluster.target).to_json()
+            report = simulation_json(Simulation(stats, 1, False, cluster.target), art.program)
         _write_atomically(stats_json, json.dumps(report, indent=1).encode())
     if trace:
         _write_atomically(trace, trace_json(stats.spans).encode())
     if timing_only:
         simulation = Simulation(stats, 1, False, cluster.target)
-        click.echo(simulation_text(simulation, batched=has_batch_axis(art.manifest)), nl=False)
+        batched = has_batch_axis(art.manifest)
+        click.echo(simulation_text(simulation, batched=batched, program=art.program), nl=False)
     else:
         _print_run(outputs, stats, has_batch_axis(art.manifest))
 

@@ -6,16 +6,24 @@ per-system batch, stored in the manifest.
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 from cgc.machine.artifact import Artifact
-from cgc.machine.bytecode import Route
+from cgc.machine.bytecode import Program, Route
 from cgc.machine.target import Target
 from cgc.machine.units import human_bytes
 from cgc.runtime import pipeline
 from cgc.runtime.cluster import RunStats
 from cgc.runtime.simulation import Simulation
 from cgc.runtime.swarmx import SwarmX
+from cgc.tools.utilization import (
+    StepUtilization,
+    group_name,
+    runs_per_step,
+    shares_line,
+    step_utilization,
+    stream_bound,
+)
 
 
 def _batch(artifact: Artifact) -> int:
@@ -215,8 +223,6 @@ def summary_text(artifact: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-BLOCK_INDEX = re.compile(r"\.\d+\.")
-"""The index of a repeated block in a layer name (``h.3.attn.q_proj``)."""
 PARTS = (
     ("compute_seconds", "compute"),
     ("weight_stream_seconds", "weights"),
@@ -231,22 +237,21 @@ def layer_groups(stats: RunStats, every_layer: bool) -> list[dict]:
     micro-batches, MemoryX's update once), the layers of repeated blocks added up under one
     name (``h.*.attn.q_proj``) unless ``every_layer``."""
     groups: dict[str, dict] = {}
+    runs = runs_per_step(stats)
     for layer in stats.layers:
         if "compute_seconds" not in layer:
             continue
-        key = layer["name"] if every_layer else BLOCK_INDEX.sub(".*.", layer["name"])
+        key = group_name(layer["name"], every_layer)
         group = groups.setdefault(key, {"name": key, "count": 0, **{k: 0.0 for k, _ in PARTS}})
         group["count"] += 1
         for part, _ in PARTS:
-            runs = 1 if part == "memoryx_update_seconds" else stats.micro_batches
-            group[part] += runs * layer[part]
+            group[part] += (1 if part == "memoryx_update_seconds" else runs) * layer[part]
     for group in groups.values():
-        parts = {label: group[part] for part, label in PARTS[:3]}
-        group["bound"] = max(parts, key=parts.__getitem__)
+        group["bound"] = stream_bound(group)
     return list(groups.values())
 
 
-def _seconds(value: float) -> str:
+def human_seconds(value: float) -> str:
     """A duration in the unit that reads best."""
     for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if value >= size:
@@ -254,17 +259,59 @@ def _seconds(value: float) -> str:
     return f"{value * 1e9:.3g} ns" if value else "0"
 
 
-def simulation_text(sim: Simulation, every_layer: bool = False, batched: bool = True) -> str:
-    """What a timing-only simulation found, for people: the step, the per-layer table, the
-    memory, and the assumptions it rests on; ``batched``: whether the model has a batch axis
-    (without one, a batch is a run of the inputs' fixed shapes)."""
+def _layer_lines(groups: list[dict], step: StepUtilization | None, what: str) -> list[str]:
+    """The per-layer table: each part's seconds per step, then (weight streaming) the
+    layer's FLOPs, share of the step, MFU and what binds it."""
+    width = max(len(g["name"]) for g in groups)
+    header = "  ".join(f"{label:>10}" for _, label in PARTS)
+    used = {u.name: u for u in step.layers} if step else {}
+    extra = f"  {'FLOPs':>9}  {'share':>6}  {'MFU':>6}" if used else ""
+    lines = [
+        f"per {what}, by layer:",
+        f"  {'layer':<{width}}  {'count':>5}  {header}{extra}  bound",
+    ]
+    for g in groups:
+        figures = "  ".join(f"{human_seconds(g[part]):>10}" for part, _ in PARTS)
+        u = used.get(g["name"])
+        tail = f"  {u.flops:>9.3g}  {u.share:>6.1%}  {u.mfu:>6.1%}  {u.bound}" if u else ""
+        lines.append(
+            f"  {g['name']:<{width}}  {g['count']:>5}  {figures}{tail or '  ' + g['bound']}"
+        )
+    if step is not None:
+        limit = f"; the streams run at {step.stream_limit}'s rate" if step.stream_limit else ""
+        lines.append(f"step MFU {step.mfu:.1%}; the step's time: {shares_line(step)}{limit}")
+    return lines
+
+
+def simulation_json(sim: Simulation, program: Program | None = None) -> dict[str, Any]:
+    """The ``--stats-json`` object of a timing-only simulation, with (weight streaming) its
+    ``utilization``: the step's MFU and time by term, and per layer group its FLOPs, share,
+    MFU and bound (``cgc.tools.utilization``)."""
+    out = sim.to_json()
+    step = step_utilization(sim.stats, program, sim.target)
+    if step is not None:
+        out["utilization"] = step.to_json()
+    return out
+
+
+def simulation_text(
+    sim: Simulation,
+    every_layer: bool = False,
+    batched: bool = True,
+    program: Program | None = None,
+) -> str:
+    """What a timing-only simulation found, for people: the step, the per-layer table with
+    each layer's MFU and what binds it, the step's time by what it is lost to, the memory,
+    and the assumptions it rests on; ``batched``: whether the model has a batch axis
+    (without one, a batch is a run of the inputs' fixed shapes); ``program``: the
+    simulated program, whose kernels name the wafer's terms (``cgc.tools.utilization``)."""
     stats = sim.stats
     what, whats = ("training step", "training steps") if sim.training else ("batch", "batches")
     size = f"{stats.batch_size} samples" if batched else "the fixed input shapes (no batch axis)"
     lines = [
         f"{sim.steps} {what if sim.steps == 1 else whats} of {size} on "
         f"{stats.num_csx} x {stats.target} ({stats.mode}), timing only",
-        f"per {what}: {_seconds(stats.simulated_seconds)}, "
+        f"per {what}: {human_seconds(stats.simulated_seconds)}, "
         f"{stats.samples_per_second:.4g} samples/s"
         + (f", {stats.tokens_per_second:.4g} tokens/s" if stats.tokens_per_second else "")
         + f", MFU {stats.mfu:.1%} of {stats.peak_flops_per_second / 1e15:.3g} PFLOP/s",
@@ -280,16 +327,11 @@ def simulation_text(sim: Simulation, every_layer: bool = False, batched: bool = 
             f"optimizer state {human_bytes(mx.optimizer_state)})"
         )
     if sim.steps > 1:
-        lines.append(f"all {sim.steps} {whats}: {_seconds(sim.seconds)}")
+        lines.append(f"all {sim.steps} {whats}: {human_seconds(sim.seconds)}")
     groups = layer_groups(stats, every_layer)
     if groups:
-        width = max(len(g["name"]) for g in groups)
-        header = "  ".join(f"{label:>10}" for _, label in PARTS)
-        lines.append(f"per {what}, by layer:")
-        lines.append(f"  {'layer':<{width}}  {'count':>5}  {header}  bound")
-        for g in groups:
-            figures = "  ".join(f"{_seconds(g[part]):>10}" for part, _ in PARTS)
-            lines.append(f"  {g['name']:<{width}}  {g['count']:>5}  {figures}  {g['bound']}")
+        step = step_utilization(stats, program, sim.target, every_layer)
+        lines += _layer_lines(groups, step, what)
     assumed = ", ".join(f"{name} = {value:g}" for name, value in sim.assumed.items())
     lines.append(f"assumed (not published): {assumed}")
     return "\n".join(lines) + "\n"

@@ -33,12 +33,10 @@ from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompile
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
 from cgc.machine.bytecode import Program
-from cgc.machine.cost import Sram, Timing
-from cgc.machine.kernel import Plan
 from cgc.machine.sparsity import Sparsity
 from cgc.machine.target import Target
 from cgc.runtime.cluster import Cluster, Run, RunStats
-from cgc.tools.report import BLOCK_INDEX
+from cgc.tools.report import human_seconds
 from cgc.tools.scaling import (
     assumed_line,
     cell,
@@ -46,6 +44,13 @@ from cgc.tools.scaling import (
     per_system_batches,
     study_json,
     table_lines,
+)
+from cgc.tools.utilization import (
+    group_name,
+    layer_kernels,
+    layer_seconds,
+    runs_per_step,
+    stream_bound,
 )
 
 MOST_LEVELS = 16
@@ -254,28 +259,20 @@ def _groups(stats: RunStats) -> dict[str, dict[str, Any]]:
     """The layers of a step added up by name with the block index starred, per step (the
     runs' parts times the runs, MemoryX's update once), each with its first layer's index."""
     groups: dict[str, dict[str, Any]] = {}
+    runs = runs_per_step(stats)
     for index, layer in enumerate(stats.layers):
         if "compute_seconds" not in layer:
             continue
-        name = BLOCK_INDEX.sub(".*.", layer["name"])
-        group = groups.setdefault(name, {"count": 0, "first": index, **dict.fromkeys(PARTS, 0.0)})
+        group = groups.setdefault(
+            group_name(layer["name"]),
+            {"count": 0, "first": index, **dict.fromkeys(PARTS, 0.0)},
+        )
         group["count"] += 1
         for part in PARTS:
-            runs = 1 if part == "memoryx_update_seconds" else stats.micro_batches
-            group[part] += runs * layer[part]
+            group[part] += (1 if part == "memoryx_update_seconds" else runs) * layer[part]
     for group in groups.values():
-        longest = max(
-            group["compute_seconds"],
-            group["weight_stream_seconds"],
-            group["gradient_stream_seconds"],
-        )
-        group["seconds"] = longest + group["memoryx_update_seconds"]
-        parts = {
-            "compute": group["compute_seconds"],
-            "weight stream": group["weight_stream_seconds"],
-            "gradient stream": group["gradient_stream_seconds"],
-        }
-        group["bound"] = max(parts, key=parts.__getitem__)
+        group["seconds"] = layer_seconds(group, 1)  # the group's parts are the runs' already
+        group["bound"] = stream_bound(group)
     return groups
 
 
@@ -347,30 +344,6 @@ def _reason(
     return _compute_reason(group["first"], m, d, density)
 
 
-@dataclass(frozen=True)
-class _Kernel:
-    """One kernel of a layer as planned alone on the layer's rectangle."""
-
-    name: str
-    cycles: float
-    flops: float
-    detail: dict[str, Any]
-
-
-def _kernels(program: Program, target: Target, index: int) -> list[_Kernel]:
-    """Layer ``index``'s kernels alone on its rectangle, in program order."""
-    rect = program.layers[index].rect
-    timing = Timing(program, target, Sram(target, False, rect), deliver=True)
-    timing.enter_layer(index, rect)
-    out = []
-    for position in program.layer_spans[index][1:]:
-        ins = program.instructions[position]
-        plan = timing.step(ins)
-        if ins.is_kernel and isinstance(plan, Plan):
-            out.append(_Kernel(ins.name, plan.cost.cycles, plan.cost.flops, plan.detail))
-    return out
-
-
 def _compute_reason(index: int, m: _Measured, d: _Measured, density: float) -> tuple[str, str]:
     """Why a compute-bound layer with sparse weights gains little: kernels on no sparse weight
     (their FLOPs the dense ones'), or the cost of those on sparse weights over the dense
@@ -381,7 +354,11 @@ def _compute_reason(index: int, m: _Measured, d: _Measured, density: float) -> t
     the same program without sparse weights: the dense point's memory plan may differ."""
     dense = replace(m.program, sparse={})
     pairs = list(
-        zip(_kernels(m.program, m.target, index), _kernels(dense, m.target, index), strict=True)
+        zip(
+            layer_kernels(m.program, m.target, index),
+            layer_kernels(dense, m.target, index),
+            strict=True,
+        )
     )
     if not pairs:
         return "dense kernels", "no kernels: its compute is host I/O and data movement"
@@ -452,7 +429,9 @@ def table_text(points: Sequence[SparsePoint], target: Target) -> str:
         for group in mine[0].layers:
             gains = [f"{x[group.name]:.2f}" if group.name in x else "-" for x in speedups]
             why = reasons.get(group.name, "")
-            table.append([group.name, str(group.count), _seconds(group.dense_seconds), *gains, why])
+            table.append(
+                [group.name, str(group.count), human_seconds(group.dense_seconds), *gains, why]
+            )
         lines.append(f"per layer on {fewest} system{'s' * (fewest > 1)}, per step:")
         lines += ["  " + x for x in table_lines(headers, table, left=(0, len(headers) - 1))]
         lines += ["  " + x for x in _shares(explained)]
@@ -478,13 +457,6 @@ def _shares(point: SparsePoint) -> list[str]:
         f"at {point.sparsity:.0%}, of the layers' time: {gaining:.0%} in layers gaining "
         f"{SLOW:g}x or more; " + (", ".join(parts) or "none below")
     ]
-
-
-def _seconds(value: float) -> str:
-    for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value * 1e9:.3g} ns" if value else "0"
 
 
 def to_json(points: Sequence[SparsePoint], target: Target, model: str) -> dict[str, Any]:

@@ -14,17 +14,21 @@ from cgc.machine.files import permissions, remove_stale_temporaries, write_atomi
 from cgc.runtime.simulation import check_steps, simulate
 from cgc.runtime.trace import trace_json
 from cgc.runtime.trainer import TRACED_STEPS
-from cgc.tools.report import simulation_text
+from cgc.tools.report import has_batch_axis, simulation_json, simulation_text
 
 
 def simulate_training(
     artifact, steps: int, model_dir: str | None, trace: str | None, stats_json: str | None
 ) -> None:
-    """Times ``steps`` training steps on shapes alone, and reports them."""
+    """Times ``steps`` training steps on shapes alone, and reports them as ``cgc run
+    --timing-only`` does: with each layer's MFU and what binds it, in the text and (under
+    ``utilization``) in ``stats_json``."""
     simulation = simulate(artifact, steps=steps)
-    click.echo(simulation_text(simulation), nl=False)
+    batched = has_batch_axis(artifact.manifest)
+    click.echo(simulation_text(simulation, batched=batched, program=artifact.program), nl=False)
     if stats_json:
-        write_atomically(stats_json, json.dumps(simulation.to_json(), indent=1).encode())
+        report = simulation_json(simulation, artifact.program)
+        write_atomically(stats_json, json.dumps(report, indent=1).encode())
     if trace:
         write_atomically(trace, trace_json(simulation.spans(TRACED_STEPS)).encode())
         if steps > TRACED_STEPS:
