@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from cgc.machine import dtypes, plans, reference
-from cgc.machine.layout import Layout
 from cgc.machine.plans import Attrs, Plan
 from cgc.runtime.tiles import DistTensor
 
@@ -55,49 +54,85 @@ def _tiles(value: Value) -> DistTensor:
 
 def _elementwise(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
     out = plan.outputs[0]
-    rank = len(out.tile_shape())
-    tiles = [_batch_aligned(_tiles(v).tiles, rank) for v in values]
+    dists = [_tiles(v) for v in values]
+    # every element's result depends on that element alone: on the logical arrays when they
+    # are at hand (the same numbers as on the tiles, whose padding no one reads)
+    logical = all(d.has_array for d in dists)
+    if logical:
+        operands = [d.gather() for d in dists]
+    else:
+        rank = len(out.tile_shape())
+        operands = [_batch_aligned(d.tiles, rank) for d in dists]
     with np.errstate(all="ignore"):
         if name in reference.UNARY:
-            result = reference.UNARY[name](tiles[0])
+            result = reference.UNARY[name](operands[0])
         elif name in reference.BINARY:
-            result = reference.BINARY[name](tiles[0], tiles[1])
+            result = reference.BINARY[name](operands[0], operands[1])
         elif name == "select":
-            result = np.where(tiles[0], tiles[1], tiles[2])
+            result = np.where(operands[0], operands[1], operands[2])
         elif name == "bitcast":
-            result = np.ascontiguousarray(tiles[0]).view(out.dtype)
+            result = np.ascontiguousarray(operands[0]).view(out.dtype)
         else:
-            result = reference.cast(tiles[0], dtypes.dtype(out.dtype), attrs.get("saturate", True))
+            result = reference.cast(
+                operands[0], dtypes.dtype(out.dtype), attrs.get("saturate", True)
+            )
         # padding may hold values (NaN, inf) that do not cast cleanly; they are never read
-        result = np.broadcast_to(result.astype(out.dtype, copy=False), out.tile_shape())
-    return [DistTensor(out, np.ascontiguousarray(result))]
+        result = result.astype(out.dtype, copy=False)
+    if logical:
+        return [DistTensor(out, array=_full(result, out.shape))]
+    return [DistTensor(out, np.ascontiguousarray(np.broadcast_to(result, out.tile_shape())))]
+
+
+def _full(array: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``array`` broadcast to ``shape``, copied only if broadcasting made it bigger."""
+    if array.shape == tuple(shape):
+        return array
+    return np.ascontiguousarray(np.broadcast_to(array, shape))
+
+
+_COMBINE: dict[str, np.ufunc] = {
+    "reduce_sum": np.add,
+    "reduce_mean": np.add,
+    "reduce_max": np.maximum,
+    "reduce_min": np.minimum,
+    "reduce_prod": np.multiply,
+}
+"""The elementwise step of each reduction."""
 
 
 def _reduce(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
+    """Every PE reduces its tile, then the partial results combine across the grid rows or
+    columns; on the logical array, each matrix axis split as the grid splits it."""
     value = _tiles(values[0])
-    src, natural, out = value.layout, plan.detail["natural"], plan.outputs[0]
-    rank, nb = len(src.shape), len(src.batch)
-    identity = reference.REDUCE_IDENTITY[name]
-    combine = reference.REDUCE["reduce_sum" if name == "reduce_mean" else name]
-    # Tile axes are [grid row, grid col, *batch, rt, ct]; the matrix axes of a tensor of
-    # rank r are r-2 (rows, split over grid rows) and r-1 (columns, over grid columns).
-    tile_axis = {a: 2 + a for a in range(rank - 2)} | {rank - 2: 2 + nb, rank - 1: 3 + nb}
-    mesh_axis = {rank - 2: 0, rank - 1: 1}
-    axes = attrs["axes"]
-    tiles = value.masked(identity)
+    src, out = value.layout, plan.outputs[0]
+    rank = len(src.shape)
+    combine = _COMBINE[name]
+    array = value.gather()
     if name in ("reduce_sum", "reduce_mean", "reduce_prod"):
-        tiles = tiles.astype(accumulator(tiles.dtype), copy=False)
+        array = array.astype(accumulator(array.dtype), copy=False)
+    axes = sorted(attrs["axes"])
+    split = {rank - 2: src.rt, rank - 1: src.ct}
+    across = tuple(a for a in axes if a in split)
     with np.errstate(all="ignore"):
-        part = combine(tiles, axis=tuple(tile_axis[a] for a in axes), keepdims=True)
-        across = tuple(mesh_axis[a] for a in axes if a in mesh_axis)
+        part = combine.reduce(array, axis=tuple(a for a in axes if a not in split), keepdims=True)
+        for axis in across:
+            part = _per_pe(combine, part, axis, split[axis])
         if across:
-            part = combine(part, axis=across, keepdims=True)
+            part = combine.reduce(part, axis=across, keepdims=True)
         if name == "reduce_mean":
             part = part / prod(src.shape[a] for a in axes)
-    reduced = DistTensor(natural, part.astype(out.dtype, copy=False))
-    if natural == out:
-        return [reduced]
-    return [DistTensor.scatter(reduced.gather().reshape(out.shape), out)]
+    return [DistTensor(out, array=part.astype(out.dtype, copy=False).reshape(out.shape))]
+
+
+def _per_pe(combine: np.ufunc, array: np.ndarray, axis: int, per_pe: int) -> np.ndarray:
+    """The partial results of the PEs along ``axis``, each over its ``per_pe`` elements."""
+    size = array.shape[axis]
+    if per_pe <= 1:
+        return array
+    if size % per_pe == 0:
+        split = array.reshape(*array.shape[:axis], size // per_pe, per_pe, *array.shape[axis + 1 :])
+        return combine.reduce(split, axis=axis + 1)
+    return combine.reduceat(array, np.arange(0, size, per_pe), axis=axis)
 
 
 def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
@@ -105,46 +140,30 @@ def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> lis
         weights = values[1]
         assert isinstance(weights, np.ndarray)
         return [_streaming_matmul(plan, _tiles(values[0]), weights)]
-    a, b = _tiles(values[0]), _tiles(values[1])
-    out = plan.outputs[0]
-    rank = len(out.tile_shape())
     # SUMMA's steps each add one block of A's columns times one block of B's rows on every
-    # PE; stacked along the grid, all steps of all PEs are one GEMM of the padded matrices
-    # (padding is zero, so it adds nothing)
+    # PE; stacked along the grid, all steps of all PEs are one GEMM of the matrices (their
+    # padding is zero, so it adds nothing)
+    out = plan.outputs[0]
     wide = accumulator(out.dtype)
-    at = _padded_matrix(_batch_aligned(a.masked(0), rank)).astype(wide, copy=False)
-    bt = _padded_matrix(_batch_aligned(b.masked(0), rank)).astype(wide, copy=False)
-    return [DistTensor(out, _unstack((at @ bt).astype(out.dtype, copy=False), out))]
+    a, b = (_matrices(_tiles(v)).astype(wide, copy=False) for v in values)
+    product = (a @ b).astype(out.dtype, copy=False)
+    return [DistTensor(out, array=product.reshape(out.shape))]
 
 
 def _streaming_matmul(plan: Plan, a: DistTensor, weights: np.ndarray) -> DistTensor:
     """Every PE multiply-accumulates the weight rows of its column and the chain along each
-    mesh row sums the partials: over all PEs and chunks, one GEMM of the activations (their
-    padding zero) with the weights padded to the grid."""
-    out, a_at = plan.outputs[0], plan.inputs[0]
-    assert a_at is not None
-    k, n = weights.shape[-2:]
+    mesh row sums the partials: over all PEs and chunks, one GEMM of the activations with
+    the weights."""
+    out = plan.outputs[0]
     wide = accumulator(out.dtype)
-    rank = len(out.tile_shape())
-    at = _padded_matrix(_batch_aligned(a.masked(0), rank))[..., :k].astype(wide, copy=False)
-    product = at @ weights.astype(wide, copy=False)
-    padded = np.zeros((*product.shape[:-2], product.shape[-2], out.w * out.ct), dtype=out.dtype)
-    padded[..., :n] = product
-    return DistTensor(out, _unstack(padded, out))
+    product = _matrices(a).astype(wide, copy=False) @ weights.astype(wide, copy=False)
+    return DistTensor(out, array=product.astype(out.dtype, copy=False).reshape(out.shape))
 
 
-def _padded_matrix(tiles: np.ndarray) -> np.ndarray:
-    """Tiles ``[h, w, *batch, rt, ct]`` as the padded matrices ``[*batch, h * rt, w * ct]``."""
-    moved = np.moveaxis(tiles, (0, 1), (-4, -2))
-    return moved.reshape(*moved.shape[:-4], moved.shape[-4] * moved.shape[-3], -1)
-
-
-def _unstack(matrix: np.ndarray, out: Layout) -> np.ndarray:
-    """``[*batch, h * mt, w * nt]`` back to the tile array ``[h, w, *batch, mt, nt]``."""
-    nb = matrix.ndim - 2
-    blocks = matrix.reshape(*matrix.shape[:-2], out.h, out.rt, out.w, out.ct)
-    tiles = np.moveaxis(blocks, (nb, nb + 2), (0, 1))
-    return np.ascontiguousarray(np.broadcast_to(tiles, out.tile_shape()), dtype=out.dtype)
+def _matrices(value: DistTensor) -> np.ndarray:
+    """The logical array as its layout's batch of matrices ``[*batch, R, C]``."""
+    lay = value.layout
+    return value.gather().reshape(*lay.batch, lay.rows, lay.cols)
 
 
 def _logical(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:

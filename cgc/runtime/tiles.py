@@ -2,6 +2,13 @@
 
 A ``DistTensor`` holds the tiles of a tensor in a ``Layout`` as one array
 ``[h, w, *batch, rt, ct]`` (zero padded), so a kernel step is one numpy operation over all PEs.
+
+Either form of its numbers makes the other: the tiles (the PEs' view) and the logical array
+(what the tiles hold, without the padding). A tensor keeps the form it was made in and makes
+the other only when a kernel asks for it, then keeps both, so that kernels that compute on the
+logical arrays (data movement, and the arithmetic whose numbers do not depend on the split)
+never pay for splitting a tensor into tiles and joining it again. Neither form is ever
+changed in place once a kernel has made it.
 """
 
 from __future__ import annotations
@@ -13,35 +20,50 @@ from cgc.machine.layout import Layout
 
 
 class DistTensor:
-    """A tensor on the mesh: its layout and its tiles ``[h, w, *batch, rt, ct]``."""
+    """A tensor on the mesh: its layout, and its tiles ``[h, w, *batch, rt, ct]`` or its
+    logical array (or both)."""
 
-    __slots__ = ("layout", "tiles")
+    __slots__ = ("_array", "_tiles", "layout")
 
-    def __init__(self, layout: Layout, tiles: np.ndarray):
-        assert tiles.shape == layout.tile_shape(), (tiles.shape, layout)
+    def __init__(
+        self, layout: Layout, tiles: np.ndarray | None = None, *, array: np.ndarray | None = None
+    ):
+        assert tiles is not None or array is not None, "a tensor needs its numbers"
+        assert tiles is None or tiles.shape == layout.tile_shape(), (tiles.shape, layout)
+        assert array is None or array.shape == layout.shape, (array.shape, layout)
         self.layout = layout
-        self.tiles = tiles
+        self._tiles = tiles
+        self._array = array
 
     @classmethod
     def scatter(cls, array: np.ndarray, layout: Layout) -> DistTensor:
-        """Splits a logical array into tiles (the inverse of ``gather``)."""
-        lay = layout
-        nb = len(lay.batch)
-        matrix = np.asarray(array, dtype=lay.dtype).reshape(*lay.batch, lay.rows, lay.cols)
-        pad = [(0, 0)] * nb + [(0, lay.h * lay.rt - lay.rows), (0, lay.w * lay.ct - lay.cols)]
-        if any(p for _, p in pad):
-            matrix = np.pad(matrix, pad)
-        blocks = matrix.reshape(*lay.batch, lay.h, lay.rt, lay.w, lay.ct)
-        tiles = np.moveaxis(blocks, (nb, nb + 2), (0, 1))
-        return cls(lay, np.ascontiguousarray(tiles))
+        """A logical array laid out in ``layout`` (split into tiles when asked for them)."""
+        logical = np.asarray(array, dtype=layout.dtype).reshape(layout.shape)
+        return cls(layout, array=logical)
+
+    @property
+    def has_array(self) -> bool:
+        """Whether the logical array is at hand without joining the tiles."""
+        return self._array is not None
+
+    @property
+    def tiles(self) -> np.ndarray:
+        """The tiles ``[h, w, *batch, rt, ct]``, their padding zero if made from the array."""
+        if self._tiles is None:
+            assert self._array is not None
+            self._tiles = _split(self._array, self.layout)
+        return self._tiles
 
     def gather(self) -> np.ndarray:
-        """The logical array."""
-        lay = self.layout
-        nb = len(lay.batch)
-        blocks = np.moveaxis(self.tiles, (0, 1), (nb, nb + 2))
-        matrix = blocks.reshape(*lay.batch, lay.h * lay.rt, lay.w * lay.ct)
-        return np.ascontiguousarray(matrix[..., : lay.rows, : lay.cols]).reshape(lay.shape)
+        """The logical array (not to be changed in place: the tensor keeps it)."""
+        if self._array is None:
+            assert self._tiles is not None
+            self._array = _join(self._tiles, self.layout)
+        return self._array
+
+    def relaid(self, layout: Layout) -> DistTensor:
+        """The same numbers in ``layout`` (of the same shape and type)."""
+        return DistTensor(layout, array=self.gather())
 
     def masked(self, fill: float) -> np.ndarray:
         """The tiles with every padding element replaced by ``fill``."""
@@ -49,6 +71,39 @@ class DistTensor:
         if lay.rows == lay.h * lay.rt and lay.cols == lay.w * lay.ct:
             return self.tiles
         return np.where(lay.valid_mask(), self.tiles, _fill_value(fill, self.tiles.dtype))
+
+
+def _split(array: np.ndarray, lay: Layout) -> np.ndarray:
+    """The tiles of a logical array, zero padded: the whole blocks in one copy, the blocks
+    cut short by the padding in up to three more."""
+    nb = len(lay.batch)
+    matrix = array.reshape(*lay.batch, lay.rows, lay.cols)
+    tiles = np.empty(lay.tile_shape(), dtype=lay.dtype)
+    if lay.rows != lay.h * lay.rt or lay.cols != lay.w * lay.ct or not matrix.size:
+        tiles[...] = 0
+        if not matrix.size:
+            return tiles
+    # the tile array seen as the padded matrices' blocks [*batch, h, rt, w, ct]
+    blocks = np.moveaxis(tiles, (0, 1), (nb, nb + 2))
+    whole_h, rest_h = divmod(lay.rows, lay.rt)
+    whole_w, rest_w = divmod(lay.cols, lay.ct)
+    for i, rows in ((slice(0, whole_h), lay.rt), (slice(whole_h, whole_h + 1), rest_h)):
+        for j, cols in ((slice(0, whole_w), lay.ct), (slice(whole_w, whole_w + 1), rest_w)):
+            part = matrix[
+                ..., i.start * lay.rt : i.stop * lay.rt, j.start * lay.ct : j.stop * lay.ct
+            ]
+            if part.size:
+                shape = (*lay.batch, i.stop - i.start, rows, j.stop - j.start, cols)
+                blocks[..., i, :rows, j, :cols] = part.reshape(shape)
+    return tiles
+
+
+def _join(tiles: np.ndarray, lay: Layout) -> np.ndarray:
+    """The logical array of tiles (one copy)."""
+    nb = len(lay.batch)
+    blocks = np.moveaxis(tiles, (0, 1), (nb, nb + 2))
+    matrix = blocks.reshape(*lay.batch, lay.h * lay.rt, lay.w * lay.ct)
+    return np.ascontiguousarray(matrix[..., : lay.rows, : lay.cols]).reshape(lay.shape)
 
 
 def _fill_value(fill: float, dtype: np.dtype) -> np.ndarray:

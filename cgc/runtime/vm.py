@@ -129,10 +129,12 @@ class Executor:
             self._arrive()
         elif opcode == Opcode.INPUT:
             assert isinstance(layout, Layout)
-            array = self.inputs[ins.attrs["index"]]
+            # a copy: the run keeps it, and the caller may change their array afterwards
+            array = np.array(self.inputs[ins.attrs["index"]], dtype=layout.dtype)
             self.values[ins.results[0]] = DistTensor.scatter(array, layout)
         elif opcode == Opcode.OUTPUT:
-            self.outputs[ins.attrs["index"]] = self._logical(ins.operands[0])
+            # a copy the caller owns: the run's tensors may share their arrays
+            self.outputs[ins.attrs["index"]] = np.array(self._logical(ins.operands[0]))
         elif opcode in (Opcode.WEIGHT, Opcode.STREAM_WEIGHT):
             assert self.memoryx is not None
             shape, dtype = self.program.registers[ins.results[0]]
@@ -157,7 +159,7 @@ class Executor:
         for register, layout in self.timing.arrived.items():
             value = self.values[register]
             if isinstance(value, DistTensor):
-                self.arrived[register] = _relaid(value, layout)
+                self.arrived[register] = value.relaid(layout)
 
     def _value(self, register: int) -> Value | None:
         """What ``register`` holds on the current layer's rectangle."""
@@ -196,8 +198,4 @@ class Executor:
         if isinstance(value, np.ndarray):  # a stream laid out on the wafer
             return DistTensor.scatter(value, want)
         assert isinstance(value, DistTensor) and isinstance(held, OnWafer)
-        return value if value.layout == want else _relaid(value, want)
-
-
-def _relaid(value: DistTensor, want: Layout) -> DistTensor:
-    return DistTensor.scatter(value.gather(), want)
+        return value if value.layout == want else value.relaid(want)
