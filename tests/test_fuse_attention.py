@@ -34,6 +34,8 @@ CAUSAL_ADDITIVE = np.triu(np.full((4, 4), -1e9, np.float32), 1)
         (np.zeros((2, 1, 4, 4), np.float32), OPEN),
         (np.ones((4, 4), bool), OPEN),
         (np.triu(np.full((4, 4), -1e3, np.float32), 1), None),  # exp(-1e3 + s) need not vanish
+        (np.triu(np.full((4, 4), np.finfo(np.float16).min, np.float16), 1), CAUSAL),
+        (np.triu(np.full((4, 4), -1e4, np.float16), 1), None),
         (np.tri(4, k=1, dtype=bool), None),  # one later key let through
         (np.stack([CAUSAL_ADDITIVE, np.zeros((4, 4), np.float32)]), None),  # slices differ
         (np.zeros((4, 3), np.float32), None),  # not square

@@ -20,8 +20,8 @@ move the heads' transposes over the fabric.
 A mask must be known at compile time: an inline constant, or a weight the compile holds fixed
 that the driver found causal (``causal_masks``) or allowing everything (``open_masks``) by
 its values (``mask_kind``). A causal mask blocks exactly the later keys with a value of at
-most ``MASKED`` (or ``False`` for ``select``), so that its ``exp`` is zero as the fused
-kernel's ``-inf`` is. The ops the pattern leaves unused are erased.
+most ``MASKED`` (a half-precision one: its lowest value; ``False`` for ``select``), so that its
+``exp`` is zero as the fused kernel's ``-inf`` is. The ops the pattern leaves unused are erased.
 """
 
 from __future__ import annotations
@@ -74,7 +74,15 @@ def _additive_allowed(matrix: np.ndarray) -> np.ndarray | None:
     if matrix.dtype.kind != "f":
         return None
     allowed = matrix == 0
-    return allowed if (matrix[~allowed] <= MASKED).all() else None
+    return (
+        allowed if (matrix[~allowed].astype(np.float64) <= _blocking(matrix.dtype)).all() else None
+    )
+
+
+def _blocking(dtype: np.dtype) -> float:
+    """The largest score bias that blocks a score of ``dtype``: ``MASKED``, or the lowest
+    value of a type that cannot hold it (half precision)."""
+    return max(MASKED, float(np.finfo(dtype).min))
 
 
 def _mask_candidates(module: ModuleOp) -> dict[str, wse.WeightOp]:
@@ -268,7 +276,8 @@ class FuseAttention(RewritePattern):
     def _selected(self, op: wse.SelectOp) -> str | None:
         condition, _, fill = op.operands
         blocked = _scalar(fill)
-        if blocked is None or blocked > MASKED:
+        dtype = np.dtype(wse.numpy_dtype(wse.element_type(op.result)))
+        if blocked is None or blocked > _blocking(dtype):
             return None
         return self._kind(condition)
 
