@@ -24,6 +24,15 @@ DTYPES = ("float32", "float16", "int32")
 PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 
 
+@pytest.fixture(autouse=True)
+def count_afresh():
+    """Some tests change the engine's limits or watch it work: every test counts afresh, and
+    leaves nothing remembered."""
+    flows._exact_traffic.cache_clear()
+    yield
+    flows._exact_traffic.cache_clear()
+
+
 def fields(t: Traffic) -> tuple:
     return dataclasses.astuple(t)
 

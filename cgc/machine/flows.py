@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, reduce
+from functools import cached_property, lru_cache, reduce
 from itertools import product
 from math import prod
 
@@ -50,13 +50,14 @@ from cgc.machine.index_maps import (
     Coord,
     IndexMap,
     Source,
+    Structure,
     identity,
     movement_map,
     phase_classes,
     phase_count,
 )
 from cgc.machine.layout import Layout
-from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, cross_distance, scattered_traffic
 
 ENUMERATION_LIMIT = 1 << 20
 """Digit combinations one component may enumerate at once."""
@@ -700,16 +701,7 @@ class _Window:
         both = self.axis(u, v)
         a = _project(fu, [((u,), *both[1:])])
         b = _project(fv, [((v,), *both[1:])])
-        return scale * _cross_distance(a, b)
-
-
-def _cross_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """The sum of ``a[p] * b[q] * |p - q|`` over all ``p`` and ``q``."""
-    position = np.arange(len(a))
-    mass, moment = np.cumsum(a), np.cumsum(position * a)
-    below = position * mass - moment
-    above = (moment[-1] - moment) - position * (mass[-1] - mass)
-    return float(np.dot(b, below + above))
+        return scale * cross_distance(a, b)
 
 
 def _longest(term: Term) -> int:
@@ -734,24 +726,30 @@ def map_traffic(index_map: IndexMap) -> Traffic:
     """The traffic of ``index_map``, routed as ``traffic.gather_traffic`` routes it and equal
     to it; for a component beyond the limits (see the module docstring), the estimate of
     every source element crossing once from a uniformly chosen PE."""
-    dst, sizes = index_map.dst, index_map.digits
-    sources = [s for s in index_map.sources if s.layout.size]
-    if not sources or dst.size == 0 or 0 in sizes:
+    dst, sources = index_map.dst, [s for s in index_map.sources if s.layout.size]
+    if not sources or dst.size == 0 or 0 in index_map.digits:
         return NO_TRAFFIC
+    exact = _exact_traffic(Structure(index_map))
+    if exact is None:
+        return sum((scattered_traffic(s.layout, dst, s.layout.size) for s in sources), NO_TRAFFIC)
+    return exact
+
+
+@lru_cache(maxsize=1 << 14)
+def _exact_traffic(problem: Structure) -> Traffic | None:
+    """The exact traffic of an index map (with elements), None past the limits; remembered
+    by structure: the placement asks the same movement again, often elsewhere on the mesh."""
+    index_map, sizes = problem.index_map, problem.index_map.digits
+    dst, sources = index_map.dst, [s for s in index_map.sources if s.layout.size]
     budget = _Budget(WORK_LIMIT)
     try:
         terms = [t for s in sources for t in _flows(_problem(index_map, s), sizes, budget)]
     except TooLarge:
-        estimates = (scattered_traffic(s.layout, dst, s.layout.size) for s in sources)
-        return sum(estimates, NO_TRAFFIC)
+        return None
     grids = [dst, *(s.layout for s in sources)]
     row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
-    fabric = _Fabric(
-        row0,
-        col0,
-        max(g.row0 + g.h for g in grids) - row0,
-        max(g.col0 + g.w for g in grids) - col0,
-    )
+    rows, cols = max(g.row0 + g.h for g in grids), max(g.col0 + g.w for g in grids)
+    fabric = _Fabric(row0, col0, rows - row0, cols - col0)
     for term in terms:
         fabric.add(term)
     return fabric.traffic(index_map.sources[0].layout.words_per_element)

@@ -503,3 +503,38 @@ def _mixed(digits: Sequence[int], sizes: Sequence[int]) -> Affine:
     """The row-major index over ``digits``."""
     strides = [prod(sizes[d] for d in digits[k + 1 :]) for k in range(len(digits))]
     return Affine(tuple(zip(digits, strides, strict=True)))
+
+
+class Structure:
+    """An index map compared by what its traffic depends on (``key``): its digits and
+    coordinates, and its layouts relative to their common top-left corner (a movement moved by
+    whole PEs has the same traffic), with their element sizes."""
+
+    def __init__(self, index_map: IndexMap):
+        self.index_map = index_map
+        grids = [index_map.dst, *(s.layout for s in index_map.sources)]
+        row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
+
+        def place(g: Layout) -> tuple[object, ...]:
+            return (g.shape, g.itemsize, g.row0 - row0, g.col0 - col0, g.h, g.w)
+
+        self.key = (
+            index_map.digits,
+            place(index_map.dst),
+            tuple(map(_coord_key, index_map.dst_coords)),
+            tuple((place(s.layout), tuple(map(_coord_key, s.coords))) for s in index_map.sources),
+        )
+        self.hash = hash(self.key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Structure) and self.key == other.key
+
+
+def _coord_key(coord: Coord) -> object:
+    """A hashable value, equal for equal coordinates."""
+    if isinstance(coord, Lookup):
+        return ("lookup", coord.digit, coord.table.dtype.str, coord.table.tobytes())
+    return coord

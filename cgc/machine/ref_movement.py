@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping, Sequence
+from itertools import product
 from math import prod
 from typing import Any
 
@@ -66,7 +67,7 @@ def windows(
     spatial = len(kernel)
     lead = x.ndim - spatial
     pad_width = [(0, 0)] * lead + [(pads[i], pads[spatial + i]) for i in range(spatial)]
-    padded = np.pad(x, pad_width, constant_values=fill)
+    padded = np.pad(x, pad_width, constant_values=fill) if any(pads) else x
     spans = [dilations[i] * (kernel[i] - 1) + 1 for i in range(spatial)]
     view = sliding_window_view(padded, spans, axis=tuple(range(lead, x.ndim)))
     steps = tuple(slice(None, None, strides[i]) for i in range(spatial))
@@ -90,9 +91,11 @@ def im2col(
     w = windows(x, kernel, strides, pads, dilations, fill)  # [N, C, *out, *kernel]
     spatial = len(kernel)
     out = w.shape[2 : 2 + spatial]
-    w = w.reshape(n, group, c // group, *out, prod(kernel))
-    w = np.moveaxis(w, (1, 2), (0, 2 + spatial))  # [g, N, *out, C/g, K]
-    return np.ascontiguousarray(w).reshape(group, n * prod(out), (c // group) * prod(kernel))
+    w = w.reshape(n, group, c // group, *w.shape[2:])  # a view: only the channels split
+    w = np.moveaxis(w, (1, 2), (0, 2 + spatial))  # [g, N, *out, C/g, *kernel]
+    patches = np.empty(w.shape, dtype=x.dtype)
+    np.copyto(patches, w)  # the one copy
+    return patches.reshape(group, n * prod(out), (c // group) * prod(kernel))
 
 
 def im2col_sources(image: Sequence[int], attrs: Attrs) -> np.ndarray:
@@ -104,13 +107,66 @@ def im2col_sources(image: Sequence[int], attrs: Attrs) -> np.ndarray:
 
 def col2im(patches: np.ndarray, image: Sequence[int], attrs: Attrs) -> np.ndarray:
     """The adjoint of ``im2col``: every patch element added to the image element it was read
-    from (in float64, then rounded once to the patches' type)."""
-    sources = im2col_sources(image, attrs).ravel()
-    size = prod(image)
-    inside = sources >= 0
-    weights = patches.ravel()[inside].astype(np.float64)
-    summed = np.bincount(sources[inside], weights=weights, minlength=size)
-    return summed.astype(patches.dtype).reshape(image)
+    from (in float64, one kernel position after another, then rounded once to the patches'
+    type). Each kernel position adds its patch column to a strided slice of the image."""
+    last = attrs.get("channels_last", False)
+    kernel, strides, pads, dilations, group = (
+        attrs[k] for k in ("kernel", "strides", "pads", "dilations", "group")
+    )
+    spatial, n = len(kernel), image[0]
+    channels = image[-1] if last else image[1]
+    sizes = tuple(image[1:-1] if last else image[2:])
+    outs = window_counts(sizes, kernel, strides, pads, dilations)
+    columns = patches.reshape(group, n, *outs, channels // group, *kernel)
+    # [*kernel, g, N, C/g, *out]: a view, one kernel position a step
+    taps_first = columns.transpose(
+        (*range(3 + spatial, 3 + 2 * spatial), 0, 1, 2 + spatial, *range(2, 2 + spatial))
+    )
+    total = np.zeros(image, dtype=np.float64)
+    planes = channels_first(total, last).reshape(n, group, channels // group, *sizes)
+    planes = np.moveaxis(planes, 1, 0)  # [g, N, C/g, *sizes], a view of total
+    whole = (slice(None),) * 3
+    for taps in product(*map(range, kernel)):
+        reads = [
+            tap_slices(sizes[a], outs[a], strides[a], dilations[a], pads[a], t)
+            for a, t in enumerate(taps)
+        ]
+        into = planes[(*whole, *(image_at for _, image_at in reads))]
+        read: tuple[Any, ...] = (*taps, *whole, *(out_at for out_at, _ in reads))
+        into += taps_first[read]
+    return total.astype(patches.dtype)
+
+
+def window_counts(
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+) -> list[int]:
+    """How many windows fit along each spatial axis (as ``windows`` makes them)."""
+    spatial = len(kernel)
+    return [
+        max(
+            0,
+            (size + pads[i] + pads[spatial + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i]
+            + 1,
+        )
+        for i, size in enumerate(sizes)
+    ]
+
+
+def tap_slices(
+    size: int, count: int, stride: int, dilation: int, low: int, tap: int
+) -> tuple[slice, slice]:
+    """Along one axis of ``size`` with ``count`` windows: the windows whose kernel position
+    ``tap`` reads inside the axis (not the padding), and the positions they read."""
+    start = dilation * tap - low  # where window 0 reads
+    first = min(count, max(0, -(start // stride)))  # the first window reading position >= 0
+    last = min(count, (size - 1 - start) // stride + 1) if start < size else 0
+    reading = max(0, last - first)
+    begin = start + stride * first
+    return slice(first, first + reading), slice(begin, begin + stride * reading, stride)
 
 
 def channels_first(x: np.ndarray, channels_last: bool) -> np.ndarray:

@@ -278,6 +278,15 @@ def _mean_distance(p: np.ndarray, q: np.ndarray) -> float:
     return float((np.abs(positions[:, None] - positions[None, :]) * np.outer(p, q)).sum())
 
 
+def cross_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """The sum of ``a[p] * b[q] * |p - q|`` over all ``p`` and ``q``."""
+    position = np.arange(len(a))
+    mass, moment = np.cumsum(a), np.cumsum(position * a)
+    below = position * mass - moment
+    above = (moment[-1] - moment) - position * (mass[-1] - mass)
+    return float(np.dot(b, below + above))
+
+
 def scattered_traffic(src: Layout, dst: Layout, elements: int) -> Traffic:
     """The expected traffic of ``elements`` values whose addresses are data: each comes from a
     PE of ``src`` chosen uniformly and goes to its owner in ``dst``, routed XY.
