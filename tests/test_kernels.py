@@ -367,8 +367,41 @@ def test_summa(sa, sb, b_source, rect):
     want = matmul_ref(a, b)
     got, plan = execute("matmul", [a, b], {}, want.shape, "float32", rect, {1: b_source})
     close(got, want)
-    assert plan.detail["algorithm"] == "summa"
+    assert plan.detail["algorithm"] in ("summa", "summa-split-k")
     assert plan.cost.flops == 2 * prod(want.shape) * sa[-1]
+
+
+def test_split_k_against_a_hand_count():
+    """A [2, 64] @ B [64, 4] on 2 columns x 16 rows: the result's 2 rows leave 8 groups of
+    2 rows; B's 64 rows spread 4 a PE row over all 16, so each group runs 2 SUMMA steps."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 4)).astype(np.float32)
+    rect = (0, 0, 2, 16)
+    arrived = {0: Layout.on(a.shape, "float32", rect)}
+    got, plan = execute("matmul", [a, b], {}, (2, 4), "float32", rect, {1: RESIDENT}, arrived)
+    close(got, matmul_ref(a, b))
+    assert plan.detail == {"algorithm": "summa-split-k", "steps": 2, "groups": 8}
+    a_at, b_at = plan.inputs
+    assert (a_at.h, a_at.w, a_at.ct) == (2, 2, 32)  # A stays where it arrives
+    assert (b_at.h, b_at.w, b_at.rt) == (16, 2, 4)
+    # per step a PE multiplies 1 x 4 by 4 x 2 (8 FMACs) while B's 4 x 2 block crosses its
+    # group's 2 rows; each column's A (2 rows x 32 values) descends past 7 groups of 2 rows,
+    # overlapping the groups' 2 steps; the 1 x 2 partials climb back, 2 PE rows a boundary,
+    # and 7 additions of 2 values
+    descent, group, hops = 2 * 32, 2 * 8, 7 * 2
+    assert plan.cost.cycles == max(descent, group) + hops + (1 + 1) + max(2 * 2, 7 * 2) + hops
+    assert plan.cost.compute_cycles == 2 * 8
+    assert plan.cost.fmacs == 2 * 8 * 16 * 2
+    summa = plans.plan(
+        "matmul",
+        T,
+        rect,
+        [Operand(a.shape, "float32", WAFER, a_at), Operand(b.shape, "float32", RESIDENT)],
+        {},
+        [((2, 4), "float32")],
+    )
+    assert summa.cost.cycles < 2 * 64 + 2  # cheaper than SUMMA's 2 steps of 1 x 32 x 2
 
 
 def test_summa_float16():

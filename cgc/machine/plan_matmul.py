@@ -10,7 +10,7 @@ a chain reduction along the row lands in the output layout.
 from __future__ import annotations
 
 from dataclasses import replace
-from math import prod
+from math import ceil, prod
 
 from cgc.machine.kernel import (
     STREAM,
@@ -48,6 +48,17 @@ class Matmul(Kernel):
             return sparse
         if b.source == STREAM:
             return self._plan_streaming(q.target, q.rect, a, b, out, flops)
+        summa = self._plan_summa(q, a, b, out, flops)
+        if q.rect[3] < 2 * out.h or k < 2:
+            return summa
+        split = self._plan_split_k(q, a, b, out, flops)
+        return split if split.cost.cycles < summa.cost.cycles else summa
+
+    @staticmethod
+    def _plan_summa(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
+        ((_, dtype),) = q.results
+        k = a.shape[-1]
+        nb_out = prod(out.batch)
         steps = grid_extent(k, min(q.rect[2], q.rect[3]))
         a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, steps)
         b_at = Layout(b.shape, b.dtype, out.row0, out.col0, steps, out.w)
@@ -75,6 +86,77 @@ class Matmul(Kernel):
             arrival_cycles=arrive,
         )
         return Plan((a_at, b_at), (out,), cost, {"algorithm": "summa", "steps": steps})
+
+    @staticmethod
+    def _plan_split_k(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
+        """SUMMA with the contraction split over groups of mesh rows, for a rectangle taller
+        than the result's rows: B's rows spread over the whole height, each group of ``out.h``
+        rows holds a slice of them. A's columns of each slice stream down its PE column from
+        the top group to the group that needs them while the groups run their SUMMA steps on
+        the slices that have arrived; the groups' partial products then sum up the columns,
+        group by group, into the top group, where the result stays."""
+        ((_, dtype),) = q.results
+        k = a.shape[-1]
+        x, y, _, height = q.rect
+        a_at = Layout.on(a.shape, a.dtype, q.rect)
+        b_at = Layout(b.shape, b.dtype, y, x, grid_extent(k, height), out.w)
+        rows = out.h
+        groups = ceil(b_at.h / rows)
+        mt, kb, nt = out.rt, b_at.rt, out.ct
+        nb_out = prod(out.batch)
+        step_fmacs = nb_out * mt * kb * nt
+        compute = step_fmacs / q.target.fmacs(dtype)
+        a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
+        b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
+        partial_words = out.tile_elements * out.words_per_element
+        steps = ceil(b_at.h / groups)
+        group_cycles = steps * max(compute, a_words * (out.w > 1), b_words * (rows > 1))
+        # every column's block of A leaves the top group for the groups holding its slice
+        column_words = a_at.h * a_at.tile_elements * a_at.words_per_element
+        descent = Traffic(
+            column_words * a_at.w * (groups - 1) * rows,
+            column_words,
+            a_at.tile_elements * a_at.words_per_element,
+            a_at.tile_elements * a_at.words_per_element,
+            (groups - 1) * rows,
+        )
+        broadcast = Traffic(
+            steps * groups * (a_words * rows * (out.w - 1) + b_words * out.w * (rows - 1)),
+            steps * max(a_words * (out.w > 1), b_words * (rows > 1)),
+            steps * max(a_words, b_words),
+            steps * (a_words + b_words),
+            rows - 1 + out.w - 1,
+        )
+        # partial products climb group by group; each boundary carries a column's tiles
+        ascent = Traffic(
+            partial_words * rows * out.w * (groups - 1) * rows,
+            partial_words * rows,
+            partial_words,
+            partial_words,
+            (groups - 1) * rows,
+        )
+        combine = (groups - 1) * out.tile_elements / q.target.fmacs(dtype)
+        arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
+        cycles = (
+            arrive
+            + max(descent.max_link, group_cycles)
+            + descent.max_hops
+            + broadcast.max_hops
+            + max(ascent.max_link, combine)
+            + ascent.max_hops
+        )
+        cost = Cost(
+            cycles=cycles,
+            flops=flops,
+            fmacs=steps * step_fmacs * groups * rows * out.w,
+            traffic=arrival(a, a_at) + arrival(b, b_at) + descent + broadcast + ascent,
+            scratch_bytes=(a_at.tile_elements + out.tile_elements + mt * kb + kb * nt)
+            * out.itemsize,
+            compute_cycles=steps * compute,
+            arrival_cycles=arrive,
+        )
+        detail = {"algorithm": "summa-split-k", "steps": steps, "groups": groups}
+        return Plan((a_at, b_at), (out,), cost, detail)
 
     def _plan_streaming(
         self, target: Target, rect: Rect, a: Operand, b: Operand, out: Layout, flops: float

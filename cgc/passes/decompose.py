@@ -79,11 +79,13 @@ def batch_norm(emit: Emitter, op: wse.BatchNormOp) -> SSAValue:
     def channel(v: SSAValue) -> SSAValue:
         return emit(wse.ReshapeOp(v, per_channel)) if len(shape) > 2 else v
 
+    # the per-channel gain on the [C] vectors (spread over the mesh's columns), before it is
+    # shaped to broadcast: on [C, 1, 1] every value would sit on one PE
     eps = emit.constant(op.epsilon.value.data, wse.element_type(op.var))
-    std = emit(wse.SqrtOp(emit(wse.AddOp(channel(op.var), eps))))
-    gain = emit(wse.DivOp(channel(op.scale), std))
+    std = emit(wse.SqrtOp(emit(wse.AddOp(op.var, eps))))
+    gain = emit(wse.DivOp(op.scale, std))
     centered = emit(wse.SubOp(x, channel(op.mean)))
-    return emit(wse.AddOp(emit(wse.MulOp(centered, gain)), channel(op.bias)))
+    return emit(wse.AddOp(emit(wse.MulOp(centered, channel(gain))), channel(op.bias)))
 
 
 def cross_entropy(emit: Emitter, op: wse.SoftmaxCrossEntropyOp) -> SSAValue:

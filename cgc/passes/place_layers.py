@@ -46,6 +46,12 @@ from cgc.machine.units import human_bytes
 
 BALANCE_TOLERANCE = 0.01
 """The bisection on the stage time stops within this fraction of the best time."""
+LADDER_SPLITS = 16
+"""A layer's rows may be split up to this many ways in a strip..."""
+LADDER_MULTIPLES = 8
+"""... or multiplied up to this many times."""
+STRIP_SPEEDUP = 8.0
+"""The strips' search looks for stage times down to this fraction of the balanced one."""
 
 
 def useful_rows(work: Program) -> int:
@@ -177,6 +183,11 @@ class Placer:
         if not self.count:
             return []
         self.heights = [self._height(i) for i in range(self.count)]
+        self.ladders = [self._ladder(i) for i in range(self.count)]
+        self.lowest_known: dict[tuple[int, int], tuple[float, int]] = {}
+        """Per layer and strip width, the last stage time asked and its ladder step."""
+        self.strip_count = 1
+        """The strip count of the last strips that kept the stage time."""
         least = [self._narrowest(i) for i in range(self.count)]
         if any(w is None for w in least):
             raise self._shortfall([i for i, w in enumerate(least) if w is None])
@@ -184,7 +195,94 @@ class Placer:
         widths, limit = self._balance(narrowest)
         rects = self._pack(widths, limit) or self._pack(widths)
         assert rects is not None
+        strips = self._strips(limit)
+        if strips is not None:
+            rects, heights = strips
+            self._restore(heights)
         return self._widen(rects)
+
+    def _strips(self, limit: float) -> tuple[list[Rect], list[int]] | None:
+        """Strips of one width in which every layer gets the fewest rows of its ladder
+        (``_ladder``) that keep it within the stage time: the heights chosen with the widths.
+        Bisection on the stage time below ``limit``; the rectangles and heights of the best
+        time found, if it beats ``limit``."""
+        best = None
+        slow, fast = limit, limit / STRIP_SPEEDUP
+        while slow > fast * (1 + BALANCE_TOLERANCE):
+            middle = sqrt(fast * slow)
+            found = self._strips_within(middle)
+            if found is None:
+                fast = middle
+            else:
+                slow, best = middle, found
+        return best
+
+    def _strips_within(self, limit: float) -> tuple[list[Rect], list[int]] | None:
+        """Strips, each ``cols // n`` wide for the fewest ``n`` that works, of layers on the
+        fewest rows that keep each within ``limit`` there; None if no ``n`` does."""
+        rows, cols = self.target.rows, self.target.cols
+        # the strip counts near the last that worked first: a slightly shorter stage time
+        # needs about as many strips
+        for n in sorted(range(1, cols + 1), key=lambda n: (abs(n - self.strip_count), n)):
+            width = cols // n
+            heights: list[int] = []
+            strips, used = 1, 0
+            for index in range(self.count):
+                height = self._lowest(index, width, limit)
+                if height is None:  # narrower strips will not do either
+                    return None
+                strips, used = (
+                    (strips, used + height) if used + height <= rows else (strips + 1, height)
+                )
+                if strips > n:
+                    break
+                heights.append(height)
+            else:
+                rects = pack([(width, h) for h in heights], rows, cols)
+                if rects is not None and self._lanes_keep_up(rects, limit):
+                    self.strip_count = n
+                    return rects, heights
+        return None
+
+    def _lowest(self, index: int, width: int, limit: float) -> int | None:
+        """The fewest rows of layer ``index``'s ladder on which it fits and takes at most
+        ``limit`` on ``width`` columns, if any: bisection, as more rows take no longer."""
+        ladder = self.ladders[index]
+
+        def within(height: int) -> bool:
+            cost = self.cost(index, (0, 0, width, height))
+            return self.fits(cost) and cost.cycles <= limit
+
+        if not within(ladder[-1]):
+            return None
+        # a shorter stage time than one asked before on this width needs at least as many rows
+        known = self.lowest_known.get((index, width))
+        lo = known[1] if known is not None and known[0] >= limit else 0
+        hi = len(ladder) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if within(ladder[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        self.lowest_known[index, width] = (limit, lo)
+        return ladder[lo]
+
+    def _ladder(self, index: int) -> list[int]:
+        """The heights a strip may give layer ``index``: its rows split ``k`` ways (the heights
+        that change its tiles), and whole multiples of them (for kernels that use more rows
+        than a tensor has, such as a matmul splitting its contraction)."""
+        base, rows = self.heights[index], self.target.rows
+        shorter = {ceil(base / k) for k in range(1, LADDER_SPLITS + 1)}
+        taller = {base * m for m in range(2, LADDER_MULTIPLES + 1) if base * m <= rows}
+        return sorted(shorter | taller)
+
+    def _restore(self, heights: list[int]) -> None:
+        """Gives the layers ``heights`` (forgetting the timings of those whose rows change)."""
+        for index, height in enumerate(heights):
+            if self.heights[index] != height:
+                self.heights[index] = height
+                self.widths_timed[index] = {}
 
     def _rect(self, index: int, width: int, x: int = 0, y: int = 0) -> Rect:
         return (x, y, width, self.heights[index])

@@ -75,15 +75,15 @@ func.func @batch_norm(%x: tensor<2x3x4x4xf32>, %s: tensor<3xf32>, %b: tensor<3xf
 }
 
 // CHECK-LABEL: func.func @batch_norm
+// The per-channel gain is worked out on the [C] vectors, then shaped to broadcast.
 // CHECK-NEXT:    %[[EPS:.*]] = wse.constant dense<1.000000e-05> : tensor<f32> loc("bn")
-// CHECK-NEXT:    %[[V:.*]] = wse.reshape %v : tensor<3xf32> -> tensor<3x1x1xf32> loc("bn")
-// CHECK-NEXT:    %[[VE:.*]] = wse.add %[[V]], %[[EPS]] : {{.*}} loc("bn")
-// CHECK-NEXT:    %[[STD:.*]] = wse.sqrt %[[VE]] : tensor<3x1x1xf32> loc("bn")
-// CHECK-NEXT:    %[[S:.*]] = wse.reshape %s : tensor<3xf32> -> tensor<3x1x1xf32> loc("bn")
-// CHECK-NEXT:    %[[GAIN:.*]] = wse.div %[[S]], %[[STD]] : {{.*}} loc("bn")
+// CHECK-NEXT:    %[[VE:.*]] = wse.add %v, %[[EPS]] : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32> loc("bn")
+// CHECK-NEXT:    %[[STD:.*]] = wse.sqrt %[[VE]] : tensor<3xf32> loc("bn")
+// CHECK-NEXT:    %[[GAIN:.*]] = wse.div %s, %[[STD]] : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32> loc("bn")
 // CHECK-NEXT:    %[[M:.*]] = wse.reshape %m : tensor<3xf32> -> tensor<3x1x1xf32> loc("bn")
 // CHECK-NEXT:    %[[C:.*]] = wse.sub %x, %[[M]] : (tensor<2x3x4x4xf32>, tensor<3x1x1xf32>) -> tensor<2x3x4x4xf32> loc("bn")
-// CHECK-NEXT:    %[[G:.*]] = wse.mul %[[C]], %[[GAIN]] : {{.*}} loc("bn")
+// CHECK-NEXT:    %[[GR:.*]] = wse.reshape %[[GAIN]] : tensor<3xf32> -> tensor<3x1x1xf32> loc("bn")
+// CHECK-NEXT:    %[[G:.*]] = wse.mul %[[C]], %[[GR]] : {{.*}} loc("bn")
 // CHECK-NEXT:    %[[B:.*]] = wse.reshape %b : tensor<3xf32> -> tensor<3x1x1xf32> loc("bn")
 // CHECK-NEXT:    %[[Y:.*]] = wse.add %[[G]], %[[B]] : (tensor<2x3x4x4xf32>, tensor<3x1x1xf32>) -> tensor<2x3x4x4xf32> loc("bn")
 // CHECK-NEXT:    func.return %[[Y]]

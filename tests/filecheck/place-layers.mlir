@@ -47,8 +47,11 @@ builtin.module attributes {wse.target = #wse.target<"mesh4x8">} {
 // BANDS:       wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<0, 1, 1x1>}
 // BANDS:       wse.layer "head"(%{{.*}}) {rect = #wse.rect<1, 1, 1x1>}
 
-// NARROW:      wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 1x8>}
-// NARROW:      wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<1, 0, 1x8>}
-// NARROW:      wse.layer "head"(%{{.*}}) {rect = #wse.rect<2, 0, 1x8>}
+// On 8 rows x 3 columns a strip of every column beats three one-column strips: the heights
+// are chosen with the width, each layer on the fewest rows that keep its stage within the
+// slowest (fc1 4 of its 8 rows, fc2 3, head 1), where the widths alone gave each 1x8.
+// NARROW:      wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 3x4>}
+// NARROW:      wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<0, 4, 3x3>}
+// NARROW:      wse.layer "head"(%{{.*}}) {rect = #wse.rect<0, 7, 3x1>}
 
 // TOOBIG:      error: model does not fit on mesh1x2 in pipelined mode: its 3 layers, each on its narrowest rectangle, do not pack onto the 1x2 mesh: as strips of all 1 rows they need 3 columns (144.0 KiB of SRAM), the mesh has 2 (96.0 KiB); use --mode weight_streaming
