@@ -826,9 +826,10 @@ def test_place_layers_stacks_short_layers_and_is_deterministic():
     second, _ = placed("mlp", "mesh8x8")
     assert print_module(first) == print_module(second)
     rects = [layer.rect.as_tuple() for layer in layers(first)]
-    # batch 2: every tensor has 2 matrix rows, so the layers are 2 rows high and stack in one
-    # strip of the whole width; fc1, the slowest, splits its contraction over twice its rows
-    assert rects == [(0, 0, 8, 4), (0, 4, 8, 2), (0, 6, 8, 2)]
+    # batch 2: every tensor has 2 matrix rows, so the layers are about 2 rows high and stack
+    # in one strip of the whole width: fc1, the slowest, splits its contraction over twice its
+    # rows, the head, the fastest, keeps its stage time on one
+    assert rects == [(0, 0, 8, 4), (0, 4, 8, 2), (0, 6, 8, 1)]
 
 
 def test_place_layers_balances_the_stages():
@@ -882,7 +883,7 @@ def test_place_layers_too_big():
 
 
 def test_place_layers_shortfall_names_more_bytes_than_available():
-    imported = import_model(zoo.mlp(in_features=120, hidden=(120, 120), classes=120), batch_size=1)
+    imported = import_model(zoo.mlp(in_features=160, hidden=(160, 160), classes=160), batch_size=1)
     message = placement_error(imported, "mesh2x4")
     match = re.search(r"its 3 layers, each on its narrowest rectangle, do not pack onto the 2x4 "
                       r"mesh: as strips of all 2 rows they need (\d+) columns \(([\d.]+) KiB of "

@@ -1,10 +1,13 @@
 """The plans of matmul (SUMMA, or the weight-streaming kernel when B streams in from MemoryX)
 and of the weight gradient's ``a^T @ b`` (their sparse forms: ``plan_sparse``).
 
-SUMMA: step ``s`` broadcasts A's column block ``s`` along the rows and B's row block ``s``
-down the columns, then every PE multiply-accumulates. Weight streaming: each column receives
-its rows of B from the north edge and multicasts them down; every PE forms partial sums that
-a chain reduction along the row lands in the output layout.
+SUMMA: A keeps its columns split over the PE columns and B its rows over the PE rows; step
+``s`` broadcasts the ``s``-th block of the contraction (the finer of the two splits) of A along
+the rows and of B down the columns, then every PE multiply-accumulates. On a rectangle at least
+twice as tall as the result's rows, the contraction may split over groups of rows instead.
+Weight streaming: each column receives its rows of B from the north edge and multicasts them
+down; every PE forms partial sums that a chain reduction along the row lands in the output
+layout.
 """
 
 from __future__ import annotations
@@ -59,14 +62,16 @@ class Matmul(Kernel):
         ((_, dtype),) = q.results
         k = a.shape[-1]
         nb_out = prod(out.batch)
-        steps = grid_extent(k, min(q.rect[2], q.rect[3]))
-        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, steps)
-        b_at = Layout(b.shape, b.dtype, out.row0, out.col0, steps, out.w)
-        mt, kb, nt = out.rt, a_at.ct, out.ct
+        # A keeps its columns over every PE column and B its rows over every PE row, as they
+        # arrive: a step takes the finer of the two blocks of the contraction
+        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, grid_extent(k, q.rect[2]))
+        b_at = Layout(b.shape, b.dtype, out.row0, out.col0, grid_extent(k, q.rect[3]), out.w)
+        mt, kb, nt = out.rt, min(a_at.ct, b_at.rt), out.ct
+        steps = ceil(k / kb)
         step_fmacs = nb_out * mt * kb * nt
         compute = step_fmacs / q.target.fmacs(dtype)
-        a_words = a_at.tile_elements * a_at.words_per_element
-        b_words = b_at.tile_elements * b_at.words_per_element
+        a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
+        b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
         broadcast = Traffic(
             steps * (a_words * out.h * (out.w - 1) + b_words * out.w * (out.h - 1)),
             steps * max(a_words * (out.w > 1), b_words * (out.h > 1)),
@@ -81,7 +86,8 @@ class Matmul(Kernel):
             flops=flops,
             fmacs=steps * step_fmacs * out.pes,
             traffic=arrival(a, a_at) + arrival(b, b_at) + broadcast,
-            scratch_bytes=(a_at.tile_elements + b_at.tile_elements) * out.itemsize,
+            # a step's blocks of A and B, received from their rows' and columns' owners
+            scratch_bytes=(prod(a_at.batch) * mt + prod(b_at.batch) * nt) * kb * out.itemsize,
             compute_cycles=steps * compute,
             arrival_cycles=arrive,
         )

@@ -174,6 +174,10 @@ class Placer:
         """Layer ``index`` alone on ``rect``: its SRAM and its stage time."""
         return self.costs(self.works[index], 0, rect)
 
+    def stage_cycles(self, cost: LayerCost) -> float:
+        """A layer's stage time: its kernels, and its inputs from and outputs to the host."""
+        return cost.cycles + cost.host_bytes / self.target.io_bytes_per_s * self.target.clock_hz
+
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
         return cost.sram_bytes_per_pe <= self.target.sram_bytes_per_pe
@@ -251,7 +255,7 @@ class Placer:
 
         def within(height: int) -> bool:
             cost = self.cost(index, (0, 0, width, height))
-            return self.fits(cost) and cost.cycles <= limit
+            return self.fits(cost) and self.stage_cycles(cost) <= limit
 
         if not within(ladder[-1]):
             return None
@@ -373,7 +377,7 @@ class Placer:
         """Layer ``index``'s stage time on ``width`` columns of its height."""
         timed = self.widths_timed[index]
         if width not in timed:
-            timed[width] = self.cost(index, self._rect(index, width)).cycles
+            timed[width] = self.stage_cycles(self.cost(index, self._rect(index, width)))
         return timed[width]
 
     def _pack(self, widths: Sequence[int], limit: float = float("inf")) -> list[Rect] | None:
