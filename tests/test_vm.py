@@ -21,7 +21,9 @@ import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
 from cgc.machine.artifact import Artifact
-from cgc.machine.cost import SimulationError
+from cgc.machine.cost import SimulationError, Sram, Timing
+from cgc.machine.plans import Plan
+from cgc.machine.target import Target
 from cgc.runtime import trace
 from cgc.runtime.cluster import Cluster, system_tracks
 from cgc.runtime.trainer import LoopOptions
@@ -96,6 +98,32 @@ def test_timing_only_run_gives_the_same_time(name, mode):
     assert timed.peak_pe_sram_bytes == full.peak_pe_sram_bytes > 0
     assert timed.pe_utilization == full.pe_utilization
     assert timed.wavelet_hops == full.wavelet_hops
+
+
+def _algorithms(art: Artifact) -> set[str]:
+    """The matmul algorithms the placed layers' plans chose."""
+    program, target = art.program, Target.from_json(art.manifest["target"])
+    chosen = set()
+    for index, layer in enumerate(program.layers):
+        timing = Timing(program, target, Sram(target, False, layer.rect), deliver=True)
+        timing.enter_layer(index, layer.rect)
+        for position in program.layer_spans[index][1:]:
+            plan = timing.step(program.instructions[position])
+            if isinstance(plan, Plan) and "algorithm" in plan.detail:
+                chosen.add(plan.detail["algorithm"])
+    return chosen
+
+
+def test_a_split_contraction_runs_and_times_as_planned():
+    """Batch 2 on 8 rows: the first layer splits its contraction over two groups of rows
+    (``summa-split-k``); its numbers match onnxruntime and a timing-only run its time."""
+    art = compiled("mlp", "pipelined", batch=2)
+    assert "summa-split-k" in _algorithms(art)
+    feeds = inputs_for(art, 2)
+    outputs, full = Cluster(art).infer(feeds)
+    check_against_onnxruntime("mlp", outputs, feeds, art)
+    _, timed = Cluster(art, numerics=False).infer(feeds)
+    assert timed.layers == full.layers and timed.simulated_seconds == full.simulated_seconds
 
 
 @pytest.mark.parametrize("mode", MODES)
