@@ -70,8 +70,9 @@ def _elementwise(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -
             result = reference.BINARY[name](operands[0], operands[1])
         elif name == "select":
             result = np.where(operands[0], operands[1], operands[2])
-        elif name == "bitcast":
-            result = np.ascontiguousarray(operands[0]).view(out.dtype)
+        elif name == "bitcast":  # a copy only to make it contiguous; ascontiguousarray
+            source = operands[0]  # would turn a scalar into a vector
+            result = (source if source.flags.c_contiguous else source.copy()).view(out.dtype)
         else:
             result = reference.cast(
                 operands[0], dtypes.dtype(out.dtype), attrs.get("saturate", True)
