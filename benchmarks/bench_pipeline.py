@@ -5,8 +5,9 @@ of width 512 on 128 tokens (``zoo.decoder``), compiled for wse2 in pipelined mod
 pipeline's samples per second (the slowest stage sets it), the bound (every PE's peak FLOP/s
 over the model's FLOPs per sample), their ratio, one sample's latency, the stages' mean
 utilization, the share of PEs placed, the routing colors used, the slowest stage (and whether
-its kernels or its busiest input link bound it), and the compile time. Each model compiles in
-a fresh process.
+its kernels or its busiest input link bound it), and the compile time; then where each
+model's compute bound goes (``cgc.tools.pipeline_bound``: all PEs times the period, by term,
+and the stages that lose the most). Each model compiles in a fresh process.
 
     python benchmarks/bench_pipeline.py [--only NAME] [--batch 1]
 """
@@ -37,6 +38,7 @@ def models() -> dict:
 def measure(name: str, batch: int) -> dict:
     import cgc
     from cgc.tools.picture import stages
+    from cgc.tools.pipeline_bound import artifact_bound, bound_lines
     from cgc.tools.report import pipeline_figures, pipeline_stages
 
     model = models()[name]()
@@ -53,6 +55,8 @@ def measure(name: str, batch: int) -> dict:
     bound_by = "link" if slowest.link_cycles > slowest.cycles else "kernels"
     routes = [r for info in artifact.program.layers for r in info.routes]
     placed = stages(artifact)
+    bound = artifact_bound(artifact, timed)
+    assert bound is not None
     return {
         "layers": len(layers),
         "compile_seconds": seconds,
@@ -62,6 +66,7 @@ def measure(name: str, batch: int) -> dict:
         "mean_utilization": sum(s.utilization for s in placed) / len(placed),
         "pes_used": sum(s.region[2] * s.region[3] for s in placed),
         "pes": artifact.manifest["target"]["rows"] * artifact.manifest["target"]["cols"],
+        "breakdown": bound_lines(bound.to_json()),
     }
 
 
@@ -80,12 +85,14 @@ def main() -> None:
         f"{'latency us':>10s} {'mean util':>9s} {'PEs used':>8s} {'colors':>6s} {'compile s':>9s}"
         "  slowest stage"
     )
+    breakdowns = {}
     for name in models():
         if args.only and name != args.only:
             continue
         command = [sys.executable, __file__, "--one", name, "--batch", str(args.batch)]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
+        breakdowns[name] = r["breakdown"]
         ratio = r["samples_per_second"] / r["bound_samples_per_second"]
         print(
             f"{name:16s} {r['layers']:6d} {r['samples_per_second']:10.4g} "
@@ -94,6 +101,8 @@ def main() -> None:
             f"{r['mean_utilization']:9.2%} {r['pes_used'] / r['pes']:8.1%} {r['colors']:6d} "
             f"{r['compile_seconds']:9.1f}  {r['slowest']}"
         )
+    for name, lines in breakdowns.items():
+        print(f"\n{name}: " + "\n".join(lines))
 
 
 if __name__ == "__main__":

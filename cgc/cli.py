@@ -624,8 +624,9 @@ def _sizes(text: str) -> list[int]:
     help="Draw the pipelined placement: a PNG file, or - for a map in the terminal.",
 )
 def inspect(artifact, disasm, as_json, ir, placement) -> None:
-    """Show what ARTIFACT holds: manifest, placement or stream schedule, bytecode. A params
-    file or zoo:NAME is compiled for its training run first (weights declared, timing only)."""
+    """Show what ARTIFACT holds: manifest, placement (and where the compute bound goes) or
+    stream schedule, bytecode. A params file or zoo:NAME is compiled for its training run
+    first (weights declared, timing only)."""
     from cgc.machine.artifact import Artifact
     from cgc.tools.report import inspect_json, summary_text
 

@@ -16,6 +16,7 @@ from cgc.runtime import pipeline
 from cgc.runtime.cluster import RunStats
 from cgc.runtime.simulation import Simulation
 from cgc.runtime.swarmx import SwarmX
+from cgc.tools.pipeline_bound import artifact_bound, bound_lines
 from cgc.tools.utilization import (
     StepUtilization,
     group_name,
@@ -80,7 +81,8 @@ def pipeline_figures(artifact: Artifact) -> dict:
 
 
 def inspect_json(artifact: Artifact) -> dict:
-    """The ``cgc inspect --json`` object."""
+    """The ``cgc inspect --json`` object; a pipelined artifact's has where its compute bound
+    goes (``compute_bound``: ``cgc.tools.pipeline_bound``)."""
     m = artifact.manifest
     target, batch = _target(artifact), _batch(artifact)
     out: dict = {
@@ -103,6 +105,7 @@ def inspect_json(artifact: Artifact) -> dict:
         "pipeline_passes": m["pipeline"],
     }
     if m["mode"] == "pipelined":
+        stages = pipeline_stages(artifact)
         out["layers"] = [
             {
                 "name": layer["name"],
@@ -117,9 +120,12 @@ def inspect_json(artifact: Artifact) -> dict:
                 "activation_out_bytes_per_sample": layer["activation_out_bytes"] / batch,
                 "routes": [_route_json(route, artifact) for route in stage.routes],
             }
-            for layer, stage in zip(m["layers"], pipeline_stages(artifact), strict=True)
+            for layer, stage in zip(m["layers"], stages, strict=True)
         ]
         out["pipeline"] = pipeline_figures(artifact)
+        bound = artifact_bound(artifact, stages)
+        if bound is not None:
+            out["compute_bound"] = bound.to_json()
     else:
         swarmx = SwarmX(m["num_csx"], target)
         out["layers"] = [
@@ -205,6 +211,7 @@ def summary_text(artifact: Artifact) -> str:
             f"{share}; "
             f"latency {p['latency_seconds'] * 1e6:.2f} us"
         )
+        lines += bound_lines(info["compute_bound"])
     else:
         lines.append("stream schedule (one layer at a time, on the whole wafer):")
         for layer in info["layers"]:

@@ -146,15 +146,21 @@ def program_kernels(program: Program, target: Target) -> list[tuple[float, list[
     return [(r.cycles, k) for r, k in zip(timing.records, kernels, strict=True)]
 
 
-def kernel_terms(kernel: KernelPlan) -> dict[str, float]:
+def kernel_terms(kernel: KernelPlan, split: bool = False) -> dict[str, float]:
     """A kernel's cycles by term (``TERMS``): its arithmetic, and its arrival and movement
-    named by its algorithm."""
+    named by its algorithm. ``split`` (pipelined mode, ``cgc.tools.pipeline_bound``) parts
+    the other kernels' data movement: their operands' arrival (``arrival``), and their
+    movement, the broadcasts and reductions of a mesh algorithm (``collectives``: SUMMA's
+    panels, split-k's reduction, attention's ring) or else ``data_movement``."""
     cost, algorithm = kernel.plan.cost, kernel.detail.get("algorithm")
     rest = {"arrival": cost.arrival_cycles, "movement": cost.movement_cycles}
     if algorithm in STREAMING:
         named = {"weights_edge": rest["arrival"], "partial_sums": rest["movement"]}
     elif algorithm in GRADIENT:
         named = {"gradient_movement": rest["arrival"] + rest["movement"]}
+    elif split:
+        moved = "collectives" if algorithm else "data_movement"
+        named = {"arrival": rest["arrival"], moved: rest["movement"]}
     else:
         named = {"data_movement": rest["arrival"] + rest["movement"]}
     return {"arithmetic": cost.compute_cycles, **named}
@@ -222,14 +228,16 @@ class StepUtilization:
         return asdict(self)
 
 
-def _wafer_terms(
-    cycles: float, kernels: Sequence[KernelPlan], clock_hz: float
+def wafer_terms(
+    cycles: float, kernels: Sequence[KernelPlan], clock_hz: float, split: bool = False
 ) -> tuple[dict[str, float], str]:
-    """Per run, a layer's wafer seconds by term and the term binding most of them."""
+    """Per run, a layer's wafer seconds by term (its kernels' ``kernel_terms``, ``split`` or
+    not, and the rest of its ``cycles`` as ``edge_io``: tensors through the edge) and the
+    term binding most of them."""
     terms = dict.fromkeys(("arithmetic", "edge_io"), 0.0)
     bound_cycles: dict[str, float] = {}
     for kernel in kernels:
-        for key, value in kernel_terms(kernel).items():
+        for key, value in kernel_terms(kernel, split).items():
             terms[key] = terms.get(key, 0.0) + value
         bound = kernel_bound(kernel)
         bound_cycles[bound] = bound_cycles.get(bound, 0.0) + kernel.cycles
@@ -252,7 +260,7 @@ def _layer(
     if kernels is None:
         wafer, bound = {"arithmetic": layer["cycles"] / stats.clock_hz}, "arithmetic"
     else:
-        wafer, bound = _wafer_terms(*kernels, stats.clock_hz)
+        wafer, bound = wafer_terms(*kernels, stats.clock_hz)
     wafer["edge_io"] = wafer.get("edge_io", 0.0) + compute - sum(wafer.values())  # host I/O
     terms = {key: runs * value for key, value in wafer.items()}
     recomputed = layer["name"].endswith(RECOMPUTED)
