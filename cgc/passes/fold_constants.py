@@ -5,7 +5,8 @@
 * A reshape or transpose of a weight becomes a view of that weight (``perm`` on
   ``wse.weight``): the weight is laid out, or streamed by MemoryX, in the order the kernel
   consumes it, instead of being moved on the wafer at every run.
-* Identity reshapes, transposes, broadcasts and casts disappear.
+* Identity reshapes, transposes, broadcasts and casts disappear, and a reshape of a reshape is
+  one reshape.
 * An op made cheaper by a constant operand becomes the cheaper op, with the same bits:
   ``x ** 2`` a product ``x * x``, ``1 / x`` a reciprocal (exporters write RMS norms this way;
   a power costs a PE an exponential and a logarithm).
@@ -114,6 +115,21 @@ class RemoveIdentity(RewritePattern):
         rewriter.replace(op, [], [op.input])
 
 
+class CollapseReshapes(RewritePattern):
+    """``reshape(reshape(x))`` -> ``reshape(x)``: a tensor shaped twice is shaped once, so the
+    shape between (``[N, C, 1, 1]`` on the way from pooling to a classifier, which holds every
+    value on one PE) is never laid out."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.ReshapeOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if not isinstance(inner, wse.ReshapeOp):
+            return
+        once = wse.ReshapeOp(inner.input, wse.tensor_shape(op.result))
+        once.location = op.location
+        rewriter.replace(op, [once], [once.result])
+
+
 def _splat(value: SSAValue) -> float | None:
     """The one number an inline constant holds throughout, else None."""
     owner = value.owner
@@ -151,7 +167,13 @@ class FoldConstantsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
-                [FoldConstantOp(), FoldWeightView(), RemoveIdentity(), ReduceStrength()],
+                [
+                    FoldConstantOp(),
+                    FoldWeightView(),
+                    RemoveIdentity(),
+                    CollapseReshapes(),
+                    ReduceStrength(),
+                ],
                 dce_enabled=True,
             )
         ).rewrite_module(op)

@@ -116,6 +116,20 @@ func.func @identities(%x: tensor<2x3xf32>, %sq: tensor<3x3xf32>) -> (tensor<2x3x
 // CHECK-NEXT:    %[[E:.*]] = wse.transpose %sq {perm = array<i64: 1, 0>} : tensor<3x3xf32> -> tensor<3x3xf32> loc("swap")
 // CHECK-NEXT:    func.return %x, %[[E]] : tensor<2x3xf32>, tensor<3x3xf32>
 
+func.func @reshapes(%x: tensor<2x1x1x3xf32>) -> (tensor<2x3xf32>, tensor<2x3x1x1xf32>) {
+  %a = wse.reshape %x : tensor<2x1x1x3xf32> -> tensor<2x3x1x1xf32> loc("to_nchw")
+  %b = wse.reshape %a : tensor<2x3x1x1xf32> -> tensor<2x3xf32> loc("flatten")
+  %c = wse.reshape %b : tensor<2x3xf32> -> tensor<6xf32> loc("vector")
+  %d = wse.reshape %c : tensor<6xf32> -> tensor<2x3xf32> loc("back")
+  func.return %d, %a : tensor<2x3xf32>, tensor<2x3x1x1xf32>
+}
+
+// A chain of reshapes is one reshape; a reshape others read stays for them.
+// CHECK-LABEL: func.func @reshapes
+// CHECK-NEXT:    %[[A:.*]] = wse.reshape %x : tensor<2x1x1x3xf32> -> tensor<2x3x1x1xf32> loc("to_nchw")
+// CHECK-NEXT:    %[[B:.*]] = wse.reshape %x : tensor<2x1x1x3xf32> -> tensor<2x3xf32> loc("back")
+// CHECK-NEXT:    func.return %[[B]], %[[A]] : tensor<2x3xf32>, tensor<2x3x1x1xf32>
+
 func.func @dead(%x: tensor<2xf32>) -> tensor<2xf32> {
   %e = wse.exp %x : tensor<2xf32>
   %w = wse.weight "unused" : tensor<2xf32>
