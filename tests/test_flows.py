@@ -467,3 +467,86 @@ def test_cnn_im2col_is_exact_at_a_cost_independent_of_the_batch(batch, hops):
         tracemalloc.stop()
     assert got.wavelet_hops == hops and got.max_eject == out.rt
     assert peak < 60e6 and seconds < 3  # about 0.8 s and 50 MB alone, on a shared machine
+
+
+# --------------------------------------------------------------------------- factors
+
+
+def unique_factor(vars_, at, counts) -> flows.Factor:
+    """``flows._factor`` as it was: ``np.unique`` over the mixed-radix codes of the columns."""
+    order = np.argsort(vars_, kind="stable")
+    at = np.asarray(at)[order]
+    low = at.min(axis=1, keepdims=True)
+    span = tuple(int(s) for s in at.max(axis=1) - low[:, 0] + 1)
+    code = np.ravel_multi_index(tuple(at - low), span)
+    unique, inverse = np.unique(code, return_inverse=True)
+    weights = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(unique))
+    columns = np.array(np.unravel_index(unique, span)).reshape(len(span), -1) + low
+    return flows.Factor(tuple(int(vars_[i]) for i in order), columns.astype(flows.MESH), weights)
+
+
+def random_entries(rng, runs: bool):
+    """Columns over a few PE coordinates, with repeats; with ``runs``, as the shifted copies
+    of one sorted factor that peeling makes (each copy a sorted run)."""
+    vars_ = [int(v) for v in rng.permutation(4)[: int(rng.integers(1, 5))]]
+    highs = rng.integers(1, 300, len(vars_))
+    n = int(rng.integers(1, 400))
+    at = np.array([rng.integers(0, h, n) for h in highs], dtype=flows.MESH)
+    counts = rng.integers(1, 5, n).astype(np.float64)
+    if runs:
+        base = unique_factor(vars_, at, counts)
+        copies = int(rng.integers(1, 6))
+        shifts = rng.integers(-3, 4, (copies, len(vars_), 1))
+        at = np.concatenate([base.at + s for s in shifts], axis=1).astype(flows.MESH)
+        at = at[np.argsort(np.argsort(vars_, kind="stable"))]  # back in the order of vars_
+        counts = np.tile(base.counts, copies)
+    return vars_, at, counts
+
+
+@pytest.mark.parametrize("runs", [False, True])
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("seed", range(30))
+def test_factor_equals_the_unique_of_its_codes(seed, dense, runs, monkeypatch):
+    """The sorted runs (a stable sort and sums over runs) and the dense counts give the
+    factor that ``np.unique`` gave, entry for entry and bit for bit."""
+    if not dense:
+        monkeypatch.setattr(flows, "DENSE_LIMIT", 0)
+    rng = np.random.default_rng(seed)
+    vars_, at, counts = random_entries(rng, runs)
+    got, want = flows._factor(vars_, at, counts), unique_factor(vars_, at, counts)
+    assert got.vars == want.vars
+    assert got.at.dtype == want.at.dtype and np.array_equal(got.at, want.at)
+    assert got.counts.dtype == want.counts.dtype and np.array_equal(got.counts, want.counts)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_slices_equal_those_of_masks(seed):
+    rng = np.random.default_rng(seed)
+    f = unique_factor(*random_entries(rng, False))
+    vars_ = [v for v in f.vars if rng.random() < 0.6] or [f.vars[0]]
+    rows = [f.vars.index(v) for v in vars_]
+    others = [i for i in range(len(f.vars)) if i not in rows]
+    keys = sorted({tuple(c) for c in f.at[rows].T.tolist()})
+    got = flows._slices(f, vars_)
+    assert [list(where.values()) for where, _ in got] == [list(k) for k in keys]
+    for (_, part), key in zip(got, keys, strict=True):
+        pick = np.all(f.at[rows] == np.array(key)[:, None], axis=0)
+        assert np.array_equal(part.counts, [f.counts[pick].sum()] if not others else f.counts[pick])
+        assert np.array_equal(part.at, f.at[others][:, pick] if others else np.zeros((0, 1)))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_peeled_windows_counted_by_sorting_stay_exact(seed, monkeypatch):
+    """With no dense counting, every factor of peeled im2col and col2im is summed over sorted
+    runs: still the oracle's traffic."""
+    monkeypatch.setattr(flows, "DENSE_LIMIT", 0)
+    rng = np.random.default_rng(seed)
+    image, attrs = random_window(rng, group=True)
+    image = (image[0] + 2, *image[1:])
+    patches = patches_shape(image, attrs)
+    monkeypatch.setattr(flows, "ENUMERATION_LIMIT", patches[1] // image[0] * prod(attrs["kernel"]))
+    if seed % 2:
+        monkeypatch.setattr(flows, "CONVOLUTION_LIMIT", 0)
+        monkeypatch.setattr(flows, "TERM_LIMIT", 1 << 20)
+    check(rng, "im2col", attrs, [image], patches)
+    check(rng, "col2im", attrs, [patches], image)

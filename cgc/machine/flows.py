@@ -43,6 +43,7 @@ from math import prod
 
 import numpy as np
 
+from cgc.machine.flow_counts import MESH, codes, decode, run_starts, sorted_sums
 from cgc.machine.index_maps import (
     Affine,
     Attrs,
@@ -77,9 +78,6 @@ DENSE_FACTOR = 16
 pays while the range is at most this many times their number..."""
 DENSE_LIMIT = 1 << 21
 """... and the array stays this small."""
-
-MESH = np.int32
-"""The type of mesh coordinates in factors (half the memory of the default)."""
 
 SR, SC, DR, DC = range(4)
 """The PE coordinates of a flow: source row, source column, destination row and column."""
@@ -134,31 +132,16 @@ def _factor(vars_: Sequence[int], at: np.ndarray, counts: np.ndarray) -> Factor:
         return Factor(ordered, np.zeros((len(order), 0), MESH), counts)
     if not ordered:
         return _scalar(float(np.sum(counts)))
-    code, span, low = _codes(np.asarray(at)[order])
+    at = np.asarray(at)
+    if ordered != tuple(vars_):
+        at = at[order]
+    code, span, low = codes(at)
     if _dense(prod(span), code.size):
         weights = np.bincount(code, weights=counts, minlength=prod(span))
-        unique = np.flatnonzero(weights)
-        weights = weights[unique]
-    else:
-        unique, inverse = np.unique(code, return_inverse=True)
-        weights = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(unique))
-    return Factor(
-        ordered,
-        (np.array(np.unravel_index(unique, span)).reshape(len(span), -1) + low).astype(MESH),
-        weights,
-    )
-
-
-def _codes(at: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
-    """One integer per column of ``at`` (in column order), with the span and the least value
-    of each row that decode it."""
-    low = at.min(axis=1, keepdims=True)
-    span = tuple(int(s) for s in at.max(axis=1) - low[:, 0] + 1)
-    code = np.zeros(at.shape[1], dtype=np.int64)
-    for row, first, radix in zip(at, low[:, 0].tolist(), span, strict=True):
-        code *= radix
-        code += row - first
-    return code, span, low
+        unique = np.flatnonzero(weights != 0)
+        return Factor(ordered, decode(unique, span, low), weights[unique])
+    firsts, weights = sorted_sums(code, counts)
+    return Factor(ordered, at[:, firsts].astype(MESH, copy=False), weights)
 
 
 def _dense(span: int, n: int) -> bool:
@@ -499,11 +482,11 @@ def _convolution(term: Term, c: _Class) -> int:
 
 
 def _convolved(f: Factor, c: _Class) -> Factor:
-    """``f`` at every shift of class ``c``."""
-    at = np.repeat(f.at, c.counts.size, axis=1)
+    """``f`` at every shift of class ``c`` (shift by shift: each a sorted run)."""
+    at = np.tile(f.at, c.counts.size)
     for i, var in enumerate(c.vars):
-        at[f.vars.index(var)] += np.tile(c.shifts[i], f.size)
-    return _factor(f.vars, at, np.outer(f.counts, c.counts).reshape(-1))
+        at[f.vars.index(var)] += np.repeat(c.shifts[i].astype(MESH), f.size)
+    return _factor(f.vars, at, np.outer(c.counts, f.counts).reshape(-1))
 
 
 def _cut(touched: Sequence[Factor], rest: Sequence[Factor], c: _Class) -> list[Term]:
@@ -525,15 +508,16 @@ def _slices(f: Factor, vars_: Sequence[int]) -> list[tuple[dict[int, int], Facto
     ``f`` there."""
     rows = [f.vars.index(v) for v in vars_]
     others = [i for i in range(len(f.vars)) if i not in rows]
-    code, span, low = _codes(f.at[rows])
-    keys, inverse = np.unique(code, return_inverse=True)
-    if len(keys) > TERM_LIMIT:
+    code, span, low = codes(f.at[rows])
+    order = np.argsort(code, kind="stable")
+    starts = run_starts(code[order])
+    if len(starts) > TERM_LIMIT:
         raise TooLarge
+    keys = code[order[starts]]
     values = np.array(np.unravel_index(keys, span)) + low
     kept, rest = tuple(f.vars[i] for i in others), f.at[others]
     slices = []
-    for k in range(len(keys)):
-        pick = inverse == k
+    for k, pick in enumerate(np.split(order, starts[1:])):
         where = dict(zip(vars_, values[:, k].tolist(), strict=True))
         part = (
             Factor(kept, rest[:, pick], f.counts[pick]) if kept else _scalar(f.counts[pick].sum())
@@ -553,21 +537,24 @@ NO_AXIS: Axis = ((), 0, 1)
 def _project(f: Factor, axes: Sequence[Axis]) -> np.ndarray:
     """``f`` summed onto dense ``axes`` (of length 1 where ``f`` has none of an axis's
     coordinates), keeping the entries whose coordinates on each axis agree."""
-    keep = np.ones(f.size, dtype=bool)
-    index: list[np.ndarray] = []
+    keep: np.ndarray | None = None
+    flat = np.zeros(f.size, dtype=np.int64)
     shape: list[int] = []
     for vars_, origin, extent in axes:
         mine = [f.coords(v) for v in vars_ if v in f.vars]
+        shape.append(extent if mine else 1)
         if not mine:
-            index.append(np.zeros(f.size, dtype=np.int64))
-            shape.append(1)
             continue
         for other in mine[1:]:
-            keep &= other == mine[0]
-        index.append(mine[0] - origin)
-        shape.append(extent)
-    flat = np.ravel_multi_index(tuple(i[keep] for i in index), shape)
-    summed = np.bincount(flat, weights=f.counts[keep], minlength=prod(shape))
+            agree = other == mine[0]
+            keep = agree if keep is None else keep & agree
+        flat *= extent
+        flat += mine[0]
+        flat -= origin
+    counts = f.counts
+    if keep is not None:
+        flat, counts = flat[keep], counts[keep]
+    summed = np.bincount(flat, weights=counts, minlength=prod(shape))
     return summed.reshape(shape)
 
 
@@ -710,13 +697,16 @@ def _longest(term: Term) -> int:
     best = 0
     for row_sign, col_sign in product((1, -1), repeat=2):
         weight = {SR: -row_sign, DR: row_sign, SC: -col_sign, DC: col_sign}
-        parts = [
-            int(np.max(sum((weight[v] * f.coords(v) for v in f.vars), np.zeros(f.size))))
-            for f in term
-            if f.vars
-        ]
-        best = max(best, sum(parts))
+        best = max(best, sum(_highest(f, weight) for f in term if f.vars))
     return best
+
+
+def _highest(f: Factor, weight: dict[int, int]) -> int:
+    """The largest weighted sum of an entry's coordinates."""
+    total = np.zeros(f.size, dtype=np.int64)
+    for v in f.vars:
+        total += weight[v] * f.coords(v)
+    return int(total.max())
 
 
 # --------------------------------------------------------------------------- traffic
