@@ -74,15 +74,20 @@ def test_terminal_map_scales_a_big_mesh():
     artifact = cgc.compile(zoo.MODELS["mlp"](), mode="pipelined", target="wse2", batch_size=2)
     text = picture.ascii_map(artifact, columns=60, rows=20)
     lines = text.splitlines()
-    # the three layers stack in one strip of the whole width, on about the 2 rows their
-    # tensors have: fc1 splits its contraction over 4, fc3 keeps its stage time on 1
+    # the three layers stack in one strip of the whole width, one under the other
+    rects = [layer["rect"] for layer in artifact.manifest["layers"]]
+    assert [(x, w) for x, _, w, _ in rects] == [(0, 750)] * 3
+    bottom = max(y + h for _, y, _, h in rects)
     assert re.fullmatch(
-        r"wse2: 994 x 750 PEs; rows 0-6, columns 0-(\d+) in use \(([\d.]+) x 1 PEs per character\)",
+        rf"wse2: 994 x 750 PEs; rows 0-{bottom - 1}, columns 0-(\d+) in use "
+        r"\(([\d.]+) x 1 PEs per character\)",
         lines[0],
     )
-    assert [row[0] for row in lines[1:8]] == list("AAAABBC")
-    assert all(len(row) == 60 for row in lines[1:8])
-    used = set("".join(lines[1:8])) - {"."}
+    rows = lines[1 : 1 + bottom]
+    labels = [picture.LABELS[i] for i, (_, _, _, h) in enumerate(rects) for _ in range(h)]
+    assert [row[0] for row in rows] == labels
+    assert all(len(row) == 60 for row in rows)
+    used = set("".join(rows)) - {"."}
     assert used == set(picture.LABELS[: len(artifact.manifest["layers"])]), "every layer shows"
 
 

@@ -72,15 +72,17 @@ class Matmul(Kernel):
         compute = step_fmacs / q.target.fmacs(dtype)
         a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
         b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
+        # a block of A crosses every column that holds A or the result, one of B every row
+        across, down = max(out.w, a_at.w), max(out.h, b_at.h)
         broadcast = Traffic(
-            steps * (a_words * out.h * (out.w - 1) + b_words * out.w * (out.h - 1)),
-            steps * max(a_words * (out.w > 1), b_words * (out.h > 1)),
+            steps * (a_words * out.h * (across - 1) + b_words * out.w * (down - 1)),
+            steps * max(a_words * (across > 1), b_words * (down > 1)),
             steps * max(a_words, b_words),
             steps * (a_words + b_words),
-            out.h - 1 + out.w - 1,
+            down - 1 + across - 1,
         )
         arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
-        step_cycles = max(compute, a_words * (out.w > 1), b_words * (out.h > 1))
+        step_cycles = max(compute, a_words * (across > 1), b_words * (down > 1))
         cost = Cost(
             cycles=arrive + steps * step_cycles + broadcast.max_hops,
             flops=flops,

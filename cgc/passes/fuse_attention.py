@@ -5,8 +5,8 @@ Exporters write attention as its arithmetic. On token-major ``q``, ``k``, ``v`` 
 
     q4 = transpose(reshape(q, [B, S, H, D]), [0, 2, 1, 3])     likewise v4; k4 ends [0, 2, 3, 1]
     scores = matmul(q4, k4)                                    [B, H, S, S]
-    scores = scores / c  or  scores * c                        (any number, in any order with:)
-    scores = scores + M  or  select(M, scores, -big)           (M causal or open)
+    scores = scores / c  or  scores * c                        (any number, before the mask,
+    scores = scores + M  or  select(M, scores, -big)            or after it by at least one)
     out = matmul(softmax(scores, axis=-1), v4)                 [B, H, S, D]
     y = reshape(transpose(out, [0, 2, 1, 3]), [B, S, H * D])
 
@@ -240,7 +240,9 @@ class FuseAttention(RewritePattern):
         return value, heads
 
     def _bias(self, value: SSAValue) -> Bias | None:
-        """The scale and the mask that the ops before the softmax apply to the scores."""
+        """The scale and the mask that the ops before the softmax apply to the scores. A
+        factor below one after a mask would shrink the mask's blocking values, so a mask
+        counts only where what follows it scales by at least one."""
         scale, causal = 1.0, False
         while True:
             value = _through_leading(value)
@@ -251,6 +253,8 @@ class FuseAttention(RewritePattern):
                 scale, value = scale / c, owner.lhs
             elif isinstance(owner, wse.MulOp) and (factor := self._factor(owner)) is not None:
                 scale, value = scale * factor[0], factor[1]
+            elif scale < 1:
+                return None
             elif isinstance(owner, wse.AddOp) and (added := self._masked(owner)) is not None:
                 causal, value = causal or added[0] == CAUSAL, added[1]
             elif isinstance(owner, wse.SelectOp) and (kind := self._selected(owner)) is not None:

@@ -2,9 +2,10 @@
 
 All weights stay on the wafer and every layer runs at once on its own rectangle, so the
 slowest layer (stage) sets the pipeline's throughput. A layer's tensors spread their matrix
-rows over the rectangle's rows, so a rectangle is no taller than the most rows any of its
-tensors has (unless it needs more PEs to hold its weights): a layer of 56-row activations gets
-56 rows, not the mesh's 994. The rectangles, in pipeline order, stack into vertical strips of
+rows over the rectangle's rows, so the balanced widths keep a rectangle no taller than the
+most rows any of its tensors has (unless it needs more PEs to hold its weights): a layer of
+56-row activations gets 56 rows, not the mesh's 994; the strips below may give it fewer, or
+more for a kernel that uses them. The rectangles, in pipeline order, stack into vertical strips of
 the mesh, top to bottom in one strip and bottom to top in the next, each strip starting level
 with the end of the one before, so that a layer's producer sits against it. Where strips do
 not fit (a few wide, short layers make their strips wide and empty), each rectangle goes to
@@ -13,19 +14,24 @@ the highest free place nearest the one before (a skyline packing).
 The widths balance the stages: the placement bisects on the stage time, giving every layer
 the fewest columns on which it takes no longer (and on which its SRAM holds its share) and
 keeping the smallest time whose rectangles still pack onto the mesh with every tensor between
-layers crossing on enough lanes to keep up; the columns left over then widen the strips. Every
-time and every byte is the machine's answer for the layer's work on the candidate rectangle
-(``cgc.machine.cost``), the engine the simulator runs, so the compiler's estimate is the time a
-run takes.
+layers crossing on enough lanes to keep up. Then it chooses the heights with the widths: it
+bisects again below that time over strips of one width, as many as fit the mesh, in which
+every layer takes the fewest rows of its ladder that keep it within the time (its rows split
+``k`` ways, or multiplied for a matmul that splits its contraction over groups of rows), and
+takes those strips if they beat the balanced widths. The columns left over then widen the
+strips. A stage's time is its kernels and its host I/O. Every time and every byte is the
+machine's answer for the layer's work on the candidate rectangle (``cgc.machine.cost``), the
+engine the simulator runs, so the compiler's estimate is the time a run takes.
 
 A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from math import ceil, sqrt
+from math import ceil, inf, sqrt
 
 import numpy as np
 from xdsl.context import Context
@@ -36,6 +42,7 @@ from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_sparse_weights, module_target
 from cgc.dialects.lowering import LayerWork, layer_graph, layer_works
 from cgc.errors import DoesNotFitError
+from cgc.machine import dtypes
 from cgc.machine.bytecode import Opcode, Program
 from cgc.machine.cost import LayerCost, LayerCosts
 from cgc.machine.layout import Rect, matrix_dims
@@ -50,13 +57,17 @@ LADDER_SPLITS = 16
 """A layer's rows may be split up to this many ways in a strip..."""
 LADDER_MULTIPLES = 8
 """... or multiplied up to this many times."""
-STRIP_SPEEDUP = 8.0
-"""The strips' search looks for stage times down to this fraction of the balanced one."""
+STRIP_SPEEDUP = 4.0
+"""The strips' search looks for stage times down to this fraction of the balanced one..."""
+STRIP_WIDTHS_TRIED = 12
+"""... on this many strip widths per stage time, the nearest the last that worked: a time no
+width near it meets costs a timing of every layer on each (the placement's own time)."""
 
 
 def useful_rows(work: Program) -> int:
     """The most matrix rows any tensor that a layer's work computes or reads has: more mesh
-    rows than that hold nothing (weights aside)."""
+    rows than that hold nothing (weights aside; a strip may still give a layer more rows, for
+    a kernel that uses them)."""
     rows = 1
     resident: set[int] = set()
     for ins in work.instructions:
@@ -188,10 +199,17 @@ class Placer:
             return []
         self.heights = [self._height(i) for i in range(self.count)]
         self.ladders = [self._ladder(i) for i in range(self.count)]
+        self.flops = [self.cost(i, self.target.whole).flops for i in range(self.count)]
+        """Every layer's FLOPs (the same on any rectangle)."""
+        self.peaks = [self._peak(work) for work in self.works]
+        """Every layer's FLOPs a PE does per cycle at most."""
         self.lowest_known: dict[tuple[int, int], tuple[float, int]] = {}
         """Per layer and strip width, the last stage time asked and its ladder step."""
-        self.strip_count = 1
-        """The strip count of the last strips that kept the stage time."""
+        cols = self.target.cols
+        self.strip_widths = sorted({cols // n for n in range(1, cols + 1)})
+        """The strips' widths worth trying: ``cols // n``, each for the most strips it fits."""
+        self.strip_width = cols
+        """The width of the last strips that kept the stage time."""
         least = [self._narrowest(i) for i in range(self.count)]
         if any(w is None for w in least):
             raise self._shortfall([i for i, w in enumerate(least) if w is None])
@@ -222,55 +240,69 @@ class Placer:
         return best
 
     def _strips_within(self, limit: float) -> tuple[list[Rect], list[int]] | None:
-        """Strips, each ``cols // n`` wide for the fewest ``n`` that works, of layers on the
-        fewest rows that keep each within ``limit`` there; None if no ``n`` does."""
+        """Strips of one width, as many as fit the mesh, of layers on the fewest rows that
+        keep each within ``limit`` there; the first width that works among the
+        ``STRIP_WIDTHS_TRIED`` distinct widths ``cols // n`` nearest the last that worked (a
+        slightly shorter stage time needs about as wide strips); None if none does. A width
+        fails when a layer misses the limit on every rung of its ladder there, or when the
+        strips overflow the mesh; a narrower one may still work (fewer columns can take less
+        time: shorter broadcasts)."""
         rows, cols = self.target.rows, self.target.cols
-        # the strip counts near the last that worked first: a slightly shorter stage time
-        # needs about as many strips
-        for n in sorted(range(1, cols + 1), key=lambda n: (abs(n - self.strip_count), n)):
-            width = cols // n
-            heights: list[int] = []
-            strips, used = 1, 0
-            for index in range(self.count):
-                height = self._lowest(index, width, limit)
-                if height is None:  # narrower strips will not do either
-                    return None
-                strips, used = (
-                    (strips, used + height) if used + height <= rows else (strips + 1, height)
-                )
-                if strips > n:
-                    break
-                heights.append(height)
-            else:
-                rects = pack([(width, h) for h in heights], rows, cols)
-                if rects is not None and self._lanes_keep_up(rects, limit):
-                    self.strip_count = n
-                    return rects, heights
+        nearest = sorted(self.strip_widths, key=lambda w: (abs(w - self.strip_width), -w))
+        for width in nearest[:STRIP_WIDTHS_TRIED]:
+            heights = self._strip_heights(width, limit)
+            if heights is None:
+                continue
+            rects = pack([(width, h) for h in heights], rows, cols)
+            if rects is not None and self._lanes_keep_up(rects, limit):
+                self.strip_width = width
+                return rects, heights
         return None
+
+    def _strip_heights(self, width: int, limit: float) -> list[int] | None:
+        """Every layer's fewest rows within ``limit`` on ``width`` columns, if they all have
+        some and fill at most the ``cols // width`` strips of that width (next fit in program
+        order, which is what ``pack`` does)."""
+        rows, strips_at_most = self.target.rows, self.target.cols // width
+        heights: list[int] = []
+        strips, used = 1, 0
+        for index in range(self.count):
+            height = self._lowest(index, width, limit)
+            if height is None:
+                return None
+            strips, used = (
+                (strips, used + height) if used + height <= rows else (strips + 1, height)
+            )
+            if strips > strips_at_most:
+                return None
+            heights.append(height)
+        return heights
 
     def _lowest(self, index: int, width: int, limit: float) -> int | None:
         """The fewest rows of layer ``index``'s ladder on which it fits and takes at most
-        ``limit`` on ``width`` columns, if any: bisection, as more rows take no longer."""
+        ``limit`` on ``width`` columns, if any. The ladder is scanned from its foot (more rows
+        can take longer: a rung is no bound on the next); a scan for a larger limit on the same
+        width tells where to start, as the rungs below its answer missed that limit."""
         ladder = self.ladders[index]
-
-        def within(height: int) -> bool:
-            cost = self.cost(index, (0, 0, width, height))
-            return self.fits(cost) and self.stage_cycles(cost) <= limit
-
-        if not within(ladder[-1]):
-            return None
-        # a shorter stage time than one asked before on this width needs at least as many rows
         known = self.lowest_known.get((index, width))
-        lo = known[1] if known is not None and known[0] >= limit else 0
-        hi = len(ladder) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if within(ladder[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        self.lowest_known[index, width] = (limit, lo)
-        return ladder[lo]
+        start = known[1] if known is not None and known[0] >= limit else 0
+        # no rectangle computes faster than its PEs at peak: the rungs below that need no timing
+        least = self.flops[index] / (self.peaks[index] * width * limit) if limit > 0 else inf
+        start = max(start, bisect.bisect_left(ladder, least))
+        for step in range(start, len(ladder)):
+            cost = self.cost(index, (0, 0, width, ladder[step]))
+            if self.fits(cost) and self.stage_cycles(cost) <= limit:
+                self.lowest_known[index, width] = (limit, step)
+                return ladder[step]
+        self.lowest_known[index, width] = (limit, len(ladder))
+        return None
+
+    def _peak(self, work: Program) -> int:
+        """The most FLOPs a PE does per cycle on ``work``'s types: the 16-bit rate if it has
+        16-bit floats, else the 32-bit one."""
+        half = any(dtypes.is_float(dtypes.dtype(d)) and dtypes.dtype(d).itemsize <= 2
+                   for _, d in work.registers)  # fmt: skip
+        return self.target.peak_flops_per_pe_per_cycle("float16" if half else "float32")
 
     def _ladder(self, index: int) -> list[int]:
         """The heights a strip may give layer ``index``: its rows split ``k`` ways (the heights

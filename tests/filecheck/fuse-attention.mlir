@@ -113,3 +113,33 @@ func.func @other_mask(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
 // WEIGHT-LABEL: func.func @other_mask
 // CHECK-NOT:     wse.attention
 // CHECK:         func.return
+
+// A factor below one after the mask would shrink its blocking values (-1e9 * 1e-9 blocks
+// nothing): left alone. Doubled after the mask, it still blocks: fused, the scale doubled.
+func.func @scaled_after_mask(%q: tensor<1x4x16xf32>) -> (tensor<1x4x16xf32>, tensor<1x4x16xf32>) {
+  %q4 = wse.reshape %q : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
+  %qt = wse.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %kt = wse.transpose %q4 {perm = array<i64: 0, 2, 3, 1>} : tensor<1x4x2x8xf32> -> tensor<1x2x8x4xf32>
+  %s = wse.matmul %qt, %kt : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %mask = wse.constant dense<[[0.0, -1.0e9, -1.0e9, -1.0e9], [0.0, 0.0, -1.0e9, -1.0e9], [0.0, 0.0, 0.0, -1.0e9], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %masked = wse.add %s, %mask : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %tiny = wse.constant dense<1.0e-9> : tensor<f32>
+  %shrunk = wse.mul %masked, %tiny : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = wse.softmax %shrunk {axis = 3 : i64} : tensor<1x2x4x4xf32>
+  %o = wse.matmul %p, %qt : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  %ot = wse.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x4x8xf32> -> tensor<1x4x2x8xf32>
+  %y = wse.reshape %ot : tensor<1x4x2x8xf32> -> tensor<1x4x16xf32>
+  %half = wse.constant dense<0.5> : tensor<f32>
+  %grown = wse.div %masked, %half : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p2 = wse.softmax %grown {axis = 3 : i64} : tensor<1x2x4x4xf32>
+  %o2 = wse.matmul %p2, %qt : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  %ot2 = wse.transpose %o2 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x4x8xf32> -> tensor<1x4x2x8xf32>
+  %y2 = wse.reshape %ot2 : tensor<1x4x2x8xf32> -> tensor<1x4x16xf32>
+  func.return %y, %y2 : tensor<1x4x16xf32>, tensor<1x4x16xf32>
+}
+
+// CHECK-LABEL: func.func @scaled_after_mask
+// CHECK:         wse.softmax %{{.*}} {axis = 3 : i64}
+// CHECK:         wse.attention %{{.*}}, %{{.*}}, %{{.*}} {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = true, scale = 2.000000e+00 : f64}
+// CHECK-NOT:     wse.softmax
+// CHECK:         func.return
