@@ -20,7 +20,14 @@ from cgc.compiler.driver import TrainingOptions, front
 from cgc.compiler.sources import source_of
 from cgc.dialects import parse_module
 from cgc.frontends import zoo
-from cgc.passes.fuse_attention import CAUSAL, OPEN, FuseAttentionPass, fixed_masks, mask_kind
+from cgc.passes.fuse_attention import (
+    CAUSAL,
+    MASK_ROWS,
+    OPEN,
+    FuseAttentionPass,
+    fixed_masks,
+    mask_kind,
+)
 
 CAUSAL_ADDITIVE = np.triu(np.full((4, 4), -1e9, np.float32), 1)
 
@@ -44,6 +51,18 @@ CAUSAL_ADDITIVE = np.triu(np.full((4, 4), -1e9, np.float32), 1)
 )
 def test_mask_kinds(mask, kind):
     assert mask_kind(mask) == kind
+
+
+def test_a_mask_taller_than_a_read_is_classified_by_all_its_rows():
+    """Masks are read ``MASK_ROWS`` rows at a time: a difference in a later block counts."""
+    size = 2 * MASK_ROWS + 3
+    causal = np.triu(np.full((2, 1, size, size), -np.inf, np.float32), 1)
+    assert mask_kind(causal) == CAUSAL
+    late = causal.copy()
+    late[1, 0, size - 1, 0] = -5.0  # one slice differs, in the last block
+    assert mask_kind(late) is None
+    assert mask_kind(np.zeros((size, size), np.float32)) == OPEN
+    assert mask_kind(np.tri(size, k=-1, dtype=bool)) is None  # the diagonal blocked
 
 
 def _fused(dump: Path) -> int:

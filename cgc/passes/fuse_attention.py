@@ -50,33 +50,43 @@ MASKED = -1e9
 """The largest value an additive mask (or a select's fill) may block a score with."""
 
 CAUSAL, OPEN = "causal", "open"
+MASK_ROWS = 256
+"""Rows of a mask ``mask_kind`` reads at a time."""
 
 
 def mask_kind(mask: np.ndarray) -> str | None:
     """Whether ``mask`` (``[..., S, S]``, every leading slice alike) is causal, open, or
     neither (``None``): a boolean one keeps the entries it is true at, an additive one
-    blocks those at most ``MASKED``."""
+    blocks those at most ``MASKED``. It reads ``MASK_ROWS`` rows of every slice at a time, so
+    that a large mask costs little memory beyond its own."""
     if mask.ndim < 2 or mask.shape[-1] != mask.shape[-2] or not mask.size:
         return None
-    matrix = mask.reshape(-1, *mask.shape[-2:])
-    if not (matrix == matrix[:1]).all():
-        return None
-    allowed = matrix[0] if mask.dtype == np.bool_ else _additive_allowed(matrix[0])
-    if allowed is None:
-        return None
-    if allowed.all():
-        return OPEN
-    return CAUSAL if np.array_equal(allowed, np.tri(len(allowed), dtype=bool)) else None
+    size = mask.shape[-1]
+    slices = mask.reshape(-1, size, size)
+    is_open = is_causal = True
+    for start in range(0, size, MASK_ROWS):
+        rows = slices[:, start : start + MASK_ROWS]
+        if not (rows == rows[:1]).all():
+            return None
+        allowed = rows[0] if mask.dtype == np.bool_ else _additive_allowed(rows[0])
+        if allowed is None:
+            return None
+        earlier = np.arange(start, start + len(allowed))[:, None] >= np.arange(size)
+        is_open = is_open and bool(allowed.all())
+        is_causal = is_causal and np.array_equal(allowed, earlier)
+        if not (is_open or is_causal):
+            return None
+    return OPEN if is_open else CAUSAL
 
 
-def _additive_allowed(matrix: np.ndarray) -> np.ndarray | None:
-    """Where an additive mask lets a score through (adds zero), if it blocks the rest."""
-    if matrix.dtype.kind != "f":
+def _additive_allowed(rows: np.ndarray) -> np.ndarray | None:
+    """Where an additive mask's ``rows`` let a score through (add zero), if they block the
+    rest."""
+    if rows.dtype.kind != "f":
         return None
-    allowed = matrix == 0
-    return (
-        allowed if (matrix[~allowed].astype(np.float64) <= _blocking(matrix.dtype)).all() else None
-    )
+    allowed = rows == 0
+    blocked = rows[~allowed]
+    return allowed if (blocked.astype(np.float64) <= _blocking(rows.dtype)).all() else None
 
 
 def _blocking(dtype: np.dtype) -> float:
