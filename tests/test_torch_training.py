@@ -299,6 +299,38 @@ def test_resume_ends_as_an_uninterrupted_run(kind, tmp_path):
 # -- the loss ops ----------------------------------------------------------------------------
 
 
+class WideCNN(nn.Module):
+    """A convolution of 64 channels on 32 x 32 images and batch norm in train() mode: too
+    large for a mesh16x16 system to run a batch of 8 at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64)
+        self.fc = nn.Linear(64, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+
+
+def test_batch_statistics_over_micro_batches_are_said(tmp_path):
+    """Where a system's batch must run as micro-batches, batch norm's statistics are each
+    run's, not the batch's as in the user's loop: the compile says so, and the steps equal
+    eager's over the same micro-batches."""
+    torch.manual_seed(0)
+    model, reference = WideCNN(), None
+    reference = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(8, 3, 32, 32, generator=g), torch.randint(0, 5, (8,), generator=g))]
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=0.1)
+
+    with pytest.warns(UserWarning, match=r"batch statistics .* per run of 4 samples"):
+        got = on_cgc(model, sgd, batches, tmp_path, loss_fn=F.cross_entropy)
+    want = eager(reference, sgd, batches, F.cross_entropy, micro_batches=2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_cross_entropy_decomposed_and_whole():
     """``F.cross_entropy`` as torch's default decompositions leave it (gather) through
     ``cgc.compile``, and kept whole (one softmax cross-entropy) by ``cgc.torch``."""

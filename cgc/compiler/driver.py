@@ -19,6 +19,7 @@ import gc
 import json
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -533,6 +534,13 @@ class StreamingCompiler:
             plan.micro_batch if batch is not None and request.source.rebatchable else batch
         )
         final = self.build(request, micro_batch, plan.recompute, None)
+        split = plan.micro_batches > 1 and request.micro_batch_size is None
+        if final.imported.buffer_updates and split:
+            warnings.warn(  # the user's loop takes them over the whole batch
+                f"batch statistics (batch norm training) are per run of {micro_batch} samples: "
+                f"a system's {batch} do not fit at once (fewer per system keep them whole)",
+                stacklevel=3,
+            )
         if dumps is not None and dumps.active:  # again, with the IR written after every pass
             dumps.count = 0  # an auto-mode trial of placement may have dumped before
             final = _streaming_compilation(request, micro_batch, plan.recompute, None, dumps)

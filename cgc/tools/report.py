@@ -50,7 +50,9 @@ def _runs(manifest: dict) -> str:
     """How a system's batch runs, when it runs as several micro-batches."""
     if manifest["micro_batches"] == 1:
         return ""
-    return f" as {manifest['micro_batches']} runs of {manifest['micro_batch']}"
+    runs = f" as {manifest['micro_batches']} runs of {manifest['micro_batch']}"
+    buffers = (manifest.get("training") or {}).get("buffers")
+    return runs + (" (batch statistics per run)" if buffers else "")
 
 
 def _target(artifact: Artifact) -> Target:
