@@ -16,22 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
-
-
-def _median_seconds(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from child import median_seconds
 
 
 def _peak_rss_mib() -> float:
@@ -45,7 +34,7 @@ def measure_cgc(model_name: str, mode: str, batch: int, repeat: int, target: str
     model = zoo.MODELS[model_name]()
     artifact = cgc.compile(model, mode=mode, target=target, batch_size=batch)
     inputs = zoo.sample_inputs(model, batch, seed=1)
-    seconds = _median_seconds(lambda: cgc.run(artifact, inputs), repeat)
+    seconds = median_seconds(lambda: cgc.run(artifact, inputs), repeat)
     _, stats = cgc.run_with_stats(artifact, inputs)
     return {"seconds": seconds, "simulated_seconds": stats.simulated_seconds}
 
@@ -62,7 +51,7 @@ def measure_onnxruntime(model_name: str, batch: int, repeat: int) -> dict:
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
     inputs = zoo.sample_inputs(model, batch, seed=1)
-    return {"seconds": _median_seconds(lambda: session.run(None, inputs), repeat)}
+    return {"seconds": median_seconds(lambda: session.run(None, inputs), repeat)}
 
 
 TRAINING = {"mlp": ("sgd", {"lr": 0.05, "momentum": 0.9}), "cnn": ("adam", {"lr": 1e-3})}
@@ -92,7 +81,7 @@ def measure_cgc_training(name: str, batch: int, repeat: int, target: str) -> dic
     )
     cluster = Cluster(artifact)
     data = _training_data(name, batch)
-    return {"seconds": _median_seconds(lambda: cluster.train_step(data), repeat)}
+    return {"seconds": median_seconds(lambda: cluster.train_step(data), repeat)}
 
 
 def measure_torch_training(name: str, batch: int, repeat: int) -> dict:
@@ -123,7 +112,7 @@ def measure_torch_training(name: str, batch: int, repeat: int) -> dict:
         loss.backward()
         optimizer.step()
 
-    return {"seconds": _median_seconds(step, repeat)}
+    return {"seconds": median_seconds(step, repeat)}
 
 
 def _child(args: argparse.Namespace) -> None:

@@ -31,24 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from child import median_seconds
 
 BATCH = 8
 TARGET = "wse2"
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _onnx_model(name: str):
@@ -112,7 +102,7 @@ def measure_cgc(name: str, mode: str, repeat: int) -> dict:
     model, batch = _onnx_model(name)
     artifact = cgc.compile(model, mode=mode, target=TARGET, batch_size=batch)
     inputs = _inputs(model, batch)
-    return {"seconds": _median_seconds(lambda: cgc.run(artifact, inputs), repeat), "batch": batch}
+    return {"seconds": median_seconds(lambda: cgc.run(artifact, inputs), repeat), "batch": batch}
 
 
 def measure_onnxruntime(name: str, repeat: int) -> dict:
@@ -126,7 +116,7 @@ def measure_onnxruntime(name: str, repeat: int) -> dict:
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
     inputs = _inputs(model, batch)
-    return {"seconds": _median_seconds(lambda: session.run(None, inputs), repeat), "batch": batch}
+    return {"seconds": median_seconds(lambda: session.run(None, inputs), repeat), "batch": batch}
 
 
 def _resnet_cnn():
