@@ -95,19 +95,25 @@ def test_the_streaming_matmuls_binding_term_follows_its_shapes():
     assert kernel_bound(_matmul(1024, 8, 512)) == "partial sums"
 
 
-def test_a_starved_weight_stream_binds_and_the_json_says_so(tiny, tmp_path):
-    artifact = cgc.prepare_training(str(tiny), num_csx=1, target="mesh8x8")[0]
-    path, stats = tmp_path / "tiny.cgc", tmp_path / "stats.json"
-    artifact.save(path)
-    runner = CliRunner()
-    args = ["run", str(path), "--timing-only", "--stats-json", str(stats)]
-    result = runner.invoke(main, args)
+def _reported_utilization(result, stats) -> dict:
+    """The ``utilization`` a timing-only command printed and wrote to ``stats``, checked: its
+    table shown, its MFU the run's, its shares adding up to one."""
     assert result.exit_code == 0, result.output
     assert "step MFU" in result.output and "share     MFU  bound" in result.output
     report = json.loads(stats.read_text())
     use = report["utilization"]
     assert use["mfu"] == pytest.approx(report["mfu"])
     assert sum(use["shares"].values()) == pytest.approx(1.0)
+    return use
+
+
+def test_a_starved_weight_stream_binds_and_the_json_says_so(tiny, tmp_path):
+    artifact = cgc.prepare_training(str(tiny), num_csx=1, target="mesh8x8")[0]
+    path, stats = tmp_path / "tiny.cgc", tmp_path / "stats.json"
+    artifact.save(path)
+    runner = CliRunner()
+    args = ["run", str(path), "--timing-only", "--stats-json", str(stats)]
+    use = _reported_utilization(runner.invoke(main, args), stats)
     for layer in use["layers"]:
         assert {"name", "count", "flops", "seconds", "share", "mfu", "bound", "terms"} <= set(layer)
     slow = runner.invoke(main, [*args, "--set", "memoryx_bytes_per_s=1e6"])
@@ -129,13 +135,9 @@ def test_without_the_program_the_wafers_time_is_its_arithmetic(trained):
 def test_a_timing_only_training_reports_its_mfu_as_a_timing_only_run_does(tiny, tmp_path):
     stats = tmp_path / "stats.json"
     args = ["train", str(tiny), "--timing-only", "--steps", "2", "--target", "mesh8x8"]
-    result = CliRunner().invoke(main, [*args, "--stats-json", str(stats)])
-    assert result.exit_code == 0, result.output
-    assert "step MFU" in result.output and "share     MFU  bound" in result.output
-    report = json.loads(stats.read_text())
-    use = report["utilization"]
-    assert use["mfu"] == pytest.approx(report["mfu"])
-    assert sum(use["shares"].values()) == pytest.approx(1.0)
+    use = _reported_utilization(
+        CliRunner().invoke(main, [*args, "--stats-json", str(stats)]), stats
+    )
     # the program was passed: its kernels name the wafer's terms beyond its arithmetic
     assert {"partial_sums", "weights_edge", "data_movement"} & set(use["shares"])
     assert "h.*.mlp.fc_in" in {layer["name"] for layer in use["layers"]}

@@ -62,25 +62,16 @@ class Matmul(Kernel):
         ((_, dtype),) = q.results
         k = a.shape[-1]
         nb_out = prod(out.batch)
-        # A keeps its columns over every PE column and B its rows over every PE row, as they
-        # arrive: a step takes the finer of the two blocks of the contraction
-        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, grid_extent(k, q.rect[2]))
-        b_at = Layout(b.shape, b.dtype, out.row0, out.col0, grid_extent(k, q.rect[3]), out.w)
+        # a step takes the finer of the two operands' blocks of the contraction
+        a_at, b_at = _as_arrived(q, a, b, out)
         mt, kb, nt = out.rt, min(a_at.ct, b_at.rt), out.ct
         steps = ceil(k / kb)
         step_fmacs = nb_out * mt * kb * nt
         compute = step_fmacs / q.target.fmacs(dtype)
-        a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
-        b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
+        a_words, b_words = _block_words(a_at, b_at, mt, kb, nt)
         # a block of A crosses every column that holds A or the result, one of B every row
         across, down = max(out.w, a_at.w), max(out.h, b_at.h)
-        broadcast = Traffic(
-            steps * (a_words * out.h * (across - 1) + b_words * out.w * (down - 1)),
-            steps * max(a_words * (across > 1), b_words * (down > 1)),
-            steps * max(a_words, b_words),
-            steps * (a_words + b_words),
-            down - 1 + across - 1,
-        )
+        broadcast = _block_broadcast(steps, a_words, b_words, out, across, down)
         arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
         step_cycles = max(compute, a_words * (across > 1), b_words * (down > 1))
         cost = Cost(
@@ -104,18 +95,14 @@ class Matmul(Kernel):
         the slices that have arrived; the groups' partial products then sum up the columns,
         group by group, into the top group, where the result stays."""
         ((_, dtype),) = q.results
-        k = a.shape[-1]
-        x, y, _, height = q.rect
-        a_at = Layout.on(a.shape, a.dtype, q.rect)
-        b_at = Layout(b.shape, b.dtype, y, x, grid_extent(k, height), out.w)
+        a_at, b_at = _as_arrived(q, a, b, out)
         rows = out.h
         groups = ceil(b_at.h / rows)
         mt, kb, nt = out.rt, b_at.rt, out.ct
         nb_out = prod(out.batch)
         step_fmacs = nb_out * mt * kb * nt
         compute = step_fmacs / q.target.fmacs(dtype)
-        a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
-        b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
+        a_words, b_words = _block_words(a_at, b_at, mt, kb, nt)
         partial_words = out.tile_elements * out.words_per_element
         steps = ceil(b_at.h / groups)
         group_cycles = steps * max(compute, a_words * (out.w > 1), b_words * (rows > 1))
@@ -128,13 +115,7 @@ class Matmul(Kernel):
             a_at.tile_elements * a_at.words_per_element,
             (groups - 1) * rows,
         )
-        broadcast = Traffic(
-            steps * groups * (a_words * rows * (out.w - 1) + b_words * out.w * (rows - 1)),
-            steps * max(a_words * (out.w > 1), b_words * (rows > 1)),
-            steps * max(a_words, b_words),
-            steps * (a_words + b_words),
-            rows - 1 + out.w - 1,
-        )
+        broadcast = _block_broadcast(steps, a_words, b_words, out, out.w, rows, groups)
         # partial products climb group by group; each boundary carries a column's tiles
         ascent = Traffic(
             partial_words * rows * out.w * (groups - 1) * rows,
@@ -203,6 +184,38 @@ class Matmul(Kernel):
             arrival_cycles=moved.cycles + weights_arrive,
         )
         return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})
+
+
+def _as_arrived(q: Request, a: Operand, b: Operand, out: Layout) -> tuple[Layout, Layout]:
+    """SUMMA's operands as they arrive: A's columns over every PE column of the rectangle,
+    B's rows over every PE row, so that neither is relaid."""
+    k = a.shape[-1]
+    x, y, width, height = q.rect
+    a_at = Layout(a.shape, a.dtype, y, x, out.h, grid_extent(k, width))
+    b_at = Layout(b.shape, b.dtype, y, x, grid_extent(k, height), out.w)
+    return a_at, b_at
+
+
+def _block_words(a_at: Layout, b_at: Layout, mt: int, kb: int, nt: int) -> tuple[float, float]:
+    """The wavelets of one step's blocks: A's ``mt x kb`` and B's ``kb x nt`` per matrix."""
+    a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
+    b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
+    return a_words, b_words
+
+
+def _block_broadcast(
+    steps: int, a_words: float, b_words: float, out: Layout, across: int, down: int, grids: int = 1
+) -> Traffic:
+    """``steps`` SUMMA steps on each of ``grids`` grids: a block of A along ``across``
+    columns of each of the result's rows, one of B down ``down`` rows of each of its
+    columns."""
+    return Traffic(
+        steps * grids * (a_words * out.h * (across - 1) + b_words * out.w * (down - 1)),
+        steps * max(a_words * (across > 1), b_words * (down > 1)),
+        steps * max(a_words, b_words),
+        steps * (a_words + b_words),
+        down - 1 + across - 1,
+    )
 
 
 class MatmulTransposeA(Kernel):

@@ -27,6 +27,7 @@ from cgc.machine.kernel import (
     vector_cycles,
 )
 from cgc.machine.layout import Layout, matrix_dims
+from cgc.machine.ref_movement import window_counts
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
 
 
@@ -134,9 +135,9 @@ def most_taps(image: tuple[int, ...], attrs: Attrs) -> int:
         attrs[k] for k in ("kernel", "strides", "pads", "dilations")
     )
     most = 1
-    for i, (size, k) in enumerate(zip(spatial, kernel, strict=True)):
-        low, high = pads[i], pads[len(kernel) + i]
-        outs = max(0, (size + low + high - dilations[i] * (k - 1) - 1) // strides[i] + 1)
+    counts = window_counts(spatial, kernel, strides, pads, dilations)
+    for i, (size, k, outs) in enumerate(zip(spatial, kernel, counts, strict=True)):
+        low = pads[i]
         at = strides[i] * np.arange(outs)[:, None] + dilations[i] * np.arange(k)[None, :] - low
         most *= int(np.bincount(at[(at >= 0) & (at < size)], minlength=size).max())
     return max(1, most)

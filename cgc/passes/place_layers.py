@@ -199,7 +199,9 @@ class Placer:
             return []
         self.heights = [self._height(i) for i in range(self.count)]
         self.ladders = [self._ladder(i) for i in range(self.count)]
-        self.flops = [self.cost(i, self.target.whole).flops for i in range(self.count)]
+        self.flops = [
+            self.cost(i, self._rect(i, self.target.cols)).flops for i in range(self.count)
+        ]
         """Every layer's FLOPs (the same on any rectangle)."""
         self.peaks = [self._peak(work) for work in self.works]
         """Every layer's FLOPs a PE does per cycle at most."""
