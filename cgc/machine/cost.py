@@ -220,7 +220,8 @@ class Timing:
     every layer costs, what every PE holds.
 
     ``deliver`` (pipelined mode): a layer's inputs from other layers arrive on its rectangle
-    in their default layout there, over routes whose cost the pipeline's timing counts.
+    in their default folded layout there (every sample's rows over the mesh rows, as the
+    kernels that fold keep them), over routes whose cost the pipeline's timing counts.
     """
 
     def __init__(
@@ -262,7 +263,7 @@ class Timing:
 
     def enter_layer(self, index: int, rect: Rect) -> None:
         """Starts layer ``index`` on ``rect``; when delivering, each input from another layer
-        arrives in its default layout on ``rect``."""
+        arrives in its default folded layout on ``rect``."""
         for copy in self.arrived.values():
             self.sram.release(copy)
         self.arrived = {}
@@ -274,7 +275,7 @@ class Timing:
             if isinstance(self.held[register], Resident | Streamed):
                 continue
             shape, dtype = self.program.registers[register]
-            self.arrived[register] = Layout.on(shape, dtype, rect)
+            self.arrived[register] = Layout.on(shape, dtype, rect, fold=True)
             self.sram.allocate(self.arrived[register])
 
     def now(self, register: int) -> Held | None:
@@ -486,7 +487,7 @@ def _run_layer(
 
 def layer_cost(program: Program, index: int, rect: Rect, target: Target) -> LayerCost:
     """Layer ``index`` of ``program`` alone on ``rect``; its inputs from other layers arrive
-    in their default layout there, as in a pipelined run.
+    in their default folded layout there, as in a pipelined run.
 
     The memory is the steady state of a run: every weight and constant the layer lays out
     stays pinned on its PEs from the first batch on, so a first pass finds them and the timed

@@ -29,7 +29,11 @@ What stays inexact: a component that no peeling brings under ``ENUMERATION_LIMIT
 combinations within ``WORK_LIMIT`` (a tensor far larger than the limit whose reads tie one
 axis to another irregularly, such as flattening [B, S, H] to [B, S * H] for GPT-3 sizes).
 Its traffic is then ``traffic.scattered_traffic``'s estimate. Every index map of at most
-``ENUMERATION_LIMIT`` digit combinations is exact.
+``ENUMERATION_LIMIT`` digit combinations is exact. So is every movement from or into a folded
+layout (``layout.Layout.fold``) whose leading coordinates are progressions of digits, their
+row-major sum being one (``index_maps.matrix_coords``); a tile's repeats or a reflecting or
+edge pad of a folded layout's leading axes are estimated, and the plans relay such an operand
+unfolded first (``plan_movement``).
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from cgc.machine.index_maps import (
     IndexMap,
     Source,
     Structure,
+    gives_axes,
     identity,
+    matrix_coords,
     movement_map,
     phase_classes,
     phase_count,
@@ -748,8 +754,8 @@ def _exact_traffic(problem: Structure) -> Traffic | None:
 def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
     """Moving a tensor between two layouts of the same shape: its rows and its columns move
     independently (two factors of the identity index map), at a cost linear in R + C and in
-    the box."""
-    if (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w):
+    the box (folding or unfolding ties the leading axes to the rows: a component of them)."""
+    if (src.rect, src.fold) == (dst.rect, dst.fold):
         return NO_TRAFFIC
     coords = tuple(map(identity, range(len(dst.shape))))
     return map_traffic(IndexMap(dst.shape, dst, coords, (Source(src, coords),)))
@@ -767,8 +773,10 @@ def _problem(index_map: IndexMap, source: Source) -> _Part:
     """Counting the flows from one source."""
     sizes = index_map.digits
     src, dst = source.layout, index_map.dst
-    src_row, src_col = _matrix(source.coords)
-    dst_row, dst_col = _matrix(index_map.dst_coords)
+    src_rc, dst_rc = matrix_coords(source.coords, src), matrix_coords(index_map.dst_coords, dst)
+    if src_rc is None or dst_rc is None:  # only every element would tell
+        raise TooLarge
+    (src_row, src_col), (dst_row, dst_col) = src_rc, dst_rc
     dr, dc = Block(dst_row, dst.rt, dst.row0), Block(dst_col, dst.ct, dst.col0)
     pes = (
         (SR, Block(src_row, src.rt, src.row0)),
@@ -776,12 +784,7 @@ def _problem(index_map: IndexMap, source: Source) -> _Part:
         (DR, dr),
         (DC, dc),
     )
-    checks = tuple(c for c in index_map.dst_coords[:-2] if not c.always_valid(sizes))
+    # the coordinates that the PE blocks leave unchecked: the batch's, or a folded row's
+    held = index_map.dst_coords[: -1 if gives_axes(index_map.dst_coords, dst) else -2]
+    checks = tuple(c for c in held if not c.always_valid(sizes))
     return _Part(tuple(range(len(sizes))), (*source.coords, dr, dc), checks, pes)
-
-
-def _matrix(coords: tuple[Coord, ...]) -> tuple[Coord, Coord]:
-    """The matrix row and column of a tensor's coordinates (``layout.matrix_dims``)."""
-    if len(coords) >= 2:
-        return coords[-2], coords[-1]
-    return Affine(), coords[0] if coords else Affine()

@@ -126,6 +126,68 @@ Coord = Affine | Lookup
 """An element coordinate as a function of digits."""
 
 
+def as_affine(coord: Coord) -> Affine | None:
+    """``coord`` as an ``Affine`` if it is one, or a table that is: an arithmetic progression,
+    maybe between runs of -1 that the raw sum leaves ``[0, bound)`` on (a slice, a reversal, a
+    constant pad); else None."""
+    if isinstance(coord, Affine):
+        return coord
+    table = coord.table
+    named = np.flatnonzero(table >= 0)
+    if not named.size or named[-1] - named[0] + 1 != named.size:
+        return None
+    first, last = int(named[0]), int(named[-1])
+    start, end = int(table[first]), int(table[last])
+    step = (end - start) // (last - first) if last > first else 1
+    if step == 0 or not np.array_equal(table[named], start + step * (named - first)):
+        return None
+    offset = start - step * first
+    if named.size == table.size:
+        return Affine(((coord.digit, step),), offset)
+    # the -1s on either side: the raw sum one step beyond either end must leave [0, bound)
+    below = step > 0 and first > 0 and start >= step
+    beyond = step < 0 and last < table.size - 1 and end >= -step
+    if below or beyond:
+        return None
+    return Affine(((coord.digit, step),), offset, bound=max(start, end) + 1)
+
+
+def gives_axes(coords: tuple[Coord, ...], layout: Layout) -> bool:
+    """Whether ``coords`` give every axis of a folded layout (not its matrix row and column,
+    as ``reshape_map`` gives them)."""
+    return layout.fold and len(coords) == len(layout.shape)
+
+
+def matrix_coords(coords: tuple[Coord, ...], layout: Layout) -> tuple[Coord, Coord] | None:
+    """The matrix row and column of a tensor's coordinates (``layout.matrix_dims``): a folded
+    layout's row is the row-major combination of its leading coordinates, one ``Affine`` (a
+    ``Lookup`` of a slice, a constant pad or a reversal is one too); None where a leading
+    coordinate is not (a tile's modulus, a reflecting pad)."""
+    if gives_axes(coords, layout):
+        row = _flattened(coords[:-1], layout.shape[:-1])
+        return None if row is None else (row, coords[-1])
+    if len(coords) >= 2:
+        return coords[-2], coords[-1]
+    return Affine(), coords[0] if coords else Affine()
+
+
+def _flattened(coords: Sequence[Coord], shape: Sequence[int]) -> Affine | None:
+    """The row-major index over axes of ``shape`` at ``coords``, if all of them are plain: the
+    strides of a digit met in several axes add up; their bounds stay with the coordinates,
+    which the counting checks on their own."""
+    strides: dict[int, int] = {}
+    offset = 0
+    for axis, coord in enumerate(coords):
+        plain = as_affine(coord)
+        if plain is None or not plain.plain:
+            return None
+        place = prod(shape[axis + 1 :])
+        offset += place * plain.offset
+        for digit, stride in plain.terms:
+            strides[digit] = strides.get(digit, 0) + place * stride
+    return Affine(tuple((d, s) for d, s in sorted(strides.items()) if s), offset)
+
+
 @dataclass(frozen=True)
 class Block:
     """The mesh row (or column) of the PE holding matrix row (or column) ``coord``: ``base +
@@ -399,11 +461,19 @@ def _axis_table(name: str, attrs: Attrs, axis: int, shape: tuple[int, ...]) -> n
 
 def reshape_map(src: Layout, dst: Layout) -> IndexMap:
     """The index map of a reshape: the axes of both shapes as mixed radices over the digits of
-    one refinement."""
-    places = _places(src.shape, dst.shape)
+    one refinement; a folded layout's by its matrix row and column (one plain coordinate
+    each, where its axes could need a divisor and a modulus)."""
+    src_axes, dst_axes = _reshape_axes(src), _reshape_axes(dst)
+    places = _places(src_axes, dst_axes)
     digits = tuple(high // low for low, high in pairwise(places))
-    source = Source(src, _radix_coords(src.shape, places))
-    return IndexMap(digits, dst, _radix_coords(dst.shape, places), (source,))
+    source = Source(src, _radix_coords(src_axes, places))
+    return IndexMap(digits, dst, _radix_coords(dst_axes, places), (source,))
+
+
+def _reshape_axes(layout: Layout) -> tuple[int, ...]:
+    """The axes a reshape's coordinates give: the matrix row and column of a folded layout,
+    every axis of the others."""
+    return (layout.rows, layout.cols) if layout.fold else layout.shape
 
 
 def _places(a: Sequence[int], b: Sequence[int]) -> list[int]:
@@ -516,7 +586,7 @@ class Structure:
         row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
 
         def place(g: Layout) -> tuple[object, ...]:
-            return (g.shape, g.itemsize, g.row0 - row0, g.col0 - col0, g.h, g.w)
+            return (g.shape, g.itemsize, g.row0 - row0, g.col0 - col0, g.h, g.w, g.fold)
 
         self.key = (
             index_map.digits,

@@ -155,10 +155,16 @@ def phased_cost(
     )
 
 
+def same_tiles(src: Layout, dst: Layout) -> bool:
+    """Whether two layouts of the same elements (row-major) put every element on the same PE:
+    the same grid over the same matrix view."""
+    same_grid = (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w)
+    return same_grid and (src.rows, src.cols) == (dst.rows, dst.cols)
+
+
 def reshape_traffic(src: Layout, dst: Layout) -> Traffic:
     """Moving the elements of ``src`` (row-major) into ``dst``, a layout of the same size."""
-    same_grid = (src.row0, src.col0, src.h, src.w) == (dst.row0, dst.col0, dst.h, dst.w)
-    if same_grid and (src.rows, src.cols) == (dst.rows, dst.cols):
+    if same_tiles(src, dst):
         return NO_TRAFFIC
     if src.shape == dst.shape:
         return regrid_traffic(src, dst)

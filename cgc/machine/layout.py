@@ -6,6 +6,13 @@ Every tensor on the wafer has one layout: viewed as a batch of matrices (the las
 Every PE holds its block of every matrix of the batch. This is the activation layout of the
 Cerebras weight-streaming design: the hidden dimension along the mesh columns, samples (or
 tokens) along the mesh rows.
+
+A folded layout (``fold``) distributes the leading axes over the PEs too: its matrix is
+``prod(shape[:-1]) x shape[-1]``, every leading axis flattened row-major into the rows (the
+tokens of all samples of a batch, the pixels of all images), so a batch of ``B`` sequences of
+``S`` tokens uses ``B * S`` rows of PEs where the batch-of-matrices view uses ``S``. Where the
+leading axes before the last but one hold one element (ranks below 3 included), both views
+are the same matrix, and the layout is the unfolded one.
 """
 
 from __future__ import annotations
@@ -32,13 +39,22 @@ def grid_extent(n: int, available: int) -> int:
     return ceil(n / per)
 
 
-def matrix_dims(shape: Sequence[int]) -> tuple[tuple[int, ...], int, int]:
-    """``(batch, R, C)`` of the matrix view of ``shape``."""
+def matrix_dims(shape: Sequence[int], fold: bool = False) -> tuple[tuple[int, ...], int, int]:
+    """``(batch, R, C)`` of the matrix view of ``shape`` (folded: no batch, the leading axes
+    flattened into the rows)."""
+    if fold and len(shape) >= 2:
+        return (), prod(shape[:-1]), shape[-1]
     if len(shape) >= 2:
         return tuple(shape[:-2]), shape[-2], shape[-1]
     if len(shape) == 1:
         return (), 1, shape[0]
     return (), 1, 1
+
+
+def foldable(shape: Sequence[int]) -> bool:
+    """Whether folding ``shape`` changes its matrix view: some leading axis before the last
+    but one holds more than one element."""
+    return prod(shape[:-2]) > 1
 
 
 @dataclass(frozen=True)
@@ -51,28 +67,37 @@ class Layout:
     col0: int
     h: int
     w: int
+    fold: bool = False
+    """Whether the leading axes are flattened into the matrix rows (see the module)."""
+
+    def __post_init__(self) -> None:
+        # one matrix view, one layout: a fold that changes nothing is no fold
+        if self.fold and not foldable(self.shape):
+            object.__setattr__(self, "fold", False)
 
     @classmethod
-    def on(cls, shape: Sequence[int], dtype: str, rect: Rect) -> Layout:
+    def on(cls, shape: Sequence[int], dtype: str, rect: Rect, fold: bool = False) -> Layout:
         """The default layout of a tensor in a rectangle: as many PEs as useful, top-left."""
-        _, rows, cols = matrix_dims(shape)
+        _, rows, cols = matrix_dims(shape, fold)
         x, y, width, height = rect
-        return cls(tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width))
+        return cls(
+            tuple(shape), dtype, y, x, grid_extent(rows, height), grid_extent(cols, width), fold
+        )
 
     @cached_property
     def batch(self) -> tuple[int, ...]:
         """Leading axes that every PE holds whole."""
-        return matrix_dims(self.shape)[0]
+        return matrix_dims(self.shape, self.fold)[0]
 
     @cached_property
     def rows(self) -> int:
         """R: the matrix rows, split over the grid rows."""
-        return matrix_dims(self.shape)[1]
+        return matrix_dims(self.shape, self.fold)[1]
 
     @cached_property
     def cols(self) -> int:
         """C: the matrix columns, split over the grid columns."""
-        return matrix_dims(self.shape)[2]
+        return matrix_dims(self.shape, self.fold)[2]
 
     @property
     def rt(self) -> int:

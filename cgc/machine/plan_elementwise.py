@@ -4,14 +4,21 @@
   or columns it is missing;
 * reductions: local reduction of each tile, then a chain reduction along the mesh rows or
   columns the reduced axes are split over.
+
+Both keep a folded operand's layout (``layout.Layout.fold``) where that is free: an elementwise
+result whose operands line up with it, a reduction over the last axis alone (a norm's, a
+softmax's); elsewhere a folded operand is relaid unfolded, and its arrival counted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 
 from cgc.machine.kernel import (
+    WAFER,
     Kernel,
+    Operand,
     Plan,
     Request,
     arrival,
@@ -40,19 +47,11 @@ class Elementwise(Kernel):
 
     def plan(self, q: Request) -> Plan:
         ((shape, dtype),) = q.results
-        out = Layout.on(shape, dtype, q.rect)
+        out = Layout.on(shape, dtype, q.rect, fold=_keeps_fold(q.operands, shape))
         inputs: list[Layout | None] = []
         traffic, arrive, scratch = NO_TRAFFIC, NO_TRAFFIC, 0
         for operand in q.operands:
-            _, rows, cols = matrix_dims(operand.shape)
-            aligned = Layout(
-                operand.shape,
-                operand.dtype,
-                out.row0,
-                out.col0,
-                out.h if rows == out.rows else 1,
-                out.w if cols == out.cols else 1,
-            )
+            aligned = _aligned(operand.shape, operand.dtype, out)
             moved = arrival(operand, aligned)
             spread = multicast(aligned, out)
             traffic = traffic + moved + spread
@@ -72,20 +71,63 @@ class Elementwise(Kernel):
         return Plan(tuple(inputs), (out,), cost)
 
 
+def _folded(operand: Operand) -> bool:
+    """Whether ``operand`` is on the wafer in a folded layout."""
+    return operand.source == WAFER and operand.layout is not None and operand.layout.fold
+
+
+def _keeps_fold(operands: Sequence[Operand], shape: tuple[int, ...]) -> bool:
+    """Whether the result stays folded: an operand of its shape arrives folded, and every
+    operand's tiles line up with the folded result's (``_aligned``)."""
+    arrives_folded = any(_folded(op) and op.shape == shape for op in operands)
+    return arrives_folded and all(_rows_align(op.shape, shape) for op in operands)
+
+
+def _rows_align(operand: tuple[int, ...], result: tuple[int, ...]) -> bool:
+    """Whether ``operand`` broadcast to ``result`` has the folded result's rows, or one row
+    that a tile array of the same rank broadcasts (a bias, a scale: rank at most 2)."""
+    lead = (1,) * (len(result) - len(operand)) + operand[:-1]
+    return lead == result[:-1] or (len(operand) <= 2 and prod(lead) == 1)
+
+
+def _aligned(shape: tuple[int, ...], dtype: str, out: Layout) -> Layout:
+    """An operand as the result's tiles need it: on the result's grid, its rows (or columns)
+    on the result's where it has them, else on one row (column) multicast along the rest."""
+    _, rows, cols = matrix_dims(shape, out.fold)
+    return Layout(
+        shape,
+        dtype,
+        out.row0,
+        out.col0,
+        out.h if rows == out.rows else 1,
+        out.w if cols == out.cols else 1,
+        out.fold,
+    )
+
+
 class Reduce(Kernel):
     """Sum, mean, max and min over any axes."""
 
     def plan(self, q: Request) -> Plan:
         (operand,), ((shape, dtype),) = q.operands, q.results
-        src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
         axes, rank = set(q.attrs["axes"]), len(operand.shape)
+        # a folded operand stays folded for the last axis alone (a norm's, a softmax's)
+        fold = axes == {rank - 1} and _folded(operand)
+        src = operand.layout if fold or not _folded(operand) else None
+        src = src or Layout.on(operand.shape, operand.dtype, q.rect)
         over_rows = rank >= 2 and rank - 2 in axes
         over_cols = rank >= 1 and rank - 1 in axes
         kept = tuple(1 if i in axes else d for i, d in enumerate(operand.shape))
         natural = Layout(
-            kept, dtype, src.row0, src.col0, 1 if over_rows else src.h, 1 if over_cols else src.w
+            kept,
+            dtype,
+            src.row0,
+            src.col0,
+            1 if over_rows else src.h,
+            1 if over_cols else src.w,
+            fold,
         )
-        out = Layout.on(shape, dtype, q.rect)
+        out = Layout.on(shape, dtype, q.rect, fold)
         partial = natural.tile_elements * natural.words_per_element
         chain = [
             Traffic(partial * (n - 1) * m, partial, partial, partial, n - 1)

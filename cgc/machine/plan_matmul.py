@@ -8,6 +8,10 @@ twice as tall as the result's rows, the contraction may split over groups of row
 Weight streaming: each column receives its rows of B from the north edge and multicasts them
 down; every PE forms partial sums that a chain reduction along the row lands in the output
 layout.
+
+Where B is one matrix (a linear layer's weights, a convolution's filters), A and the result are
+folded: the rows of all of A's matrices are one matrix's, split over the mesh rows together.
+A batched B (attention's scores) keeps the batch of matrices, and a folded A is relaid.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ class Matmul(Kernel):
     def plan(self, q: Request) -> Plan:
         a, b = q.operands
         ((shape, dtype),) = q.results
-        out = Layout.on(shape, dtype, q.rect)
+        # an unbatched B (a linear layer's weights): the rows of A's every matrix are one
+        # matrix's, and A and the result fold, all their rows over the mesh rows
+        out = Layout.on(shape, dtype, q.rect, fold=prod(b.shape[:-2]) == 1)
         k = a.shape[-1]
         nb_out = prod(shape[:-2])
         flops = 2.0 * nb_out * shape[-2] * shape[-1] * k
@@ -152,7 +158,7 @@ class Matmul(Kernel):
     ) -> Plan:
         k = a.shape[-1]
         cols = grid_extent(k, rect[2])
-        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols)
+        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols, out.fold)
         mt, kb, nt = out.rt, a_at.ct, out.ct
         nb_out = prod(out.batch)
         chunk_fmacs = nb_out * mt * kb * nt
@@ -191,7 +197,7 @@ def _as_arrived(q: Request, a: Operand, b: Operand, out: Layout) -> tuple[Layout
     B's rows over every PE row, so that neither is relaid."""
     k = a.shape[-1]
     x, y, width, height = q.rect
-    a_at = Layout(a.shape, a.dtype, y, x, out.h, grid_extent(k, width))
+    a_at = Layout(a.shape, a.dtype, y, x, out.h, grid_extent(k, width), out.fold)
     b_at = Layout(b.shape, b.dtype, y, x, grid_extent(k, height), out.w)
     return a_at, b_at
 

@@ -2,18 +2,22 @@
 
 Data movement (reshape, transpose, broadcast, concat, slice, pad, im2col, one-hot, pooling
 windows, col2im): ``flows`` counts exactly the flows that the op's index map makes, at a cost
-that does not grow with the tensors. Where the indices are data (gathers, scatters), the plan
+that does not grow with the tensors. A folded operand is read where it is; a reshape's result
+is folded where that moves nothing, and the windows of a folded channels-last image are folded
+(each PE reads its own pixels' halo). Where the indices are data (gathers, scatters), the plan
 counts the traffic of addresses spread uniformly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 
 import numpy as np
 
 from cgc.machine import reference
 from cgc.machine.flows import movement_traffic, regrid_traffic
+from cgc.machine.index_maps import POOLS
 from cgc.machine.kernel import (
     WAFER,
     Attrs,
@@ -24,9 +28,10 @@ from cgc.machine.kernel import (
     multicast,
     phased_cost,
     reshape_traffic,
+    same_tiles,
     vector_cycles,
 )
-from cgc.machine.layout import Layout, matrix_dims
+from cgc.machine.layout import Layout, Rect, matrix_dims
 from cgc.machine.ref_movement import window_counts
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
 
@@ -36,22 +41,47 @@ class Movement(Kernel):
 
     def plan(self, q: Request) -> Plan:
         ((shape, dtype),) = q.results
-        out = Layout.on(shape, dtype, q.rect)
         sources: list[Layout] = []
         arrive = NO_TRAFFIC
         for operand in q.operands:
             at = operand.layout if operand.source == WAFER else None
+            if at is not None and at.fold and not _reads_folded(self.name, q.attrs):
+                at = None
             at = at or Layout.on(operand.shape, operand.dtype, q.rect)
             arrive = arrive + arrival(operand, at)
             sources.append(at)
         if self.name == "reshape":
+            out = _reshaped(sources[0], shape, dtype, q.rect)
             moved = reshape_traffic(sources[0], out)
         else:
+            out = Layout.on(shape, dtype, q.rect, fold=_windows_fold(self.name, q.attrs, sources))
             moved = movement_traffic(self.name, q.attrs, sources, out)
         total = arrive + moved
         compute = vector_cycles(out.tile_elements, 1.0, dtype, q.target)
         cost = phased_cost(compute, arrive, total, out.tile_bytes)
         return Plan(tuple(sources), (out,), cost)
+
+
+def _reads_folded(name: str, attrs: Attrs) -> bool:
+    """Whether ``flows`` counts op ``name`` reading a folded layout exactly: every leading
+    coordinate of its reads is a progression of a digit (not a tile's repeats, nor a
+    reflecting or edge pad's), so a folded operand stays where it is."""
+    return name != "tile" and (name != "pad" or attrs.get("mode", "constant") == "constant")
+
+
+def _reshaped(src: Layout, shape: tuple[int, ...], dtype: str, rect: Rect) -> Layout:
+    """A reshape's result: folded where that leaves every element where it is and the
+    unfolded layout would not (a matmul's rows back to the samples' tokens or an image's
+    pixels, the last axis unchanged)."""
+    out = Layout.on(shape, dtype, rect)
+    folded = Layout.on(shape, dtype, rect, fold=True)
+    return folded if same_tiles(src, folded) and not same_tiles(src, out) else out
+
+
+def _windows_fold(name: str, attrs: Attrs, sources: Sequence[Layout]) -> bool:
+    """Whether windows over a folded channels-last image are laid out folded: their rows
+    then follow the image's pixels, and each PE reads the halo of its own block."""
+    return name in ("im2col", *POOLS) and attrs.get("channels_last", False) and sources[0].fold
 
 
 class Broadcast(Kernel):
@@ -96,7 +126,7 @@ class Pool(Kernel):
     def plan(self, q: Request) -> Plan:
         (operand,), ((shape, dtype),) = q.operands, q.results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
-        out = Layout.on(shape, dtype, q.rect)
+        out = Layout.on(shape, dtype, q.rect, fold=_windows_fold(self.name, q.attrs, [src]))
         windows = movement_traffic(self.name, q.attrs, [src], out)
         arrive = arrival(operand, src)
         total = arrive + windows

@@ -64,7 +64,7 @@ def sparse_streaming(
     rows = nb_out * mt // grid.stacked
     code = encoding(view.weight, view.perm, grid, b.dtype, rows, target.fmacs(out.dtype))
     cols, chunks = code.live.shape
-    a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols)
+    a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols, out.fold)
     cycles, words = code.cycles.astype(np.float64), code.words.astype(np.float64)
     step = np.maximum(cycles, words)
     partial_words = nb_out * mt * out.ct * out.words_per_element
