@@ -18,10 +18,18 @@ layers crossing on enough lanes to keep up. Then it chooses the heights with the
 bisects again below that time over strips of one width, as many as fit the mesh, in which
 every layer takes the fewest rows of its ladder that keep it within the time (its rows split
 ``k`` ways, or multiplied for a matmul that splits its contraction over groups of rows), and
-takes those strips if they beat the balanced widths. The columns left over then widen the
-strips. A stage's time is its kernels and its host I/O. Every time and every byte is the
-machine's answer for the layer's work on the candidate rectangle (``cgc.machine.cost``), the
-engine the simulator runs, so the compiler's estimate is the time a run takes.
+takes those strips if they beat the balanced widths; strips that keep the time of the slowest
+layer on the whole width beat any, so when some do the balance does not run and the strips'
+search starts from that time. The columns left over then widen the strips.
+
+Timing a layer on a rectangle is the placement's cost, so it skips the timings that cannot
+change its answer: no layer computes faster than its PEs at peak, after its host I/O, which
+bounds from below the columns or rows that can keep a time; and the layer that last missed a
+time on every rung of a width is timed first on the next.
+
+A stage's time is its kernels and its host I/O. Every time and every byte is the machine's
+answer for the layer's work on the candidate rectangle (``cgc.machine.cost``), the engine the
+simulator runs, so the compiler's estimate is the time a run takes.
 
 A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
 """
@@ -57,6 +65,9 @@ LADDER_SPLITS = 16
 """A layer's rows may be split up to this many ways in a strip..."""
 LADDER_MULTIPLES = 8
 """... or multiplied up to this many times."""
+ROUNDING = 1 - 1e-9
+"""The lower bounds give way by this factor, so that no rounding rules out a rectangle that
+meets a stage time exactly (the time of the slowest layer on the whole width is one)."""
 STRIP_SPEEDUP = 4.0
 """The strips' search looks for stage times down to this fraction of the balanced one..."""
 STRIP_WIDTHS_TRIED = 12
@@ -187,7 +198,10 @@ class Placer:
 
     def stage_cycles(self, cost: LayerCost) -> float:
         """A layer's stage time: its kernels, and its inputs from and outputs to the host."""
-        return cost.cycles + cost.host_bytes / self.target.io_bytes_per_s * self.target.clock_hz
+        return cost.cycles + self._host_cycles(cost)
+
+    def _host_cycles(self, cost: LayerCost) -> float:
+        return cost.host_bytes / self.target.io_bytes_per_s * self.target.clock_hz
 
     def fits(self, cost: LayerCost) -> bool:
         """Whether every PE of the layer's rectangle holds its share."""
@@ -199,10 +213,11 @@ class Placer:
             return []
         self.heights = [self._height(i) for i in range(self.count)]
         self.ladders = [self._ladder(i) for i in range(self.count)]
-        self.flops = [
-            self.cost(i, self._rect(i, self.target.cols)).flops for i in range(self.count)
-        ]
-        """Every layer's FLOPs (the same on any rectangle)."""
+        whole = [self.cost(i, self._rect(i, self.target.cols)) for i in range(self.count)]
+        self.flops = [cost.flops for cost in whole]
+        """Every layer's FLOPs (the same on any rectangle)..."""
+        self.host_cycles = [self._host_cycles(cost) for cost in whole]
+        """... and the cycles of its host I/O (the same bytes on any rectangle)."""
         self.peaks = [self._peak(work) for work in self.works]
         """Every layer's FLOPs a PE does per cycle at most."""
         self.lowest_known: dict[tuple[int, int], tuple[float, int]] = {}
@@ -212,18 +227,31 @@ class Placer:
         """The strips' widths worth trying: ``cols // n``, each for the most strips it fits."""
         self.strip_width = cols
         """The width of the last strips that kept the stage time."""
+        self.killers: list[int] = []
+        """The layers that missed a stage time on every rung of some width, latest first."""
         least = [self._narrowest(i) for i in range(self.count)]
         if any(w is None for w in least):
             raise self._shortfall([i for i, w in enumerate(least) if w is None])
         narrowest = self._packable([w for w in least if w is not None])
-        widths, limit = self._balance(narrowest)
-        rects = self._pack(widths, limit) or self._pack(widths)
-        assert rects is not None
-        strips = self._strips(limit)
-        if strips is not None:
-            rects, heights = strips
-            self._restore(heights)
+        strips = self._strips_beating_balance()
+        if strips is None:
+            widths, limit = self._balance(narrowest)
+            strips = self._strips(limit)
+            if strips is None:
+                rects = self._pack(widths, limit) or self._pack(widths)
+                assert rects is not None
+                return self._widen(rects)
+        rects, heights = strips
+        self._restore(heights)
         return self._widen(rects)
+
+    def _strips_beating_balance(self) -> tuple[list[Rect], list[int]] | None:
+        """The strips, if some keep every layer within its time on the whole width at its
+        height: no balanced widths can beat that time (more columns take no longer, as the
+        balance assumes), so the balance need not run, and the strips' search starts there."""
+        fast = max(self.cycles(i, self.target.cols) for i in range(self.count))
+        found = self._strips_within(fast)
+        return None if found is None else self._strips(fast) or found
 
     def _strips(self, limit: float) -> tuple[list[Rect], list[int]] | None:
         """Strips of one width in which every layer gets the fewest rows of its ladder
@@ -264,33 +292,63 @@ class Placer:
     def _strip_heights(self, width: int, limit: float) -> list[int] | None:
         """Every layer's fewest rows within ``limit`` on ``width`` columns, if they all have
         some and fill at most the ``cols // width`` strips of that width (next fit in program
-        order, which is what ``pack`` does)."""
-        rows, strips_at_most = self.target.rows, self.target.cols // width
-        heights: list[int] = []
-        strips, used = 1, 0
+        order, which is what ``pack`` does).
+
+        The answer does not depend on the order in which the layers are timed, so the cheap
+        bounds go first (``_floor``: a layer that cannot make the limit, or rows that cannot
+        fit, need no timing at all), then the layers that failed a width before: a layer too
+        slow on one width is usually too slow on its neighbours, and finding it first saves
+        timing the others."""
+        heights = []
         for index in range(self.count):
+            step = self._floor(index, width, limit)
+            if step is None:
+                return None
+            heights.append(self.ladders[index][step])
+        if not self._stack(heights, width):
+            return None
+        order = [*self.killers, *(i for i in range(self.count) if i not in self.killers)]
+        for index in order:
             height = self._lowest(index, width, limit)
             if height is None:
+                self.killers = [index, *(i for i in self.killers if i != index)]
                 return None
+            heights[index] = height
+            if not self._stack(heights, width):
+                return None
+        return heights
+
+    def _stack(self, heights: list[int], width: int) -> bool:
+        """Whether layers of ``heights`` stack, next fit in program order, into the strips of
+        ``width`` columns that fit the mesh. Fewer rows never take more strips, so heights
+        that are lower bounds can only pass where the true ones might."""
+        rows, strips, used = self.target.rows, 1, 0
+        for height in heights:
             strips, used = (
                 (strips, used + height) if used + height <= rows else (strips + 1, height)
             )
-            if strips > strips_at_most:
-                return None
-            heights.append(height)
-        return heights
+        return strips <= self.target.cols // width
 
-    def _lowest(self, index: int, width: int, limit: float) -> int | None:
-        """The fewest rows of layer ``index``'s ladder on which it fits and takes at most
-        ``limit`` on ``width`` columns, if any. The ladder is scanned from its foot (more rows
-        can take longer: a rung is no bound on the next); a scan for a larger limit on the same
-        width tells where to start, as the rungs below its answer missed that limit."""
+    def _floor(self, index: int, width: int, limit: float) -> int | None:
+        """The lowest step of layer ``index``'s ladder that may keep ``limit`` on ``width``
+        columns, without timing any: a scan for a larger limit on the same width missed it on
+        the steps below its answer, and no rectangle computes faster than its PEs at peak
+        (``_least_pes``). None if no step may."""
         ladder = self.ladders[index]
         known = self.lowest_known.get((index, width))
         start = known[1] if known is not None and known[0] >= limit else 0
-        # no rectangle computes faster than its PEs at peak: the rungs below that need no timing
-        least = self.flops[index] / (self.peaks[index] * width * limit) if limit > 0 else inf
+        least = self._least_pes(index, limit) / width
         start = max(start, bisect.bisect_left(ladder, least))
+        return start if start < len(ladder) else None
+
+    def _lowest(self, index: int, width: int, limit: float) -> int | None:
+        """The fewest rows of layer ``index``'s ladder on which it fits and takes at most
+        ``limit`` on ``width`` columns, if any. The ladder is scanned from its floor
+        (``_floor``) up (more rows can take longer: a rung is no bound on the next)."""
+        ladder = self.ladders[index]
+        start = self._floor(index, width, limit)
+        if start is None:
+            return None
         for step in range(start, len(ladder)):
             cost = self.cost(index, (0, 0, width, ladder[step]))
             if self.fits(cost) and self.stage_cycles(cost) <= limit:
@@ -298,6 +356,15 @@ class Placer:
                 return ladder[step]
         self.lowest_known[index, width] = (limit, len(ladder))
         return None
+
+    def _least_pes(self, index: int, limit: float) -> float:
+        """The fewest PEs on which layer ``index`` may take at most ``limit``: its FLOPs at
+        every PE's peak within what its host I/O leaves of the limit (the same bytes on any
+        rectangle); infinite if the host I/O alone takes longer."""
+        if not self.flops[index]:
+            return 0.0
+        left = limit - self.host_cycles[index]
+        return self.flops[index] / (self.peaks[index] * left) * ROUNDING if left > 0 else inf
 
     def _peak(self, work: Program) -> int:
         """The most FLOPs a PE does per cycle on ``work``'s types: the 16-bit rate if it has
@@ -480,6 +547,8 @@ class Placer:
             if self.cycles(index, hi) > limit:
                 return None
         lo = max((w + 1 for w, c in timed.items() if c > limit and least <= w < hi), default=least)
+        # no rectangle computes faster than its PEs at peak: the widths below that need no timing
+        lo = max(lo, min(hi, ceil(self._least_pes(index, limit) / self.heights[index])))
         while lo < hi:
             guess = self._guess(index, lo - 1, hi, limit)
             half = (lo + hi) // 2

@@ -1,0 +1,93 @@
+"""The placement's shortcuts change what it asks, not what it answers.
+
+The pipelined placement times layers on candidate rectangles with the machine's exact cost
+(``cgc.machine.cost``), and most of its compile time is those timings. Its shortcuts skip
+timings that cannot change its answer: lower bounds that rule a rectangle out untimed (every
+PE at peak, host I/O the same on any rectangle) and the layers that failed a width timed
+first. One more skips the balanced widths when strips keep the time of the slowest layer on
+the whole width (no balance beats that): the strips' search then starts from that time, lower
+than it would, and may end elsewhere within its tolerance. Each case places a model both
+ways, the search with its shortcuts and without, and checks the same rectangles come out of
+fewer timings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+import pytest
+from test_placement import MESHES, random_graph
+
+import cgc
+from cgc.dialects.lowering import LayerWork
+from cgc.frontends import zoo
+from cgc.machine.layout import Rect
+from cgc.machine.target import Target
+from cgc.passes import place_layers
+from cgc.passes.place_layers import Placer
+
+
+class Unpruned(Placer):
+    """The search without its shortcuts: no lower bounds, the layers timed in program order,
+    the balance always run."""
+
+    def _least_pes(self, index: int, limit: float) -> float:
+        return 0.0
+
+    def _strips_beating_balance(self) -> None:
+        return None
+
+    @property
+    def killers(self) -> list[int]:
+        return []
+
+    @killers.setter
+    def killers(self, value: list[int]) -> None:
+        pass
+
+
+def placed_both_ways(
+    model: onnx.ModelProto, target: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[Rect], list[Rect], int, int]:
+    """Compiles ``model``; the rectangles of the search with and without its shortcuts, and
+    the rectangles each timed."""
+    found: list[tuple[list[Rect], list[Rect], int, int]] = []
+
+    class Both(Placer):
+        def __init__(self, works: Sequence[LayerWork], target: Target, live=None):
+            super().__init__(works, target, live)
+            self.reference = Unpruned(works, target, live)
+
+        def place(self) -> list[Rect]:
+            rects, want = super().place(), self.reference.place()
+            found.append((rects, want, len(self.costs.known), len(self.reference.costs.known)))
+            return rects
+
+    monkeypatch.setattr(place_layers, "Placer", Both)
+    cgc.compile(model, mode="pipelined", target=target, batch_size=4)
+    (result,) = found
+    return result
+
+
+def test_shortcuts_place_random_graphs_as_the_full_search(monkeypatch):
+    asked, unpruned = 0, 0
+    for seed in range(10):
+        rows, cols = MESHES[seed % len(MESHES)]
+        rects, want, timed, full = placed_both_ways(
+            random_graph(seed), f"mesh{rows}x{cols}", monkeypatch
+        )
+        assert rects == want, seed
+        assert timed <= full, seed
+        asked, unpruned = asked + timed, unpruned + full
+    assert asked < unpruned
+
+
+@pytest.mark.parametrize(
+    ("model", "target"),
+    [(zoo.cnn, "mesh16x16"), (zoo.resnet, "mesh32x32"), (zoo.transformer_block, "mesh16x16")],
+)
+def test_shortcuts_place_models_as_the_full_search(model, target, monkeypatch):
+    rects, want, timed, full = placed_both_ways(model(), target, monkeypatch)
+    assert rects == want
+    assert timed < full
