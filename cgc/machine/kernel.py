@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from math import prod
 from typing import Any
 
 from cgc.machine.flows import movement_traffic, regrid_traffic
@@ -133,6 +134,13 @@ def row_multicast(steps: int, words: float, grid: Layout) -> Traffic:
         steps * words,
         grid.w - 1,
     )
+
+
+def block_words(a_at: Layout, b_at: Layout, mt: int, kb: int, nt: int) -> tuple[float, float]:
+    """The wavelets of one step's blocks: A's ``mt x kb`` and B's ``kb x nt`` per matrix."""
+    a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
+    b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
+    return a_words, b_words
 
 
 def sequential_cycles(*parts: float | Traffic) -> float:

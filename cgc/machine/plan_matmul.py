@@ -1,10 +1,15 @@
-"""The plans of matmul (SUMMA, or the weight-streaming kernel when B streams in from MemoryX)
-and of the weight gradient's ``a^T @ b`` (their sparse forms: ``plan_sparse``).
+"""The plans of matmul (SUMMA, split-K SUMMA or MeshGEMM, whichever is sooner, or the
+weight-streaming kernel when B streams in from MemoryX) and of the weight gradient's
+``a^T @ b`` (their sparse forms: ``plan_sparse``; MeshGEMM: ``plan_meshgemm``).
 
 SUMMA: A keeps its columns split over the PE columns and B its rows over the PE rows; step
 ``s`` broadcasts the ``s``-th block of the contraction (the finer of the two splits) of A along
-the rows and of B down the columns, then every PE multiply-accumulates. On a rectangle at least
-twice as tall as the result's rows, the contraction may split over groups of rows instead.
+the rows and of B down the columns, then every PE multiply-accumulates. Each step's blocks come
+from a new root, and a PE double-buffers them (two colors a dimension, as the SDK's SUMMA): a
+step takes its arithmetic or its blocks through the PE's ramp, whichever is longer, plus the
+broadcast's flight across the grid, which near full wafer is most of it (WaferLLM measured
+SUMMA below half of peak there). On a rectangle at least twice as tall as the result's rows,
+the contraction may split over groups of rows instead.
 Weight streaming: each column receives its rows of B from the north edge and multicasts them
 down; every PE forms partial sums that a chain reduction along the row lands in the output
 layout.
@@ -27,11 +32,13 @@ from cgc.machine.kernel import (
     Plan,
     Request,
     arrival,
+    block_words,
     row_chain,
     row_multicast,
     sequential_cycles,
 )
 from cgc.machine.layout import Layout, Rect, grid_extent
+from cgc.machine.plan_meshgemm import plan_meshgemm
 from cgc.machine.plan_sparse import sampled, sparse_streaming
 from cgc.machine.target import Target
 from cgc.machine.traffic import Traffic
@@ -57,11 +64,10 @@ class Matmul(Kernel):
             return sparse
         if b.source == STREAM:
             return self._plan_streaming(q.target, q.rect, a, b, out, flops)
-        summa = self._plan_summa(q, a, b, out, flops)
-        if q.rect[3] < 2 * out.h or k < 2:
-            return summa
-        split = self._plan_split_k(q, a, b, out, flops)
-        return split if split.cost.cycles < summa.cost.cycles else summa
+        plans = [self._plan_summa(q, a, b, out, flops), plan_meshgemm(q, a, b, out.fold, flops)]
+        if q.rect[3] >= 2 * out.h and k >= 2:
+            plans.append(self._plan_split_k(q, a, b, out, flops))
+        return min(plans, key=lambda plan: plan.cost.cycles)  # SUMMA on a tie
 
     @staticmethod
     def _plan_summa(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
@@ -74,14 +80,16 @@ class Matmul(Kernel):
         steps = ceil(k / kb)
         step_fmacs = nb_out * mt * kb * nt
         compute = step_fmacs / q.target.fmacs(dtype)
-        a_words, b_words = _block_words(a_at, b_at, mt, kb, nt)
+        a_words, b_words = block_words(a_at, b_at, mt, kb, nt)
         # a block of A crosses every column that holds A or the result, one of B every row
         across, down = max(out.w, a_at.w), max(out.h, b_at.h)
         broadcast = _block_broadcast(steps, a_words, b_words, out, across, down)
         arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
-        step_cycles = max(compute, a_words * (across > 1), b_words * (down > 1))
+        step_cycles = _step_cycles(compute, a_words * (across > 1), b_words * (down > 1))
+        # every step waits for its blocks from a new root, across the grid
+        flight = max(across, down) - 1
         cost = Cost(
-            cycles=arrive + steps * step_cycles + broadcast.max_hops,
+            cycles=arrive + steps * (step_cycles + flight),
             flops=flops,
             fmacs=steps * step_fmacs * out.pes,
             traffic=arrival(a, a_at) + arrival(b, b_at) + broadcast,
@@ -108,10 +116,13 @@ class Matmul(Kernel):
         nb_out = prod(out.batch)
         step_fmacs = nb_out * mt * kb * nt
         compute = step_fmacs / q.target.fmacs(dtype)
-        a_words, b_words = _block_words(a_at, b_at, mt, kb, nt)
+        a_words, b_words = block_words(a_at, b_at, mt, kb, nt)
         partial_words = out.tile_elements * out.words_per_element
         steps = ceil(b_at.h / groups)
-        group_cycles = steps * max(compute, a_words * (out.w > 1), b_words * (rows > 1))
+        flight = max(out.w, rows) - 1
+        group_cycles = steps * (
+            _step_cycles(compute, a_words * (out.w > 1), b_words * (rows > 1)) + flight
+        )
         # every column's block of A leaves the top group for the groups holding its slice
         column_words = a_at.h * a_at.tile_elements * a_at.words_per_element
         descent = Traffic(
@@ -136,7 +147,6 @@ class Matmul(Kernel):
             arrive
             + max(descent.max_link, group_cycles)
             + descent.max_hops
-            + broadcast.max_hops
             + max(ascent.max_link, combine)
             + ascent.max_hops
         )
@@ -202,11 +212,11 @@ def _as_arrived(q: Request, a: Operand, b: Operand, out: Layout) -> tuple[Layout
     return a_at, b_at
 
 
-def _block_words(a_at: Layout, b_at: Layout, mt: int, kb: int, nt: int) -> tuple[float, float]:
-    """The wavelets of one step's blocks: A's ``mt x kb`` and B's ``kb x nt`` per matrix."""
-    a_words = prod(a_at.batch) * mt * kb * a_at.words_per_element
-    b_words = prod(b_at.batch) * kb * nt * b_at.words_per_element
-    return a_words, b_words
+def _step_cycles(compute: float, a_words: float, b_words: float) -> float:
+    """A SUMMA step: its arithmetic, or a PE's blocks of A and B coming in through its one
+    ramp, whichever is longer (two colors a dimension: the next blocks arrive during this
+    step's arithmetic)."""
+    return max(compute, a_words + b_words)
 
 
 def _block_broadcast(

@@ -1,0 +1,158 @@
+"""MeshGEMM: Cannon's algorithm on the mesh with an interleaved ring (WaferLLM, OSDI'25).
+
+The result lies on a square ``s x s`` grid of the rectangle, as do A and B (the contraction
+cut in ``s`` blocks). Cannon's algorithm first skews the operands so that PE ``(r, c)`` holds
+A's and B's contraction block ``(pos(r) + pos(c)) mod s``; then ``s`` steps each multiply the
+blocks a PE holds into its result block, while every block of A moves one position along its
+mesh row's ring and every block of B one along its column's ring, so that each PE gets the
+next contraction block.
+
+Cannon's ring on a line of PEs has a wrap-around link as long as the line, whose latency every
+step pays. MeshGEMM interleaves the ring instead: the even positions of the line forwards,
+then the odd ones backwards (``0, 2, 4, ..., 5, 3, 1``), so that ring neighbours are at most
+two hops apart and each link carries one block per direction per step. Each PE holds two
+blocks of each operand: it multiplies the current ones while the next ones arrive, so a step
+takes the longer of its arithmetic and its shift, plus the shift's two hops of flight.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from math import prod
+
+import numpy as np
+
+from cgc.machine.kernel import (
+    RESIDENT,
+    WAFER,
+    Cost,
+    Operand,
+    Plan,
+    Request,
+    arrival,
+    block_words,
+    sequential_cycles,
+)
+from cgc.machine.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.traffic import NO_TRAFFIC, Traffic, route
+
+
+def plan_meshgemm(q: Request, a: Operand, b: Operand, fold: bool, flops: float) -> Plan:
+    """MeshGEMM of ``a @ b`` on the largest square grid of ``q.rect`` that leaves no PE of
+    the result, of A or of B empty; A and the result ``fold`` or not, as the matmul chose.
+    A and B must arrive in plain block layouts on that grid; the kernel skews them itself,
+    except an operand it may lay out as it likes (a resident B, or one streaming in down its
+    columns)."""
+    ((shape, dtype),) = q.results
+    _, m, n = matrix_dims(shape, fold)
+    k = a.shape[-1]
+    x, y, width, height = q.rect
+    side = mesh_side(m, n, k, min(width, height))
+    out = Layout(tuple(shape), dtype, y, x, side, side, fold)
+    a_at = Layout(a.shape, a.dtype, y, x, side, side, fold)
+    b_at = Layout(b.shape, b.dtype, y, x, side, side)
+    mt, kb, nt = out.rt, a_at.ct, out.ct
+    step_fmacs = prod(out.batch) * mt * kb * nt
+    compute = step_fmacs / q.target.fmacs(dtype)
+    a_words, b_words = block_words(a_at, b_at, mt, kb, nt)
+    # a resident B is laid out skewed when the program loads; a streamed one flows down
+    # each column to its skewed row as cheaply as to its plain one
+    skew = skew_traffic(side, a_words * (a.source != RESIDENT), b_words * (b.source == WAFER))
+    shift = shift_traffic(side, a_words, b_words)
+    busiest = max(shift.max_link, shift.max_inject, shift.max_eject)
+    step = max(compute, busiest) + shift.max_hops
+    arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
+    shifts = side - 1  # the last step's blocks go nowhere
+    cost = Cost(
+        cycles=arrive + skew.cycles + shifts * step + compute,
+        flops=flops,
+        fmacs=side * step_fmacs * out.pes,
+        traffic=arrival(a, a_at) + arrival(b, b_at) + skew + _repeated(shift, shifts),
+        # the blocks being multiplied and the next ones arriving, of each operand
+        scratch_bytes=2 * (prod(a_at.batch) * mt + prod(b_at.batch) * nt) * kb * out.itemsize,
+        compute_cycles=side * compute,
+        arrival_cycles=arrive,
+    )
+    return Plan((a_at, b_at), (out,), cost, {"algorithm": "meshgemm", "steps": side})
+
+
+def mesh_side(m: int, n: int, k: int, available: int) -> int:
+    """The side of the largest square grid, at most ``available``, over which the result's
+    ``m`` rows, its ``n`` columns and the ``k`` of the contraction all split with no PE left
+    empty (the contraction's blocks must match the grid both ways)."""
+    side = available
+    while (fit := min(grid_extent(m, side), grid_extent(n, side), grid_extent(k, side))) < side:
+        side = fit
+    return side
+
+
+def ring_line(position: np.ndarray, side: int) -> np.ndarray:
+    """The place on a line of ``side`` PEs of each ``position`` of the interleaved ring: the
+    even places forwards, then the odd ones backwards."""
+    forward = (side + 1) // 2
+    return np.where(position < forward, 2 * position, 2 * (side - 1 - position) + 1)
+
+
+def ring_position(place: np.ndarray, side: int) -> np.ndarray:
+    """The ring position of each ``place`` on the line (the inverse of ``ring_line``)."""
+    return np.where(place % 2 == 0, place // 2, side - 1 - place // 2)
+
+
+def shift_traffic(side: int, a_words: float, b_words: float) -> Traffic:
+    """One step's shift on a ``side x side`` grid: every PE sends its block of A (``a_words``)
+    to its row's previous ring position and its block of B to its column's. The ring covers
+    ``2 (side - 1)`` hops of a line (two a step, one at each turn), and every link carries
+    one block in each direction."""
+    if side == 1:
+        return NO_TRAFFIC
+    return Traffic(
+        wavelet_hops=2 * (side - 1) * side * (a_words + b_words),
+        max_link=max(a_words, b_words),
+        max_inject=a_words + b_words,
+        max_eject=a_words + b_words,
+        max_hops=min(2, side - 1),
+    )
+
+
+def skew_traffic(side: int, a_words: float, b_words: float) -> Traffic:
+    """Cannon's skew on a ``side x side`` grid, from the plain block layouts: along row ``r``
+    A's block ``j`` goes to ring position ``j - pos(r)``; down column ``c`` B's block ``i``
+    to ring position ``i - pos(c)``. An operand of no words stays put. B's skew is A's
+    transposed, on the column links where A's is on the row links, so one routing of A's
+    blocks per grid side counts both."""
+    rows, both = _row_skew(side)
+    if not rows.max_hops or not (a_words or b_words):
+        return NO_TRAFFIC
+    # a PE that keeps its block neither sends nor receives one: its ramps carry both
+    # operands' blocks only where both move
+    ramp = a_words + b_words if both else max(a_words, b_words)
+    return Traffic(
+        wavelet_hops=(a_words + b_words) * rows.wavelet_hops,
+        max_link=max(a_words, b_words) * rows.max_link,
+        max_inject=ramp,
+        max_eject=ramp,
+        max_hops=rows.max_hops,
+    )
+
+
+@lru_cache(maxsize=256)
+def _row_skew(side: int) -> tuple[Traffic, bool]:
+    """A's skew in blocks (routed PE by PE, ``side**2`` flows), and whether some PE moves both
+    its block of A and its block of B."""
+    lines = np.arange(side)
+    row, block = np.repeat(lines, side), np.tile(lines, side)
+    dest = ring_line((block - ring_position(row, side)) % side, side)
+    moves = (dest != block).reshape(side, side)
+    return route(row, block, row, dest, np.ones(side * side), 1.0), bool((moves & moves.T).any())
+
+
+def _repeated(step: Traffic, times: int) -> Traffic:
+    """``times`` transfers like ``step``, each overlapped with a step's arithmetic: their
+    loads add up, their time of flight counts once."""
+    return Traffic(
+        times * step.wavelet_hops,
+        times * step.max_link,
+        times * step.max_inject,
+        times * step.max_eject,
+        step.max_hops if times else 0,
+    )

@@ -1,0 +1,306 @@
+"""MeshGEMM (``plan_meshgemm``): the interleaved ring, the skew and the shifts against routed
+flows and hand counts, the schedule's arithmetic on tiles, and where it wins or loses
+against SUMMA and split-K SUMMA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cgc.machine.kernel import RESIDENT, WAFER, Operand, Plan, Request
+from cgc.machine.layout import Layout
+from cgc.machine.plan_matmul import Matmul
+from cgc.machine.plan_meshgemm import (
+    mesh_side,
+    plan_meshgemm,
+    ring_line,
+    ring_position,
+    shift_traffic,
+    skew_traffic,
+)
+from cgc.machine.target import Target, get_target
+from cgc.machine.traffic import NO_TRAFFIC, Routes, Traffic
+from cgc.runtime.tiles import DistTensor
+
+T = Target("t", 8, 8, 48 * 1024, 850e6)
+
+
+def request(
+    target: Target,
+    rect: tuple[int, int, int, int],
+    m: int,
+    k: int,
+    n: int,
+    b_source: str,
+    batch: tuple[int, ...] = (),
+) -> tuple[Request, Operand, Operand]:
+    """``[*batch, m, k] @ [k, n]`` in float32: A on the wafer in its default layout on
+    ``rect``, B from ``b_source``."""
+    a_shape = (*batch, m, k)
+    a = Operand(a_shape, "float32", WAFER, Layout.on(a_shape, "float32", rect))
+    b_layout = Layout.on((k, n), "float32", rect) if b_source == WAFER else None
+    b = Operand((k, n), "float32", b_source, b_layout)
+    return Request(target, rect, (a, b), {}, (((*batch, m, n), "float32"),)), a, b
+
+
+def meshgemm(target, rect, m, k, n, b_source=WAFER) -> Plan:
+    q, a, b = request(target, rect, m, k, n, b_source)
+    return plan_meshgemm(q, a, b, False, 2.0 * m * k * n)
+
+
+def summa(target, rect, m, k, n, b_source=WAFER) -> Plan:
+    q, a, b = request(target, rect, m, k, n, b_source)
+    return Matmul._plan_summa(q, a, b, Layout.on((m, n), "float32", rect), 2.0 * m * k * n)
+
+
+def split_k(target, rect, m, k, n, b_source=WAFER) -> Plan | None:
+    """Split-K SUMMA where the matmul plan would consider it (a rectangle at least twice as
+    tall as the result's rows)."""
+    q, a, b = request(target, rect, m, k, n, b_source)
+    out = Layout.on((m, n), "float32", rect)
+    if rect[3] < 2 * out.h or k < 2:
+        return None
+    return Matmul._plan_split_k(q, a, b, out, 2.0 * m * k * n)
+
+
+def utilization(plan: Plan, target: Target, rect, cycles: float | None = None) -> float:
+    """Useful FLOPs over the peak of the whole rectangle for ``cycles`` (the plan's)."""
+    peak = rect[2] * rect[3] * target.peak_flops_per_pe_per_cycle("float32")
+    return plan.cost.flops / ((cycles or plan.cost.cycles) * peak)
+
+
+# --------------------------------------------------------------------------- the ring
+
+
+@pytest.mark.parametrize("side", range(1, 12))
+def test_ring_neighbours_are_at_most_two_hops_apart(side):
+    positions = np.arange(side)
+    places = ring_line(positions, side)
+    assert sorted(places.tolist()) == list(range(side))
+    assert (ring_position(places, side) == positions).all()
+    gaps = np.abs(places - np.roll(places, -1))
+    assert gaps.max(initial=0) <= 2
+
+
+def test_ring_line_interleaves():
+    assert ring_line(np.arange(5), 5).tolist() == [0, 2, 4, 3, 1]
+    assert ring_line(np.arange(6), 6).tolist() == [0, 2, 4, 5, 3, 1]
+
+
+# --------------------------------------------------------------------------- routed flows
+
+
+def grid_flows(side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (line, index) pair of a ``side x side`` grid."""
+    lines = np.arange(side)
+    return np.repeat(lines, side), np.tile(lines, side)
+
+
+def routed(side: int, a_dest, b_dest, a_words: float, b_words: float) -> Traffic:
+    """Routes A's block ``(r, j)`` to column ``a_dest(r, j)`` of row ``r`` and B's block
+    ``(i, c)`` to row ``b_dest(c, i)`` of column ``c``, each flow on its own."""
+    routes = Routes(0, 0, side, side)
+    line, index = grid_flows(side)
+    if a_words:
+        routes.add(line, index, line, a_dest(line, index), a_words)
+    if b_words:
+        routes.add(index, line, b_dest(line, index), line, b_words)
+    return routes.traffic(1.0)
+
+
+@pytest.mark.parametrize("side", [1, 2, 3, 4, 5, 8, 9])
+@pytest.mark.parametrize(("a_words", "b_words"), [(3.0, 5.0), (7.0, 2.0)])
+def test_shift_equals_its_routed_flows(side, a_words, b_words):
+    """Every block goes from ring position ``p + 1`` of its line to position ``p``."""
+
+    def previous(_line, place):
+        return ring_line((ring_position(place, side) - 1) % side, side)
+
+    want = routed(side, previous, previous, a_words, b_words)
+    assert shift_traffic(side, a_words, b_words) == want
+
+
+@pytest.mark.parametrize("side", [1, 2, 3, 4, 5, 7, 8, 16])
+@pytest.mark.parametrize(("a_words", "b_words"), [(3.0, 5.0), (7.0, 2.0), (4.0, 0.0), (0.0, 6.0)])
+def test_skew_equals_its_routed_flows(side, a_words, b_words):
+    def skewed(line, block):
+        return ring_line((block - ring_position(line, side)) % side, side)
+
+    assert skew_traffic(side, a_words, b_words) == routed(side, skewed, skewed, a_words, b_words)
+
+
+# --------------------------------------------------------------------------- hand counts
+
+
+def test_two_by_two_by_hand():
+    """[4, 4] @ [4, 4] on 2 x 2: 2 x 2 blocks of 4 words, 8 FMACs a step. The skew swaps
+    row 1's blocks of A and column 1's of B (1 hop; PE (1, 1) sends and receives both, 8
+    words); the one shift moves every block 1 hop: a step is max(8 FMACs, 8 words) + 1."""
+    plan = meshgemm(T, (0, 0, 2, 2), 4, 4, 4)
+    skew, step, last = 8 + 1, max(8, 8) + 1, 8
+    assert plan.cost.cycles == skew + step + last
+    assert plan.cost.traffic.wavelet_hops == (2 + 2) * 4 + 2 * 2 * 2 * 4
+    assert plan.cost.compute_cycles == 2 * 8
+    assert plan.cost.fmacs == 2 * 8 * 4
+    assert plan.cost.scratch_bytes == 2 * (4 + 4) * 4
+    assert plan.detail == {"algorithm": "meshgemm", "steps": 2}
+
+
+def test_three_by_three_by_hand():
+    """[6, 6] @ [6, 6] on 3 x 3 (ring 0, 2, 1). Skew of A: row 0 swaps its columns 1 and 2,
+    row 1 its columns 0 and 2 (2 hops each), row 2 its 0 and 1: 8 block-hops, one block per
+    link direction, 2 hops at most; PE (0, 1) moves both operands' blocks. A shift: 4 hops a
+    line, a step max(8, 4 + 4) + 2."""
+    plan = meshgemm(T, (0, 0, 3, 3), 6, 6, 6)
+    skew, step, last = 8 + 2, 8 + 2, 8
+    assert plan.cost.cycles == skew + 2 * step + last
+    skew_hops, shift_hops = 2 * 8 * 4, 2 * (2 * 4 * 3 * 4)
+    assert plan.cost.traffic.wavelet_hops == skew_hops + shift_hops
+    assert plan.cost.traffic.max_link == 4 + 2 * 4
+
+
+def test_four_by_four_by_hand():
+    """[8, 8] @ [8, 8] on 4 x 4 (ring 0, 2, 3, 1; rows' ring positions 0, 3, 1, 2). Skew of
+    A: row 1 sends 0->2, 1->3, 2->1, 3->0, two blocks on link (1, 2) each way; 20 block-hops
+    in all (4 + 8 + 2 + 6), 3 hops at most (row 3's 0->3). Three shifts of max(8, 8) + 2."""
+    plan = meshgemm(T, (0, 0, 4, 4), 8, 8, 8)
+    skew, step, last = 2 * 4 + 3, 8 + 2, 8
+    assert plan.cost.cycles == skew + 3 * step + last
+    assert plan.cost.traffic.wavelet_hops == 2 * 20 * 4 + 3 * (2 * 2 * 3 * 4 * 4)
+    assert plan.cost.traffic.max_hops == 3 + 2
+
+
+def test_resident_b_is_not_skewed():
+    """A resident B is laid out skewed when the program loads: only A's skew remains."""
+    wafer, resident = (
+        meshgemm(T, (0, 0, 3, 3), 6, 6, 6),
+        meshgemm(T, (0, 0, 3, 3), 6, 6, 6, RESIDENT),
+    )
+    assert wafer.cost.traffic.wavelet_hops - resident.cost.traffic.wavelet_hops == 8 * 4
+    assert resident.cost.cycles == wafer.cost.cycles - 4  # PE (0, 1) sends A's block only
+
+
+def test_one_pe_only_multiplies():
+    plan = meshgemm(T, (0, 0, 1, 1), 3, 5, 2)
+    assert plan.cost.traffic == NO_TRAFFIC
+    assert plan.cost.cycles == 3 * 5 * 2
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "available", "side"),
+    [(4096, 4096, 4096, 720, 683), (64, 64, 64, 8, 8), (9, 100, 100, 4, 3), (100, 100, 2, 8, 2)],
+)
+def test_mesh_side_leaves_no_pe_empty(m, n, k, available, side):
+    assert mesh_side(m, n, k, available) == side
+    for extent in (m, n, k):
+        assert -(-extent // -(-extent // side)) == side
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+@pytest.mark.parametrize(
+    ("batch", "m", "k", "n", "rect"),
+    [
+        ((), 5, 7, 3, (0, 0, 4, 4)),
+        ((), 9, 11, 10, (1, 2, 5, 4)),
+        ((), 16, 16, 16, (0, 0, 4, 4)),
+        ((), 3, 2, 4, (0, 0, 8, 8)),
+        ((2,), 7, 6, 5, (0, 0, 3, 3)),
+    ],
+)
+def test_the_schedule_computes_the_product(batch, m, k, n, rect):
+    """Runs the plan's schedule on its tiles, every PE at once: the skew as ``skew_traffic``
+    routes it, then each step a block product and a shift from the next ring position.
+    Integer values: exact."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-9, 9, (*batch, m, k)).astype(np.float64)
+    b = rng.integers(-9, 9, (k, n)).astype(np.float64)
+    plan = plan_meshgemm(*request(T, rect, m, k, n, WAFER, batch), False, 0.0)
+    a_at, b_at = plan.inputs
+    assert a_at is not None and b_at is not None
+    side = plan.detail["steps"]
+    a_tiles, b_tiles = DistTensor.scatter(a, a_at).tiles, DistTensor.scatter(b, b_at).tiles
+    b_tiles = b_tiles.reshape(side, side, *[1] * len(batch), *b_tiles.shape[2:])
+    line, block = grid_flows(side)
+    dest = ring_line((block - ring_position(line, side)) % side, side)
+    a_now, b_now = np.empty_like(a_tiles), np.empty_like(b_tiles)
+    a_now[line, dest], b_now[dest, line] = a_tiles[line, block], b_tiles[block, line]
+    after = ring_line((ring_position(np.arange(side), side) + 1) % side, side)
+    out = np.zeros(plan.outputs[0].tile_shape())
+    for _ in range(side):
+        out += a_now @ b_now
+        a_now, b_now = a_now[:, after], b_now[after, :]
+    assert (DistTensor(plan.outputs[0], out).gather() == a @ b).all()
+
+
+# --------------------------------------------------------------------------- where it wins
+
+
+@pytest.mark.parametrize("name", ["mesh256x256", "mesh720x720"])
+def test_beats_summa_near_full_wafer(name):
+    """4096^3 on a full mesh: MeshGEMM's steps wait for two hops of flight each, SUMMA's for
+    broadcasts across the grid (WaferLLM: SUMMA below 50 % of peak near full wafer, MeshGEMM
+    above 70 %); the matmul plan takes MeshGEMM there."""
+    target = get_target(name)
+    mesh, base = (
+        meshgemm(target, target.whole, 4096, 4096, 4096, RESIDENT),
+        summa(target, target.whole, 4096, 4096, 4096, RESIDENT),
+    )
+    assert mesh.cost.cycles < base.cost.cycles
+    assert utilization(mesh, target, target.whole) > 0.8
+    q, _, _ = request(target, target.whole, 4096, 4096, 4096, RESIDENT)
+    assert Matmul("matmul").plan(q).detail["algorithm"] == "meshgemm"
+
+
+def test_summa_pays_its_flight_every_step():
+    """Near full wafer SUMMA's steps are short and each waits for a broadcast across the
+    grid: below half of peak on mesh720x720, as WaferLLM measured."""
+    target = get_target("mesh720x720")
+    base = summa(target, target.whole, 4096, 4096, 4096, RESIDENT)
+    assert utilization(base, target, target.whole) < 0.5
+
+
+@pytest.mark.parametrize(
+    ("rect", "m", "k", "n"),
+    [((0, 0, 16, 16), 8, 4096, 4096), ((0, 0, 16, 16), 256, 2, 256)],
+)
+def test_loses_on_skinny_or_tiny_matmuls(rect, m, k, n):
+    """Few result rows (or a short contraction) shrink MeshGEMM's square to a few PEs; the
+    SUMMA plans use the whole rectangle."""
+    wse2 = get_target("wse2")
+    best = min(
+        p.cost.cycles
+        for p in (summa(wse2, rect, m, k, n, RESIDENT), split_k(wse2, rect, m, k, n, RESIDENT))
+        if p is not None
+    )
+    assert meshgemm(wse2, rect, m, k, n, RESIDENT).cost.cycles > best
+    q, _, _ = request(wse2, rect, m, k, n, RESIDENT)
+    assert Matmul("matmul").plan(q).detail["algorithm"] != "meshgemm"
+
+
+TABLE = [
+    ("4096^3", "mesh256x256", None, (4096, 4096, 4096)),
+    ("4096^3", "mesh720x720", None, (4096, 4096, 4096)),
+    ("resnet50 res3 1x1", "wse2", (0, 0, 16, 16), (8 * 28 * 28, 512, 128)),
+    ("resnet50 res4 3x3", "wse2", (0, 0, 20, 20), (8 * 14 * 14, 256 * 9, 256)),
+    ("resnet50 fc", "wse2", (0, 0, 16, 24), (8, 2048, 1000)),
+    ("gpt2 qkv", "wse2", (0, 0, 16, 24), (1024, 768, 2304)),
+    ("gpt2 mlp up", "wse2", (0, 0, 20, 20), (1024, 768, 3072)),
+    ("gpt2 mlp down", "wse2", (0, 0, 20, 20), (1024, 3072, 768)),
+]
+
+
+@pytest.mark.parametrize(("label", "name", "rect", "dims"), TABLE)
+def test_the_matmul_plan_takes_the_fastest_kernel(label, name, rect, dims):
+    """Per layer, SUMMA, split-K SUMMA or MeshGEMM, whichever is sooner; each a share of the
+    rectangle's peak."""
+    target = get_target(name)
+    rect = rect or target.whole
+    m, k, n = dims
+    plans = [summa(target, rect, m, k, n, RESIDENT), meshgemm(target, rect, m, k, n, RESIDENT)]
+    plans += [p for p in [split_k(target, rect, m, k, n, RESIDENT)] if p is not None]
+    assert all(0 < utilization(p, target, rect) <= 1 for p in plans)
+    q, _, _ = request(target, rect, m, k, n, RESIDENT)
+    chosen = Matmul("matmul").plan(q)
+    assert chosen.cost.cycles == min(p.cost.cycles for p in plans)
