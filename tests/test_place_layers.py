@@ -9,6 +9,8 @@ the whole width (no balance beats that): the strips' search then starts from tha
 than it would, and may end elsewhere within its tolerance. Each case places a model both
 ways, the search with its shortcuts and without, and checks the same rectangles come out of
 fewer timings.
+
+The search's last step, strips of different widths, is checked against strips of one width.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from cgc.frontends import zoo
 from cgc.machine.layout import Rect
 from cgc.machine.target import Target
 from cgc.passes import place_layers
-from cgc.passes.place_layers import Placer
+from cgc.passes.place_layers import Placer, Strips
 
 
 class Unpruned(Placer):
@@ -85,9 +87,53 @@ def test_shortcuts_place_random_graphs_as_the_full_search(monkeypatch):
 
 @pytest.mark.parametrize(
     ("model", "target"),
-    [(zoo.cnn, "mesh16x16"), (zoo.resnet, "mesh32x32"), (zoo.transformer_block, "mesh16x16")],
+    [
+        (zoo.cnn, "mesh16x16"),
+        (zoo.resnet, "mesh32x32"),
+        (zoo.transformer_block, "mesh16x16"),
+        (lambda: zoo.decoder(blocks=1, seq=16, width=128, heads=2), "mesh64x48"),
+    ],
 )
 def test_shortcuts_place_models_as_the_full_search(model, target, monkeypatch):
     rects, want, timed, full = placed_both_ways(model(), target, monkeypatch)
     assert rects == want
     assert timed < full
+
+
+class OneWidth(Placer):
+    """The search without strips of different widths."""
+
+    def _mixed(self, found: tuple[Strips, float]) -> tuple[Strips, float]:
+        return found
+
+
+def slowest_stage(
+    placer: type[Placer], model: onnx.ModelProto, target: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[float, set[int]]:
+    """Compiles ``model`` with ``placer``; its slowest stage's cycles, and its strips' widths."""
+    found: list[tuple[float, set[int]]] = []
+
+    class Timed(placer):  # type: ignore[valid-type, misc]
+        def place(self) -> list[Rect]:
+            rects = super().place()
+            cycles = max(self.stage_cycles(self.cost(i, r)) for i, r in enumerate(rects))
+            found.append((cycles, {w for _, _, w, _ in rects}))
+            return rects
+
+    monkeypatch.setattr(place_layers, "Placer", Timed)
+    cgc.compile(model, mode="pipelined", target=target, batch_size=1)
+    (result,) = found
+    return result
+
+
+@pytest.mark.parametrize(
+    ("blocks", "width", "target"), [(2, 64, "mesh24x40"), (1, 128, "mesh64x48")]
+)
+def test_strips_of_different_widths_beat_one_width(blocks, width, target, monkeypatch):
+    # a decoder's attention matmuls want other widths than its MLP's: strips of different
+    # widths, each for its run of layers, make the slowest stage faster than strips of one
+    model = zoo.decoder(blocks=blocks, seq=16, width=width, heads=2)
+    mixed, widths = slowest_stage(Placer, model, target, monkeypatch)
+    one, _ = slowest_stage(OneWidth, model, target, monkeypatch)
+    assert mixed * (1 + place_layers.BALANCE_TOLERANCE) < one
+    assert len(widths) > 1

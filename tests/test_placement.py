@@ -30,6 +30,7 @@ from cgc.machine.bytecode import Route
 from cgc.machine.layout import Layout
 from cgc.machine.target import get_target
 from cgc.machine.traffic import lane_ends, overlap
+from cgc.passes.place_layers import pack_runs
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.runtime.cluster import Cluster
 from cgc.runtime.pipeline import Stage, simulate
@@ -288,3 +289,37 @@ def test_summary_of_a_model_without_flops():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     artifact = cgc.compile(model, mode="pipelined", target="mesh4x4")
     assert "no compute bound (no flops)" in summary_text(artifact)
+
+
+def test_strips_of_runs_are_disjoint_and_start_level_with_the_strip_before():
+    # random strips of random widths and member heights: every rectangle inside the mesh and
+    # disjoint from the others, each strip at its place; a strip whose members fit there
+    # starts level with the last rectangle of the strip before, so the two share rows
+    rng = np.random.default_rng(5)
+    rows = 40
+    for _ in range(50):
+        strips = []
+        for _ in range(int(rng.integers(1, 6))):
+            heights = [int(h) for h in rng.integers(1, 12, size=int(rng.integers(1, 6)))]
+            while sum(heights) > rows:
+                heights.pop()
+            strips.append((int(rng.integers(1, 9)), heights))
+        rects = pack_runs(strips, rows)
+        assert [h for _, _, _, h in rects] == [h for _, heights in strips for h in heights]
+        for i, (_, y, _, h) in enumerate(rects):
+            assert y >= 0 and y + h <= rows
+            for other in rects[i + 1 :]:
+                assert not overlap(rects[i], other), (rects[i], other)
+        first, x = 0, 0
+        for index, (width, heights) in enumerate(strips):
+            members = rects[first : first + len(heights)]
+            assert all(r[0] == x and r[2] == width for r in members)
+            if index:
+                _, last_y, _, last_h = rects[first - 1]
+                down = index % 2 == 0
+                fits = last_y + sum(heights) <= rows if down else last_y + last_h >= sum(heights)
+                touching = min(last_y + last_h, members[0][1] + members[0][3]) > max(
+                    last_y, members[0][1]
+                )
+                assert touching or not fits, (strips, rects)
+            first, x = first + len(heights), x + width

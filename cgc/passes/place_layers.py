@@ -20,7 +20,12 @@ every layer takes the fewest rows of its ladder that keep it within the time (it
 ``k`` ways, or multiplied for a matmul that splits its contraction over groups of rows), and
 takes those strips if they beat the balanced widths; strips that keep the time of the slowest
 layer on the whole width beat any, so when some do the balance does not run and the strips'
-search starts from that time. The columns left over then widen the strips.
+search starts from that time. Last, strips of different widths: one width wastes the columns
+a layer's tiles leave (a 512-column matmul takes 3 columns a PE on 171 to 255 of them), so a
+bisection below the time found so far gives every run of consecutive layers its own strip
+width, the runs and widths that take the fewest columns (dynamic programming), among widths
+near the strips' and those at which the slowest layer's tiles change. The columns left over
+then widen the strips.
 
 Timing a layer on a rectangle is the placement's cost, so it skips the timings that cannot
 change its answer: no layer computes faster than its PEs at peak, after its host I/O, which
@@ -37,7 +42,7 @@ A model that does not fit raises ``DoesNotFitError`` naming the layers that do n
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import ceil, inf, sqrt
 
@@ -73,13 +78,36 @@ STRIP_SPEEDUP = 4.0
 STRIP_WIDTHS_TRIED = 12
 """... on this many strip widths per stage time, the nearest the last that worked: a time no
 width near it meets costs a timing of every layer on each (the placement's own time)."""
+MIXED_RANGE = 1.5
+"""Strips of different widths take widths within this factor of the last strips of one width
+that worked."""
+
+Strips = tuple[list[Rect], list[int]]
+"""The rectangles of the layers, and their heights (steps of their ladders)."""
 
 
 def useful_rows(work: Program) -> int:
     """The most matrix rows any tensor that a layer's work computes or reads has: more mesh
     rows than that hold nothing (weights aside; a strip may still give a layer more rows, for
     a kernel that uses them)."""
-    rows = 1
+    return max((rows for rows, _ in _matrices(work)), default=1)
+
+
+def tile_widths(work: Program, low: int, high: int) -> set[int]:
+    """The widths from ``low`` to ``high`` at which a tensor that a layer's work computes or
+    reads changes its columns per PE: ``ceil(C / k)`` for its ``C`` columns, the fewest
+    columns on which it takes ``k`` per PE (one more column gives no tile fewer)."""
+    found: set[int] = set()
+    for _, columns in _matrices(work):
+        per_pe = range(max(1, ceil(columns / high)), columns // max(low - 1, 1) + 1)
+        found.update(w for k in per_pe if low <= (w := ceil(columns / k)) <= high)
+    return found
+
+
+def _matrices(work: Program) -> set[tuple[int, int]]:
+    """The matrix rows and columns of every tensor that ``work`` computes or reads, weights
+    and constants aside."""
+    found: set[tuple[int, int]] = set()
     resident: set[int] = set()
     for ins in work.instructions:
         if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
@@ -88,8 +116,9 @@ def useful_rows(work: Program) -> int:
             continue
         for register in (*ins.operands, *ins.results):
             if register not in resident:
-                rows = max(rows, matrix_dims(work.registers[register][0])[1])
-    return rows
+                _, rows, columns = matrix_dims(work.registers[register][0])
+                found.add((rows, columns))
+    return found
 
 
 def pack(
@@ -125,6 +154,29 @@ def pack(
         width = max(width, w)
     _widen_strip(rects, strip, width)
     return rects if x + width <= cols else None
+
+
+def pack_runs(strips: Sequence[tuple[int, Sequence[int]]], rows: int) -> list[Rect]:
+    """The rectangles of strips given as their width and their members' heights (each at most
+    ``rows`` in all), left to right, down the first strip, up the next: each strip starts level
+    with the last rectangle of the strip before, or as near as its members leave room for, so
+    that a layer's producer sits against it."""
+    rects: list[Rect] = []
+    x, down = 0, True
+    for width, heights in strips:
+        total = sum(heights)
+        if not rects:
+            cursor = 0
+        elif down:
+            cursor = min(rects[-1][1], rows - total)
+        else:
+            cursor = max(rects[-1][1] + rects[-1][3], total)
+        for h in heights:
+            y = cursor if down else cursor - h
+            cursor = y + h if down else y
+            rects.append((x, y, width, h))
+        x, down = x + width, not down
+    return rects
 
 
 def pack_skyline(sizes: Sequence[tuple[int, int]], rows: int, cols: int) -> list[Rect] | None:
@@ -233,43 +285,46 @@ class Placer:
         if any(w is None for w in least):
             raise self._shortfall([i for i, w in enumerate(least) if w is None])
         narrowest = self._packable([w for w in least if w is not None])
-        strips = self._strips_beating_balance()
-        if strips is None:
+        found = self._strips_beating_balance()
+        if found is None:
             widths, limit = self._balance(narrowest)
-            strips = self._strips(limit)
-            if strips is None:
+            found = self._strips(limit, self._strips_within)
+            if found is None:
                 rects = self._pack(widths, limit) or self._pack(widths)
                 assert rects is not None
-                return self._widen(rects)
-        rects, heights = strips
+                found = (rects, list(self.heights)), limit
+        (rects, heights), _ = self._mixed(found)
         self._restore(heights)
         return self._widen(rects)
 
-    def _strips_beating_balance(self) -> tuple[list[Rect], list[int]] | None:
-        """The strips, if some keep every layer within its time on the whole width at its
-        height: no balanced widths can beat that time (more columns take no longer, as the
-        balance assumes), so the balance need not run, and the strips' search starts there."""
+    def _strips_beating_balance(self) -> tuple[Strips, float] | None:
+        """The strips and their stage time, if some keep every layer within its time on the
+        whole width at its height: no balanced widths can beat that time (more columns take no
+        longer, as the balance assumes), so the balance need not run, and the strips' search
+        starts there."""
         fast = max(self.cycles(i, self.target.cols) for i in range(self.count))
         found = self._strips_within(fast)
-        return None if found is None else self._strips(fast) or found
+        return None if found is None else self._strips(fast, self._strips_within) or (found, fast)
 
-    def _strips(self, limit: float) -> tuple[list[Rect], list[int]] | None:
-        """Strips of one width in which every layer gets the fewest rows of its ladder
-        (``_ladder``) that keep it within the stage time: the heights chosen with the widths.
-        Bisection on the stage time below ``limit``; the rectangles and heights of the best
-        time found, if it beats ``limit``."""
+    def _strips(
+        self, limit: float, within: Callable[[float], Strips | None]
+    ) -> tuple[Strips, float] | None:
+        """Strips in which every layer gets the fewest rows of its ladder (``_ladder``) that
+        keep it within the stage time, ``within`` the strips for a time: the heights chosen
+        with the widths. Bisection on the stage time below ``limit``; the rectangles and
+        heights of the best time found and that time, if it beats ``limit``."""
         best = None
         slow, fast = limit, limit / STRIP_SPEEDUP
         while slow > fast * (1 + BALANCE_TOLERANCE):
             middle = sqrt(fast * slow)
-            found = self._strips_within(middle)
+            found = within(middle)
             if found is None:
                 fast = middle
             else:
                 slow, best = middle, found
-        return best
+        return None if best is None else (best, slow)
 
-    def _strips_within(self, limit: float) -> tuple[list[Rect], list[int]] | None:
+    def _strips_within(self, limit: float) -> Strips | None:
         """Strips of one width, as many as fit the mesh, of layers on the fewest rows that
         keep each within ``limit`` there; the first width that works among the
         ``STRIP_WIDTHS_TRIED`` distinct widths ``cols // n`` nearest the last that worked (a
@@ -288,6 +343,91 @@ class Placer:
                 self.strip_width = width
                 return rects, heights
         return None
+
+    def _mixed(self, found: tuple[Strips, float]) -> tuple[Strips, float]:
+        """Strips of different widths (``_mixed_within``) and their stage time, at the best time
+        the bisection finds, if they beat ``found`` (strips of one width or balanced widths, and
+        their time) by the tolerance; else ``found``. A search that cannot beat it by that much
+        stops there: each time it misses costs a timing of its slowest layer on every width."""
+        widths = self._mixed_widths(found[0][0])
+        limit = found[1] / (1 + BALANCE_TOLERANCE)
+        first = self._mixed_within(limit, widths)
+        if first is None:
+            return found
+        return self._strips(limit, lambda time: self._mixed_within(time, widths)) or (first, limit)
+
+    def _mixed_within(self, limit: float, widths: Sequence[int]) -> Strips | None:
+        """Strips of ``widths``, each a run of consecutive layers on the fewest rows of their
+        ladders that keep ``limit`` on its width: the runs and widths that take the fewest
+        columns (``_fewest_columns``). None if no strips fit, or the lanes do not keep up.
+
+        A layer that missed a time on every rung of a width before (a killer) is timed first: if
+        it misses this limit on every width, no other layer need be."""
+        lowest: dict[tuple[int, int], int | None] = {}
+
+        def height(index: int, width: int) -> int | None:
+            if (index, width) not in lowest:
+                lowest[index, width] = self._lowest(index, width, limit)
+            return lowest[index, width]
+
+        if any(all(height(i, w) is None for w in widths) for i in self.killers):
+            return None
+        runs = self._fewest_columns(widths, height)
+        if runs is None:
+            return None
+        strips = [(w, [height(i, w) or 0 for i in range(start, end)]) for start, end, w in runs]
+        rects = pack_runs(strips, self.target.rows)
+        if not self._lanes_keep_up(rects, limit):
+            return None
+        return rects, [h for _, heights in strips for h in heights]
+
+    def _mixed_widths(self, rects: list[Rect]) -> list[int]:
+        """The widths of strips of different widths, within ``MIXED_RANGE`` of the slowest
+        layer's in ``rects``: those of strips of one width, and those at which the slowest
+        layer's tiles change (``tile_widths``). (Every layer's would cost a timing of the
+        slowest on each, many more, when it cannot go faster.)"""
+        times = [
+            self.stage_cycles(self.cost(i, (0, 0, w, h))) for i, (_, _, w, h) in enumerate(rects)
+        ]
+        slowest = max(range(self.count), key=lambda i: (times[i], -i))
+        near, cols = rects[slowest][2], self.target.cols
+        low, high = ceil(near / MIXED_RANGE), min(cols, int(near * MIXED_RANGE))
+        widths = {w for w in self.strip_widths if low <= w <= high}
+        return sorted(widths | tile_widths(self.works[slowest], low, high))
+
+    def _fewest_columns(
+        self, widths: Sequence[int], height: Callable[[int, int], int | None]
+    ) -> list[tuple[int, int, int]] | None:
+        """The strips, ``(first layer, end, width)``, that hold all layers in the fewest columns
+        (the first found among equals), each layer ``height(layer, width)`` rows high; None if
+        they need more columns than the mesh has. A strip that cannot beat the best found so
+        far is not tried."""
+        rows, cols, count = self.target.rows, self.target.cols, self.count
+        used = [0, *[cols + 1] * count]
+        """The fewest columns that hold the first ``n`` layers, per ``n``..."""
+        last = [(0, 0)] * (count + 1)
+        """... and the first layer and width of the last strip there."""
+        for start in range(count):
+            for width in widths:
+                if used[start] + width >= min(used[-1], cols + 1):
+                    continue
+                filled = 0
+                for index in range(start, count):
+                    h = height(index, width)
+                    if h is None or filled + h > rows:
+                        break
+                    filled += h
+                    if used[start] + width < used[index + 1]:
+                        used[index + 1], last[index + 1] = used[start] + width, (start, width)
+        if used[-1] > cols:
+            return None
+        runs: list[tuple[int, int, int]] = []
+        end = count
+        while end:
+            start, width = last[end]
+            runs.insert(0, (start, end, width))
+            end = start
+        return runs
 
     def _strip_heights(self, width: int, limit: float) -> list[int] | None:
         """Every layer's fewest rows within ``limit`` on ``width`` columns, if they all have
