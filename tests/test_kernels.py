@@ -371,6 +371,22 @@ def test_summa(sa, sb, b_source, rect):
     assert plan.cost.flops == 2 * prod(want.shape) * sa[-1]
 
 
+def test_summa_against_a_hand_count():
+    """A [8, 64] @ B [64, 8] on 8 x 8 PEs: 8 steps of one 1 x 8 block of A and one 8 x 1 of B
+    per PE (8 FMACs, but 16 wavelets through the ramp), taken 6 at a time (24 colors, four a
+    root), so the broadcast's 7 hops of flight are paid twice."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((8, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 8)).astype(np.float32)
+    rect = (0, 0, 8, 8)
+    arrived = {0: Layout.on(a.shape, "float32", rect)}
+    got, plan = execute("matmul", [a, b], {}, (8, 8), "float32", rect, {1: RESIDENT}, arrived)
+    close(got, matmul_ref(a, b))
+    assert plan.detail == {"algorithm": "summa", "steps": 8}
+    assert plan.cost.cycles == 8 * max(8, 8 + 8) + 2 * 7
+    assert plan.cost.scratch_bytes == 2 * 6 * (8 + 8) * 4
+
+
 def test_split_k_against_a_hand_count():
     """A [2, 64] @ B [64, 4] on 2 columns x 16 rows: the result's 2 rows leave 8 groups of
     2 rows; B's 64 rows spread 4 a PE row over all 16, so each group runs 2 SUMMA steps."""

@@ -21,7 +21,7 @@ A batched B (attention's scores) keeps the batch of matrices, and a folded A is 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import ceil, prod
 
 from cgc.machine.kernel import (
@@ -40,7 +40,7 @@ from cgc.machine.kernel import (
 from cgc.machine.layout import Layout, Rect, grid_extent
 from cgc.machine.plan_meshgemm import plan_meshgemm
 from cgc.machine.plan_sparse import sampled, sparse_streaming
-from cgc.machine.target import Target
+from cgc.machine.target import WAVELET_BYTES, Target
 from cgc.machine.traffic import Traffic
 
 
@@ -67,7 +67,8 @@ class Matmul(Kernel):
         plans = [self._plan_summa(q, a, b, out, flops), plan_meshgemm(q, a, b, out.fold, flops)]
         if q.rect[3] >= 2 * out.h and k >= 2:
             plans.append(self._plan_split_k(q, a, b, out, flops))
-        return min(plans, key=lambda plan: plan.cost.cycles)  # SUMMA on a tie
+        # the soonest that fits the PEs' SRAM (else the one that overflows least); SUMMA on a tie
+        return min(plans, key=lambda plan: (sram_overflow(plan, q.target), plan.cost.cycles))
 
     @staticmethod
     def _plan_summa(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
@@ -85,16 +86,16 @@ class Matmul(Kernel):
         across, down = max(out.w, a_at.w), max(out.h, b_at.h)
         broadcast = _block_broadcast(steps, a_words, b_words, out, across, down)
         arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
-        step_cycles = _step_cycles(compute, a_words * (across > 1), b_words * (down > 1))
-        # every step waits for its blocks from a new root, across the grid
+        panels = _panels(steps, a_words + b_words, q.target, (a_at, b_at, out))
+        # every panel waits for its blocks from new roots, across the grid
         flight = max(across, down) - 1
         cost = Cost(
-            cycles=arrive + steps * (step_cycles + flight),
+            cycles=arrive
+            + panels.cycles(steps, compute, a_words * (across > 1), b_words * (down > 1), flight),
             flops=flops,
             fmacs=steps * step_fmacs * out.pes,
             traffic=arrival(a, a_at) + arrival(b, b_at) + broadcast,
-            # a step's blocks of A and B, received from their rows' and columns' owners
-            scratch_bytes=(prod(a_at.batch) * mt + prod(b_at.batch) * nt) * kb * out.itemsize,
+            scratch_bytes=panels.scratch_bytes,
             compute_cycles=steps * compute,
             arrival_cycles=arrive,
         )
@@ -119,9 +120,10 @@ class Matmul(Kernel):
         a_words, b_words = block_words(a_at, b_at, mt, kb, nt)
         partial_words = out.tile_elements * out.words_per_element
         steps = ceil(b_at.h / groups)
+        panels = _panels(steps, a_words + b_words, q.target, (a_at, b_at, out))
         flight = max(out.w, rows) - 1
-        group_cycles = steps * (
-            _step_cycles(compute, a_words * (out.w > 1), b_words * (rows > 1)) + flight
+        group_cycles = panels.cycles(
+            steps, compute, a_words * (out.w > 1), b_words * (rows > 1), flight
         )
         # every column's block of A leaves the top group for the groups holding its slice
         column_words = a_at.h * a_at.tile_elements * a_at.words_per_element
@@ -155,8 +157,8 @@ class Matmul(Kernel):
             flops=flops,
             fmacs=steps * step_fmacs * groups * rows * out.w,
             traffic=arrival(a, a_at) + arrival(b, b_at) + descent + broadcast + ascent,
-            scratch_bytes=(a_at.tile_elements + out.tile_elements + mt * kb + kb * nt)
-            * out.itemsize,
+            scratch_bytes=(a_at.tile_elements + out.tile_elements) * out.itemsize
+            + panels.scratch_bytes,
             compute_cycles=steps * compute,
             arrival_cycles=arrive,
         )
@@ -202,6 +204,13 @@ class Matmul(Kernel):
         return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})
 
 
+def sram_overflow(plan: Plan, target: Target) -> int:
+    """The bytes by which a PE's tiles of the plan's operands and result, and its scratch,
+    exceed its SRAM (zero if they fit)."""
+    tiles = sum(layout.tile_bytes for layout in (*plan.inputs, *plan.outputs) if layout)
+    return max(0, tiles + plan.cost.scratch_bytes - target.sram_bytes_per_pe)
+
+
 def _as_arrived(q: Request, a: Operand, b: Operand, out: Layout) -> tuple[Layout, Layout]:
     """SUMMA's operands as they arrive: A's columns over every PE column of the rectangle,
     B's rows over every PE row, so that neither is relaid."""
@@ -212,11 +221,40 @@ def _as_arrived(q: Request, a: Operand, b: Operand, out: Layout) -> tuple[Layout
     return a_at, b_at
 
 
-def _step_cycles(compute: float, a_words: float, b_words: float) -> float:
-    """A SUMMA step: its arithmetic, or a PE's blocks of A and B coming in through its one
-    ramp, whichever is longer (two colors a dimension: the next blocks arrive during this
-    step's arithmetic)."""
-    return max(compute, a_words + b_words)
+@dataclass(frozen=True)
+class _Panels:
+    """How SUMMA's steps run: ``size`` blocks of the contraction at a time, their roots
+    broadcasting together so that a step's flight across the grid is paid once for them all,
+    and with ``buffers`` panels in SRAM (two: the next panel arrives during this one's
+    arithmetic; one: it arrives after)."""
+
+    size: int
+    buffers: int
+    block_bytes: int
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.buffers * self.size * self.block_bytes
+
+    def cycles(
+        self, steps: int, compute: float, a_words: float, b_words: float, flight: int
+    ) -> float:
+        """``steps`` steps of ``compute`` cycles whose blocks (``a_words`` and ``b_words``,
+        zero for an operand that stays put) come in through a PE's one ramp."""
+        words = a_words + b_words
+        step = max(compute, words) if self.buffers == 2 else compute + words
+        return steps * step + ceil(steps / self.size) * flight
+
+
+def _panels(steps: int, block_words: float, target: Target, tiles: tuple[Layout, ...]) -> _Panels:
+    """SUMMA's panels for blocks of ``block_words`` (A's and B's): each root needs colors of
+    its own (static routes: two for A's blocks and two for B's, one a buffer), and two panels
+    must fit in half of the SRAM that the kernel's ``tiles`` leave, the other half being for
+    the layer's other tensors; where even two blocks do not, one block at a time."""
+    block_bytes = ceil(block_words * WAVELET_BYTES)
+    free = target.sram_bytes_per_pe - sum(t.tile_bytes for t in tiles)
+    size = min(steps, target.colors // 4, free // (4 * max(1, block_bytes)))
+    return _Panels(size, 2, block_bytes) if size >= 1 else _Panels(1, 1, block_bytes)
 
 
 def _block_broadcast(
