@@ -18,7 +18,7 @@ takes the longer of its arithmetic and its shift, plus the shift's two hops of f
 from __future__ import annotations
 
 from functools import lru_cache
-from math import prod
+from math import ceil, prod
 
 import numpy as np
 
@@ -34,15 +34,17 @@ from cgc.machine.kernel import (
     sequential_cycles,
 )
 from cgc.machine.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.target import WAVELET_BYTES
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, route
 
 
 def plan_meshgemm(q: Request, a: Operand, b: Operand, fold: bool, flops: float) -> Plan:
     """MeshGEMM of ``a @ b`` on the largest square grid of ``q.rect`` that leaves no PE of
     the result, of A or of B empty; A and the result ``fold`` or not, as the matmul chose.
-    A and B must arrive in plain block layouts on that grid; the kernel skews them itself,
-    except an operand it may lay out as it likes (a resident B, or one streaming in down its
-    columns)."""
+    A and B arrive in plain block layouts on that grid and the kernel skews them itself,
+    except where the skew is free: a resident operand is laid out skewed when the program
+    loads, and a B streaming in down its columns lands on its skewed rows as cheaply as on
+    its plain ones (A's skew moves blocks between columns, which a stream cannot)."""
     ((shape, dtype),) = q.results
     _, m, n = matrix_dims(shape, fold)
     k = a.shape[-1]
@@ -55,8 +57,6 @@ def plan_meshgemm(q: Request, a: Operand, b: Operand, fold: bool, flops: float) 
     step_fmacs = prod(out.batch) * mt * kb * nt
     compute = step_fmacs / q.target.fmacs(dtype)
     a_words, b_words = block_words(a_at, b_at, mt, kb, nt)
-    # a resident B is laid out skewed when the program loads; a streamed one flows down
-    # each column to its skewed row as cheaply as to its plain one
     skew = skew_traffic(side, a_words * (a.source != RESIDENT), b_words * (b.source == WAFER))
     shift = shift_traffic(side, a_words, b_words)
     busiest = max(shift.max_link, shift.max_inject, shift.max_eject)
@@ -69,7 +69,7 @@ def plan_meshgemm(q: Request, a: Operand, b: Operand, fold: bool, flops: float) 
         fmacs=side * step_fmacs * out.pes,
         traffic=arrival(a, a_at) + arrival(b, b_at) + skew + _repeated(shift, shifts),
         # the blocks being multiplied and the next ones arriving, of each operand
-        scratch_bytes=2 * (prod(a_at.batch) * mt + prod(b_at.batch) * nt) * kb * out.itemsize,
+        scratch_bytes=2 * ceil((a_words + b_words) * WAVELET_BYTES),
         compute_cycles=side * compute,
         arrival_cycles=arrive,
     )

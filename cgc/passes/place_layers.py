@@ -97,10 +97,12 @@ def tile_widths(work: Program, low: int, high: int) -> set[int]:
     """The widths from ``low`` to ``high`` at which a tensor that a layer's work computes or
     reads changes its columns per PE: ``ceil(C / k)`` for its ``C`` columns, the fewest
     columns on which it takes ``k`` per PE (one more column gives no tile fewer)."""
+    widths = np.arange(max(low, 1), high + 1)
     found: set[int] = set()
     for _, columns in _matrices(work):
-        per_pe = range(max(1, ceil(columns / high)), columns // max(low - 1, 1) + 1)
-        found.update(w for k in per_pe if low <= (w := ceil(columns / k)) <= high)
+        per_pe = -(-columns // widths)
+        fewer = per_pe < -(-columns // np.maximum(widths - 1, 1))
+        found.update(widths[fewer | (widths == 1)].tolist())
     return found
 
 
@@ -409,7 +411,7 @@ class Placer:
         """... and the first layer and width of the last strip there."""
         for start in range(count):
             for width in widths:
-                if used[start] + width >= min(used[-1], cols + 1):
+                if used[start] + width >= used[-1]:
                     continue
                 filled = 0
                 for index in range(start, count):
