@@ -311,6 +311,29 @@ def test_last_axis_reductions_keep_a_folded_operand(axes, stays):
     assert plan.outputs[0].fold == stays and (plan.inputs[0] == on_rect) == stays
 
 
+@pytest.mark.parametrize(("axis", "stays"), [(2, True), (1, False)])
+def test_topk_keeps_a_folded_operand_for_the_last_axis(axis, stays):
+    """Top-k of a decoder's logits, folded by their matmul: along the last axis every PE
+    row's rows are whole rows, so nothing is relaid and no PE row is empty; along another
+    axis the operand is relaid unfolded first, as for a reduction."""
+    shape, rect, k = (4, 8, 16), (0, 0, 16, 16), 3
+    out = tuple(k if i == axis else d for i, d in enumerate(shape))
+    target = get_target("mesh16x16")
+
+    def plan(layout: Layout) -> Plan:
+        operand = Operand(shape, "float32", WAFER, layout)
+        results = [(out, "float32"), (out, "int64")]
+        return plans.plan("topk", target, rect, [operand], {"axis": axis}, results)
+
+    on_rect = Layout.on(shape, "float32", rect, fold=True)
+    folded_plan, plain = plan(on_rect), plan(Layout.on(shape, "float32", rect))
+    assert all(layout.fold == stays for layout in folded_plan.outputs)
+    assert (folded_plan.inputs[0] == on_rect) == stays
+    assert (folded_plan.cost.arrival_cycles > plain.cost.arrival_cycles) == (not stays)
+    if stays:
+        assert folded_plan.cost.cycles < plain.cost.cycles
+
+
 @pytest.mark.parametrize(
     ("src", "fold", "result"),
     [((1, 24, 5), False, (2, 3, 4, 5)), ((12, 5), False, (3, 4, 5)), ((2, 3, 4, 5), True, (24, 5))],

@@ -15,6 +15,9 @@ import numpy as np
 
 MESH = np.int32
 """The type of mesh coordinates in factors (half the memory of the default)."""
+RawFactor = tuple[tuple[int, ...], np.ndarray, np.ndarray]
+"""Flow counts before ``flows`` merges them into a factor: ``(PE coordinates, entries
+[coordinate, k], counts [k])``, an entry possibly repeated."""
 
 
 def codes(at: np.ndarray) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:

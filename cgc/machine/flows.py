@@ -47,7 +47,7 @@ from math import prod
 
 import numpy as np
 
-from cgc.machine.flow_counts import MESH, codes, decode, run_starts, sorted_sums
+from cgc.machine.flow_counts import MESH, RawFactor, codes, decode, run_starts, sorted_sums
 from cgc.machine.index_maps import (
     Affine,
     Attrs,
@@ -70,6 +70,8 @@ ENUMERATION_LIMIT = 1 << 20
 """Digit combinations one component may enumerate at once."""
 WORK_LIMIT = 1 << 24
 """Digit combinations the enumerations of one index map may add up to."""
+SR, SC, DR, DC = range(4)
+"""The PE coordinates of a flow: source row, source column, destination row and column."""
 TERM_LIMIT = 1024
 """Terms a sum of flows may hold."""
 PEEL_OVERHEAD = 1 << 14
@@ -84,9 +86,6 @@ DENSE_FACTOR = 16
 pays while the range is at most this many times their number..."""
 DENSE_LIMIT = 1 << 21
 """... and the array stays this small."""
-
-SR, SC, DR, DC = range(4)
-"""The PE coordinates of a flow: source row, source column, destination row and column."""
 
 
 class TooLarge(Exception):
@@ -736,19 +735,23 @@ def _exact_traffic(problem: Structure) -> Traffic | None:
     """The exact traffic of an index map (with elements), None past the limits; remembered
     by structure: the placement asks the same movement again, often elsewhere on the mesh."""
     index_map, sizes = problem.index_map, problem.index_map.digits
-    dst, sources = index_map.dst, [s for s in index_map.sources if s.layout.size]
+    sources = [s for s in index_map.sources if s.layout.size]
     budget = _Budget(WORK_LIMIT)
     try:
         terms = [t for s in sources for t in _flows(_problem(index_map, s), sizes, budget)]
     except TooLarge:
         return None
-    grids = [dst, *(s.layout for s in sources)]
+    return _routed(terms, [index_map.dst, *(s.layout for s in sources)])
+
+
+def _routed(terms: Sequence[Term], grids: Sequence[Layout]) -> Traffic:
+    """The traffic of flows ``terms`` among ``grids``: a destination, then the sources."""
     row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
     rows, cols = max(g.row0 + g.h for g in grids), max(g.col0 + g.w for g in grids)
     fabric = _Fabric(row0, col0, rows - row0, cols - col0)
     for term in terms:
         fabric.add(term)
-    return fabric.traffic(index_map.sources[0].layout.words_per_element)
+    return fabric.traffic(grids[1].words_per_element)
 
 
 def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
@@ -767,6 +770,12 @@ def movement_traffic(name: str, attrs: Attrs, sources: Sequence[Layout], out: La
     if out.size == 0:
         return NO_TRAFFIC
     return map_traffic(movement_map(name, attrs, sources, out))
+
+
+def terms_traffic(raw: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]) -> Traffic:
+    """The traffic of flows counted elsewhere (``window_flows``) as a sum of products of raw
+    factors, among ``grids`` (a destination, then the sources), routed as the engine's own."""
+    return _routed([_canonical([_factor(*f) for f in term]) for term in raw], grids)
 
 
 def _problem(index_map: IndexMap, source: Source) -> _Part:

@@ -2,10 +2,11 @@
 
 Data movement (reshape, transpose, broadcast, concat, slice, pad, im2col, one-hot, pooling
 windows, col2im): ``flows`` counts exactly the flows that the op's index map makes, at a cost
-that does not grow with the tensors. A folded operand is read where it is; a reshape's result
-is folded where that moves nothing, and the windows of a folded channels-last image are folded
-(each PE reads its own pixels' halo). Where the indices are data (gathers, scatters), the plan
-counts the traffic of addresses spread uniformly.
+that does not grow with the tensors (``window_flows`` counts im2col's faster, by tap ranges). A
+folded operand is read where it is; a reshape's result is folded where that moves nothing, and
+the windows of a folded channels-last image are folded (each PE reads its own pixels' halo).
+Where the indices are data (gathers, scatters), the plan counts the traffic of addresses spread
+uniformly.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from cgc.machine.kernel import (
 from cgc.machine.layout import Layout, Rect, matrix_dims
 from cgc.machine.ref_movement import window_counts
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, scattered_traffic
+from cgc.machine.window_flows import im2col_traffic
 
 
 class Movement(Kernel):
@@ -55,7 +57,11 @@ class Movement(Kernel):
             moved = reshape_traffic(sources[0], out)
         else:
             out = Layout.on(shape, dtype, q.rect, fold=_windows_fold(self.name, q.attrs, sources))
-            moved = movement_traffic(self.name, q.attrs, sources, out)
+            moved = (
+                im2col_traffic(q.attrs, sources[0], out)
+                if self.name == "im2col"
+                else movement_traffic(self.name, q.attrs, sources, out)
+            )
         total = arrive + moved
         compute = vector_cycles(out.tile_elements, 1.0, dtype, q.target)
         cost = phased_cost(compute, arrive, total, out.tile_bytes)
@@ -247,14 +253,21 @@ class Sort(Kernel):
 
     def plan(self, q: Request) -> Plan:
         (operand,) = q.operands
+        rank, axis = len(operand.shape), q.attrs["axis"]
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
-        rank, axis = len(src.shape), q.attrs["axis"]
+        # a folded operand stays folded for the last axis (its rows are whole rows), and is
+        # relaid unfolded for any other, as for a reduction
+        fold = src.fold and axis == rank - 1
+        if src.fold and not fold:
+            src = Layout.on(operand.shape, operand.dtype, q.rect)
         whole = Layout(
             src.shape, src.dtype, src.row0, src.col0,
-            1 if axis == rank - 2 else src.h, 1 if axis == rank - 1 else src.w,
+            1 if axis == rank - 2 else src.h, 1 if axis == rank - 1 else src.w, fold,
         )  # fmt: skip
-        outs = tuple(Layout.on(shape, dtype, q.rect) for shape, dtype in q.results)
-        gathered = Layout(q.results[0][0], src.dtype, whole.row0, whole.col0, whole.h, whole.w)
+        outs = tuple(Layout.on(shape, dtype, q.rect, fold) for shape, dtype in q.results)
+        gathered = Layout(
+            q.results[0][0], src.dtype, whole.row0, whole.col0, whole.h, whole.w, fold
+        )
         spread_back = reshape_traffic(gathered, outs[0])  # once for values, once for indices
         arrive = arrival(operand, src)
         traffic = (
