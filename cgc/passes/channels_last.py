@@ -193,6 +193,15 @@ class ChannelsLast:
             return self.twin[value]
         shape = wse.tensor_shape(value)
         full = (1,) * (rank - len(shape)) + shape
+        last = [full[p] for p in inverse(channels_to_front(rank))]
+        if moves_only_unit_axes(full, inverse(channels_to_front(rank))):
+            # one reshape, and a per-channel vector without its unit leading axes: it then
+            # broadcasts like a bias along the rows of a layout that folds the leading axes
+            kept = next((i for i, d in enumerate(last) if d != 1), len(last) - 1)
+            trimmed = last[kept:]
+            return (
+                value if trimmed == list(shape) else self._insert(wse.ReshapeOp(value, trimmed), at)
+            )
         if full != shape:
             value = self._insert(wse.ReshapeOp(value, full), at)
         return self._permute(value, inverse(channels_to_front(rank)), at)

@@ -4,7 +4,8 @@
 // (N, C, H, W)) forward: the weight is permuted to match, the elementwise ops, the pooling,
 // the keepdims reduction and the next convolution's im2col take (N, H, W, C) directly, and a
 // consumer that needs (N, C, H, W) (the flatten) gets one transpose of the twin; a
-// transpose that only moves unit axes becomes a reshape.
+// transpose that only moves unit axes becomes a reshape, and a per-channel operand loses its
+// unit leading axes (a bias along the rows of a folded layout).
 func.func @block(%y: tensor<1x4x4x8xf32>, %s: tensor<8xf32>) -> (tensor<1x8x9xf32>, tensor<1x128xf32>) {
   %w = wse.weight "bn.scale" : tensor<8x1x1xf32> loc("bn")
   %t = wse.transpose %y {perm = array<i64: 0, 3, 1, 2>} : tensor<1x4x4x8xf32> -> tensor<1x8x4x4xf32> loc("conv1")
@@ -23,9 +24,8 @@ func.func @block(%y: tensor<1x4x4x8xf32>, %s: tensor<8xf32>) -> (tensor<1x8x9xf3
 
 // CHECK-LABEL: func.func @block
 // CHECK-NEXT:    %w = wse.weight "bn.scale" : tensor<8x1x1xf32> loc("bn")
-// CHECK-NEXT:    %[[W4:.*]] = wse.reshape %w : tensor<8x1x1xf32> -> tensor<1x8x1x1xf32> loc("bn")
-// CHECK-NEXT:    %[[WL:.*]] = wse.reshape %[[W4]] : tensor<1x8x1x1xf32> -> tensor<1x1x1x8xf32> loc("bn")
-// CHECK-NEXT:    %[[M:.*]] = wse.mul %y, %[[WL]] : (tensor<1x4x4x8xf32>, tensor<1x1x1x8xf32>) -> tensor<1x4x4x8xf32> loc("bn")
+// CHECK-NEXT:    %[[WL:.*]] = wse.reshape %w : tensor<8x1x1xf32> -> tensor<8xf32> loc("bn")
+// CHECK-NEXT:    %[[M:.*]] = wse.mul %y, %[[WL]] : (tensor<1x4x4x8xf32>, tensor<8xf32>) -> tensor<1x4x4x8xf32> loc("bn")
 // CHECK-NEXT:    %[[R:.*]] = wse.relu %[[M]] : tensor<1x4x4x8xf32> loc("relu")
 // CHECK-NEXT:    %[[P:.*]] = wse.max_pool %[[R]] {{{.*}}, channels_last = true} : tensor<1x4x4x8xf32> -> tensor<1x2x2x8xf32> loc("pool")
 // CHECK-NEXT:    %c = wse.im2col %[[P]] {{{.*}}, channels_last = true} : tensor<1x2x2x8xf32> -> tensor<1x4x72xf32> loc("conv2")
