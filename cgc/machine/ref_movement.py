@@ -66,14 +66,45 @@ def windows(
     """
     spatial = len(kernel)
     lead = x.ndim - spatial
-    pad_width = [(0, 0)] * lead + [(pads[i], pads[spatial + i]) for i in range(spatial)]
-    padded = np.pad(x, pad_width, constant_values=fill) if any(pads) else x
+    padded = _padded(x, [(pads[i], pads[spatial + i]) for i in range(spatial)], fill)
     spans = [dilations[i] * (kernel[i] - 1) + 1 for i in range(spatial)]
     view = sliding_window_view(padded, spans, axis=tuple(range(lead, x.ndim)))
     steps = tuple(slice(None, None, strides[i]) for i in range(spatial))
     taps = tuple(slice(None, None, dilations[i]) for i in range(spatial))
     index: tuple[Any, ...] = (Ellipsis, *steps, *taps)
     return view[index] if spatial else view
+
+
+def _padded(x: np.ndarray, widths: Sequence[tuple[int, int]], fill: float) -> np.ndarray:
+    """``x`` with its trailing ``len(widths)`` axes padded by ``fill``, in ``x``'s own memory
+    order (``np.pad`` makes a C-ordered array: a channels-last image seen channels-first would
+    come back channels-first, and every window read from it strided)."""
+    if not any(low or high for low, high in widths):
+        return x
+    sizes = list(zip(x.shape[x.ndim - len(widths) :], widths, strict=True))
+    shape = (*x.shape[: x.ndim - len(widths)], *(n + low + high for n, (low, high) in sizes))
+    padded = np.full_like(x, fill, shape=shape)
+    inside: tuple[Any, ...] = (Ellipsis, *(slice(low, low + n) for n, (low, _) in sizes))
+    padded[inside] = x
+    return padded
+
+
+def patch_windows(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    group: int,
+    fill: float = 0.0,
+) -> np.ndarray:
+    """The windows of a grouped convolution on ``x`` (N, C, *spatial) as a view ``[g, N,
+    *out, C/g, *kernel]``: im2col's rows are its leading axes, its columns the trailing."""
+    n, c = x.shape[:2]
+    w = windows(x, kernel, strides, pads, dilations, fill)  # [N, C, *out, *kernel]
+    spatial = len(kernel)
+    w = w.reshape(n, group, c // group, *w.shape[2:])  # a view: only the channels split
+    return np.moveaxis(w, (1, 2), (0, 2 + spatial))
 
 
 def im2col(
@@ -87,16 +118,48 @@ def im2col(
 ) -> np.ndarray:
     """The patches of a grouped convolution as matrices ``[group, N * prod(out), C/group *
     prod(kernel)]``: row ``(n, *o)`` holds the window under output position ``o`` of sample n."""
-    n, c = x.shape[:2]
-    w = windows(x, kernel, strides, pads, dilations, fill)  # [N, C, *out, *kernel]
-    spatial = len(kernel)
-    out = w.shape[2 : 2 + spatial]
-    w = w.reshape(n, group, c // group, *w.shape[2:])  # a view: only the channels split
-    w = np.moveaxis(w, (1, 2), (0, 2 + spatial))  # [g, N, *out, C/g, *kernel]
+    w = patch_windows(x, kernel, strides, pads, dilations, group, fill)
     # one copy at most: none where the windows already lie in order (a 1x1 kernel on a
     # channels-last image, as every pointwise convolution reads it)
-    patches = np.ascontiguousarray(w)
-    return patches.reshape(group, n * prod(out), (c // group) * prod(kernel))
+    return _rows(np.ascontiguousarray(w), len(kernel))
+
+
+def im2col_taps_first(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    group: int,
+) -> np.ndarray:
+    """``im2col``'s patches with their columns in another order: kernel taps major, then
+    channels (``taps_first_rows`` orders a filter's rows alike). From a channels-last image
+    every tap is a copy of contiguous runs of channels, where ``im2col``'s order reads the
+    image one element per tap."""
+    spatial = len(kernel)
+    w = patch_windows(x, kernel, strides, pads, dilations, group)
+    return _rows(np.ascontiguousarray(np.moveaxis(w, 2 + spatial, -1)), spatial)
+
+
+def _rows(patches: np.ndarray, spatial: int) -> np.ndarray:
+    """Patches ``[g, N, *out, ...]`` (contiguous) as matrices ``[g, N * prod(out), -1]``."""
+    group, rows = patches.shape[0], prod(patches.shape[1 : 2 + spatial])
+    return patches.reshape(group, rows, -1)
+
+
+def taps_first_rows(matrix: np.ndarray, taps: int) -> np.ndarray:
+    """The rows of ``matrix`` ``[..., C * taps, M]`` (channel-major, as im2col's columns)
+    reordered taps first, as ``im2col_taps_first``'s columns (a view for a single tap)."""
+    *lead, rows, cols = matrix.shape
+    split = matrix.reshape(*lead, rows // taps, taps, cols)
+    return np.swapaxes(split, -3, -2).reshape(*lead, rows, cols)
+
+
+def channels_first_rows(matrix: np.ndarray, taps: int) -> np.ndarray:
+    """The inverse of ``taps_first_rows``."""
+    *lead, rows, cols = matrix.shape
+    split = matrix.reshape(*lead, taps, rows // taps, cols)
+    return np.swapaxes(split, -3, -2).reshape(*lead, rows, cols)
 
 
 def im2col_sources(image: Sequence[int], attrs: Attrs) -> np.ndarray:
@@ -205,8 +268,8 @@ def pool(
     spatial = len(kernel)
     axes = tuple(range(-spatial, 0))
     if kind == "max_pool":
-        peak = windows(x, kernel, strides, pads, dilations, lowest(x.dtype)).max(axis=axes)
-        return typing.cast(np.ndarray, peak)
+        peaks = windows(x, kernel, strides, pads, dilations, lowest(x.dtype))
+        return _fold_taps(np.maximum, peaks, spatial)
     total: np.ndarray = windows(x, kernel, strides, pads, dilations, 0.0).sum(axis=axes)
     if count_include_pad:
         count = np.asarray(prod(kernel), dtype=x.dtype)
@@ -215,6 +278,19 @@ def pool(
         count = np.asarray(windows(ones, kernel, strides, pads, dilations, 0.0).sum(axis=axes))
     mean: np.ndarray = total / count
     return mean.astype(x.dtype, copy=False)
+
+
+def _fold_taps(combine: np.ufunc, taps: np.ndarray, spatial: int) -> np.ndarray:
+    """``combine`` over the last ``spatial`` axes of ``taps`` (``windows``' kernel axes), one
+    kernel position after another: whole-array steps in the windows' memory order, where a
+    reduction over each window's few strided taps runs an inner loop per output element."""
+    positions = product(*map(range, taps.shape[taps.ndim - spatial :]))
+    first: tuple[Any, ...] = (Ellipsis, *next(positions))
+    total: np.ndarray = taps[first].copy(order="K")
+    for at in positions:
+        index: tuple[Any, ...] = (Ellipsis, *at)
+        combine(total, taps[index], out=total)
+    return total
 
 
 def argmax_pool(

@@ -10,7 +10,9 @@ go; this module computes the results there, one numpy operation per mesh step ov
   whose partial sums reduce along the rows;
 * everything else (data movement, pooling, gathers, scatters, scans, top-k) on the logical
   arrays, with the results laid out as planned: the plan counted their traffic, and the
-  numbers do not depend on the route.
+  numbers do not depend on the route;
+* but im2col, whose result stays its image (``Patches``) until a kernel other than a matmul
+  or a filter gradient reads it: those multiply the patches made in the cheapest order.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from cgc.machine import dtypes, plans, reference
 from cgc.machine.plans import Attrs, Plan
+from cgc.runtime.patches import Patches
 from cgc.runtime.tiles import DistTensor
 
 Value = DistTensor | np.ndarray
@@ -140,25 +143,50 @@ def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> lis
     if plan.detail["algorithm"] in ("stream", "stream-sparse"):  # zeros add nothing
         weights = values[1]
         assert isinstance(weights, np.ndarray)
-        return [_streaming_matmul(plan, _tiles(values[0]), weights)]
+        # every PE multiply-accumulates the weight rows of its column and the chain along
+        # each mesh row sums the partials: over all PEs and chunks, one GEMM of the
+        # activations with the weights
+        return [_product(plan, _tiles(values[0]), weights)]
     # SUMMA's steps each add one block of A's columns times one block of B's rows on every
     # PE; stacked along the grid, all steps of all PEs are one GEMM of the matrices (their
     # padding is zero, so it adds nothing)
+    return [_product(plan, _tiles(values[0]), _matrices(_tiles(values[1])))]
+
+
+def _product(plan: Plan, a: DistTensor, b: np.ndarray) -> DistTensor:
+    """``a @ b`` in the accumulator type of the result, laid out as planned; patches not made
+    yet are made in their cheapest order, ``b``'s rows ordered alike."""
     out = plan.outputs[0]
     wide = accumulator(out.dtype)
-    a, b = (_matrices(_tiles(v)).astype(wide, copy=False) for v in values)
-    product = (a @ b).astype(out.dtype, copy=False)
+    patches = a.deferred
+    if isinstance(patches, Patches):
+        product = patches.times(b, wide)
+    else:
+        product = _matrices(a).astype(wide, copy=False) @ b.astype(wide, copy=False)
+    return DistTensor(out, array=product.astype(out.dtype, copy=False).reshape(out.shape))
+
+
+def _filter_gradient(
+    name: str, plan: Plan, values: Sequence[Value], attrs: Attrs
+) -> list[DistTensor]:
+    """``a^T @ b``: on patches not made yet, from the patches in their cheapest order;
+    otherwise on the logical arrays."""
+    a = values[0]
+    patches = a.deferred if isinstance(a, DistTensor) else None
+    if not isinstance(patches, Patches):
+        return _logical(name, plan, values, attrs)
+    b = values[1]
+    right = b.gather() if isinstance(b, DistTensor) else b
+    out = plan.outputs[0]
+    product = patches.transposed_times(right).astype(out.dtype, copy=False)
     return [DistTensor(out, array=product.reshape(out.shape))]
 
 
-def _streaming_matmul(plan: Plan, a: DistTensor, weights: np.ndarray) -> DistTensor:
-    """Every PE multiply-accumulates the weight rows of its column and the chain along each
-    mesh row sums the partials: over all PEs and chunks, one GEMM of the activations with
-    the weights."""
-    out = plan.outputs[0]
-    wide = accumulator(out.dtype)
-    product = _matrices(a).astype(wide, copy=False) @ weights.astype(wide, copy=False)
-    return DistTensor(out, array=product.astype(out.dtype, copy=False).reshape(out.shape))
+def _im2col(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
+    """The patches, kept as the image they read until a kernel asks for them."""
+    image = values[0]
+    array = image.gather() if isinstance(image, DistTensor) else image
+    return [DistTensor(plan.outputs[0], recipe=Patches(array, attrs))]
 
 
 def _matrices(value: DistTensor) -> np.ndarray:
@@ -185,9 +213,12 @@ _ON_TILES: dict[type[plans.Kernel], Runner] = {
 }
 """Kernel families whose arithmetic runs on the tiles; the rest run on logical arrays."""
 
+_ON_PATCHES: dict[str, Runner] = {"im2col": _im2col, "matmul_transpose_a": _filter_gradient}
+"""Primitives that make or read patches not made yet."""
+
 
 def run(name: str, plan: Plan, values: Sequence[Value], attrs: dict[str, Any]) -> list[DistTensor]:
     """The results of primitive ``name``, laid out as ``plan`` says; ``values[k]`` is in
     ``plan.inputs[k]`` (a logical array for a stream)."""
-    runner = _ON_TILES.get(type(plans.KERNELS[name]), _logical)
+    runner = _ON_PATCHES.get(name) or _ON_TILES.get(type(plans.KERNELS[name]), _logical)
     return runner(name, plan, values, attrs)

@@ -9,9 +9,14 @@ the other only when a kernel asks for it, then keeps both, so that kernels that 
 logical arrays (data movement, and the arithmetic whose numbers do not depend on the split)
 never pay for splitting a tensor into tiles and joining it again. Neither form is ever
 changed in place once a kernel has made it.
+
+A third form defers both: a ``Deferred`` recipe for the logical array (a convolution's
+patches, kept as its image), made only when a kernel that cannot use the recipe itself asks.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
@@ -19,21 +24,36 @@ from cgc.machine import dtypes
 from cgc.machine.layout import Layout
 
 
+class Deferred(Protocol):
+    """A logical array not made yet: what a kernel makes cheaper than its result, for kernels
+    that can consume it as it is."""
+
+    def array(self) -> np.ndarray:
+        """The logical array, made now."""
+        ...
+
+
 class DistTensor:
     """A tensor on the mesh: its layout, and its tiles ``[h, w, *batch, rt, ct]`` or its
-    logical array (or both)."""
+    logical array (or both), or the recipe of its logical array."""
 
-    __slots__ = ("_array", "_tiles", "layout")
+    __slots__ = ("_array", "_recipe", "_tiles", "layout")
 
     def __init__(
-        self, layout: Layout, tiles: np.ndarray | None = None, *, array: np.ndarray | None = None
+        self,
+        layout: Layout,
+        tiles: np.ndarray | None = None,
+        *,
+        array: np.ndarray | None = None,
+        recipe: Deferred | None = None,
     ):
-        assert tiles is not None or array is not None, "a tensor needs its numbers"
+        assert tiles is not None or array is not None or recipe is not None, "no numbers"
         assert tiles is None or tiles.shape == layout.tile_shape(), (tiles.shape, layout)
         assert array is None or array.shape == layout.shape, (array.shape, layout)
         self.layout = layout
         self._tiles = tiles
         self._array = array
+        self._recipe = recipe
 
     @classmethod
     def scatter(cls, array: np.ndarray, layout: Layout) -> DistTensor:
@@ -43,26 +63,36 @@ class DistTensor:
 
     @property
     def has_array(self) -> bool:
-        """Whether the logical array is at hand without joining the tiles."""
-        return self._array is not None
+        """Whether the logical array is at hand, or made without joining the tiles."""
+        return self._array is not None or self._tiles is None
+
+    @property
+    def deferred(self) -> Deferred | None:
+        """The recipe of the logical array while neither it nor the tiles are made."""
+        return self._recipe if self._array is None and self._tiles is None else None
 
     @property
     def tiles(self) -> np.ndarray:
         """The tiles ``[h, w, *batch, rt, ct]``, their padding zero if made from the array."""
         if self._tiles is None:
-            assert self._array is not None
-            self._tiles = _split(self._array, self.layout)
+            self._tiles = _split(self.gather(), self.layout)
         return self._tiles
 
     def gather(self) -> np.ndarray:
         """The logical array (not to be changed in place: the tensor keeps it)."""
         if self._array is None:
-            assert self._tiles is not None
-            self._array = _join(self._tiles, self.layout)
+            if self._tiles is not None:
+                self._array = _join(self._tiles, self.layout)
+            else:
+                assert self._recipe is not None
+                self._array = self._recipe.array().reshape(self.layout.shape)
         return self._array
 
     def relaid(self, layout: Layout) -> DistTensor:
-        """The same numbers in ``layout`` (of the same shape and type)."""
+        """The same numbers in ``layout`` (of the same shape and type); a recipe stays one."""
+        recipe = self.deferred
+        if recipe is not None:
+            return DistTensor(layout, recipe=recipe)
         return DistTensor(layout, array=self.gather())
 
     def masked(self, fill: float) -> np.ndarray:

@@ -2,10 +2,11 @@
 
 The machine floor's timing engine (``cgc.machine.cost.Timing``) accounts for every
 instruction exactly as the compiler's cost queries do: where each tensor is, what each kernel
-costs, what each PE holds. The VM adds the numbers: it keeps every register's value (tiles on
-the wafer, or the logical array of a weight, constant or stream), brings each operand to the
-layout its kernel's plan asks for, and runs the kernel's arithmetic
-(``cgc.runtime.kernels``). Without numbers a run is the timing engine alone.
+costs, what each PE holds; a run that begins as an earlier run of the program began replays
+that run's answers (``cgc.runtime.script``). The VM adds the numbers: it keeps every
+register's value (tiles on the wafer, or the logical array of a weight, constant or stream),
+brings each operand to the layout its kernel's plan asks for, and runs the kernel's
+arithmetic (``cgc.runtime.kernels``). Without numbers a run is the timing engine alone.
 
 An index that comes with the data (a token id, a label, a gather's or scatter's index) is
 checked where its kernel runs; one out of range ends the run with a ``CgcError`` naming the
@@ -28,6 +29,7 @@ from cgc.machine.ref_indexing import IndexOutOfRange
 from cgc.machine.target import Target
 from cgc.runtime import kernels
 from cgc.runtime.memoryx import MemoryX
+from cgc.runtime.script import Recording, Replay, script_for
 from cgc.runtime.tiles import DistTensor
 
 
@@ -58,7 +60,12 @@ class Executor:
         self.program = program
         self.system = system
         self.memoryx = memoryx
-        self.timing = Timing(program, target, system.sram, deliver)
+        script = script_for(program, target, deliver, system.sram)
+        self.timing: Recording | Replay = (
+            Replay(script)
+            if script is not None
+            else Recording(program, Timing(program, target, system.sram, deliver))
+        )
         self.values: list[Value | None] = [None] * len(program.registers)
         self.arrived: dict[int, DistTensor] = {}
         """The current layer's copies of its inputs (when delivering)."""
@@ -92,6 +99,10 @@ class Executor:
         with np.errstate(all="ignore"):
             for ins in self.program.instructions:
                 self.step(ins)
+        if isinstance(self.timing, Recording):
+            self.timing.keep()
+        else:
+            self.system.sram = self.timing.script.sram(self.system.sram)
 
     def step(self, ins: Instruction) -> None:
         """Executes one instruction. An instruction of a program read from a file that its
@@ -173,9 +184,10 @@ class Executor:
         return value
 
     def _kernel(self, ins: Instruction, plan: Plan) -> None:
+        held = self.timing.operands(ins)
         prepared = [
-            self._prepare(self._value(r), self.timing.now(r), want)
-            for r, want in zip(ins.operands, plan.inputs, strict=True)
+            self._prepare(self._value(r), now, want)
+            for r, now, want in zip(ins.operands, held, plan.inputs, strict=True)
         ]
         try:
             outs = kernels.run(ins.name, plan, prepared, ins.attrs)
