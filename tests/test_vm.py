@@ -340,7 +340,8 @@ def test_sram_overflow(name, numerics):
     art = compiled(name, "pipelined")
     manifest = copy.deepcopy(art.manifest)
     _, stats = Cluster(art).infer(inputs_for(art, 4))
-    manifest["target"]["sram_bytes_per_pe"] = stats.peak_pe_sram_bytes - 1
+    # kernels fit their buffers to what SRAM is left, so the peak is not the least that fits
+    manifest["target"]["sram_bytes_per_pe"] = 64
     small = Artifact(manifest, art.program, art.ir, art.weights)
     with pytest.raises(SimulationError, match="SRAM overflow"):
         Cluster(small, numerics=numerics).infer(inputs_for(art, 4))
