@@ -575,6 +575,14 @@ def _mixed(digits: Sequence[int], sizes: Sequence[int]) -> Affine:
     return Affine(tuple(zip(digits, strides, strict=True)))
 
 
+def relative_places(grids: Sequence[Layout]) -> list[tuple[object, ...]]:
+    """What the traffic between ``grids`` depends on in each: its shape, element size, grid
+    and fold, and its place relative to their common top-left corner (a movement moved by
+    whole PEs has the same traffic)."""
+    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
+    return [(g.shape, g.itemsize, g.row0 - row0, g.col0 - col0, g.h, g.w, g.fold) for g in grids]
+
+
 class Structure:
     """An index map compared by what its traffic depends on (``key``): its digits and
     coordinates, and its layouts relative to their common top-left corner (a movement moved by
@@ -582,17 +590,15 @@ class Structure:
 
     def __init__(self, index_map: IndexMap):
         self.index_map = index_map
-        grids = [index_map.dst, *(s.layout for s in index_map.sources)]
-        row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
-
-        def place(g: Layout) -> tuple[object, ...]:
-            return (g.shape, g.itemsize, g.row0 - row0, g.col0 - col0, g.h, g.w, g.fold)
-
+        dst, *sources = relative_places([index_map.dst, *(s.layout for s in index_map.sources)])
         self.key = (
             index_map.digits,
-            place(index_map.dst),
+            dst,
             tuple(map(_coord_key, index_map.dst_coords)),
-            tuple((place(s.layout), tuple(map(_coord_key, s.coords))) for s in index_map.sources),
+            tuple(
+                (place, tuple(map(_coord_key, s.coords)))
+                for place, s in zip(sources, index_map.sources, strict=True)
+            ),
         )
         self.hash = hash(self.key)
 

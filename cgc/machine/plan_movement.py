@@ -2,11 +2,11 @@
 
 Data movement (reshape, transpose, broadcast, concat, slice, pad, im2col, one-hot, pooling
 windows, col2im): ``flows`` counts exactly the flows that the op's index map makes, at a cost
-that does not grow with the tensors (``window_flows`` counts im2col's faster, by tap ranges). A
-folded operand is read where it is; a reshape's result is folded where that moves nothing, and
-the windows of a folded channels-last image are folded (each PE reads its own pixels' halo).
-Where the indices are data (gathers, scatters), the plan counts the traffic of addresses spread
-uniformly.
+that does not grow with the tensors (``window_flows`` counts im2col's faster, by tap ranges,
+listing its reads up to ``flows.ENUMERATION_LIMIT``). A folded operand is read where it is; a
+reshape's result is folded where that moves nothing, and the windows of a folded channels-last
+image are folded (each PE reads its own pixels' halo). Where the indices are data (gathers,
+scatters), the plan counts the traffic of addresses spread uniformly.
 """
 
 from __future__ import annotations

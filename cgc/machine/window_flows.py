@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from cgc.machine.flow_counts import RawFactor
+from cgc.machine.flow_counts import RawFactor, run_starts
 from cgc.machine.flows import (
     DC,
     DR,
@@ -41,7 +41,7 @@ from cgc.machine.flows import (
     movement_traffic,
     terms_traffic,
 )
-from cgc.machine.index_maps import Attrs
+from cgc.machine.index_maps import Attrs, relative_places
 from cgc.machine.layout import Layout
 from cgc.machine.ref_movement import window_counts
 from cgc.machine.traffic import NO_TRAFFIC, Traffic
@@ -76,13 +76,8 @@ class Windows:
     def __init__(self, attrs: Attrs, src: Layout, dst: Layout):
         self.attrs, self.src, self.dst = attrs, src, dst
         self.channels_last = bool(attrs.get("channels_last", False))
-        row0, col0 = min(src.row0, dst.row0), min(src.col0, dst.col0)
-
-        def place(g: Layout) -> tuple[object, ...]:
-            return (g.shape, g.itemsize, g.row0 - row0, g.col0 - col0, g.h, g.w, g.fold)
-
         attributes = tuple(sorted((k, _hashable(v)) for k, v in attrs.items()))
-        self.key = (attributes, place(src), place(dst))
+        self.key = (attributes, *relative_places([src, dst]))
         self.hash = hash(self.key)
 
     def __hash__(self) -> int:
@@ -133,10 +128,7 @@ def _tap_runs(channels: int, taps: int, dst: Layout) -> tuple[np.ndarray, ...]:
     taps on one PE column."""
     j = np.arange(channels * taps)
     c, t, column = j // taps, j % taps, dst.col0 + j // dst.ct
-    change = np.empty(j.size, dtype=bool)
-    change[:1] = True
-    change[1:] = (c[1:] != c[:-1]) | (column[1:] != column[:-1])
-    starts = np.flatnonzero(change)
+    starts = run_starts(c * (column.max() + 1) + column)
     ends = np.append(starts[1:], j.size) - 1
     return t[starts], t[ends] + 1, c[starts], column[starts]
 

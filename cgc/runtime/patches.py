@@ -33,11 +33,12 @@ class Patches:
     windows of ``attrs``: a ``Deferred`` for ``DistTensor``, which matmuls consume without
     making the op's own column order."""
 
-    __slots__ = ("_taps_first", "attrs", "image")
+    __slots__ = ("_array", "_taps_first", "attrs", "image")
 
     def __init__(self, image: np.ndarray, attrs: Attrs):
         self.image = image
         self.attrs = attrs
+        self._array: np.ndarray | None = None
         self._taps_first: np.ndarray | None = None
 
     @property
@@ -46,8 +47,11 @@ class Patches:
         return prod(self.attrs["kernel"])
 
     def array(self) -> np.ndarray:
-        """The patches in the op's column order (channel-major), as the reference makes them."""
-        return movement("im2col", self.attrs, [self.image], ())
+        """The patches in the op's column order (channel-major), as the reference makes them;
+        made once, for every copy of the tensor that asks (relaid copies share the recipe)."""
+        if self._array is None:
+            self._array = movement("im2col", self.attrs, [self.image], ())
+        return self._array
 
     def taps_first(self) -> np.ndarray:
         """The patches ``[g, rows, taps * C/g]``, columns taps first; made once, for every

@@ -48,8 +48,9 @@ class Script:
         return now if self.end is None else copy.deepcopy(self.end)
 
 
-KEPT = 4
-"""Scripts kept per program: a fresh system's and a steady one's, for two targets or modes."""
+KEPT = 6
+"""Scripts kept per program: a fresh system's, its second run's (which may raise the SRAM's
+peak) and a steady one's, for two targets or modes."""
 
 _SCRIPTS: dict[int, list[Script]] = {}
 """Scripts by the id of their program, while it lives."""
