@@ -90,7 +90,7 @@ def useful_rows(work: Program) -> int:
     """The most matrix rows any tensor that a layer's work computes or reads has: more mesh
     rows than that hold nothing (weights aside; a strip may still give a layer more rows, for
     a kernel that uses them)."""
-    return max((rows for rows, _ in _matrices(work)), default=1)
+    return max([1, *(rows for rows, _ in _matrices(work))])  # an empty tensor takes a row
 
 
 def tile_widths(work: Program, low: int, high: int) -> set[int]:
