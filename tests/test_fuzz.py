@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from cgc.tools import fuzz
 from cgc.tools import fuzz_mutators as mut
@@ -77,3 +80,35 @@ def test_no_case_fails_the_oracle(tmp_path):
     ]
     kept = f"(files and replay.sh of each in {tmp_path / 'cases'}; DIR = a case's directory)"
     assert not bad, f"{len(bad)} cases failed the oracle {kept}:\n" + "\n".join(bad[:50])
+
+
+def test_an_ill_conditioned_output_is_judged_against_float64(tmp_path):
+    """x @ w minus nearly all of it, then its reciprocal: onnxruntime's float32 is far from the
+    exact value. Outputs nearer the exact value than onnxruntime's pass; farther ones fail."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((64, 4)) * 100).astype(np.float32)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    almost = (x.astype(np.float64) @ w.astype(np.float64) - 1e-3).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Sub", ["m", "c"], ["s"]),
+        helper.make_node("Reciprocal", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(almost, "c")],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx"
+    )
+    np.savez(tmp_path / "inputs.npz", x=x)
+    exact = fuzz._in_float64(tmp_path / "m.onnx", {"x": x}, "y")
+    assert exact is not None
+    np.savez(tmp_path / "outputs.npz", y=exact.astype(np.float32))
+    assert fuzz.compare(tmp_path, "m.onnx") == (True, None)
+    np.savez(tmp_path / "outputs.npz", y=(1.5 * exact).astype(np.float32))
+    checked, mismatch = fuzz.compare(tmp_path, "m.onnx")
+    assert checked and mismatch is not None and "differs" in mismatch
