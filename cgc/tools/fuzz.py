@@ -255,7 +255,8 @@ def _in_float64(path: Path, inputs: dict[str, np.ndarray], name: str) -> np.ndar
             )
     wide = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
     try:
-        return np.asarray(ReferenceEvaluator(model).run([name], wide)[0], dtype=np.float64)
+        (value,) = ReferenceEvaluator(model).run([name], wide)
+        return np.asarray(value, dtype=np.float64)
     except Exception:  # an op the evaluator has not, or not for float64
         return None
 
