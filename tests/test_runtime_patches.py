@@ -106,15 +106,19 @@ def test_a_matmul_of_deferred_patches_is_the_product_of_the_patches(
 
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_a_filter_gradient_of_deferred_patches_is_in_the_ops_row_order(window, channels_last):
-    patches, want, _ = _deferred(window, channels_last)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_filter_gradient_of_deferred_patches_is_in_the_ops_row_order(
+    window, channels_last, dtype
+):
+    patches, want, _ = _deferred(window, channels_last, dtype)
     group, rows, columns = want.shape
-    gradient = _integers((group, rows, 3), 3)
-    args = [(want.shape, "float32", WAFER), (gradient.shape, "float32", WAFER)]
-    plan = _plan("matmul_transpose_a", args, {}, ((group, columns, 3), "float32"))
+    gradient = _integers((group, rows, 3), 3, dtype)
+    args = [(want.shape, dtype, WAFER), (gradient.shape, dtype, WAFER)]
+    plan = _plan("matmul_transpose_a", args, {}, ((group, columns, 3), dtype))
     right = DistTensor.scatter(gradient, plan.inputs[1])
     (got,) = kernels.run("matmul_transpose_a", plan, [patches.relaid(plan.inputs[0]), right], {})
-    np.testing.assert_array_equal(got.gather(), np.swapaxes(want, -1, -2) @ gradient)
+    product = np.swapaxes(want, -1, -2).astype(np.float32) @ gradient.astype(np.float32)
+    np.testing.assert_array_equal(got.gather(), product.astype(dtype))
 
 
 @pytest.mark.parametrize("window", WINDOWS)
