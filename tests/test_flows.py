@@ -63,8 +63,10 @@ def oracle(name, attrs, sources, out) -> Traffic:
     return gather_traffic(out, maps)
 
 
-def random_layout(rng, shape, dtype):
-    _, rows, cols = matrix_dims(shape)
+def random_layout(rng, shape, dtype, fold: bool | None = False):
+    """A random grid for ``shape``, folded as ``fold`` says, or at random where it is None."""
+    fold = bool(rng.random() < 0.6) if fold is None else fold
+    _, rows, cols = matrix_dims(shape, fold)
     return Layout(
         tuple(int(d) for d in shape),
         dtype,
@@ -72,6 +74,7 @@ def random_layout(rng, shape, dtype):
         int(rng.integers(0, 5)),
         grid_extent(rows, int(rng.integers(1, 6))),
         grid_extent(cols, int(rng.integers(1, 6))),
+        fold,
     )
 
 
@@ -81,11 +84,12 @@ def random_shape(rng, low_rank, high_rank, high=5):
     )
 
 
-def check(rng, name, attrs, shapes, result):
-    """The engine equals the oracle with random layouts of ``shapes`` and ``result``."""
+def check(rng, name, attrs, shapes, result, fold: bool | None = False):
+    """The engine equals the oracle with random layouts of ``shapes`` and ``result`` (folded
+    at random where ``fold`` is None)."""
     dtype = DTYPES[int(rng.integers(len(DTYPES)))]
-    sources = [random_layout(rng, s, dtype) for s in shapes]
-    out = random_layout(rng, result, dtype)
+    sources = [random_layout(rng, s, dtype, fold) for s in shapes]
+    out = random_layout(rng, result, dtype, fold)
     want = oracle(name, attrs, sources, out)
     got = flows.movement_traffic(name, attrs, sources, out)
     assert fields(got) == pytest.approx(fields(want)), (name, attrs, sources, out)
@@ -251,26 +255,29 @@ def patches_shape(image, attrs):
     return reference.im2col_sources(image, attrs).shape
 
 
+@pytest.mark.parametrize("fold", [False, None])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_im2col(seed):
+def test_im2col(seed, fold):
     rng = np.random.default_rng(seed)
     image, attrs = random_window(rng, group=True)
-    check(rng, "im2col", attrs, [image], patches_shape(image, attrs))
+    check(rng, "im2col", attrs, [image], patches_shape(image, attrs), fold)
 
 
+@pytest.mark.parametrize("fold", [False, None])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_col2im(seed):
+def test_col2im(seed, fold):
     rng = np.random.default_rng(seed)
     image, attrs = random_window(rng, group=True)
-    check(rng, "col2im", attrs, [patches_shape(image, attrs)], image)
+    check(rng, "col2im", attrs, [patches_shape(image, attrs)], image, fold)
 
 
+@pytest.mark.parametrize("fold", [False, None])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_pooling_windows(seed):
+def test_pooling_windows(seed, fold):
     rng = np.random.default_rng(seed)
     image, attrs = random_window(rng)
     result = reference.pool_windows(np.zeros(image), attrs, 0).shape[: len(image)]
-    check(rng, index_maps.POOLS[seed % 3], attrs, [image], result)
+    check(rng, index_maps.POOLS[seed % 3], attrs, [image], result, fold)
 
 
 @pytest.mark.parametrize("apart", [False, True])

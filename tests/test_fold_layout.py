@@ -19,16 +19,17 @@ from test_flows import (
     oracle,
     patches_shape,
     random_factorization,
+    random_layout,
     random_shape,
-    random_window,
 )
+from test_flows import check as check_layouts
 from test_kernels import OTHER, close, execute
 
 import cgc
 from cgc.frontends import zoo
 from cgc.machine import flows, index_maps, plans, reference
 from cgc.machine.cost import Sram, Timing
-from cgc.machine.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand, Plan
 from cgc.machine.target import Target, get_target
 from cgc.machine.traffic import NO_TRAFFIC, gather_traffic, scattered_traffic
@@ -48,28 +49,9 @@ def fields(t):
     return dataclasses.astuple(t)
 
 
-def random_layout(rng, shape, dtype="float32", fold=None):
-    """A random grid for ``shape``, folded at random (or as ``fold`` says)."""
-    fold = bool(rng.random() < 0.6) if fold is None else fold
-    _, rows, cols = matrix_dims(shape, fold)
-    return Layout(
-        tuple(int(d) for d in shape),
-        dtype,
-        int(rng.integers(0, 4)),
-        int(rng.integers(0, 4)),
-        grid_extent(rows, int(rng.integers(1, 7))),
-        grid_extent(cols, int(rng.integers(1, 5))),
-        fold,
-    )
-
-
 def check(rng, name, attrs, shapes, result):
     """The engine equals the oracle on random folded and unfolded layouts."""
-    sources = [random_layout(rng, s) for s in shapes]
-    out = random_layout(rng, result)
-    want = oracle(name, attrs, sources, out)
-    got = flows.movement_traffic(name, attrs, sources, out)
-    assert fields(got) == pytest.approx(fields(want)), (name, attrs, sources, out)
+    check_layouts(rng, name, attrs, shapes, result, fold=None)
 
 
 # --------------------------------------------------------------------------- the layout
@@ -91,7 +73,7 @@ def test_folded_tiles_hold_the_flattened_rows(seed):
     padding mask, the bytes a PE holds."""
     rng = np.random.default_rng(seed)
     shape = (int(rng.integers(2, 4)), *random_shape(rng, 1, 3, 5))
-    lay = random_layout(rng, shape, fold=True)
+    lay = random_layout(rng, shape, "float32", True)
     flat = np.arange(prod(shape))
     rows = flat // shape[-1]
     assert np.array_equal(lay.row_pe(rows), lay.row0 + rows // lay.rt)
@@ -129,8 +111,8 @@ def test_matmul_and_convolution_reshapes(shape, result, seed):
 def test_relayouts_between_folded_and_unfolded(seed):
     rng = np.random.default_rng(seed)
     shape = random_shape(rng, 3, 5, 4)
-    src = random_layout(rng, shape)
-    dst = random_layout(rng, shape, fold=not src.fold)
+    src = random_layout(rng, shape, "float32", None)
+    dst = random_layout(rng, shape, "float32", not src.fold)
     want = gather_traffic(dst, [(src, np.arange(src.size))])
     assert fields(flows.regrid_traffic(src, dst)) == pytest.approx(fields(want))
 
@@ -179,7 +161,8 @@ def test_pad(mode, seed):
     high = [int(rng.integers(0, 3)) for _ in shape]
     attrs = {"low": low, "high": high, "value": 0.0, "mode": mode}
     result = tuple(n + a + b for n, a, b in zip(shape, low, high, strict=True))
-    src, out = random_layout(rng, shape), random_layout(rng, result)
+    src = random_layout(rng, shape, "float32", None)
+    out = random_layout(rng, result, "float32", None)
     got = flows.movement_traffic("pad", attrs, [src], out)
     if mode != "constant" and any(low[:-1] + high[:-1]) and src.fold:
         assert got == scattered_traffic(src, out, src.size)
@@ -193,28 +176,6 @@ def test_reverse(seed):
     shape = random_shape(rng, 3, 4, 5)
     chosen = [a for a in range(len(shape)) if rng.random() < 0.5]
     check(rng, "reverse", {"axes": chosen}, [shape], shape)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_im2col(seed):
-    rng = np.random.default_rng(seed)
-    image, attrs = random_window(rng, group=True)
-    check(rng, "im2col", attrs, [image], patches_shape(image, attrs))
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_col2im(seed):
-    rng = np.random.default_rng(seed)
-    image, attrs = random_window(rng, group=True)
-    check(rng, "col2im", attrs, [patches_shape(image, attrs)], image)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_pooling_windows(seed):
-    rng = np.random.default_rng(seed)
-    image, attrs = random_window(rng)
-    result = reference.pool_windows(np.zeros(image), attrs, 0).shape[: len(image)]
-    check(rng, index_maps.POOLS[seed % 3], attrs, [image], result)
 
 
 @pytest.mark.parametrize("table", [[2, 3, 4], [4, 2, 0], [-1, -1, 0, 1, 2, -1], [-1, 5, 3, 1, -1]])
