@@ -10,9 +10,11 @@ column where the image's columns are pixels) times the channels whose range is `
 the destination PE column, and the source PE column where the image's columns are channels).
 Every read is listed once, tap by tap; a range's pairs are a slice of them, made distinct. The
 terms of a channels-last image are each a factor over PE rows times one over PE columns, so
-all their link loads come from a few matrix products (``_separable_traffic``); the others are
-routed by ``flows`` as its own. Either way the traffic equals ``flows.movement_traffic``'s and
-the per-element ``traffic.gather_traffic``'s (the tests check both).
+all their link loads come from a few matrix products (``_separable_traffic``); a
+channels-first image's pixels carry their source PE column too, and its loads are sums of
+products over the terms all the same (``_channels_first_traffic``). Either way the traffic
+equals ``flows.movement_traffic``'s and the per-element ``traffic.gather_traffic``'s (the
+tests check both).
 
 The engine instead peels the channels into phase classes and enumerates pixels and taps in
 each, then routes term by term; the placer asks every convolution on many rectangles. Only
@@ -39,7 +41,6 @@ from cgc.machine.flows import (
     SC,
     SR,
     movement_traffic,
-    terms_traffic,
 )
 from cgc.machine.index_maps import Attrs, relative_places
 from cgc.machine.layout import Layout
@@ -66,7 +67,9 @@ def _window_traffic(problem: Windows) -> Traffic | None:
     if not raw:
         return NO_TRAFFIC
     grids = [problem.dst, problem.src]
-    return _separable_traffic(raw, grids) if problem.channels_last else terms_traffic(raw, grids)
+    if problem.channels_last:
+        return _separable_traffic(raw, grids)
+    return _channels_first_traffic(raw, grids)
 
 
 class Windows:
@@ -209,6 +212,78 @@ def _separable_traffic(terms: Sequence[Sequence[RawFactor]], grids: Sequence[Lay
         max_eject=float((pe_rows.received.T @ pe_cols.received - staying).max()) * words,
         max_hops=int(longest.max()),
     )
+
+
+def _channels_first_traffic(
+    terms: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]
+) -> Traffic:
+    """``flows.terms_traffic`` of terms that are each a factor over (source PE row, source PE
+    column, destination PE row) times one over the destination PE column, as a channels-first
+    image's are: the image's columns are pixels, so its source column rides with the pixel.
+    A flow's leg along its source row depends on the pixels only through (source row, source
+    column), its leg down the destination column only through (source row, destination row),
+    so each load is still a sum over the terms of products: of a cumulative sum of the pixels
+    by source PE along the row with the channels beyond (or before) the link, and of the
+    pixels' row legs with the channels in the column."""
+    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
+    rows = max(g.row0 + g.h for g in grids) - row0
+    cols = max(g.col0 + g.w for g in grids) - col0
+    pixels = [t[0] for t in terms]
+    count = len(terms)
+    term = np.repeat(np.arange(count), [f[2].size for f in pixels])
+    sr, sc, dr = (
+        np.concatenate([f[1][k] for f in pixels]) - origin
+        for k, origin in enumerate((row0, col0, row0))
+    )
+    weight = np.concatenate([f[2] for f in pixels])
+    # the channels by destination PE column, per term: [term, column]
+    channel_term = np.repeat(np.arange(count), [t[1][2].size for t in terms])
+    at_column = np.concatenate([t[1][1][0] for t in terms]) - col0
+    per_column = np.bincount(
+        channel_term * cols + at_column, np.concatenate([t[1][2] for t in terms]), count * cols
+    ).reshape(count, cols)
+    down = _Side([((SR, DR), f[1][[0, 2]], f[2]) for f in pixels], row0, rows)
+    # the pixels by source PE, per term: [term, source row, source column]
+    source_rows = int(sr.max()) + 1
+    flat = (term * source_rows + sr) * cols + sc
+    size = count * source_rows * cols
+    by_source = np.bincount(flat, weight, size).reshape(count, source_rows, cols)
+    staying = np.bincount(flat, np.where(sr == dr, weight, 0), size).reshape(by_source.shape)
+    # the channels at or west of each column, and east of it
+    west = np.cumsum(per_column, axis=1)
+    east = west[:, -1:] - west
+    sent = np.cumsum(by_source, axis=2)
+    along = [
+        np.einsum("trc,tc->rc", sent, east),
+        np.einsum("trc,tc->rc", sent[:, :, -1:] - sent, west),
+    ]
+    loads = [*along, *(per_column.T @ legs for legs in down.legs)]
+    stay = np.einsum("trc,tc->rc", staying, per_column)
+    inject = np.einsum("trc,t->rc", by_source, per_column.sum(axis=1)) - stay
+    eject = down.received.T @ per_column
+    eject[:source_rows] -= stay
+    apart = np.abs(np.arange(cols)[:, None] - np.arange(cols)[None, :])
+    across = np.einsum("trc,tc->", by_source, per_column @ apart)
+    words = grids[1].words_per_element
+    return Traffic(
+        wavelet_hops=float(down.distance @ per_column.sum(axis=1) + across) * words,
+        max_link=max(float(load.max()) for load in loads) * words,
+        max_inject=float(inject.max()) * words,
+        max_eject=float(eject.max()) * words,
+        max_hops=_longest(term, sr, sc, dr, per_column),
+    )
+
+
+def _longest(
+    term: np.ndarray, sr: np.ndarray, sc: np.ndarray, dr: np.ndarray, per_column: np.ndarray
+) -> int:
+    """The most hops of any flow: a pixel's rows apart, plus its source column's distance to
+    the farther of its term's outermost destination columns."""
+    reached = per_column > 0
+    first = reached.argmax(axis=1)
+    last = per_column.shape[1] - 1 - reached[:, ::-1].argmax(axis=1)
+    across = np.maximum(np.abs(sc - first[term]), np.abs(last[term] - sc))
+    return int((np.abs(sr - dr) + across).max())
 
 
 class _Side:
