@@ -74,6 +74,24 @@ def run_onnxruntime(
     return session.run(None if outputs is None else list(outputs), dict(feeds))
 
 
+def runs_exactly_and_times_alike(model: onnx.ModelProto, art) -> None:
+    """Runs the artifact ``art`` compiled from ``model`` on random inputs: onnxruntime's
+    outputs, and a timing-only run's time and peak SRAM."""
+    from cgc.runtime.cluster import Cluster
+
+    rng = np.random.default_rng(0)
+    feeds = {
+        spec["name"]: rng.standard_normal(spec["shape"]).astype(spec["dtype"])
+        for spec in art.manifest["inputs"]
+    }
+    outputs, full = Cluster(art).infer(feeds)
+    for got, want in zip(outputs.values(), run_onnxruntime(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    _, timed = Cluster(art, numerics=False).infer(feeds)
+    assert timed.layers == full.layers and timed.simulated_seconds == full.simulated_seconds
+    assert timed.peak_pe_sram_bytes == full.peak_pe_sram_bytes > 0
+
+
 def run_imported(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     args = [feeds[spec.name] for spec in imported.inputs]
     return Interpreter(imported.weights).run_function(main_function(imported.module), args)

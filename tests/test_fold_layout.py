@@ -13,7 +13,7 @@ from math import prod
 
 import numpy as np
 import pytest
-from conftest import run_onnxruntime
+from conftest import runs_exactly_and_times_alike
 from test_flows import (
     IM2COL,
     oracle,
@@ -33,7 +33,6 @@ from cgc.machine.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand, Plan
 from cgc.machine.target import Target, get_target
 from cgc.machine.traffic import NO_TRAFFIC, gather_traffic, scattered_traffic
-from cgc.runtime.cluster import Cluster
 
 SEEDS = range(30)
 
@@ -399,13 +398,4 @@ def test_folded_models_run_exactly_and_time_alike(name, mode):
     onnx_model = MODELS[name]()
     art = cgc.compile(onnx_model, mode=mode, target="mesh8x8", batch_size=4)
     assert folded_outputs(art) > 0
-    rng = np.random.default_rng(0)
-    feeds = {
-        spec["name"]: rng.standard_normal(spec["shape"]).astype(spec["dtype"])
-        for spec in art.manifest["inputs"]
-    }
-    outputs, full = Cluster(art).infer(feeds)
-    for got, want in zip(outputs.values(), run_onnxruntime(onnx_model, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    _, timed = Cluster(art, numerics=False).infer(feeds)
-    assert timed.layers == full.layers and timed.simulated_seconds == full.simulated_seconds
+    runs_exactly_and_times_alike(onnx_model, art)

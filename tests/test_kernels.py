@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from cgc.machine import plans
 from cgc.machine.layout import Layout
-from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand
+from cgc.machine.plan_matmul import Matmul
+from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Request
 from cgc.machine.target import TRANSCENDENTAL_CYCLES, Target
 from cgc.machine.traffic import NO_TRAFFIC
 from cgc.runtime import kernels
@@ -367,14 +368,15 @@ def test_summa(sa, sb, b_source, rect):
     want = matmul_ref(a, b)
     got, plan = execute("matmul", [a, b], {}, want.shape, "float32", rect, {1: b_source})
     close(got, want)
-    assert plan.detail["algorithm"] in ("summa", "summa-split-k", "meshgemm")
+    assert plan.detail["algorithm"] in ("summa", "summa-split-k", "meshgemm", "stream-resident")
     assert plan.cost.flops == 2 * prod(want.shape) * sa[-1]
 
 
 def test_summa_against_a_hand_count():
     """A [8, 64] @ B [64, 8] on 8 x 8 PEs: 8 steps of one 1 x 8 block of A and one 8 x 1 of B
     per PE (8 FMACs, but 16 wavelets through the ramp), taken 6 at a time (24 colors, four a
-    root), so the broadcast's 7 hops of flight are paid twice."""
+    root), so the broadcast's 7 hops of flight are paid twice. The matmul plan takes the
+    streaming kernel on the resident B instead: it pays the flight once."""
     rng = np.random.default_rng(4)
     a = rng.standard_normal((8, 64)).astype(np.float32)
     b = rng.standard_normal((64, 8)).astype(np.float32)
@@ -382,9 +384,16 @@ def test_summa_against_a_hand_count():
     arrived = {0: Layout.on(a.shape, "float32", rect)}
     got, plan = execute("matmul", [a, b], {}, (8, 8), "float32", rect, {1: RESIDENT}, arrived)
     close(got, matmul_ref(a, b))
-    assert plan.detail == {"algorithm": "summa", "steps": 8}
-    assert plan.cost.cycles == 8 * max(8, 8 + 8) + 2 * 7
-    assert plan.cost.scratch_bytes == 2 * 6 * (8 + 8) * 4
+    assert plan.detail == {"algorithm": "stream-resident", "steps": 8}
+    operands = (
+        Operand(a.shape, "float32", WAFER, arrived[0]),
+        Operand(b.shape, "float32", RESIDENT),
+    )
+    q = Request(T, rect, operands, {}, (((8, 8), "float32"),))
+    summa = Matmul._plan_summa(q, *operands, Layout.on((8, 8), "float32", rect), 2.0 * 8 * 64 * 8)
+    assert summa.detail == {"algorithm": "summa", "steps": 8}
+    assert summa.cost.cycles == 8 * max(8, 8 + 8) + 2 * 7 > plan.cost.cycles
+    assert summa.cost.scratch_bytes == 2 * 6 * (8 + 8) * 4
 
 
 def test_split_k_against_a_hand_count():

@@ -145,7 +145,7 @@ def slowest_stage(
 
 
 @pytest.mark.parametrize(
-    ("blocks", "width", "target"), [(2, 64, "mesh24x40"), (1, 128, "mesh64x48")]
+    ("blocks", "width", "target"), [(1, 96, "mesh32x40"), (2, 96, "mesh32x40")]
 )
 def test_strips_of_different_widths_beat_one_width(blocks, width, target, monkeypatch):
     # a decoder's attention matmuls want other widths than its MLP's: strips of different

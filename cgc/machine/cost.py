@@ -30,6 +30,7 @@ import numpy as np
 
 from cgc.machine import plans
 from cgc.machine.bytecode import Instruction, Opcode, Program
+from cgc.machine.kernel import held_bytes
 from cgc.machine.layout import Layout, Rect
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Plan
 from cgc.machine.sparse_tiles import SparseView, SparseWeight, layout_grid, resident_bytes
@@ -293,14 +294,19 @@ class Timing:
         if isinstance(held, OnWafer):
             self.sram.allocate(held.layout)
 
-    def _prepare(self, held: Held | None, want: Layout | None) -> None:
+    def _prepare(
+        self, held: Held | None, want: Layout | None, tile: tuple[int, int] | None = None
+    ) -> None:
         """Brings an operand to the layout a kernel asked for: a resident value is pinned
-        there (once); moving the others costs what the plan counted."""
+        there (once), each PE of the layout's grid holding ``tile`` of its matrices where the
+        kernel lays it out its own way (``Plan.resident_tiles``); moving the others costs
+        what the plan counted."""
         if isinstance(held, Resident):
             assert want is not None
-            nbytes = None
+            nbytes = None if tile is None else held_bytes(want, tile)
             if held.sparse is not None:
-                grid = layout_grid(want.shape, want.rows, want.cols, want.rt, want.ct)
+                rt, ct = tile or (want.rt, want.ct)
+                grid = layout_grid(want.shape, want.rows, want.cols, rt, ct)
                 nbytes = resident_bytes(held.sparse.live, grid, want.dtype)
             self.sram.pin(held.key, want, nbytes)
 
@@ -418,8 +424,8 @@ class Timing:
         self.record.add(plan.cost)
         for register in set(ins.operands) & self.unsent:
             self._count_stream(register, plan)
-        for value, want in zip(held, plan.inputs, strict=True):
-            self._prepare(value, want)
+        for index, (value, want) in enumerate(zip(held, plan.inputs, strict=True)):
+            self._prepare(value, want, plan.resident_tile(index))
         self.sram.transient(plan.outputs[0], plan.cost.scratch_bytes)
         for register, layout in zip(ins.results, plan.outputs, strict=True):
             self._store(register, OnWafer(layout))

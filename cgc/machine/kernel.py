@@ -79,6 +79,29 @@ class Plan:
     cost: Cost
     detail: dict[str, Any] = field(default_factory=dict[str, Any], hash=False, compare=False)
     """What the kernel chose, for the arithmetic and for inspection (algorithm, steps)."""
+    resident_tiles: tuple[tuple[int, int] | None, ...] = ()
+    """Per operand, where the kernel lays a resident weight out its own way rather than in
+    its layout's blocks: the ``(rows, cols)`` of every matrix that each PE of the layout's
+    grid holds (the layout then only names those PEs). ``None``, or no entry: the layout's
+    own tile. What the weight's pin charges to the PEs' SRAM (``cost.Sram``)."""
+
+    def resident_tile(self, index: int) -> tuple[int, int] | None:
+        """The tile of operand ``index`` the kernel lays out its own way, if it does."""
+        return self.resident_tiles[index] if index < len(self.resident_tiles) else None
+
+    def input_bytes(self, index: int) -> int:
+        """The bytes operand ``index`` takes on each PE of its layout's grid."""
+        layout = self.inputs[index]
+        assert layout is not None, "a stream takes no SRAM of its own"
+        return held_bytes(layout, self.resident_tile(index))
+
+
+def held_bytes(layout: Layout, tile: tuple[int, int] | None) -> int:
+    """The bytes a PE of ``layout``'s grid holds of its tensor when it keeps ``tile`` of every
+    matrix (``None``: the layout's own tile)."""
+    if tile is None:
+        return layout.tile_bytes
+    return prod(layout.batch) * tile[0] * tile[1] * layout.itemsize
 
 
 def vector_cycles(elements: float, per_element: float, dtype: str, target: Target) -> float:

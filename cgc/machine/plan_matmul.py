@@ -1,6 +1,7 @@
-"""The plans of matmul (SUMMA, split-K SUMMA or MeshGEMM, whichever is sooner, or the
-weight-streaming kernel when B streams in from MemoryX) and of the weight gradient's
-``a^T @ b`` (their sparse forms: ``plan_sparse``; MeshGEMM: ``plan_meshgemm``).
+"""The plans of matmul (SUMMA, split-K SUMMA, MeshGEMM or, for a resident B, the
+weight-streaming kernel on its own layout of B, whichever is sooner; the weight-streaming
+kernel when B streams in from MemoryX) and of the weight gradient's ``a^T @ b`` (their sparse
+forms: ``plan_sparse``; MeshGEMM: ``plan_meshgemm``).
 
 SUMMA: A keeps its columns split over the PE columns and B its rows over the PE rows; step
 ``s`` broadcasts the ``s``-th block of the contraction (the finer of the two splits) of A along
@@ -12,7 +13,8 @@ SUMMA below half of peak there). On a rectangle at least twice as tall as the re
 the contraction may split over groups of rows instead.
 Weight streaming: each column receives its rows of B from the north edge and multicasts them
 down; every PE forms partial sums that a chain reduction along the row lands in the output
-layout.
+layout. A resident B can stream the same way from inside its columns: its holders send ahead
+of need, so the flight SUMMA pays for every panel of steps is paid once.
 
 Where B is one matrix (a linear layer's weights, a convolution's filters), A and the result are
 folded: the rows of all of A's matrices are one matrix's, split over the mesh rows together.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, replace
 from math import ceil, prod
 
 from cgc.machine.kernel import (
+    RESIDENT,
     STREAM,
     Cost,
     Kernel,
@@ -41,11 +44,11 @@ from cgc.machine.layout import Layout, Rect, grid_extent
 from cgc.machine.plan_meshgemm import plan_meshgemm
 from cgc.machine.plan_sparse import sampled, sparse_streaming
 from cgc.machine.target import WAVELET_BYTES, Target
-from cgc.machine.traffic import Traffic
+from cgc.machine.traffic import NO_TRAFFIC, Traffic
 
 
 class Matmul(Kernel):
-    """SUMMA, or the weight-streaming kernel when B arrives from MemoryX."""
+    """SUMMA and its rivals, or the weight-streaming kernel when B arrives from MemoryX."""
 
     def plan(self, q: Request) -> Plan:
         a, b = q.operands
@@ -67,6 +70,8 @@ class Matmul(Kernel):
         plans = [self._plan_summa(q, a, b, out, flops), plan_meshgemm(q, a, b, out.fold, flops)]
         if q.rect[3] >= 2 * out.h and k >= 2:
             plans.append(self._plan_split_k(q, a, b, out, flops))
+        if b.source == RESIDENT:
+            plans.append(self._plan_resident_stream(q, a, b, out, flops))
         # the soonest that fits the PEs' SRAM (else the one that overflows least); SUMMA on a tie
         return min(plans, key=lambda plan: (sram_overflow(plan, q.target), plan.cost.cycles))
 
@@ -165,49 +170,167 @@ class Matmul(Kernel):
         detail = {"algorithm": "summa-split-k", "steps": steps, "groups": groups}
         return Plan((a_at, b_at), (out,), cost, detail)
 
+    @staticmethod
     def _plan_streaming(
-        self, target: Target, rect: Rect, a: Operand, b: Operand, out: Layout, flops: float
+        target: Target, rect: Rect, a: Operand, b: Operand, out: Layout, flops: float
     ) -> Plan:
-        k = a.shape[-1]
-        cols = grid_extent(k, rect[2])
-        a_at = Layout(a.shape, a.dtype, out.row0, out.col0, out.h, cols, out.fold)
-        mt, kb, nt = out.rt, a_at.ct, out.ct
-        nb_out = prod(out.batch)
-        chunk_fmacs = nb_out * mt * kb * nt
-        compute = chunk_fmacs / target.fmacs(out.dtype)
-        weight_words = prod(b.shape[:-2]) * kb * nt * out.words_per_element
-        partial_words = nb_out * mt * nt * out.words_per_element
-        chunks = out.w
-        reduce_hops = cols - 1
+        """The weight-streaming kernel: each PE column's rows of B arrive from the north
+        edge, chunk after chunk, and stream down the column."""
+        chunks = _Chunks.of(target, rect, a, b, out)
         ingress = Traffic(
-            chunks * weight_words * cols * out.h,
-            chunks * weight_words,
-            chunks * weight_words,
-            chunks * weight_words,
+            chunks.count * chunks.weight_words * chunks.a_at.w * out.h,
+            chunks.count * chunks.weight_words,
+            chunks.count * chunks.weight_words,
+            chunks.count * chunks.weight_words,
             out.h,
         )
-        reduction = row_chain(chunks, partial_words, reduce_hops, out.h)
-        moved = arrival(a, a_at)
-        step = max(compute, weight_words, partial_words * (reduce_hops > 0))
-        # per chunk, the weight rows arriving beyond the arithmetic are the weights' arrival
-        weights_arrive = chunks * (max(compute, weight_words) - compute) + ingress.max_hops
-        cost = Cost(
-            cycles=sequential_cycles(moved) + chunks * step + ingress.max_hops + reduction.max_hops,
-            flops=flops,
-            fmacs=chunks * chunk_fmacs * out.h * cols,
-            traffic=moved + ingress + reduction,
-            # a PE multiply-accumulates each weight row as it arrives: one row of buffer
-            scratch_bytes=(nt + nb_out * mt * nt) * out.itemsize,
-            compute_cycles=chunks * compute,
-            arrival_cycles=moved.cycles + weights_arrive,
+        cost = chunks.cost(arrival(a, chunks.a_at), ingress, chunks.weight_words, flops, edge=True)
+        return Plan(
+            (chunks.a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks.count}
         )
-        return Plan((a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks})
+
+    @staticmethod
+    def _plan_resident_stream(
+        q: Request, a: Operand, b: Operand, out: Layout, flops: float
+    ) -> Plan:
+        """The weight-streaming kernel on a resident B: every PE column keeps its rows of B
+        (its block of the contraction), their chunks in runs of ``per`` down the column's
+        PEs from the top (``_owners``). Chunk by chunk, the PE that holds it multicasts it up
+        and down its column, every PE multiply-accumulates it as the streaming kernel does,
+        and the same chain along the rows lands the partial sums. Nothing crosses the edge.
+
+        Why it is faithful: a weight is static, so its holders need not wait for the
+        arithmetic to ask for it. They send in the order of the chunks, each run's holder
+        starting when the previous run's last wavelet passes it (it receives every chunk
+        too), and flow control holds the wavelets in the routers' queues until a PE takes
+        them in; the column is a pipeline whose flight (``out.h - 1`` hops) is paid once,
+        and each hand-over from a holder to the next one down costs the PEs above it at most
+        two hops of gap. Every PE receives every chunk through its ramp (a holder's own
+        chunks come back to it, so that all PEs run the same program on one input), and a
+        holder's ramp also sends its run. It assumes, as the SDK's broadcasts do, that the
+        routers switch a column's color from one holder to the next (control wavelets), and
+        one row of receive buffer per PE, as the weight-streaming kernel."""
+        chunks = _Chunks.of(q.target, q.rect, a, b, out)
+        per, owners = _owners(chunks.count, out.h)
+        weights, ramp = _column_multicast(chunks, out.h, per, owners)
+        cost = chunks.cost(arrival(a, chunks.a_at), weights, ramp / chunks.count, flops, edge=False)
+        b_at = Layout(b.shape, b.dtype, out.row0, out.col0, owners, chunks.a_at.w)
+        return Plan(
+            (chunks.a_at, b_at),
+            (out,),
+            cost,
+            {"algorithm": "stream-resident", "steps": chunks.count},
+            (None, (chunks.kb, per * chunks.nt)),
+        )
+
+
+def _owners(chunks: int, rows: int) -> tuple[int, int]:
+    """How a column's ``chunks`` of resident weights spread over its ``rows`` PEs: runs of
+    ``per`` consecutive chunks from the top, on ``owners`` PEs. The fewest chunks on the
+    busiest PE, as chunk ``c`` on row ``c mod rows`` would give, but the holders hand over
+    to their neighbours only, where the cyclic order would hand over from the bottom back
+    to the top, a column's flight, once a round."""
+    per = ceil(chunks / rows)
+    return per, ceil(chunks / per)
+
+
+def _column_multicast(chunks: _Chunks, rows: int, per: int, owners: int) -> tuple[Traffic, float]:
+    """Every PE column's chunks of weights, in runs of ``per`` on its ``owners`` top PEs,
+    each multicast up and down its ``rows``; and the cycles of the busiest PE's ramp, which
+    takes every chunk in and sends its run out, and waits up to two cycles at each
+    hand-over. A chunk crosses every link of its column once, one way or the other; the
+    busiest link is the last going down, which carries every chunk but the bottom row's."""
+    if rows == 1:  # the one PE reads its chunks where it keeps them
+        return NO_TRAFFIC, 0.0
+    count, words = chunks.count, chunks.weight_words
+    traffic = Traffic(
+        count * words * (rows - 1) * chunks.a_at.w,
+        min(count, (rows - 1) * per) * words,
+        per * words,
+        count * words,
+        rows - 1,
+    )
+    return traffic, (count + per) * words + 2 * (owners - 1)
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """The streaming kernel's arithmetic, wherever its weights come from: A's columns (the
+    contraction) split over the PE columns of the rectangle, the result taken a chunk of its
+    block columns at a time (``count``, one per PE column of the result); for each chunk
+    every PE multiply-accumulates its block of A with the chunk's rows of its block of the
+    contraction into a partial block, and a chain along each mesh row sums the partial
+    blocks into the result's layout, overlapped with the next chunk."""
+
+    target: Target
+    a_at: Layout
+    out: Layout
+    weight_words: float
+    """The wavelets of a chunk's rows of B that one PE column takes."""
+
+    @classmethod
+    def of(cls, target: Target, rect: Rect, a: Operand, b: Operand, out: Layout) -> _Chunks:
+        a_at = Layout(
+            a.shape, a.dtype, out.row0, out.col0, out.h, grid_extent(a.shape[-1], rect[2]), out.fold
+        )
+        words = prod(b.shape[:-2]) * a_at.ct * out.ct * out.words_per_element
+        return cls(target, a_at, out, words)
+
+    @property
+    def count(self) -> int:
+        return self.out.w
+
+    @property
+    def kb(self) -> int:
+        """Rows of B (the contraction) per PE column."""
+        return self.a_at.ct
+
+    @property
+    def nt(self) -> int:
+        """Columns of B (and of the result) per chunk."""
+        return self.out.ct
+
+    @property
+    def chunk_fmacs(self) -> int:
+        return prod(self.out.batch) * self.out.rt * self.kb * self.nt
+
+    @property
+    def partial_words(self) -> float:
+        return prod(self.out.batch) * self.out.rt * self.nt * self.out.words_per_element
+
+    def cost(
+        self, moved: Traffic, weights: Traffic, weight_cycles: float, flops: float, edge: bool
+    ) -> Cost:
+        """The kernel after A's arrival (``moved``), its weights moving as ``weights`` and
+        taking ``weight_cycles`` a chunk through the busiest PE's ramp; their arrival beyond
+        the arithmetic counts as the operands' arrival when they come through the ``edge``,
+        else as the kernel's own movement."""
+        out = self.out
+        compute = self.chunk_fmacs / self.target.fmacs(out.dtype)
+        reduce_hops = self.a_at.w - 1
+        reduction = row_chain(self.count, self.partial_words, reduce_hops, out.h)
+        step = max(compute, weight_cycles, self.partial_words * (reduce_hops > 0))
+        wait = self.count * (max(compute, weight_cycles) - compute) + weights.max_hops
+        return Cost(
+            cycles=sequential_cycles(moved)
+            + self.count * step
+            + weights.max_hops
+            + reduction.max_hops,
+            flops=flops,
+            fmacs=self.count * self.chunk_fmacs * out.h * self.a_at.w,
+            traffic=moved + weights + reduction,
+            # a PE multiply-accumulates each weight row as it arrives: one row of buffer
+            scratch_bytes=(self.nt + prod(out.batch) * out.rt * self.nt) * out.itemsize,
+            compute_cycles=self.count * compute,
+            arrival_cycles=moved.cycles + wait * edge,
+        )
 
 
 def sram_overflow(plan: Plan, target: Target) -> int:
-    """The bytes by which a PE's tiles of the plan's operands and result, and its scratch,
-    exceed its SRAM (zero if they fit)."""
-    tiles = sum(layout.tile_bytes for layout in (*plan.inputs, *plan.outputs) if layout)
+    """The bytes by which a PE's tiles of the plan's operands (a resident weight's as the
+    plan lays it out) and result, and its scratch, exceed its SRAM (zero if they fit)."""
+    inputs = sum(plan.input_bytes(i) for i, layout in enumerate(plan.inputs) if layout)
+    tiles = inputs + sum(layout.tile_bytes for layout in plan.outputs)
     return max(0, tiles + plan.cost.scratch_bytes - target.sram_bytes_per_pe)
 
 
