@@ -13,7 +13,9 @@ This module is the entry point: it holds the registry of kernels (``KERNELS``) a
   share (arrival, multicast, reshape traffic);
 * ``plan_elementwise``: elementwise ops (a broadcast operand is multicast) and reductions
   (local, then a chain along the mesh rows or columns);
-* ``plan_matmul``: SUMMA, or the weight-streaming kernel when B streams in from MemoryX;
+* ``plan_matmul``: the soonest of SUMMA, split-K SUMMA, MeshGEMM and (for a resident B) the
+  streaming kernel fed from inside its columns; the weight-streaming kernel when B streams in
+  from MemoryX;
 * ``plan_attention``: fused attention and its gradient as a ring over the mesh rows, rotary
   embeddings;
 * ``plan_movement``: data movement (``flows`` counts the flows of the op's index map),

@@ -7,7 +7,9 @@ go; this module computes the results there, one numpy operation per mesh step ov
 * reductions of every tile, then across the grid rows or columns;
 * matmuls as SUMMA steps (every PE of a grid row multiplies the same block of A, every PE of
   a grid column the same block of B), or as the weight-streaming kernel's per-column GEMMs
-  whose partial sums reduce along the rows;
+  whose partial sums reduce along the rows; the other algorithms (split-K, MeshGEMM, the
+  streaming kernel on a resident B) add the same products in another order, and are
+  computed as SUMMA's;
 * everything else (data movement, pooling, gathers, scatters, scans, top-k) on the logical
   arrays, with the results laid out as planned: the plan counted their traffic, and the
   numbers do not depend on the route;
