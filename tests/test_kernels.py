@@ -234,28 +234,31 @@ def test_cast(src, dst):
     assert plan.cost.flops == 0
 
 
-def test_aligned_elementwise_moves_nothing_and_broadcast_bias_is_multicast():
+def test_aligned_elementwise_moves_nothing_and_broadcast_operands_are_multicast():
     shape = (16, 12)
     out = Layout.on(shape, "float32", RECT)
     assert out.h == 4
     aligned = Operand(shape, "float32", WAFER, out)
-    plan = plans.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")])
-    assert plan.cost.traffic == NO_TRAFFIC
-    assert plan.cost.scratch_bytes == 0
-    assert plan.inputs == (out, out)
+    alone = plans.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")])
+    assert alone.cost.traffic == NO_TRAFFIC
+    assert alone.cost.scratch_bytes == 0
+    assert alone.inputs == (out, out)
 
     bias = Operand((12,), "float32", RESIDENT)
     plan = plans.plan("add", T, RECT, [aligned, bias], {}, [(shape, "float32")])
     assert plan.cost.traffic.max_hops == out.h - 1
     assert plan.cost.traffic.wavelet_hops > 0
-    assert (
-        plan.cost.cycles
-        > plans.plan("add", T, RECT, [aligned, aligned], {}, [(shape, "float32")]).cost.cycles
-    )
+    assert plan.cost.cycles > alone.cost.cycles
 
-    scalar = Operand((), "float32", RESIDENT)
-    plan = plans.plan("add", T, RECT, [aligned, scalar], {}, [(shape, "float32")])
+    # a scalar computed on the wafer is multicast over the whole grid; a constant scalar is
+    # an immediate of every PE's code, and moves nothing
+    computed = Operand((), "float32", WAFER, Layout.on((), "float32", RECT))
+    plan = plans.plan("add", T, RECT, [aligned, computed], {}, [(shape, "float32")])
     assert plan.cost.traffic.max_hops == (out.h - 1) + (out.w - 1)
+    constant = Operand((), "float32", RESIDENT)
+    plan = plans.plan("add", T, RECT, [aligned, constant], {}, [(shape, "float32")])
+    assert plan.cost.traffic == NO_TRAFFIC
+    assert plan.cost.cycles == alone.cost.cycles
 
 
 @pytest.mark.parametrize(

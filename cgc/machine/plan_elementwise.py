@@ -1,7 +1,7 @@
 """The plans of elementwise ops and reductions.
 
 * elementwise: local on aligned tiles; a broadcast operand is multicast along the mesh rows
-  or columns it is missing;
+  or columns it is missing, but a constant scalar, which the PEs' code holds;
 * reductions: local reduction of each tile, then a chain reduction along the mesh rows or
   columns the reduced axes are split over.
 
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from math import prod
 
 from cgc.machine.kernel import (
+    RESIDENT,
     WAFER,
     Kernel,
     Operand,
@@ -53,7 +54,7 @@ class Elementwise(Kernel):
         for operand in q.operands:
             aligned = _aligned(operand.shape, operand.dtype, out)
             moved = arrival(operand, aligned)
-            spread = multicast(aligned, out)
+            spread = NO_TRAFFIC if _immediate(operand) else multicast(aligned, out)
             traffic = traffic + moved + spread
             arrive = arrive + moved
             if moved.cycles or spread.cycles:
@@ -69,6 +70,13 @@ class Elementwise(Kernel):
             flops=prod(shape) * (0 if self.name in ("cast", "bitcast") else 1),
         )
         return Plan(tuple(inputs), (out,), cost)
+
+
+def _immediate(operand: Operand) -> bool:
+    """Whether ``operand`` is a resident scalar (an epsilon, GELU's 1/sqrt(2), a learned
+    gain): every PE keeps its own copy from when the program loads, as an immediate of a
+    compiled kernel's code, so no run multicasts it."""
+    return operand.source == RESIDENT and prod(operand.shape) == 1
 
 
 def _folded(operand: Operand) -> bool:
