@@ -136,20 +136,35 @@ def load(path: str | os.PathLike) -> Artifact:
 
 
 def run_with_stats(
-    artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None
+    artifact: Artifact,
+    inputs: Mapping[str, np.ndarray],
+    num_csx: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    ray_placement: str = "pack",
 ) -> tuple[dict[str, np.ndarray], RunStats]:
-    """Runs the artifact on the simulator; returns the outputs and the run's statistics."""
-    from cgc.runtime.cluster import Cluster
+    """Runs the artifact on the simulator; returns the outputs and the run's statistics.
+    ``executor="ray"`` runs each system as a Ray actor (``pip install 'cgc[ray]'``) on the
+    cluster at ``ray_address`` (default: a local instance), its actors packed on few nodes
+    or spread (``ray_placement``): the same outputs and statistics, bit for bit."""
+    from cgc.executors import Backend
+    from cgc.runtime.cluster import run as run_cluster
 
-    return Cluster(artifact, num_csx).infer(inputs)
+    return run_cluster(artifact, inputs, num_csx, Backend(executor, ray_address, ray_placement))
 
 
 def run(
-    artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None
+    artifact: Artifact,
+    inputs: Mapping[str, np.ndarray],
+    num_csx: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    ray_placement: str = "pack",
 ) -> dict[str, np.ndarray]:
     """Runs the artifact on ``num_csx`` simulated systems (default: as compiled); returns
-    one array per graph output, keyed by output name."""
-    return run_with_stats(artifact, inputs, num_csx)[0]
+    one array per graph output, keyed by output name. The executor's settings are
+    ``run_with_stats``'s."""
+    return run_with_stats(artifact, inputs, num_csx, executor, ray_address, ray_placement)[0]
 
 
 def prepare_training(
@@ -305,14 +320,21 @@ def train(
     steps: int,
     model_dir: str | os.PathLike,
     on_step: Callable[[dict], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    ray_placement: str = "pack",
     **options,
 ) -> TrainResult:
     """Trains a model whose first output is the loss (``options`` as for
     ``prepare_training``); writes ``metrics.jsonl``, checkpoints and ``weights.safetensors``
     to ``model_dir`` and returns the per-step metrics and the final weights. ``on_step`` hears
-    each step's metrics; skipped damaged checkpoints are Python warnings."""
+    each step's metrics; skipped damaged checkpoints are Python warnings. The executor's
+    settings are ``run_with_stats``'s: on Ray, MemoryX is one more actor, and the losses
+    and weights are the local run's, bit for bit."""
+    from cgc.executors import Backend
     from cgc.runtime.trainer import train as run_training
 
+    backend = Backend(executor, ray_address, ray_placement)
     artifact, loop, evaluation = prepare_training(model, batch_size, steps, **options)
     return run_training(
         artifact,
@@ -322,6 +344,7 @@ def train(
         on_step,
         warn=lambda m: warnings.warn(m, stacklevel=3),
         evaluation=evaluation,
+        backend=backend,
     )
 
 

@@ -22,12 +22,14 @@ import numpy as np
 
 from cgc.cli_options import (
     dynamic_sparsity_options,
+    executor_options,
     plan_options,
     sparsity_levels_options,
     sparsity_options,
     target_options,
     weights_options,
 )
+from cgc.cli_sweep import sweep
 from cgc.errors import CgcError
 from cgc.machine.files import npz_bytes
 from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
@@ -42,6 +44,8 @@ from cgc.tools.paths import (
 
 if TYPE_CHECKING:
     from xdsl.passes import ModulePass
+
+    from cgc.executors import Backend
 
 _SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
 _MESH = re.compile(r"(\d+)x(\d+)")
@@ -81,6 +85,9 @@ class Application(click.Group):
 def main(ctx: click.Context, debug: bool) -> None:
     """cgc: compile models for a wafer-scale engine and run them on its simulator."""
     ctx.obj = {"debug": debug}
+
+
+main.add_command(sweep)
 
 
 def _shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -230,12 +237,13 @@ def compile(
 )
 @click.option("--stats-json", type=click.Path(), help="Write the run's statistics here.")
 @click.option("--trace", type=click.Path(), help="Write a Chrome trace (Perfetto) here.")
+@executor_options
 def run(
-    artifact, inputs_path, output_path, num_csx, timing_only, figures, stats_json, trace
+    artifact, inputs_path, output_path, num_csx, timing_only, figures, stats_json, trace, **where
 ) -> None:
     """Run ARTIFACT on the simulator."""
     from cgc.machine.artifact import Artifact
-    from cgc.runtime.cluster import Cluster
+    from cgc.runtime.cluster import open_cluster
     from cgc.runtime.simulation import Simulation
     from cgc.runtime.trace import trace_json
     from cgc.tools.report import has_batch_axis, simulation_json, simulation_text
@@ -251,8 +259,8 @@ def run(
     _retarget(art, figures)
     if not timing_only:
         art.require_weights(artifact)
-    cluster = Cluster(art, num_csx, numerics=not timing_only)
-    outputs, stats = cluster.infer(inputs)
+    with open_cluster(art, num_csx, not timing_only, _backend(where)) as cluster:
+        outputs, stats = cluster.infer(inputs)
     if output_path is not None:
         _write_atomically(output_path, npz_bytes(outputs))
     report = stats.to_json()
@@ -411,6 +419,7 @@ def _chosen_settings(options: dict) -> dict:
 @weights_options
 @target_options
 @plan_options
+@executor_options
 def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **options) -> None:
     """Train MODEL (first output: the loss; an .onnx file, a params .yaml file or zoo:NAME)
     in weight-streaming mode, or with --timing-only simulate its steps' time."""
@@ -423,6 +432,7 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
     model_argument(model, "MODEL")
     _outputs({"--trace": trace, "--stats-json": stats_json})
+    backend = _backend(options)
     if model_dir is not None:
         output_directory(model_dir, "--model-dir")
     if not timing_only and (data_path is None or model_dir is None):
@@ -452,10 +462,19 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         simulate_training(artifact, steps, model_dir, trace, stats_json)
     else:
         assert data is not None
-        _train(artifact, data, loop, model_dir, evaluation, trace, bool(options["trainable"]))
+        chosen = bool(options["trainable"])
+        _train(artifact, data, loop, model_dir, evaluation, trace, chosen, backend)
 
 
-def _train(artifact, data, loop, model_dir: str, evaluation, trace: str | None, chosen: bool):
+def _backend(options: dict) -> Backend:
+    """The executor the options name (taken out of ``options``)."""
+    from cgc.executors import Backend
+
+    keys = ("executor", "ray_address", "ray_placement")
+    return Backend(*(options.pop(key) for key in keys))
+
+
+def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool, backend: Backend):
     """Runs the training loop with numbers and reports it."""
     from cgc.runtime.trainer import TRACED_STEPS, check_data
     from cgc.runtime.trainer import train as run_training
@@ -470,7 +489,9 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace: str | None, 
     with contextlib.ExitStack() as stack:
         on_step = _progress(stack, loop.steps)
         traced = TRACED_STEPS if trace else 0
-        result = run_training(artifact, data, loop, model_dir, on_step, _warn, evaluation, traced)
+        result = run_training(
+            artifact, data, loop, model_dir, on_step, _warn, evaluation, traced, backend
+        )
     if trace:
         from cgc.runtime.trace import trace_json
 

@@ -130,3 +130,34 @@ def weights_options(command: Callable) -> Callable:
             ),
         ),
     )
+
+
+def executor_options(command: Callable) -> Callable:
+    """``--executor``, ``--ray-address`` and ``--ray-placement``: where a numeric run's
+    systems run (``cgc.executors``)."""
+    from cgc.executors import EXECUTORS, PLACEMENTS
+
+    return _options(
+        command,
+        (
+            click.option(
+                "--executor",
+                type=click.Choice(EXECUTORS),
+                default="local",
+                show_default=True,
+                help="Run a numeric run's systems here, or each as a Ray actor (pip install "
+                "'cgc[ray]'); timing-only runs stay here.",
+            ),
+            click.option(
+                "--ray-address",
+                help="The Ray cluster to join, e.g. auto  [default: a local instance]",
+            ),
+            click.option(
+                "--ray-placement",
+                type=click.Choice(PLACEMENTS),
+                default="pack",
+                show_default=True,
+                help="Keep the run's actors on few Ray nodes, or spread them over many.",
+            ),
+        ),
+    )

@@ -15,6 +15,10 @@ The timing never depends on the values: every run of the program costs the same,
 that run as many chunks share one timeline (one track in a trace). A timing-only cluster
 (``numerics=False``) runs the program once, on shapes, whatever the number of systems and
 samples: it needs no inputs and no weight data.
+
+``open_cluster`` makes the cluster of an executor (``cgc.executors``): this class runs the
+systems one after another in this process; on Ray (``cgc.runtime.ray_cluster``) they are
+actors, with the same numbers and the same timing.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from cgc.errors import CgcError
+from cgc.executors import LOCAL, Backend, connect
 from cgc.machine import dtypes, sparsity, streaming
 from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Opcode
@@ -364,21 +369,31 @@ class Cluster:
         stats = self._stats(runs, chunks, training=True)
         if not self.numerics:
             return 0.0, stats
-        for first in range(0, len(runs), self.num_csx):
-            self._reduce_gradients(runs[first : first + self.num_csx])
-        names = [spec["name"] for spec in self.manifest["outputs"]]
-        self.memoryx.fold(
-            self.manifest["training"].get("buffers", []),
-            [{name: run.outputs[i] for i, name in enumerate(names)} for run in runs],
-        )
-        if runs[0].optimizer is not None:
-            self.grad_norm = self.memoryx.apply(
-                *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
-            )
+        self._update(runs, lr_factor, max_grad_norm)
         # Each chunk's loss covers its slice; the seed of its backward pass was loss_scale
         # (1/(K x micro-batches) for a mean over the batch, 1 for a sum), and so is its share.
         losses = [float(r.outputs[0]) for r in runs]
         return sum(losses) * self.manifest["training"]["loss_scale"], stats
+
+    def _update(self, runs: Sequence[Run], lr_factor: float, max_grad_norm: float | None) -> None:
+        """The end of a training step: the gradients of each micro-batch summed through
+        SwarmX into MemoryX, the buffers folded in, the optimizer applied."""
+        for first in range(0, len(runs), self.num_csx):
+            self._reduce_gradients(runs[first : first + self.num_csx])
+        self.memoryx.fold(self._buffers(), self._named_outputs(runs))
+        if runs[0].optimizer is not None:
+            self.grad_norm = self.memoryx.apply(
+                *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
+            )
+
+    def _buffers(self) -> list[dict[str, Any]]:
+        """The buffers a training step updates (the manifest's ``training.buffers``)."""
+        return self.manifest["training"].get("buffers", [])
+
+    def _named_outputs(self, runs: Sequence[Run]) -> list[dict[str, np.ndarray]]:
+        """Each run's outputs by name, as ``MemoryX.fold`` takes them."""
+        names = [spec["name"] for spec in self.manifest["outputs"]]
+        return [{name: run.outputs[i] for i, name in enumerate(names)} for run in runs]
 
     def _reduce_gradients(self, runs: Sequence[Run]) -> None:
         """SwarmX sums one micro-batch's gradients over the systems; MemoryX adds them up."""
@@ -386,6 +401,32 @@ class Cluster:
             parts = [run.gradients[position][2] for run in runs]
             summed = self.swarmx.reduce([p for p in parts if p is not None])
             self.memoryx.receive(name, summed, perm)
+
+    # -- MemoryX's state, and the cluster's end ---------------------------------------------
+
+    def stored(self) -> MemoryX:
+        """MemoryX as it stands, for checkpoints and final weights (on Ray: a copy of the
+        actor's, fetched)."""
+        return self.memoryx
+
+    def restore(
+        self,
+        weights: Mapping[str, np.ndarray],
+        state: dict[str, dict[str, np.ndarray]],
+        steps: int,
+        masks: Mapping[str, np.ndarray] | None,
+    ) -> None:
+        """MemoryX takes up a checkpoint's weights, optimizer state, updates and masks."""
+        self.memoryx.restore(weights, state, steps, masks)
+
+    def close(self) -> None:
+        """Lets go of what the cluster holds outside this process (nothing, locally)."""
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- what it cost ---------------------------------------------------------------------
 
@@ -548,8 +589,30 @@ class Cluster:
         return counts
 
 
+def open_cluster(
+    artifact: Artifact,
+    num_csx: int | None = None,
+    numerics: bool = True,
+    backend: Backend | None = None,
+) -> Cluster:
+    """A cluster running ``artifact`` where ``backend`` says: in this process, or with numbers
+    on Ray, its systems and MemoryX actors (``cgc.runtime.ray_cluster``). A timing-only run
+    stays here: it is one run of the program on shapes, whatever K."""
+    backend = backend or Backend()
+    if backend.executor == LOCAL or not numerics:
+        return Cluster(artifact, num_csx, numerics)
+    connect(backend.address)  # without Ray: the one-line error naming the extra
+    from cgc.runtime.ray_cluster import RayCluster
+
+    return RayCluster(artifact, num_csx, backend)
+
+
 def run(
-    artifact: Artifact, inputs: Mapping[str, np.ndarray], num_csx: int | None = None
+    artifact: Artifact,
+    inputs: Mapping[str, np.ndarray],
+    num_csx: int | None = None,
+    backend: Backend | None = None,
 ) -> tuple[dict[str, np.ndarray], RunStats]:
     """Runs an artifact on the simulator; returns ``(outputs, stats)``."""
-    return Cluster(artifact, num_csx).infer(inputs)
+    with open_cluster(artifact, num_csx, backend=backend) as cluster:
+        return cluster.infer(inputs)

@@ -25,12 +25,13 @@ from typing import overload
 import numpy as np
 
 from cgc.errors import CgcError
+from cgc.executors import Backend
 from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.files import remove_stale_temporaries, write_atomically
 from cgc.machine.optimizers import Schedule
 from cgc.machine.streaming import Span
 from cgc.runtime import checkpoint
-from cgc.runtime.cluster import Cluster
+from cgc.runtime.cluster import Cluster, open_cluster
 
 
 class MetricLines(Sequence[dict]):
@@ -199,20 +200,35 @@ def train(
     warn: Callable[[str], None] | None = None,
     evaluation: Evaluation | None = None,
     trace_steps: int = TRACED_STEPS,
+    backend: Backend | None = None,
 ) -> TrainResult:
-    """Runs the training steps (from the newest checkpoint with ``loop.resume``) and writes
-    the metrics, the checkpoints and the final weights; ``warn`` hears about damaged
-    checkpoints skipped. The result keeps the timeline (``spans``) of the first
-    ``trace_steps`` steps this run takes."""
-    training = artifact.manifest.get("training")
-    if not training:
+    """Runs the training steps (from the newest checkpoint with ``loop.resume``) on the
+    systems ``backend`` says and writes the metrics, the checkpoints and the final weights;
+    ``warn`` hears about damaged checkpoints skipped. The result keeps the timeline
+    (``spans``) of the first ``trace_steps`` steps this run takes."""
+    if not artifact.manifest.get("training"):
         raise CgcError("the artifact was not compiled for training")
+    with open_cluster(artifact, backend=backend) as cluster:
+        return _train(cluster, data, loop, Path(model_dir), on_step, warn, evaluation, trace_steps)
+
+
+def _train(
+    cluster: Cluster,
+    data: Mapping[str, np.ndarray],
+    loop: LoopOptions,
+    directory: Path,
+    on_step: Callable[[dict], None] | None,
+    warn: Callable[[str], None] | None,
+    evaluation: Evaluation | None,
+    trace_steps: int,
+) -> TrainResult:
+    """``train``'s steps on ``cluster``."""
+    artifact = cluster.artifact
+    training = artifact.manifest["training"]
     samples = check_data(artifact, data)
     names = [spec["name"] for spec in artifact.manifest["inputs"]]
-    cluster = Cluster(artifact)
     batch = cluster.global_batch
     base_lr = training["optimizer"]["lr"]
-    directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
     # a killed run's half-written files would otherwise stay in the directory for good
     remove_stale_temporaries(directory, ["metrics.jsonl", "weights.safetensors"])
@@ -249,7 +265,7 @@ def train(
             }
             if evaluation is not None and evaluator is not None and evaluation.due(step, loop):
                 scale = training["loss_scale"]
-                line["eval_loss"] = evaluation.loss(evaluator, cluster.memoryx.weights, scale)
+                line["eval_loss"] = evaluation.loss(evaluator, cluster.stored().weights, scale)
             log.write(json.dumps(line) + "\n")
             log.flush()
             result.metrics.append(line)
@@ -260,7 +276,7 @@ def train(
                 _save_checkpoint(cluster, directory, step + 1, loop)
             if on_step is not None:
                 on_step(line)
-    result.weights = final_weights(training, cluster.memoryx.weights)
+    result.weights = final_weights(training, cluster.stored().weights)
     write_atomically(directory / "weights.safetensors", weights_to_bytes(result.weights))
     return result
 
@@ -284,7 +300,7 @@ def _data_order(loop: LoopOptions, batch: int, step: int) -> dict:
 
 
 def _save_checkpoint(cluster: Cluster, directory: Path, step: int, loop: LoopOptions) -> None:
-    memoryx = cluster.memoryx
+    memoryx = cluster.stored()
     data = _data_order(loop, cluster.global_batch, step)
     training = cluster.artifact.manifest["training"]
     state = checkpoint.Checkpoint(
@@ -355,13 +371,12 @@ def _resume(
         )
     _check_order(found, loop, cluster.global_batch)
     _check_loop(found, loop, cluster.artifact.manifest)
-    memoryx = cluster.memoryx
-    unknown = sorted(set(found.weights) - set(memoryx.weights))
+    unknown = sorted(set(found.weights) - set(cluster.memoryx.specs))
     if unknown:
         raise CgcError(
             f"--resume: checkpoint step-{found.step} holds weights the model lacks: {unknown[:3]}"
         )
-    memoryx.restore(found.weights, found.optimizer_state, found.updates, found.masks)
+    cluster.restore(found.weights, found.optimizer_state, found.updates, found.masks)
     return found.step
 
 

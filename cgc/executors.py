@@ -1,0 +1,97 @@
+"""Where cgc's independent work runs: in this process (``local``) or on a Ray cluster (``ray``).
+
+Ray is an optional extra (``pip install 'cgc[ray]'``): ``import cgc`` and every local path work
+without it, and asking for it without it installed is a one-line error naming the extra.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from types import ModuleType
+
+from cgc.errors import CgcError
+
+LOCAL, RAY = "local", "ray"
+EXECUTORS = (LOCAL, RAY)
+"""The executors a user may name (``--executor``, ``executor=``)."""
+PLACEMENTS = ("pack", "spread")
+"""How the actors of one run sit on a Ray cluster (``--ray-placement``): packed on as few
+nodes as will hold them, or spread over as many."""
+
+
+def checked_executor(name: str) -> str:
+    """``name`` if it is an executor's, else a one-line error naming it."""
+    if name not in EXECUTORS:
+        raise CgcError(f"--executor {name!r}: not one of {', '.join(EXECUTORS)}")
+    return name
+
+
+def require_ray() -> ModuleType:
+    """The ``ray`` module, or a one-line error naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise CgcError("--executor ray needs Ray: pip install 'cgc[ray]'") from None
+    return ray
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> ModuleType:
+    """Ray, initialised once in this process: attached to the cluster at ``address`` (as
+    ``ray.init`` takes it, e.g. ``auto`` or ``ray://host:10001``), or a local instance of
+    ``num_cpus`` CPUs when ``address`` is None."""
+    ray = require_ray()
+    if address is not None:
+        _check_reachable(address)
+    if not ray.is_initialized():
+        try:
+            ray.init(
+                address=address,
+                num_cpus=None if address else num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except (ConnectionError, ValueError) as error:  # ValueError: a missing Ray Client
+            raise CgcError(f"--ray-address {address!r}: {error}") from None
+    return ray
+
+
+REACH_SECONDS = 5.0
+"""How long a cluster's address may take to accept a connection: Ray itself retries an
+address where nothing listens for minutes."""
+
+
+def _check_reachable(address: str) -> None:
+    """A one-line error unless something accepts connections at ``address``'s host and port
+    (``auto``, which Ray looks up on this machine, is left to Ray)."""
+    if address == "auto":
+        return
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise CgcError(f"--ray-address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_SECONDS).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        message = f"--ray-address {address!r}: no Ray cluster answers there ({reason})"
+        raise CgcError(message) from None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a numeric run's systems run: here, or as actors on the Ray cluster at
+    ``address`` (None: a local instance) placed as ``placement`` says."""
+
+    executor: str = LOCAL
+    address: str | None = None
+    placement: str = "pack"
+
+    def __post_init__(self) -> None:
+        checked_executor(self.executor)
+        if self.placement not in PLACEMENTS:
+            raise CgcError(
+                f"--ray-placement {self.placement!r}: not one of {', '.join(PLACEMENTS)}"
+            )
+        if self.address is not None and self.executor != RAY:
+            raise CgcError(f"--ray-address {self.address!r} needs --executor ray")

@@ -1,0 +1,273 @@
+"""A cluster of K systems as Ray actors, MemoryX as one more: the numbers of a local run.
+
+Each system is a ``SystemActor``: it holds its own SRAM, pinned tensors and activations, and
+runs the chunks ``c`` with ``c mod K`` its index (``Cluster``'s split), returning the run's
+records and outputs to the driver and keeping its gradients in the object store. MemoryX is a
+``MemoryXActor`` holding the weights and the optimizer state. A step goes:
+
+* broadcast: MemoryX puts its weights in the object store once (``ray.put``) and every
+  system actor is handed that one object (zero-copy on its node);
+* the systems run their chunks in parallel;
+* reduce: SwarmX's tree (``SwarmX.combine``) is walked with nodes that run on the actor of
+  their first leaf and sum their children's gradients left to right, as ``SwarmX.reduce``
+  does, so every sum is the local one, bit for bit, for every K and fan-out; the root's
+  sums go to MemoryX, which folds in the buffers and applies the optimizer.
+
+The timing is the local cluster's: it comes from the runs' records, which do not depend on
+where the runs ran. An actor that dies ends the run with a one-line ``CgcError`` naming it;
+a training run continues from its last checkpoint with ``--resume``.
+
+This module imports Ray: it is imported only for ``--executor ray``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from cgc.errors import CgcError
+from cgc.executors import Backend
+from cgc.machine.artifact import Artifact, WeightSpec
+from cgc.machine.bytecode import Program
+from cgc.machine.cost import Sram
+from cgc.machine.target import Target
+from cgc.runtime.cluster import Cluster, Run
+from cgc.runtime.memoryx import MemoryX
+from cgc.runtime.swarmx import add
+from cgc.runtime.vm import Executor, System
+
+Gradients = list[tuple[str, list[int] | None, np.ndarray]]
+"""A run's gradient streams, or a SwarmX node's sums of them: (weight, view, values)."""
+
+PLACEMENT_SECONDS = 60.0
+"""How long a run waits for the Ray cluster to make room for its actors."""
+
+
+class SystemActor:
+    """One system: its SRAM, its pinned tensors, and the weights of the current step."""
+
+    def __init__(self, program: Program, target: Target, mode: str, specs: dict[str, WeightSpec]):
+        self.program = program
+        self.target = target
+        self.deliver = mode == "pipelined"
+        self.system = System(Sram(target))
+        self.weights = MemoryX({}, target, specs)
+        """Streams the weights of the step from the object store's copy (``load``)."""
+
+    def load(self, weights: dict[str, np.ndarray]) -> None:
+        """Takes the step's weights, as MemoryX broadcast them."""
+        self.weights.weights = weights
+
+    def run(self, chunk: Sequence[np.ndarray]) -> tuple[Run, Gradients]:
+        """Runs the program on one chunk: the run without its gradients, and the gradients."""
+        executor = Executor(self.program, self.target, self.system, self.weights, self.deliver)
+        executor.run(chunk)
+        gradients = [(name, perm, executor.gradient(i)) for i, (name, perm, _) in
+                     enumerate(executor.gradients)]  # fmt: skip
+        bare: list[tuple[str, list[int] | None, np.ndarray | None]]
+        bare = [(name, perm, None) for name, perm, _ in gradients]
+        return dataclasses.replace(Run.of(executor), gradients=bare), gradients
+
+    def reduce(self, *children: Gradients) -> Gradients:
+        """A SwarmX node: its children's gradients summed left to right, stream by stream."""
+        return [
+            (name, perm, add([child[i][2] for child in children]))
+            for i, (name, perm, _) in enumerate(children[0])
+        ]
+
+
+class MemoryXActor:
+    """MemoryX: the weights, this step's gradients and the optimizer state."""
+
+    def __init__(self, memoryx: MemoryX):
+        # a copy of its own: arrays that come through the object store are read-only views
+        self.memoryx = copy.deepcopy(memoryx)
+
+    def broadcast(self) -> list[ray.ObjectRef]:
+        """The weights put in the object store once, for every system (in a list: the
+        driver hands the reference on without fetching the weights)."""
+        return [ray.put(self.memoryx.weights)]
+
+    def receive(self, summed: Gradients) -> None:
+        """Adds SwarmX's sums of one micro-batch to the step's gradients."""
+        for name, perm, gradient in summed:
+            self.memoryx.receive(name, gradient, perm)
+
+    def update(
+        self,
+        buffers: list[dict[str, Any]],
+        outputs: list[dict[str, np.ndarray]],
+        optimizer: tuple[str, dict[str, float]] | None,
+        lr_factor: float,
+        max_grad_norm: float | None,
+        *received: None,
+    ) -> tuple[float | None, list[ray.ObjectRef]]:
+        """Folds in the buffers, applies the optimizer (if the program has one) and
+        broadcasts the new weights; returns the gradients' norm and the broadcast.
+        ``received``: the step's ``receive`` calls, so that a reduction that failed fails
+        the update too, rather than leave it the step's gradients in part."""
+        self.memoryx.fold(buffers, outputs)
+        norm = None
+        if optimizer is not None:
+            norm = self.memoryx.apply(*optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm)
+        return norm, self.broadcast()
+
+    def held(self) -> MemoryX:
+        """MemoryX as it stands."""
+        return self.memoryx
+
+    def restore(
+        self,
+        weights: Mapping[str, np.ndarray],
+        state: dict[str, dict[str, np.ndarray]],
+        steps: int,
+        masks: Mapping[str, np.ndarray] | None,
+    ) -> list[ray.ObjectRef]:
+        """Takes up a checkpoint (copied, as ``__init__`` copies) and broadcasts its weights."""
+        self.memoryx.restore(copy.deepcopy(weights), copy.deepcopy(state), steps, masks)
+        return self.broadcast()
+
+
+class RayCluster(Cluster):
+    """A numeric cluster whose systems and MemoryX are Ray actors (Ray is connected)."""
+
+    def __init__(self, artifact: Artifact, num_csx: int | None, backend: Backend):
+        super().__init__(artifact, num_csx)
+        self.pending: list[ray.ObjectRef] = []
+        """The gradients of the last step's runs, by chunk, in the systems' object stores."""
+        count = self.num_csx + 1
+        self.group = _placement(count, backend.placement)
+        run = uuid.uuid4().hex[:8]
+
+        def placed(index: int, name: str) -> dict[str, Any]:
+            strategy = PlacementGroupSchedulingStrategy(self.group, index)
+            cpus = self.group.bundle_specs[index]["CPU"]
+            return {"name": f"cgc-{run}/{name}", "num_cpus": cpus, "scheduling_strategy": strategy}
+
+        program = ray.put(self.program)  # once for all the systems
+        specs = artifact.weight_specs
+        self.actors: list[Any] = [
+            _SYSTEM.options(**placed(k, f"system {k}")).remote(
+                program, self.target, self.mode, specs
+            )
+            for k in range(self.num_csx)
+        ]
+        self.store: Any = _MEMORYX.options(**placed(self.num_csx, "MemoryX")).remote(self.memoryx)
+        self.names = {actor._actor_id.hex(): f"system {k}" for k, actor in enumerate(self.actors)}
+        """Each actor's name in errors, by its id."""
+        self.names[self.store._actor_id.hex()] = "MemoryX"
+        # the driver's MemoryX keeps the shapes and live counts that the timing needs
+        self.memoryx.weights = {}
+        try:
+            self._broadcast(self._get(self.store.broadcast.remote()))
+        except BaseException:  # the actors must not outlive a cluster that never started
+            self.close()
+            raise
+
+    def _broadcast(self, weights: list[ray.ObjectRef]) -> None:
+        """Hands every system the one object of the step's weights."""
+        for actor in self.actors:
+            actor.load.remote(weights[0])
+
+    def _get(self, ref: ray.ObjectRef) -> Any:
+        """``ref``'s value; an actor that died is a one-line error naming it, and an error of
+        the run inside an actor is raised as it is."""
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            who = self.names.get(error.actor_id or "", "an actor of the run")
+            raise CgcError(
+                f"{who} died (its Ray actor ended); a training run with checkpoints continues "
+                "from the last one with --resume"
+            ) from None
+        except ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, CgcError):
+                raise error.cause from None
+            raise
+
+    def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> tuple[list[Run], int]:
+        """The chunks' runs, chunk ``c`` on system actor ``c mod K``; their gradients stay
+        in the object store (``pending``)."""
+        if inputs is None:
+            raise CgcError("a run with numbers needs inputs")
+        calls = [
+            self.actors[c % self.num_csx].run.options(num_returns=2).remote(chunk)
+            for c, chunk in enumerate(self._chunks(inputs))
+        ]
+        self.pending = [gradients for _, gradients in calls]
+        runs = [self._get(run) for run, _ in calls]
+        return runs, len(runs)
+
+    def _update(self, runs: Sequence[Run], lr_factor: float, max_grad_norm: float | None) -> None:
+        """Each micro-batch's gradients summed through SwarmX's tree on the system actors
+        into the MemoryX actor, which then updates and broadcasts the weights."""
+        received = []
+        for first in range(0, len(runs), self.num_csx):
+            leaves = list(enumerate(self.pending[first : first + self.num_csx]))
+            received.append(self.store.receive.remote(self.swarmx.combine(leaves, self._node)[1]))
+        self.pending = []
+        outputs = self._named_outputs(runs)
+        update = self.store.update.remote(
+            self._buffers(), outputs, runs[0].optimizer, lr_factor, max_grad_norm, *received
+        )
+        norm, weights = self._get(update)
+        if norm is not None:
+            self.grad_norm = norm
+        self._broadcast(weights)
+
+    def _node(self, group: Sequence[tuple[int, ray.ObjectRef]]) -> tuple[int, ray.ObjectRef]:
+        """A SwarmX node over ``group`` (first leaf's system, gradients), run on the actor of
+        its first leaf."""
+        first = group[0][0]
+        return first, self.actors[first].reduce.remote(*[gradients for _, gradients in group])
+
+    def stored(self) -> MemoryX:
+        return self._get(self.store.held.remote())
+
+    def restore(
+        self,
+        weights: Mapping[str, np.ndarray],
+        state: dict[str, dict[str, np.ndarray]],
+        steps: int,
+        masks: Mapping[str, np.ndarray] | None,
+    ) -> None:
+        restored = self.store.restore.remote(weights, state, steps, masks)
+        self._broadcast(self._get(restored))
+
+    def close(self) -> None:
+        """Ends the actors and frees their placement."""
+        for actor in [*self.actors, self.store]:
+            ray.kill(actor)
+        remove_placement_group(self.group)
+
+
+def _placement(count: int, strategy: str) -> Any:
+    """A placement group of ``count`` bundles, packed or spread, each of a CPU or, on a
+    cluster of fewer, an equal share of them; it waits for them to be free."""
+    cpus = ray.cluster_resources().get("CPU", 0.0)
+    share = min(1.0, math.floor(cpus / count * 100) / 100)
+    if not share:
+        raise CgcError(f"the Ray cluster has {cpus:g} CPU, too few for {count} actors")
+    group = placement_group([{"CPU": share}] * count, strategy=strategy.upper())
+    try:
+        ray.get(group.ready(), timeout=PLACEMENT_SECONDS)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        raise CgcError(
+            f"the Ray cluster found no room for {count} actors of {share:g} CPU "
+            f"in {PLACEMENT_SECONDS:g} s"
+        ) from None
+    return group
+
+
+_SYSTEM: Any = ray.remote(SystemActor)
+_MEMORYX: Any = ray.remote(MemoryXActor)
