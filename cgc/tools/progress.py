@@ -17,7 +17,7 @@ def step_line(metrics: dict) -> str:
     return f"step {metrics['step']}: loss {metrics['loss']:.6f}{held_out}"
 
 
-def _clock(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes, seconds = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
@@ -46,17 +46,26 @@ class ProgressBar:
         self.stream.flush()
         self.drawn = True
 
+    label = "training"
+    """What the bar counts, at the start of its line."""
+
     def line(self, step: int, metrics: dict) -> str:
         """The bar after ``step`` steps of ``self.steps``."""
         done = min(step / self.steps, 1.0) if self.steps else 1.0
         filled = round(done * WIDTH)
         bar = "#" * filled + "-" * (WIDTH - filled)
+        ran = step - (self.first or 0)
+        left = (self.clock() - self.started) / ran * (self.steps - step) if ran else 0.0
+        status = self.status(metrics)
+        shown = f"  {status}" if status else ""
+        return f"{self.label} [{bar}] {step}/{self.steps} {done:4.0%}{shown}  ETA {duration(left)}"
+
+    def status(self, metrics: dict) -> str:
+        """What the line says of the step beside the bar: its loss, and the held-out one."""
         loss = f"loss {metrics['loss']:.6f}"
         if "eval_loss" in metrics:
             loss += f", eval loss {metrics['eval_loss']:.6f}"
-        ran = step - (self.first or 0)
-        left = (self.clock() - self.started) / ran * (self.steps - step) if ran else 0.0
-        return f"training [{bar}] {step}/{self.steps} {done:4.0%}  {loss}  ETA {_clock(left)}"
+        return loss
 
     def close(self) -> None:
         """Ends the bar's line."""

@@ -1,0 +1,84 @@
+"""``cgc sweep SPEC.yaml``: a design study, every point of a grid of models, targets,
+overrides, modes, sparsity levels, batches and cluster sizes compiled and simulated on shapes
+as an independent task, locally or on Ray (``cgc.tools.sweep``)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+
+import click
+
+from cgc.errors import CgcError
+from cgc.executors import EXECUTORS, LOCAL
+from cgc.tools.paths import output_directory
+
+
+@click.command()
+@click.argument("spec")
+@click.option(
+    "-o",
+    "--output",
+    "directory",
+    required=True,
+    help="Directory of the table, the plot and the journal a re-run resumes from.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default=LOCAL,
+    show_default=True,
+    help="local: this machine's processes; ray: Ray tasks.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Points at once (local), or the CPUs of a local Ray instance  [default: the CPUs]",
+)
+@click.option("--ray-address", help="The Ray cluster to run on, e.g. auto or ray://HOST:10001.")
+def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_address: str | None):
+    """Simulate every point of the grid in SPEC (a YAML file; see cgc.tools.sweep), timing
+    only, and write DIR/sweep.csv, DIR/sweep.json and DIR/scaling.png. A re-run with the same
+    DIR computes only the points not finished yet."""
+    from cgc.tools.sweep import load_spec, run_sweep, table_text
+
+    if ray_address is not None and executor != "ray":
+        raise CgcError("--ray-address needs --executor ray")
+    output_directory(directory, "-o")
+    chosen = load_spec(spec)
+    with contextlib.ExitStack() as stack:
+        shown = _progress(stack, len(chosen.points()))
+        outcome = run_sweep(chosen, directory, executor, jobs, ray_address, shown)
+    click.echo(table_text(outcome.rows), nl=False)
+    failed = sum(row["error"] is not None for row in outcome.rows)
+    click.echo(
+        f"{outcome.ran} points simulated, {outcome.skipped} found in {directory} (skipped), "
+        f"{failed} failed"
+    )
+    click.echo(f"wrote {', '.join(map(str, outcome.files))}")
+
+
+def _progress(stack: contextlib.ExitStack, total: int) -> Callable[[int, int, dict], None]:
+    """A bar on a terminal, a line per point otherwise."""
+    if not sys.stdout.isatty():
+        return _log
+    from cgc.tools.sweep import SweepBar
+
+    bar = SweepBar(total, sys.stdout)
+    stack.callback(bar.close)
+    errors = 0
+
+    def draw(done: int, _total: int, row: dict) -> None:
+        nonlocal errors
+        errors += row["error"] is not None
+        bar({"step": done, "errors": errors})
+
+    return draw
+
+
+def _log(done: int, total: int, row: dict) -> None:
+    what = (
+        f"error: {row['error']}" if row["error"] else f"{row['samples_per_second']:.4g} samples/s"
+    )
+    click.echo(f"point {done}/{total} ({row['model']}, {row['num_csx']} systems): {what}")
