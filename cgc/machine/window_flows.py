@@ -8,25 +8,27 @@ the flows are a sum over the distinct ranges ``T`` (at most ``K (K + 1) / 2``) o
 the pixel pairs of ``T`` (over the source PE row, the destination PE row, and the source PE
 column where the image's columns are pixels) times the channels whose range is ``T`` (over
 the destination PE column, and the source PE column where the image's columns are channels).
-Every read is listed once, tap by tap; a range's pairs are a slice of them, made distinct. The
-terms of a channels-last image are each a factor over PE rows times one over PE columns, so
-all their link loads come from a few matrix products (``_separable_traffic``); a
-channels-first image's pixels carry their source PE column too, and its loads are sums of
-products over the terms all the same (``_channels_first_traffic``). Either way the traffic
-equals ``flows.movement_traffic``'s and the per-element ``traffic.gather_traffic``'s (the
-tests check both).
+No read is listed: the pairs come from segments of windows (``window_segments``: a few
+per destination PE row, not one per read), merged into runs of distinct pixels where a
+range's taps may read one pixel twice. The terms of a channels-last image are each a factor
+over PE rows times one over PE columns, so all their link loads come from a few matrix
+products (``_separable_traffic``); a channels-first image's pixels carry their source PE
+column too, and its loads are sums of products over the taps or the terms all the same
+(``_channels_first_traffic``). Either way the traffic equals ``flows.movement_traffic``'s
+and the per-element ``traffic.gather_traffic``'s (the tests check both).
 
 The engine instead peels the channels into phase classes and enumerates pixels and taps in
 each, then routes term by term; the placer asks every convolution on many rectangles. Only
 what keeps a channel off the pixel side of a PE coordinate is counted so: one group, and a
 channels-last image, or a channels-first one with two spatial axes or more, unfolded; and
-at most ``flows.ENUMERATION_LIMIT`` reads (the engine counts a large batch without listing
-its reads); any other im2col goes to the engine.
+at most ``flows.ENUMERATION_LIMIT`` reads (the segments grow with the batch, which the
+engine counts without enumerating it); any other im2col goes to the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
 from typing import Any
@@ -46,6 +48,7 @@ from cgc.machine.index_maps import Attrs, relative_places
 from cgc.machine.layout import Layout
 from cgc.machine.ref_movement import window_counts
 from cgc.machine.traffic import NO_TRAFFIC, Traffic
+from cgc.machine.window_segments import ColumnSegments, Runs, Segments, collide, source_rows
 
 
 def im2col_traffic(attrs: Attrs, src: Layout, dst: Layout) -> Traffic:
@@ -61,15 +64,13 @@ def im2col_traffic(attrs: Attrs, src: Layout, dst: Layout) -> Traffic:
 def _window_traffic(problem: Windows) -> Traffic | None:
     """The traffic counted by tap ranges, None where that does not apply; remembered as
     ``flows`` remembers its own, for the placer asks again elsewhere on the mesh."""
-    raw = im2col_terms(problem.attrs, problem.src, problem.dst)
-    if raw is None:
+    attrs, src, dst = problem.attrs, problem.src, problem.dst
+    if not tap_ranges_apply(attrs, src):
         return None
-    if not raw:
-        return NO_TRAFFIC
-    grids = [problem.dst, problem.src]
-    if problem.channels_last:
-        return _separable_traffic(raw, grids)
-    return _channels_first_traffic(raw, grids)
+    if not problem.channels_last:
+        return _channels_first_traffic(attrs, src, dst)
+    raw = im2col_terms(attrs, src, dst)
+    return _separable_traffic(raw, [dst, src]) if raw else NO_TRAFFIC
 
 
 class Windows:
@@ -95,34 +96,54 @@ def _hashable(value: Any) -> object:
     return tuple(value) if isinstance(value, list | tuple) else value
 
 
-def im2col_terms(attrs: Attrs, src: Layout, dst: Layout) -> list[list[RawFactor]] | None:
-    """The flows of im2col from ``src`` into ``dst`` as products of raw factors, one per tap
-    range; None where the module docstring's conditions fail."""
+def tap_ranges_apply(attrs: Attrs, src: Layout) -> bool:
+    """Whether an im2col of ``src`` is counted by tap ranges (the module docstring's
+    conditions)."""
     last = attrs.get("channels_last", False)
-    spatial = src.shape[1:-1] if last else src.shape[2:]
+    spatial = _spatial(attrs, src)
     if attrs["group"] != 1 or not (last or (len(spatial) >= 2 and not src.fold)):
-        return None
-    kernel = attrs["kernel"]
-    taps = prod(kernel)
-    outs = window_counts(spatial, kernel, *(attrs[k] for k in ("strides", "pads", "dilations")))
-    if src.shape[0] * prod(outs) * taps > ENUMERATION_LIMIT:
-        return None  # the engine counts a large batch without listing its reads
-    channels = src.shape[-1] if last else src.shape[1]
-    runs = _tap_runs(channels, taps, dst)
-    reads = _Reads(attrs, spatial, outs, src, dst)
-    terms = []
-    for start, stop in sorted(set(zip(runs[0].tolist(), runs[1].tolist(), strict=True))):
-        pixels = reads.pairs(start, stop)
-        if not pixels[2].size:
+        return False
+    outs = _outs(attrs, spatial)
+    return src.shape[0] * prod(outs) * prod(attrs["kernel"]) <= ENUMERATION_LIMIT
+
+
+def _spatial(attrs: Attrs, src: Layout) -> tuple[int, ...]:
+    """The spatial axes of the image ``src``."""
+    return src.shape[1:-1] if attrs.get("channels_last", False) else src.shape[2:]
+
+
+def _outs(attrs: Attrs, spatial: Sequence[int]) -> list[int]:
+    """How many windows fit along each spatial axis."""
+    return window_counts(
+        spatial, attrs["kernel"], *(attrs[k] for k in ("strides", "pads", "dilations"))
+    )
+
+
+def im2col_terms(attrs: Attrs, src: Layout, dst: Layout) -> list[list[RawFactor]]:
+    """The flows of a channels-last im2col from ``src`` into ``dst`` as products of raw
+    factors, one per tap range (where ``tap_ranges_apply``): the runs of distinct pixels the
+    range reads (``Segments.runs``) split by source PE row, times its channels. A source PE
+    row holds positions along the image's last spatial axis, or (folded) along its flattened
+    pixels."""
+    spatial, taps = _spatial(attrs, src), prod(attrs["kernel"])
+    first, end, channel, column = _tap_runs(src.shape[-1], taps, dst)
+    ranges = sorted(set(zip(first.tolist(), end.tolist(), strict=True)))
+    runs = Segments(attrs, spatial, _outs(attrs, spatial), src.shape[0], dst).runs(ranges)
+    run, block, pixels = runs.pieces(runs.image_row * spatial[-1] if src.fold else 0, src.rt)
+    bounds = np.searchsorted(runs.term[run], np.arange(len(ranges) + 1))
+    terms: list[list[RawFactor]] = []
+    for (a, b), low, high in zip(ranges, bounds[:-1], bounds[1:], strict=True):
+        if low == high:
             continue  # these taps read only padding
-        ranged = (runs[0] == start) & (runs[1] == stop)
-        columns = runs[3][ranged]
-        if last:
-            at = np.array([src.col0 + runs[2][ranged] // src.ct, columns])
-            channel_side: RawFactor = ((SC, DC), at, np.ones(columns.size))
-        else:
-            channel_side = ((DC,), columns[None, :], np.ones(columns.size))
-        terms.append([pixels, channel_side])
+        at = np.array([src.row0 + block[low:high], runs.dst_row[run[low:high]]])
+        ranged = (first == a) & (end == b)
+        channels = np.array([src.col0 + channel[ranged] // src.ct, column[ranged]])
+        terms.append(
+            [
+                ((SR, DR), at, pixels[low:high].astype(np.float64)),
+                ((SC, DC), channels, np.ones(channels.shape[1])),
+            ]
+        )
     return terms
 
 
@@ -136,67 +157,15 @@ def _tap_runs(channels: int, taps: int, dst: Layout) -> tuple[np.ndarray, ...]:
     return t[starts], t[ends] + 1, c[starts], column[starts]
 
 
-class _Reads:
-    """Every read of the image by the windows (``outs`` along each axis), tap after tap in
-    raster order: the PE coordinates of its flow but the destination column (``vars``,
-    ``at``), a key of its source pixel and destination PE row, and where each tap's reads
-    start (``starts``)."""
-
-    def __init__(
-        self, attrs: Attrs, spatial: Sequence[int], outs: Sequence[int], src: Layout, dst: Layout
-    ):
-        kernel, strides, pads, dilations = (
-            attrs[k] for k in ("kernel", "strides", "pads", "dilations")
-        )
-        samples, windows, taps = src.shape[0], prod(outs), prod(kernel)
-        n = np.arange(samples)[None, :, None]
-        # unravelled flat: numpy 2.4's unravel_index errs on arrays shaped (1, n, 1)
-        at_out = [o[None, None, :] for o in np.unravel_index(np.arange(windows), outs)]
-        at_tap = [k[:, None, None] for k in np.unravel_index(np.arange(taps), kernel)]
-        valid = np.ones((taps, samples, windows), dtype=bool)
-        pixel, reads = n, []
-        for i, (o, k) in enumerate(zip(at_out, at_tap, strict=True)):
-            y = strides[i] * o + dilations[i] * k - pads[i]
-            valid &= (y >= 0) & (y < spatial[i])
-            pixel = pixel * spatial[i] + y
-            reads.append(y)
-        row = dst.row0 + (n * windows + np.arange(windows)[None, None, :]) // dst.rt
-        pixel, row, *reads = (np.broadcast_to(a, valid.shape)[valid] for a in (pixel, row, *reads))
-        self.starts = np.concatenate([[0], np.cumsum(valid.sum(axis=(1, 2)))])
-        self.key = pixel.astype(np.int64) * dst.h + (row - dst.row0)
-        if attrs.get("channels_last", False):
-            source_row = pixel if src.fold else reads[-1]
-            self.vars: tuple[int, ...] = (SR, DR)
-            self.at = np.array([src.row0 + source_row // src.rt, row])
-        else:
-            self.vars = (SR, SC, DR)
-            self.at = np.array(
-                [src.row0 + reads[-2] // src.rt, src.col0 + reads[-1] // src.ct, row]
-            )
-
-    def pairs(self, start: int, stop: int) -> RawFactor:
-        """The distinct (source pixel, destination PE row) pairs that taps ``start`` to
-        ``stop`` read, by the PE coordinates ``vars``."""
-        first, end = self.starts[start], self.starts[stop]
-        if stop - start == 1:
-            at = self.at[:, first:end]
-        else:  # taps of one destination PE row may read the same pixel
-            _, distinct = np.unique(self.key[first:end], return_index=True)
-            at = self.at[:, first + distinct]
-        return self.vars, at, np.ones(at.shape[1])
-
-
 def _separable_traffic(terms: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]) -> Traffic:
     """``flows.terms_traffic`` of terms that are each a factor over the PE rows (source,
     destination) times one over the PE columns, as a channels-last image's are. Flows go along
     the source row, then down the destination column: a row's eastward load is the flows from
     it times the column factor's eastward legs across the link, and so on; every load is a sum
     over the terms of outer products, one matrix product for all of them."""
-    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
-    rows = max(g.row0 + g.h for g in grids) - row0
-    cols = max(g.col0 + g.w for g in grids) - col0
-    pe_rows = _Side([t[0] for t in terms], row0, rows)
-    pe_cols = _Side([t[1] for t in terms], col0, cols)
+    box = _Box(grids)
+    pe_rows = _Side.of([t[0] for t in terms], box.row0, box.rows)
+    pe_cols = _Side.of([t[1] for t in terms], box.col0, box.cols)
     longest = pe_rows.longest + pe_cols.longest
     if not longest.max(initial=0):
         return NO_TRAFFIC
@@ -214,91 +183,231 @@ def _separable_traffic(terms: Sequence[Sequence[RawFactor]], grids: Sequence[Lay
     )
 
 
-def _channels_first_traffic(
-    terms: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]
-) -> Traffic:
-    """``flows.terms_traffic`` of terms that are each a factor over (source PE row, source PE
-    column, destination PE row) times one over the destination PE column, as a channels-first
-    image's are: the image's columns are pixels, so its source column rides with the pixel.
-    A flow's leg along its source row depends on the pixels only through (source row, source
-    column), its leg down the destination column only through (source row, destination row),
-    so each load is still a sum over the terms of products: of a cumulative sum of the pixels
-    by source PE along the row with the channels beyond (or before) the link, and of the
-    pixels' row legs with the channels in the column."""
-    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
-    rows = max(g.row0 + g.h for g in grids) - row0
-    cols = max(g.col0 + g.w for g in grids) - col0
-    pixels = [t[0] for t in terms]
-    count = len(terms)
-    term = np.repeat(np.arange(count), [f[2].size for f in pixels])
-    sr, sc, dr = (
-        np.concatenate([f[1][k] for f in pixels]) - origin
-        for k, origin in enumerate((row0, col0, row0))
+def _channels_first_traffic(attrs: Attrs, src: Layout, dst: Layout) -> Traffic:
+    """The traffic of a channels-first im2col, as ``flows.terms_traffic`` would route its
+    terms: the image's columns are pixels, so a flow's source PE column rides with its pixel,
+    and each term is a factor over (source PE row, source PE column, destination PE row)
+    times one over the destination PE column (the channels whose range it is). The ranges
+    whose taps never read one pixel twice are counted tap by tap (``window_segments``), each
+    tap weighted by the channels of the ranges that hold it; the others by the runs of
+    distinct pixels they read (``Segments.runs``)."""
+    spatial, taps = _spatial(attrs, src), prod(attrs["kernel"])
+    outs = _outs(attrs, spatial)
+    box = _Box([dst, src])
+    first, end, _, column = _tap_runs(src.shape[1], taps, dst)
+    ranges = sorted(set(zip(first.tolist(), end.tolist(), strict=True)))
+    per_column = np.array(
+        [
+            np.bincount(column[(first == a) & (end == b)] - box.col0, minlength=box.cols)
+            for a, b in ranges
+        ],
+        dtype=np.float64,
+    )  # [range, destination PE column]
+    apart = np.array([b - a == 1 or not collide(attrs, outs, a, b) for a, b in ranges])
+    segments = ColumnSegments(
+        attrs, spatial, outs, src, dst, (box.row0, box.col0), (box.rows, box.cols)
     )
-    weight = np.concatenate([f[2] for f in pixels])
-    # the channels by destination PE column, per term: [term, column]
-    channel_term = np.repeat(np.arange(count), [t[1][2].size for t in terms])
-    at_column = np.concatenate([t[1][1][0] for t in terms]) - col0
-    per_column = np.bincount(
-        channel_term * cols + at_column, np.concatenate([t[1][2] for t in terms]), count * cols
-    ).reshape(count, cols)
-    down = _Side([((SR, DR), f[1][[0, 2]], f[2]) for f in pixels], row0, rows)
-    # the pixels by source PE, per term: [term, source row, source column]
-    source_rows = int(sr.max()) + 1
-    flat = (term * source_rows + sr) * cols + sc
-    size = count * source_rows * cols
-    by_source = np.bincount(flat, weight, size).reshape(count, source_rows, cols)
-    staying = np.bincount(flat, np.where(sr == dr, weight, 0), size).reshape(by_source.shape)
-    # the channels at or west of each column, and east of it
+    parts = []
+    if apart.any():
+        member = np.zeros((len(ranges), taps))
+        for i in np.flatnonzero(apart):
+            member[i, ranges[i][0] : ranges[i][1]] = 1  # one channel's taps on one column
+        parts.append(_tap_flows(segments, member.T @ per_column, box))
+    if not apart.all():
+        runs = segments.runs([ranges[i] for i in np.flatnonzero(~apart)])
+        parts.append(_run_flows(runs, per_column[~apart], src, spatial, box))
+    found = [part for part in parts if part is not None]
+    if not found:
+        return NO_TRAFFIC  # every tap reads only padding
+    total = sum(found[1:], found[0])
+    words = src.words_per_element
+    return Traffic(
+        wavelet_hops=total.hops * words,
+        max_link=max(float(load.max()) for load in total.loads) * words,
+        max_inject=float(total.inject.max()) * words,
+        max_eject=float(total.eject.max()) * words,
+        max_hops=total.longest,
+    )
+
+
+class _Box:
+    """The box of the mesh holding ``grids``: its top-left PE and its extent."""
+
+    def __init__(self, grids: Sequence[Layout]):
+        self.row0, self.col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
+        self.rows = max(g.row0 + g.h for g in grids) - self.row0
+        self.cols = max(g.col0 + g.w for g in grids) - self.col0
+
+
+@dataclass
+class _Loads:
+    """Flows' loads over a box, ``[row, column]`` arrays that add up: on the links (east,
+    west, then south and north as ``[column, row]``), sent and received by each PE; and the
+    hops of all and of the longest."""
+
+    loads: list[np.ndarray]
+    inject: np.ndarray
+    eject: np.ndarray
+    hops: float
+    longest: int
+
+    def __add__(self, other: _Loads) -> _Loads:
+        return _Loads(
+            [a + b for a, b in zip(self.loads, other.loads, strict=True)],
+            self.inject + other.inject,
+            self.eject + other.eject,
+            self.hops + other.hops,
+            max(self.longest, other.longest),
+        )
+
+
+def _tap_flows(segments: ColumnSegments, weights: np.ndarray, box: _Box) -> _Loads | None:
+    """The loads of every tap's reads (``segments``), each sent to the channels of
+    ``weights`` (``[tap, destination PE column]``, no more entries than patch columns);
+    None where no tap reads a pixel. A tap's reads by source PE are an outer product whose
+    row factor it shares with its kernel row, so each load along the source rows is one matrix
+    product over the kernel rows; down the destination columns, the segments are the flows
+    (``_Side``), spread over the columns entry by entry of ``weights``."""
+    count = np.where(weights.sum(axis=1)[:, None] > 0, segments.count, 0)
+    tap, segment = np.nonzero(count)  # tap-major: the order _Side takes
+    if not tap.size:
+        return None
+    source_row = segments.source_row[tap, segment] - box.row0
+    dst_row = segments.dst_row[segment] - box.row0
+    down = _Side(tap, source_row, dst_row, count[tap, segment], weights.shape[0], box.rows)
+    to_tap, to_col = np.nonzero(weights)
+    spread = weights[to_tap, to_col][:, None]
+
+    def by_column(per_tap: np.ndarray) -> np.ndarray:
+        """``weights.T @ per_tap``, entry by entry of ``weights``."""
+        lines = per_tap.shape[1]
+        at = to_col[:, None] * lines + np.arange(lines)[None, :]
+        out = np.bincount(at.ravel(), (spread * per_tap[to_tap]).ravel(), box.cols * lines)
+        return out.reshape(box.cols, lines)
+
+    def by_kernel_row(per_tap: np.ndarray) -> np.ndarray:
+        """``by_row.T @ per_tap`` with ``by_row`` per tap: summed over each kernel row."""
+        rows = per_tap.reshape(-1, segments.row_taps, per_tap.shape[1]).sum(axis=1)
+        out: np.ndarray = segments.by_row.T @ rows
+        return out
+
+    west = np.cumsum(weights, axis=1)
+    east = west[:, -1:] - west
+    by_col = segments.by_col
+    sent = np.cumsum(by_col, axis=1)
+    reach = weights.sum(axis=1)
+    staying = segments.staying(np.flatnonzero(reach))
+    stay_row, stay_col = staying[1] - box.row0, staying[2] - box.col0
+    stay = np.bincount(
+        stay_row * box.cols + stay_col,
+        weights[staying[0], stay_col],
+        box.rows * box.cols,
+    ).reshape(box.rows, box.cols)
+    # columns crossed: each tap's pixels by source column, to each of its columns
+    cross = np.abs(to_col[:, None] - np.arange(box.cols)[None, :]) * by_col[to_tap]
+    across = np.repeat(segments.by_row.sum(axis=1), segments.row_taps)[to_tap] @ (
+        spread[:, 0] * cross.sum(axis=1)
+    )
+    first, last = _reached(weights)
+    far = np.maximum(
+        segments.last_col[tap, segment] - box.col0 - first[tap],
+        last[tap] - (segments.first_col[tap, segment] - box.col0),
+    )
+    return _Loads(
+        [
+            by_kernel_row(sent * east),
+            by_kernel_row((sent[:, -1:] - sent) * west),
+            *(by_column(legs) for legs in down.legs),
+        ],
+        by_kernel_row(by_col * reach[:, None]) - stay,
+        by_column(down.received).T - stay,
+        float(down.distance @ reach + across),
+        int((np.abs(source_row - dst_row) + far).max()),
+    )
+
+
+def _run_flows(
+    runs: Runs, per_column: np.ndarray, src: Layout, spatial: Sequence[int], box: _Box
+) -> _Loads | None:
+    """The loads of terms whose taps may read one pixel twice, counted by the runs of
+    distinct pixels they read (``Segments.runs``) in the image ``src``, each term sent to the
+    channels of its row of ``per_column``; None where no term reads a pixel. A flow's leg
+    along its source row depends on its pixel only through (source row, source column), its
+    leg down the destination column only through (source row, destination row), so each load
+    is a sum over the terms of products: of a cumulative sum of the pixels by source PE along
+    the row with the channels beyond (or before) the link, and of the pixels' row legs with
+    the channels in the column."""
+    if not runs.count.size:
+        return None
+    count = per_column.shape[0]
+    source_row = source_rows(runs.image_row, spatial, src)
+    down = _Side(
+        runs.term, source_row - box.row0, runs.dst_row - box.row0, runs.count, count, box.rows
+    )
+    # the pixels by source PE, per term: [term, source row, column of the box]
+    run, block, pixels = runs.pieces(0, src.ct)
+    at = (runs.term[run] * src.h + source_row[run] - src.row0) * box.cols
+    at += src.col0 - box.col0 + block
+    by_source = np.bincount(at, pixels, count * src.h * box.cols).reshape(count, src.h, -1)
     west = np.cumsum(per_column, axis=1)
     east = west[:, -1:] - west
     sent = np.cumsum(by_source, axis=2)
-    along = [
-        np.einsum("trc,tc->rc", sent, east),
-        np.einsum("trc,tc->rc", sent[:, :, -1:] - sent, west),
-    ]
-    loads = [*along, *(per_column.T @ legs for legs in down.legs)]
-    stay = np.einsum("trc,tc->rc", staying, per_column)
-    inject = np.einsum("trc,t->rc", by_source, per_column.sum(axis=1)) - stay
-    eject = down.received.T @ per_column
-    eject[:source_rows] -= stay
-    apart = np.abs(np.arange(cols)[:, None] - np.arange(cols)[None, :])
-    across = np.einsum("trc,tc->", by_source, per_column @ apart)
-    words = grids[1].words_per_element
-    return Traffic(
-        wavelet_hops=float(down.distance @ per_column.sum(axis=1) + across) * words,
-        max_link=max(float(load.max()) for load in loads) * words,
-        max_inject=float(inject.max()) * words,
-        max_eject=float(eject.max()) * words,
-        max_hops=_longest(term, sr, sc, dr, per_column),
+    reach = per_column.sum(axis=1)
+    run, position = runs.staying(source_row)
+    stay_row = source_row[run] - src.row0
+    stay_col = src.col0 - box.col0 + position // src.ct
+    stay = np.bincount(
+        stay_row * box.cols + stay_col, per_column[runs.term[run], stay_col], src.h * box.cols
+    ).reshape(src.h, box.cols)
+    apart = np.abs(np.arange(box.cols)[:, None] - np.arange(box.cols)[None, :])
+    first, last = _reached(per_column)
+    first_col = src.col0 - box.col0 + runs.first // src.ct
+    last_col = src.col0 - box.col0 + (runs.first + runs.stride * (runs.count - 1)) // src.ct
+    far = np.maximum(last_col - first[runs.term], last[runs.term] - first_col)
+
+    def on_box(by_row: np.ndarray) -> np.ndarray:
+        """A ``[source row, column]`` array on the box's rows."""
+        out = np.zeros((box.rows, box.cols))
+        out[src.row0 - box.row0 : src.row0 - box.row0 + src.h] = by_row
+        return out
+
+    return _Loads(
+        [
+            on_box(np.einsum("trc,tc->rc", sent, east)),
+            on_box(np.einsum("trc,tc->rc", sent[:, :, -1:] - sent, west)),
+            *(per_column.T @ legs for legs in down.legs),
+        ],
+        on_box(np.einsum("trc,t->rc", by_source, reach) - stay),
+        down.received.T @ per_column - on_box(stay),
+        float(down.distance @ reach + np.einsum("trc,tc->", by_source, per_column @ apart)),
+        int((np.abs(source_row - runs.dst_row) + far).max()),
     )
 
 
-def _longest(
-    term: np.ndarray, sr: np.ndarray, sc: np.ndarray, dr: np.ndarray, per_column: np.ndarray
-) -> int:
-    """The most hops of any flow: a pixel's rows apart, plus its source column's distance to
-    the farther of its term's outermost destination columns."""
+def _reached(per_column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and the last column each row of ``per_column`` reaches."""
     reached = per_column > 0
     first = reached.argmax(axis=1)
-    last = per_column.shape[1] - 1 - reached[:, ::-1].argmax(axis=1)
-    across = np.maximum(np.abs(sc - first[term]), np.abs(last[term] - sc))
-    return int((np.abs(sr - dr) + across).max())
+    return first, per_column.shape[1] - 1 - reached[:, ::-1].argmax(axis=1)
 
 
 class _Side:
-    """The PE rows, or the PE columns, of terms' factors over (source, destination) lines:
-    arrays ``[term, line]`` over ``extent`` mesh lines from ``origin`` of the flows by source
+    """The PE rows, or the PE columns, of terms' flows between (source, destination) lines,
+    entry by entry (``term``, ascending; ``src``, ``dst`` from the box's first line;
+    ``counts``): arrays ``[term, line]`` over ``extent`` mesh lines of the flows by source
     line (``sent``), by destination line (``received``), that stay on their line
     (``staying``), and crossing each link forward and backward (``legs``: from line ``x`` to
     ``x + 1`` and back); per term, the flows, the lines they cross and the most one crosses."""
 
-    def __init__(self, factors: Sequence[RawFactor], origin: int, extent: int):
-        terms = len(factors)
-        term = np.repeat(np.arange(terms), [f[2].size for f in factors])
-        src, dst = (np.concatenate([f[1][k] for f in factors]) - origin for k in (0, 1))
-        counts = np.concatenate([f[2] for f in factors])
-
+    def __init__(
+        self,
+        term: np.ndarray,
+        src: np.ndarray,
+        dst: np.ndarray,
+        counts: np.ndarray,
+        terms: int,
+        extent: int,
+    ):
         def dense(at: np.ndarray, weights: np.ndarray) -> np.ndarray:
             flat = np.bincount(term * (extent + 1) + at, weights, terms * (extent + 1))
             return flat.reshape(terms, extent + 1)
@@ -316,9 +425,14 @@ class _Side:
         self.total = self.sent.sum(axis=1)
         span = np.abs(dst - src)
         self.distance = np.bincount(term, counts * span, terms)
-        self.longest = np.maximum.reduceat(span, _starts(factors))
+        self.longest = np.zeros(terms, dtype=span.dtype)
+        starts = run_starts(term)
+        self.longest[term[starts]] = np.maximum.reduceat(span, starts)
 
-
-def _starts(factors: Sequence[RawFactor]) -> np.ndarray:
-    """Where each factor's entries start among all of theirs (none is empty)."""
-    return np.cumsum([0] + [f[2].size for f in factors[:-1]])
+    @classmethod
+    def of(cls, factors: Sequence[RawFactor], origin: int, extent: int) -> _Side:
+        """The side of raw factors over (source, destination) lines, one per term."""
+        term = np.repeat(np.arange(len(factors)), [f[2].size for f in factors])
+        src, dst = (np.concatenate([f[1][k] for f in factors]) - origin for k in (0, 1))
+        counts = np.concatenate([f[2] for f in factors])
+        return cls(term, src, dst, counts, len(factors), extent)
