@@ -23,8 +23,9 @@ reads but never defines arrives from outside (``Program.layer_inputs``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,8 @@ class Sram:
         self.col_edges = [x, x + w]
         self.cells = np.zeros((1, 1), dtype=np.int64)
         """Bytes each PE of a cell holds."""
+        self.spans: dict[tuple[int, int, int, int], tuple[slice, slice]] = {}
+        """The cells of each rectangle asked about since the last cut."""
         self.peak = 0
         """Most bytes any PE has held."""
         self.total = 0
@@ -94,19 +97,26 @@ class Sram:
         assert 0 < index < len(edges), (at, edges)
         edges.insert(index, at)
         self.cells = np.insert(self.cells, index, np.take(self.cells, index - 1, axis), axis)
+        self.spans.clear()  # the cells after the cut moved
         return index
 
     def _pes(self, layout: Layout) -> np.ndarray:
         """The SRAM counters of the cells ``layout``'s PEs make up."""
-        top = self._cut(self.row_edges, layout.row0, 0)
-        bottom = self._cut(self.row_edges, layout.row0 + layout.h, 0)
-        left = self._cut(self.col_edges, layout.col0, 1)
-        right = self._cut(self.col_edges, layout.col0 + layout.w, 1)
-        return self.cells[top:bottom, left:right]
+        place = (layout.row0, layout.h, layout.col0, layout.w)
+        if place not in self.spans:
+            top = self._cut(self.row_edges, layout.row0, 0)
+            bottom = self._cut(self.row_edges, layout.row0 + layout.h, 0)
+            left = self._cut(self.col_edges, layout.col0, 1)
+            right = self._cut(self.col_edges, layout.col0 + layout.w, 1)
+            self.spans[place] = (slice(top, bottom), slice(left, right))
+        return self.cells[self.spans[place]]
 
     def allocate(self, layout: Layout, tile_bytes: int | None = None) -> None:
         """Charges ``layout``'s tiles to its PEs (``tile_bytes`` each: its tiles' bytes, or
         the most a PE holds of a sparse weight)."""
+        self._charge(layout, tile_bytes)
+
+    def _charge(self, layout: Layout, tile_bytes: int | None) -> None:
         nbytes = layout.tile_bytes if tile_bytes is None else tile_bytes
         region = self._pes(layout)
         region += nbytes
@@ -127,7 +137,7 @@ class Sram:
         """Keeps weight or constant ``key`` in ``layout`` for good (once)."""
         if (key, layout) not in self.pinned:
             self.pinned[key, layout] = tile_bytes
-            self.allocate(layout, tile_bytes)
+            self._charge(layout, tile_bytes)
 
     def _check(self, layout: Layout, used: int) -> None:
         self.peak = max(self.peak, used)
@@ -137,6 +147,32 @@ class Sram:
                 f"PE SRAM overflow: {used} bytes needed on the grid at row {layout.row0}, "
                 f"column {layout.col0}; {self.target.sram_bytes_per_pe} available"
             )
+
+
+class RecordedSram(Sram):
+    """A ledger that also keeps its allocations, releases and scratch checks in order (not
+    its pins), to play them again on a ledger that holds every pin from the start."""
+
+    def __init__(self, target: Target, strict: bool = True, region: Rect | None = None):
+        super().__init__(target, strict, region)
+        self.events: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+
+    def allocate(self, layout: Layout, tile_bytes: int | None = None) -> None:
+        self.events.append((Sram.allocate, (layout, tile_bytes)))
+        super().allocate(layout, tile_bytes)
+
+    def release(self, layout: Layout) -> None:
+        self.events.append((Sram.release, (layout,)))
+        super().release(layout)
+
+    def transient(self, layout: Layout, nbytes: int) -> None:
+        self.events.append((Sram.transient, (layout, nbytes)))
+        super().transient(layout, nbytes)
+
+    def replay(self, other: Sram) -> None:
+        """Makes ``other`` allocate, release and check what this ledger did, in order."""
+        for method, args in self.events:
+            method(other, *args)
 
 
 @dataclass(frozen=True)
@@ -496,14 +532,16 @@ def layer_cost(program: Program, index: int, rect: Rect, target: Target) -> Laye
     in their default folded layout there, as in a pipelined run.
 
     The memory is the steady state of a run: every weight and constant the layer lays out
-    stays pinned on its PEs from the first batch on, so a first pass finds them and the timed
-    pass starts with them all in place.
+    stays pinned on its PEs from the first batch on, so a first pass finds them and its
+    allocations are played again on a ledger that starts with them all in place.
     """
-    first = _run_layer(program, target, index, rect, Sram(target, False, rect))
+    first = RecordedSram(target, False, rect)
+    timing = _run_layer(program, target, index, rect, first)
     warm = Sram(target, strict=False, region=rect)
-    for (key, layout), nbytes in first.sram.pinned.items():
+    for (key, layout), nbytes in first.pinned.items():
         warm.pin(key, layout, nbytes)
-    timing = _run_layer(program, target, index, rect, warm)
+    # the timing never reads the ledger: a second run would differ only in its pins
+    first.replay(warm)
     record = timing.records[-1]
     weight_bytes = sum(
         program.tensor_bytes(ins.results[0])

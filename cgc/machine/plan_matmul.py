@@ -67,13 +67,23 @@ class Matmul(Kernel):
             return sparse
         if b.source == STREAM:
             return self._plan_streaming(q.target, q.rect, a, b, out, flops)
-        plans = [self._plan_summa(q, a, b, out, flops), plan_meshgemm(q, a, b, out.fold, flops)]
+        rivals = []
         if q.rect[3] >= 2 * out.h and k >= 2:
-            plans.append(self._plan_split_k(q, a, b, out, flops))
+            rivals.append(self._plan_split_k(q, a, b, out, flops))
         if b.source == RESIDENT:
-            plans.append(self._plan_resident_stream(q, a, b, out, flops))
-        # the soonest that fits the PEs' SRAM (else the one that overflows least); SUMMA on a tie
-        return min(plans, key=lambda plan: (sram_overflow(plan, q.target), plan.cost.cycles))
+            rivals.append(self._plan_resident_stream(q, a, b, out, flops))
+        summa = self._plan_summa(q, a, b, out, flops)
+
+        def soonest(plan: Plan) -> tuple[int, float]:
+            """Fits the PEs' SRAM (else overflows least), then fewest cycles."""
+            return sram_overflow(plan, q.target), plan.cost.cycles
+
+        # MeshGEMM's operands' arrival is counted only where it might still win without it
+        best = min(soonest(plan) for plan in (summa, *rivals))
+        bound = plan_meshgemm(q, a, b, out.fold, flops, arrive=False)
+        mesh = [plan_meshgemm(q, a, b, out.fold, flops)] if soonest(bound) <= best else []
+        # SUMMA on a tie, then MeshGEMM
+        return min((summa, *mesh, *rivals), key=soonest)
 
     @staticmethod
     def _plan_summa(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:

@@ -38,13 +38,17 @@ from cgc.machine.target import WAVELET_BYTES
 from cgc.machine.traffic import NO_TRAFFIC, Traffic, route
 
 
-def plan_meshgemm(q: Request, a: Operand, b: Operand, fold: bool, flops: float) -> Plan:
+def plan_meshgemm(
+    q: Request, a: Operand, b: Operand, fold: bool, flops: float, arrive: bool = True
+) -> Plan:
     """MeshGEMM of ``a @ b`` on the largest square grid of ``q.rect`` that leaves no PE of
     the result, of A or of B empty; A and the result ``fold`` or not, as the matmul chose.
     A and B arrive in plain block layouts on that grid and the kernel skews them itself,
     except where the skew is free: a resident operand is laid out skewed when the program
     loads, and a B streaming in down its columns lands on its skewed rows as cheaply as on
-    its plain ones (A's skew moves blocks between columns, which a stream cannot)."""
+    its plain ones (A's skew moves blocks between columns, which a stream cannot). Without
+    ``arrive``, the plan leaves out the operands' arrival, the dearest part to count: a
+    bound from below on its cycles, with the same SRAM."""
     ((shape, dtype),) = q.results
     _, m, n = matrix_dims(shape, fold)
     k = a.shape[-1]
@@ -61,17 +65,18 @@ def plan_meshgemm(q: Request, a: Operand, b: Operand, fold: bool, flops: float) 
     shift = shift_traffic(side, a_words, b_words)
     busiest = max(shift.max_link, shift.max_inject, shift.max_eject)
     step = max(compute, busiest) + shift.max_hops
-    arrive = sequential_cycles(arrival(a, a_at), arrival(b, b_at))
+    moved = (arrival(a, a_at), arrival(b, b_at)) if arrive else (NO_TRAFFIC, NO_TRAFFIC)
+    arrive_cycles = sequential_cycles(*moved)
     shifts = side - 1  # the last step's blocks go nowhere
     cost = Cost(
-        cycles=arrive + skew.cycles + shifts * step + compute,
+        cycles=arrive_cycles + skew.cycles + shifts * step + compute,
         flops=flops,
         fmacs=side * step_fmacs * out.pes,
-        traffic=arrival(a, a_at) + arrival(b, b_at) + skew + _repeated(shift, shifts),
+        traffic=moved[0] + moved[1] + skew + _repeated(shift, shifts),
         # the blocks being multiplied and the next ones arriving, of each operand
         scratch_bytes=2 * ceil((a_words + b_words) * WAVELET_BYTES),
         compute_cycles=side * compute,
-        arrival_cycles=arrive,
+        arrival_cycles=arrive_cycles,
     )
     return Plan((a_at, b_at), (out,), cost, {"algorithm": "meshgemm", "steps": side})
 
