@@ -141,7 +141,7 @@ def run_with_stats(
     num_csx: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
-    ray_placement: str = "pack",
+    ray_placement: str | None = None,
 ) -> tuple[dict[str, np.ndarray], RunStats]:
     """Runs the artifact on the simulator; returns the outputs and the run's statistics.
     ``executor="ray"`` runs each system as a Ray actor (``pip install 'cgc[ray]'``) on the
@@ -159,7 +159,7 @@ def run(
     num_csx: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
-    ray_placement: str = "pack",
+    ray_placement: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Runs the artifact on ``num_csx`` simulated systems (default: as compiled); returns
     one array per graph output, keyed by output name. The executor's settings are
@@ -322,7 +322,7 @@ def train(
     on_step: Callable[[dict], None] | None = None,
     executor: str = "local",
     ray_address: str | None = None,
-    ray_placement: str = "pack",
+    ray_placement: str | None = None,
     **options,
 ) -> TrainResult:
     """Trains a model whose first output is the loss (``options`` as for

@@ -155,9 +155,8 @@ def executor_options(command: Callable) -> Callable:
             click.option(
                 "--ray-placement",
                 type=click.Choice(PLACEMENTS),
-                default="pack",
-                show_default=True,
-                help="Keep the run's actors on few Ray nodes, or spread them over many.",
+                help="Keep the run's actors on few Ray nodes, or spread them over many  "
+                "[default: pack]",
             ),
         ),
     )

@@ -43,18 +43,31 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ModuleTy
     ray = require_ray()
     if address is not None:
         _check_reachable(address)
-    if not ray.is_initialized():
-        try:
-            ray.init(
-                address=address,
-                num_cpus=None if address else num_cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
+    if ray.is_initialized():
+        made = _connections[-1] if _connections else address
+        if address is not None and address != made:
+            raise CgcError(
+                f"--ray-address {address!r}: this process is on the Ray cluster at "
+                f"{made or 'a local instance'!r} already"
             )
-        except (ConnectionError, ValueError) as error:  # ValueError: a missing Ray Client
-            raise CgcError(f"--ray-address {address!r}: {error}") from None
+        return ray
+    try:
+        ray.init(
+            address=address,
+            num_cpus=None if address else num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except (ConnectionError, ValueError) as error:  # ValueError: a missing Ray Client
+        raise CgcError(f"--ray-address {address!r}: {error}") from None
+    _connections.append(address)
     return ray
+
+
+_connections: list[str | None] = []
+"""The addresses this process's Ray connections were made with here (None: a local
+instance); a connection someone else made is taken as it is."""
 
 
 REACH_SECONDS = 5.0
@@ -62,20 +75,33 @@ REACH_SECONDS = 5.0
 address where nothing listens for minutes."""
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame."""
+SETTINGS = 4
+"""The type of an HTTP/2 SETTINGS frame, the first thing an HTTP/2 server sends back."""
+
+
 def _check_reachable(address: str) -> None:
-    """A one-line error unless something accepts connections at ``address``'s host and port
-    (``auto``, which Ray looks up on this machine, is left to Ray)."""
+    """A one-line error unless a gRPC server (as Ray's GCS and its client server are)
+    answers at ``address``'s host and port: Ray itself retries for minutes where nothing
+    listens, or where something else does (a web server, the dashboard's port). ``auto``,
+    which Ray looks up on this machine, is left to Ray."""
     if address == "auto":
         return
     host, colon, port = address.removeprefix("ray://").rpartition(":")
     if not colon or not host or not port.isdigit():
         raise CgcError(f"--ray-address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((host, int(port)), timeout=REACH_SECONDS).close()
+        with socket.create_connection((host, int(port)), timeout=REACH_SECONDS) as probe:
+            probe.sendall(HTTP2_PREFACE)
+            header = probe.recv(9)
     except OSError as error:
         reason = error.strerror or type(error).__name__
         message = f"--ray-address {address!r}: no Ray cluster answers there ({reason})"
         raise CgcError(message) from None
+    if len(header) < 4 or header[3] != SETTINGS:
+        message = f"--ray-address {address!r}: what answers there is not a Ray cluster"
+        raise CgcError(message)
 
 
 @dataclass(frozen=True)
@@ -85,13 +111,15 @@ class Backend:
 
     executor: str = LOCAL
     address: str | None = None
-    placement: str = "pack"
+    placement: str | None = None
+    """None: packed."""
 
     def __post_init__(self) -> None:
         checked_executor(self.executor)
-        if self.placement not in PLACEMENTS:
+        if self.placement is not None and self.placement not in PLACEMENTS:
             raise CgcError(
                 f"--ray-placement {self.placement!r}: not one of {', '.join(PLACEMENTS)}"
             )
-        if self.address is not None and self.executor != RAY:
-            raise CgcError(f"--ray-address {self.address!r} needs --executor ray")
+        for option, value in (("--ray-address", self.address), ("--ray-placement", self.placement)):
+            if value is not None and self.executor != RAY:
+                raise CgcError(f"{option} {value!r} needs --executor ray")

@@ -4,7 +4,9 @@ uninterrupted one; without Ray the option is a one-line error naming the extra."
 
 from __future__ import annotations
 
+import http.server
 import sys
+import threading
 import time
 
 import numpy as np
@@ -77,6 +79,7 @@ def identical(got, want) -> None:
     assert got.weights.keys() == want.weights.keys()
     for name, value in want.weights.items():
         np.testing.assert_array_equal(got.weights[name], value, err_msg=name)
+        assert got.weights[name].flags.writeable == value.flags.writeable, name
 
 
 @pytest.mark.parametrize(
@@ -104,7 +107,8 @@ def test_inference_is_the_local_run(forward, mode, num_csx) -> None:
     ids=["k1", "k2-micro-batches-spread", "k4-fanout2"],
 )
 def test_training_is_the_local_run(model, data, options, tmp_path) -> None:
-    want = train(model, data, tmp_path / "local", **options)
+    local = {key: value for key, value in options.items() if key != "ray_placement"}
+    want = train(model, data, tmp_path / "local", **local)
     got = train(model, data, tmp_path / "ray", executor="ray", **options)
     identical(got, want)
     initial = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -120,7 +124,7 @@ def test_train_command_takes_the_executor(model, data, tmp_path) -> None:
         args = ["train", tmp_path / "mlp.onnx", "--data", tmp_path / "data.npz",
                 "--steps", 2, "--batch-size", BATCH, "--num-csx", 2, "--target", TARGET,
                 "--model-dir", directory, "--executor", executor,
-                "--ray-placement", "spread"]  # fmt: skip
+                *(["--ray-placement", "spread"] if executor == "ray" else [])]  # fmt: skip
         result = CliRunner().invoke(main, [str(a) for a in args])
         assert result.exit_code == 0, result.output
         written[executor] = (directory / "weights.safetensors").read_bytes()
@@ -129,12 +133,18 @@ def test_train_command_takes_the_executor(model, data, tmp_path) -> None:
         main, ["train", str(tmp_path / "mlp.onnx"), "--steps", "1", "--ray-address", "auto"]
     )
     assert result.exit_code == 2
-    assert "--ray-address 'auto' needs --executor ray" in result.output
+    assert result.output == "error: --ray-address 'auto' needs --executor ray\n"
+    result = CliRunner().invoke(
+        main, ["train", str(tmp_path / "mlp.onnx"), "--steps", "1", "--ray-placement", "spread"]
+    )
+    assert result.exit_code == 2
+    assert result.output == "error: --ray-placement 'spread' needs --executor ray\n"
 
 
-def kill_system(index: int) -> None:
-    """Kills the actor of system ``index`` of the run under way, and waits for its end."""
-    (name,) = [n for n in ray.util.list_named_actors() if n.endswith(f"/system {index}")]
+def kill_actor(who: str) -> None:
+    """Kills the actor ``who`` (``system 1``, ``MemoryX``) of the run under way, and waits
+    for its end."""
+    (name,) = [n for n in ray.util.list_named_actors() if n.endswith(f"/{who}")]
     actor = ray.get_actor(name)
     ray.kill(actor)
     deadline = time.monotonic() + 30
@@ -144,20 +154,23 @@ def kill_system(index: int) -> None:
         except ray.exceptions.RayActorError:
             return
         time.sleep(0.01)
-    pytest.fail(f"system {index} outlived its kill")
+    pytest.fail(f"{who} outlived its kill")
 
 
-def test_killed_actor_fails_the_run_and_resume_finishes_it(model, data, tmp_path) -> None:
+@pytest.mark.parametrize("who", ["system 1", "MemoryX"])
+def test_killed_actor_fails_the_run_and_resume_finishes_it(model, data, tmp_path, who) -> None:
     options = {"num_csx": 2, "steps": 4, "checkpoint_every": 1}
     want = train(model, data, tmp_path / "whole", **options)
 
     def on_step(line: dict) -> None:
         if line["step"] == 2:
-            kill_system(1)
+            kill_actor(who)
 
-    with pytest.raises(CgcError, match=r"^system 1 died \(its Ray actor ended\).*--resume$"):
+    with pytest.raises(CgcError, match=rf"^{who} died \(its Ray actor ended\).*--resume$"):
         train(model, data, tmp_path / "cut", executor="ray", on_step=on_step, **options)
-    assert not ray.util.list_named_actors()  # the failed run ended its other actors
+    # the failed run ended its other actors, and gave back its placement
+    assert not ray.util.list_named_actors()
+    assert {g["state"] for g in ray.util.placement_group_table().values()} <= {"REMOVED"}
     resumed = train(model, data, tmp_path / "cut", executor="ray", resume=True, **options)
     assert [m["step"] for m in resumed.metrics] == [1, 2, 3, 4]
     identical(resumed, want)
@@ -181,11 +194,19 @@ def test_without_ray_the_option_is_a_one_line_error(forward, monkeypatch, tmp_pa
         np.testing.assert_array_equal(got[name], value)
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A web server's answers, without its log on stderr."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.mark.parametrize(
     ("address", "message"),
     [
         ("127.0.0.1:1", "no Ray cluster answers there (Connection refused)"),
         ("head-node", "expected auto, HOST:PORT or ray://HOST:PORT"),
+        ("web", "what answers there is not a Ray cluster"),
     ],
 )
 def test_an_address_where_no_cluster_answers_is_a_one_line_error(
@@ -195,6 +216,10 @@ def test_an_address_where_no_cluster_answers_is_a_one_line_error(
     artifact.save(tmp_path / "mlp.cgc")
     (tmp_path / "x.npz").write_bytes(npz_bytes(inputs))
     args = ["run", tmp_path / "mlp.cgc", "--inputs", tmp_path / "x.npz", "--executor", "ray"]
+    if address == "web":  # a web server, where Ray alone would retry for minutes
+        server = http.server.HTTPServer(("127.0.0.1", 0), QuietHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"127.0.0.1:{server.server_address[1]}"
     started = time.monotonic()
     result = CliRunner().invoke(main, [str(a) for a in [*args, "--ray-address", address]])
     assert time.monotonic() - started < 10  # Ray alone retries for minutes

@@ -52,7 +52,15 @@ PLACEMENT_SECONDS = 60.0
 """How long a run waits for the Ray cluster to make room for its actors."""
 
 
-class SystemActor:
+class _Actor:
+    """What every actor of a run answers."""
+
+    def identity(self) -> str | None:
+        """This actor's id, as Ray's errors name it."""
+        return ray.get_runtime_context().get_actor_id()
+
+
+class SystemActor(_Actor):
     """One system: its SRAM, its pinned tensors, and the weights of the current step."""
 
     def __init__(self, program: Program, target: Target, mode: str, specs: dict[str, WeightSpec]):
@@ -61,14 +69,15 @@ class SystemActor:
         self.deliver = mode == "pipelined"
         self.system = System(Sram(target))
         self.weights = MemoryX({}, target, specs)
-        """Streams the weights of the step from the object store's copy (``load``)."""
+        """Streams the weights of the step from the object store's copy."""
 
-    def load(self, weights: dict[str, np.ndarray]) -> None:
-        """Takes the step's weights, as MemoryX broadcast them."""
+    def run(
+        self, chunk: Sequence[np.ndarray], weights: dict[str, np.ndarray]
+    ) -> tuple[Run, Gradients]:
+        """Runs the program on one chunk with the step's weights, as MemoryX broadcast them
+        (each run is handed them: a lost broadcast fails the run, not a later step): the run
+        without its gradients, and the gradients."""
         self.weights.weights = weights
-
-    def run(self, chunk: Sequence[np.ndarray]) -> tuple[Run, Gradients]:
-        """Runs the program on one chunk: the run without its gradients, and the gradients."""
         executor = Executor(self.program, self.target, self.system, self.weights, self.deliver)
         executor.run(chunk)
         gradients = [(name, perm, executor.gradient(i)) for i, (name, perm, _) in
@@ -85,7 +94,7 @@ class SystemActor:
         ]
 
 
-class MemoryXActor:
+class MemoryXActor(_Actor):
     """MemoryX: the weights, this step's gradients and the optimizer state."""
 
     def __init__(self, memoryx: MemoryX):
@@ -144,8 +153,23 @@ class RayCluster(Cluster):
         super().__init__(artifact, num_csx)
         self.pending: list[ray.ObjectRef] = []
         """The gradients of the last step's runs, by chunk, in the systems' object stores."""
+        self.group: Any = None
+        self.actors: list[Any] = []
+        self.store: Any = None
+        self.names: dict[str, str] = {}
+        """Each actor's name in errors, by its id."""
+        try:
+            self._start(artifact, backend.placement or "pack")
+        except BaseException:  # the actors must not outlive a cluster that never started
+            self.close()
+            raise
+        # the driver's MemoryX keeps the shapes and live counts that the timing needs
+        self.memoryx.weights = {}
+
+    def _start(self, artifact: Artifact, placement: str) -> None:
+        """Places the actors, and has MemoryX broadcast the first weights."""
         count = self.num_csx + 1
-        self.group = _placement(count, backend.placement)
+        self.group = _placement(count, placement)
         run = uuid.uuid4().hex[:8]
 
         def placed(index: int, name: str) -> dict[str, Any]:
@@ -155,28 +179,18 @@ class RayCluster(Cluster):
 
         program = ray.put(self.program)  # once for all the systems
         specs = artifact.weight_specs
-        self.actors: list[Any] = [
+        self.actors = [
             _SYSTEM.options(**placed(k, f"system {k}")).remote(
                 program, self.target, self.mode, specs
             )
             for k in range(self.num_csx)
         ]
-        self.store: Any = _MEMORYX.options(**placed(self.num_csx, "MemoryX")).remote(self.memoryx)
-        self.names = {actor._actor_id.hex(): f"system {k}" for k, actor in enumerate(self.actors)}
-        """Each actor's name in errors, by its id."""
-        self.names[self.store._actor_id.hex()] = "MemoryX"
-        # the driver's MemoryX keeps the shapes and live counts that the timing needs
-        self.memoryx.weights = {}
-        try:
-            self._broadcast(self._get(self.store.broadcast.remote()))
-        except BaseException:  # the actors must not outlive a cluster that never started
-            self.close()
-            raise
-
-    def _broadcast(self, weights: list[ray.ObjectRef]) -> None:
-        """Hands every system the one object of the step's weights."""
-        for actor in self.actors:
-            actor.load.remote(weights[0])
+        self.store = _MEMORYX.options(**placed(self.num_csx, "MemoryX")).remote(self.memoryx)
+        names = [*(f"system {k}" for k in range(self.num_csx)), "MemoryX"]
+        ids = ray.get([actor.identity.remote() for actor in [*self.actors, self.store]])
+        self.names = {id_: name for id_, name in zip(ids, names, strict=True) if id_}
+        self.weights = self._get(self.store.broadcast.remote())[0]
+        """The object of the step's weights, handed to every run."""
 
     def _get(self, ref: ray.ObjectRef) -> Any:
         """``ref``'s value; an actor that died is a one-line error naming it, and an error of
@@ -200,7 +214,7 @@ class RayCluster(Cluster):
         if inputs is None:
             raise CgcError("a run with numbers needs inputs")
         calls = [
-            self.actors[c % self.num_csx].run.options(num_returns=2).remote(chunk)
+            self.actors[c % self.num_csx].run.options(num_returns=2).remote(chunk, self.weights)
             for c, chunk in enumerate(self._chunks(inputs))
         ]
         self.pending = [gradients for _, gradients in calls]
@@ -222,7 +236,7 @@ class RayCluster(Cluster):
         norm, weights = self._get(update)
         if norm is not None:
             self.grad_norm = norm
-        self._broadcast(weights)
+        self.weights = weights[0]
 
     def _node(self, group: Sequence[tuple[int, ray.ObjectRef]]) -> tuple[int, ray.ObjectRef]:
         """A SwarmX node over ``group`` (first leaf's system, gradients), run on the actor of
@@ -231,7 +245,8 @@ class RayCluster(Cluster):
         return first, self.actors[first].reduce.remote(*[gradients for _, gradients in group])
 
     def stored(self) -> MemoryX:
-        return self._get(self.store.held.remote())
+        # a copy of its own: arrays from the object store are read-only, the local ones not
+        return copy.deepcopy(self._get(self.store.held.remote()))
 
     def restore(
         self,
@@ -240,14 +255,15 @@ class RayCluster(Cluster):
         steps: int,
         masks: Mapping[str, np.ndarray] | None,
     ) -> None:
-        restored = self.store.restore.remote(weights, state, steps, masks)
-        self._broadcast(self._get(restored))
+        self.weights = self._get(self.store.restore.remote(weights, state, steps, masks))[0]
 
     def close(self) -> None:
-        """Ends the actors and frees their placement."""
+        """Ends the actors and frees their placement (those made so far)."""
         for actor in [*self.actors, self.store]:
-            ray.kill(actor)
-        remove_placement_group(self.group)
+            if actor is not None:
+                ray.kill(actor)
+        if self.group is not None:
+            remove_placement_group(self.group)
 
 
 def _placement(count: int, strategy: str) -> Any:
