@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import click
 
-from cgc.errors import CgcError
 from cgc.executors import EXECUTORS, LOCAL
 from cgc.tools.paths import output_directory
 
@@ -33,18 +32,18 @@ from cgc.tools.paths import output_directory
 )
 @click.option(
     "--jobs",
-    type=click.IntRange(min=1),
-    help="Points at once (local), or the CPUs of a local Ray instance  [default: the CPUs]",
+    type=int,
+    help="Points at once (local), or the CPUs of a local Ray instance (not with "
+    "--ray-address: a cluster's CPUs are its own)  [default: the CPUs]",
 )
 @click.option("--ray-address", help="The Ray cluster to run on, e.g. auto or ray://HOST:10001.")
 def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_address: str | None):
     """Simulate every point of the grid in SPEC (a YAML file; see cgc.tools.sweep), timing
     only, and write DIR/sweep.csv, DIR/sweep.json and DIR/scaling.png. A re-run with the same
     DIR computes only the points not finished yet."""
-    from cgc.tools.sweep import load_spec, run_sweep, table_text
+    from cgc.tools.sweep import checked_options, load_spec, run_sweep, table_text
 
-    if ray_address is not None and executor != "ray":
-        raise CgcError("--ray-address needs --executor ray")
+    checked_options(executor, jobs, ray_address)
     output_directory(directory, "-o")
     chosen = load_spec(spec)
     with contextlib.ExitStack() as stack:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,6 +184,24 @@ def test_a_rerun_computes_only_the_points_missing(spec, serial, tmp_path, monkey
     assert measured == []
 
 
+def test_a_model_replaced_between_runs_is_simulated_again(spec, tmp_path):
+    (tmp_path / "sweep.yaml").write_text(
+        "models: m.onnx\nmeasure: inference\ntargets: mesh4x4\nbatch_size: 8\n"
+    )
+    out = tmp_path / "out"
+    for name, simulated in [("mlp", 1), ("mlp_train", 1), ("mlp_train", 0)]:
+        shutil.copy(spec.parent / f"{name}.onnx", tmp_path / "m.onnx")
+        result = invoke(str(tmp_path / "sweep.yaml"), "-o", str(out), "--jobs", "1")
+        assert result.exit_code == 0, result.output
+        assert f"{simulated} points simulated, {1 - simulated} found" in result.output
+        [row] = table(out)
+        alone = cgc.simulate(
+            str(spec.parent / f"{name}.onnx"), training=False, target=MESH, batch_size=8
+        ).stats
+        assert float(row["simulated_seconds"]) == alone.simulated_seconds
+        assert row["model"] == "m.onnx"
+
+
 def test_a_journal_line_that_is_not_a_row_is_named(tmp_path):
     (tmp_path / sweeping.JOURNAL).write_text('{"cgc": "0.0.1"}\n[1, 2]\n')
     with pytest.raises(cgc.CgcError, match=r"points.jsonl: line 2 is not a point's row$"):
@@ -204,6 +225,8 @@ BAD = [
     ("models: mlp.onnx\nset: [rows=x]", "set: rows=x: 'x' is not a number"),
     ("models: mlp.onnx\nset: [rows]", "set: rows: expected a list of FIGURE=VALUE"),
     ("models: mlp.onnx\nset: [rows=4, rows = 4]", "set: rows=4 is given twice"),
+    ("models: mlp.onnx\nset: [[rows=4, cols=8], [cols=8, rows=4]]", "set: cols=8 rows=4 is given"),
+    ("models: mlp.onnx\nset: [[rows=4, cols=8, rows=8]]", "set: rows is given twice in one list"),
     ("models: mlp.onnx\nsparsity: [0.5, 1]", "sparsity: 1: expected a fraction of zeros"),
     ("models: mlp.onnx\nbatch_size: [8, -8]", "batch_size: -8: expected a batch >= 1, or null"),
     ("models: mlp.onnx\nmode: fast", "mode: fast: expected one of weight_streaming"),
@@ -235,11 +258,61 @@ def test_bad_options_are_one_line(spec, tmp_path):
     for args, message in [
         ([str(tmp_path / "none.yaml")], "SPEC .*none.yaml: no such file"),
         ([str(spec), "--ray-address", "auto"], "--ray-address needs --executor ray"),
-        ([str(spec), "--jobs", "0"], "Invalid value for '--jobs'"),
+        ([str(spec), "--jobs", "0"], "--jobs 0: must be at least 1"),
+        (
+            [str(spec), "--executor", "ray", "--ray-address", "auto", "--jobs", "2"],
+            "--jobs sets nothing with --ray-address",
+        ),
     ]:
         result = invoke(*args, "-o", str(tmp_path / "out"))
         assert result.exit_code == 2
+        assert len(result.stderr.splitlines()) == 1, result.stderr
         assert re.search(message, result.stderr), result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_that_fails_before_any_point_leaves_its_directory_as_it_was(
+    spec, tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
+    result = invoke(str(spec), "-o", str(tmp_path / "out"), "--executor", "ray")
+    assert result.exit_code == 2
+    assert result.stderr == "error: --executor ray needs Ray: pip install 'cgc[ray]'\n"
+    assert not (tmp_path / "out").exists()
+
+
+MEASURE = sweeping.measure
+"""``measure`` itself: in a worker of the pool, the test's patch is not there."""
+
+
+def dies_on_overrides(point: sweeping.Point) -> dict:
+    """``measure``, but a point with target overrides kills the worker that runs it."""
+    if point.set:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return MEASURE(point)
+
+
+def test_a_worker_that_dies_stops_the_sweep_with_its_points_kept(
+    spec, serial, tmp_path, monkeypatch
+):
+    out = tmp_path / "out"
+    monkeypatch.setattr(sweeping, "measure", dies_on_overrides)  # the pool's workers run it
+    result = invoke(str(spec), "-o", str(out), "--jobs", "2")
+    assert result.exit_code == 2
+    kept = re.fullmatch(
+        f"error: a worker process of the pool died; (\\d) of 8 points are kept in "
+        f"{re.escape(str(out))}, and a re-run into it resumes from them\n",
+        result.stderr,
+    )
+    assert kept is not None, result.stderr
+    journal = out / sweeping.JOURNAL
+    lines = journal.read_text().splitlines() if journal.exists() else []
+    assert int(kept[1]) == len(lines) <= 4
+    monkeypatch.undo()
+    result = invoke(str(spec), "-o", str(out), "--jobs", "2")
+    assert result.exit_code == 0, result.output
+    assert f"{8 - int(kept[1])} points simulated, {kept[1]} found" in result.output
+    assert without_wall(table(out)) == without_wall(table(serial))
 
 
 def test_the_bar_counts_points_from_where_a_resumed_sweep_starts():

@@ -20,7 +20,9 @@ Any other exception is a bug and stops the sweep.
 
 The output directory keeps ``points.jsonl``, one line per finished point, appended and synced
 as each point finishes: a killed sweep loses only the points in flight, and a re-run computes
-only the points the journal lacks (found by their parameters). From it come ``sweep.csv``,
+only the points the journal lacks (found by their parameters, the model by its file and the
+SHA-256 of its bytes, so a model replaced or edited is simulated again). A worker that dies
+stops the sweep with the points finished kept. From the journal come ``sweep.csv``,
 ``sweep.json`` and ``scaling.png`` (throughput and efficiency against the systems, a line per
 series of points that differ only in ``num_csx``, as ``cgc scale`` draws one model's). Rows
 that another version of cgc simulated are not taken: their points are simulated again.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import itertools
 import json
@@ -42,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +53,7 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError
-from cgc.executors import LOCAL, checked_executor, connect
+from cgc.executors import LOCAL, RAY, checked_executor, connect
 from cgc.machine.artifact import Artifact
 from cgc.machine.files import permissions, remove_stale_temporaries, write_atomically
 from cgc.machine.target import MAX_SYSTEMS, get_target, with_figures
@@ -78,7 +82,10 @@ MOST_POINTS = 10_000
 """Most points one spec asks for: a typing slip in an axis should not queue a month's work."""
 
 PARAMETERS = ("model", "measure", "target", "set", "mode", "sparsity", "batch_size", "num_csx")
-"""A point's parameters, outer axis first: its key in the journal."""
+"""A point's parameters, outer axis first: its columns of the table."""
+IDENTITY = ("source", "digest", *PARAMETERS[1:])
+"""What identifies a point across runs (its key in the journal): its parameters, but the model
+by what is read, not by the name the spec gives it."""
 RESULTS = (
     "samples_per_second",
     "tokens_per_second",
@@ -110,6 +117,8 @@ class Point:
     """As the spec names it."""
     source: str
     """Where it is read from (an absolute path, or ``zoo:NAME``)."""
+    digest: str
+    """The SHA-256 of the file's bytes (empty for ``zoo:NAME``)."""
     measure: str
     target: str
     set: str
@@ -123,10 +132,15 @@ class Point:
         """The point's columns of the table."""
         return {name: getattr(self, name) for name in PARAMETERS}
 
+    def identity(self) -> Row:
+        """The point's fields that ``key`` reads."""
+        return {name: getattr(self, name) for name in IDENTITY}
 
-def key(row: Row) -> str:
-    """What identifies a point across runs: its parameters."""
-    return json.dumps([row[name] for name in PARAMETERS])
+
+def key(fields: Row) -> str:
+    """The key of the point whose ``IDENTITY`` is in ``fields`` (a journal's line without
+    them, from an older cgc, is the key of no point)."""
+    return json.dumps([fields.get(name) for name in IDENTITY])
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,7 @@ class Spec:
 
     models: tuple[str, ...]
     sources: tuple[str, ...]
+    digests: tuple[str, ...]
     measure: str
     targets: tuple[str, ...]
     set: tuple[str, ...]
@@ -145,19 +160,19 @@ class Spec:
 
     def points(self) -> list[Point]:
         """The grid, models outermost and ``num_csx`` innermost (a series is contiguous)."""
-        models = zip(self.models, self.sources, strict=True)
+        models = zip(self.models, self.sources, self.digests, strict=True)
         grid = itertools.product(
             models, self.targets, self.set, self.mode, self.sparsity, self.batch_size, self.num_csx
         )
         return [
-            Point(model, source, self.measure, target, figures, mode, level, batch, systems)
-            for (model, source), target, figures, mode, level, batch, systems in grid
+            Point(*model, self.measure, target, figures, mode, level, batch, systems)
+            for model, target, figures, mode, level, batch, systems in grid
         ]
 
     def to_json(self) -> dict[str, Any]:
         """The spec as the sweep's JSON records it."""
         data = asdict(self)
-        del data["sources"]
+        del data["sources"], data["digests"]
         return data
 
 
@@ -198,9 +213,11 @@ def _checked(data: dict[Any, Any], base: Path) -> Spec:
         wrong = next(m for m in modes if m != "weight_streaming")
         raise CgcError(f"mode: {wrong}: a training step runs in weight_streaming mode")
     systems = _axis(given, "num_csx", _is_systems, f"a number of systems, 1 to {MAX_SYSTEMS}")
+    sources = tuple(_source(model, base) for model in models)
     spec = Spec(
         models=tuple(models),
-        sources=tuple(_source(model, base) for model in models),
+        sources=sources,
+        digests=tuple(map(_digest, sources)),
         measure=measure,
         targets=tuple(targets),
         set=tuple(_distinct("set", sets)),
@@ -276,10 +293,16 @@ def _is_assignments(value: object) -> bool:
 
 
 def _overrides(assignments: str | list[str], targets: Sequence[str]) -> str:
-    """An override list, normalised to ``FIGURE=VALUE`` separated by spaces, if it makes a
-    valid target of every one of ``targets``."""
+    """An override list, normalised to ``FIGURE=VALUE`` separated by spaces in the order of
+    the figures' names (one list in two orders is one point), if it makes a valid target of
+    every one of ``targets``."""
     listed = assignments if isinstance(assignments, list) else [assignments]
-    normal = [f"{k.strip()}={v.strip()}" for k, _, v in (a.partition("=") for a in listed)]
+    pairs = sorted((k.strip(), v.strip()) for k, _, v in (a.partition("=") for a in listed))
+    names = [name for name, _ in pairs]
+    twice = [name for i, name in enumerate(names) if name in names[:i]]
+    if twice:
+        raise CgcError(f"set: {twice[0]} is given twice in one list")
+    normal = [f"{name}={value}" for name, value in pairs]
     for name in targets:
         try:
             with_figures(get_target(name), normal)
@@ -305,6 +328,17 @@ def _source(model: str, base: Path) -> str:
     else:
         raise CgcError(f"models: {model}: expected an .onnx file, a params .yaml file or zoo:NAME")
     return path
+
+
+def _digest(source: str) -> str:
+    """The SHA-256 of the bytes of the file at ``source``, empty for a zoo model (cgc's own,
+    the same for a version of cgc, which the journal records)."""
+    from cgc.frontends.params import ZOO_PREFIX
+
+    if source.startswith(ZOO_PREFIX):
+        return ""
+    with open(source, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def measure(point: Point) -> Row:
@@ -372,16 +406,19 @@ WARM = ["cgc.tools.sweep", "cgc.compiler.driver", "cgc.runtime.simulation"]
 def in_pool(points: Sequence[Point], jobs: int) -> Finished:
     """Up to ``jobs`` points at once in worker processes. The workers fork from a server
     started afresh (``forkserver``), never from this process, which may hold threads (Ray's)
-    a fork would copy mid-lock. Leaving early cancels the points not started."""
+    a fork would copy mid-lock. Leaving early cancels the points not started; a worker that
+    dies (killed, out of memory) breaks the pool, which is ``WorkerDied``."""
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(WARM)
     pool = ProcessPoolExecutor(jobs, context, _exit_with, (os.getpid(),))
-    futures = {pool.submit(measure, point): index for index, point in enumerate(points)}
     try:
+        futures = {pool.submit(measure, point): index for index, point in enumerate(points)}
         for future in as_completed(futures):
             yield futures[future], future.result()
+    except BrokenProcessPool:
+        raise WorkerDied("a worker process of the pool died") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -404,18 +441,31 @@ def _exit_with(driver: int) -> None:
 def on_ray(points: Sequence[Point], address: str | None, cpus: int | None) -> Finished:
     """Every point a Ray task of one CPU, on the cluster at ``address`` (or a local instance
     of ``cpus`` CPUs); the workers import cgc, which must be installed where they run.
-    Leaving early cancels the tasks not finished."""
+    Leaving early cancels the tasks not finished. A worker or node that dies (once Ray stops
+    retrying its task) is ``WorkerDied``; an exception of ``measure`` itself, a bug, is Ray's
+    ``RayTaskError`` as it is."""
     ray = connect(address, cpus)
     task = ray.remote(num_cpus=1)(measure)
     indices = {task.remote(point): index for index, point in enumerate(points)}
     pending = list(indices)
+    died = (
+        ray.exceptions.WorkerCrashedError,
+        ray.exceptions.NodeDiedError,
+        ray.exceptions.OutOfMemoryError,
+    )
     try:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             yield indices[ready[0]], ray.get(ready[0])
+    except died as error:
+        raise WorkerDied(f"a Ray worker died ({type(error).__name__})") from None
     finally:
         for ref in pending:
             ray.cancel(ref)
+
+
+class WorkerDied(Exception):
+    """A process that ran points ended without answering: killed, or out of memory."""
 
 
 def executed(
@@ -432,16 +482,18 @@ def executed(
 
 class Journal:
     """``DIR/points.jsonl``: the rows of the finished points, a line each, appended and
-    synced one by one, each with the version of cgc that simulated it. A line cut short by a
-    kill is dropped when the journal is opened again (only whole lines are points), and the
-    rows of another version of cgc are not taken: their points are simulated again."""
+    synced one by one, each with the version of cgc that simulated it and its ``IDENTITY``. A
+    line cut short by a kill is dropped when the journal is opened again (only whole lines are
+    points), and the rows of another version of cgc are not taken: their points are simulated
+    again. DIR and the file are made with the first row: a sweep that fails before any point
+    leaves DIR as it was."""
 
     def __init__(self, directory: Path):
+        self.directory = directory
         self.path = directory / JOURNAL
         self.rows = self._read()
         """The finished points' rows, by ``key``."""
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self.fd = os.open(self.path, flags, permissions(directory=False))
+        self.fd: int | None = None
 
     def _read(self) -> dict[str, Row]:
         if not self.path.exists():
@@ -453,25 +505,41 @@ class Journal:
         rows = {}
         for number, line in enumerate(data[:whole].splitlines(), 1):
             try:
-                row = json.loads(line)
-                if row.pop("cgc") == __version__:
-                    rows[key(row)] = row
+                record = json.loads(line)
+                if record.pop("cgc") == __version__:
+                    rows[key(record)] = _table_row(record)
             except (ValueError, TypeError, KeyError, AttributeError):
                 raise CgcError(f"{self.path}: line {number} is not a point's row") from None
         return rows
 
-    def append(self, row: Row) -> Row:
-        """Records ``row``; returns it as the journal gives it back."""
-        line = json.dumps({"cgc": __version__, **row}) + "\n"
+    def append(self, point: Point, row: Row) -> Row:
+        """Records ``row``, the row of ``point``; returns it as the journal gives it back."""
+        if self.fd is None:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            self.fd = os.open(self.path, flags, permissions(directory=False))
+        line = json.dumps({"cgc": __version__, **point.identity(), **row}) + "\n"
         os.write(self.fd, line.encode())
         os.fsync(self.fd)
-        loaded: Row = json.loads(line)
-        del loaded["cgc"]
-        self.rows[key(loaded)] = loaded
+        record = json.loads(line)
+        del record["cgc"]
+        loaded = self.rows[key(record)] = _table_row(record)
         return loaded
 
+    def row_of(self, point: Point) -> Row | None:
+        """The row of ``point``, if the journal has it, its model named as ``point`` names it
+        (the same file under another name is the same point)."""
+        row = self.rows.get(key(point.identity()))
+        return None if row is None else {**row, **point.parameters()}
+
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def _table_row(record: Row) -> Row:
+    """A journal's record without what only the journal keeps."""
+    return {name: value for name, value in record.items() if name not in IDENTITY[:2]}
 
 
 @dataclass(frozen=True)
@@ -500,14 +568,14 @@ def run_sweep(
 ) -> Outcome:
     """Runs the points of ``spec`` missing from ``directory``'s journal on ``executor``
     (``jobs`` processes, or Ray CPUs of a local instance; default the CPUs here), then writes
-    the table and the plot of every point finished, even if the sweep stops early."""
-    checked_executor(executor)
+    the table and the plot of every point finished, even if the sweep stops early (and
+    nothing, if no point has finished). A worker that dies is a one-line CgcError."""
+    checked_options(executor, jobs, ray_address)
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
     remove_stale_temporaries(root, OUTPUTS)  # a killed run's half-written files
     grid = spec.points()
     journal = Journal(root)
-    rows: list[Row | None] = [journal.rows.get(key(p.parameters())) for p in grid]
+    rows = [journal.row_of(point) for point in grid]
     missing = [i for i, row in enumerate(rows) if row is None]
     done = len(grid) - len(missing)
     todo = [grid[i] for i in missing]
@@ -515,15 +583,30 @@ def run_sweep(
     try:
         with contextlib.closing(executed(todo, executor, cpus, ray_address)) as finished:
             for index, row in finished:
-                recorded = rows[missing[index]] = journal.append(row)
+                recorded = rows[missing[index]] = journal.append(todo[index], row)
                 done += 1
                 if on_point is not None:
                     on_point(done, len(grid), recorded)
+    except WorkerDied as died:
+        kept = f"{done} of {len(grid)} points are kept in {root}"
+        raise CgcError(f"{died}; {kept}, and a re-run into it resumes from them") from None
     finally:
         journal.close()
         table = with_speedups([row for row in rows if row is not None])
-        files = write_outputs(spec, root, table)
+        files = write_outputs(spec, root, table) if table else []
     return Outcome(table, len(missing), len(grid) - len(missing), files)
+
+
+def checked_options(executor: str, jobs: int | None, ray_address: str | None) -> None:
+    """A one-line error for ``jobs`` below 1 or for an option that would set nothing:
+    ``ray_address`` but on Ray, or ``jobs`` (a pool's processes, or the CPUs of a local Ray
+    instance) with a cluster at ``ray_address``, whose CPUs are its own."""
+    if checked_executor(executor) != RAY and ray_address is not None:
+        raise CgcError("--ray-address needs --executor ray")
+    if jobs is not None and jobs < 1:
+        raise CgcError(f"--jobs {jobs}: must be at least 1")
+    if jobs is not None and ray_address is not None:
+        raise CgcError("--jobs sets nothing with --ray-address: the cluster's CPUs run the points")
 
 
 def series(rows: Sequence[Row]) -> dict[str, list[Row]]:
