@@ -53,7 +53,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ModuleTy
         return ray
     try:
         ray.init(
-            address=address,
+            # "local": a fresh instance of this process's own, never another session's
+            address=address or "local",
             num_cpus=None if address else num_cpus,
             include_dashboard=False,
             log_to_driver=False,

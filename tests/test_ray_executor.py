@@ -30,6 +30,7 @@ SAMPLES, BATCH = 40, 8
 def local_ray():
     """A Ray instance of two CPUs on the loopback interface, for the whole module."""
     ray.init(
+        address="local",  # never another session's instance
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
