@@ -99,17 +99,17 @@ class Layout:
         """C: the matrix columns, split over the grid columns."""
         return matrix_dims(self.shape, self.fold)[2]
 
-    @property
+    @cached_property
     def rt(self) -> int:
         """Tile rows per PE."""
         return ceil(self.rows / self.h)
 
-    @property
+    @cached_property
     def ct(self) -> int:
         """Tile columns per PE."""
         return ceil(self.cols / self.w)
 
-    @property
+    @cached_property
     def itemsize(self) -> int:
         """Bytes per element."""
         return dtypes.dtype(self.dtype).itemsize
@@ -119,12 +119,12 @@ class Layout:
         """Wavelets per element: 16-bit values travel two to a wavelet."""
         return self.itemsize / WAVELET_BYTES
 
-    @property
+    @cached_property
     def tile_elements(self) -> int:
         """Elements each PE of the grid holds (padding included)."""
         return prod(self.batch) * self.rt * self.ct
 
-    @property
+    @cached_property
     def tile_bytes(self) -> int:
         """SRAM bytes each PE of the grid spends on this tensor."""
         return self.tile_elements * self.itemsize
