@@ -64,8 +64,8 @@ def main() -> None:
     import ray
 
     import cgc
-    from cgc.executors import Backend
     from cgc.runtime.cluster import open_cluster
+    from cgc.runtime.executors import Backend
 
     text = PARAMS.format(
         hidden=args.hidden, layers=args.layers, filter=4 * args.hidden, seq=args.seq,

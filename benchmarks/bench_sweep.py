@@ -62,12 +62,12 @@ RUNS = {"serial": ("local", 1), "pool": ("local", 2), "ray": ("ray", 2)}
 def one(name: str, directory: Path, output: str) -> dict:
     """Runs the sweep as ``name`` says, in this process, into ``directory/output``."""
     started = time.perf_counter()
-    from cgc.tools.sweep import load_spec, run_sweep
+    from cgc.sweep import load_spec, run_sweep
 
     executor, jobs = RUNS[name]
     ray_seconds = 0.0
     if executor == "ray":
-        from cgc.executors import connect
+        from cgc.runtime.executors import connect
 
         connect(None, jobs)
         ray_seconds = time.perf_counter() - started

@@ -147,8 +147,8 @@ def run_with_stats(
     ``executor="ray"`` runs each system as a Ray actor (``pip install 'cgc[ray]'``) on the
     cluster at ``ray_address`` (default: a local instance), its actors packed on few nodes
     or spread (``ray_placement``): the same outputs and statistics, bit for bit."""
-    from cgc.executors import Backend
     from cgc.runtime.cluster import run as run_cluster
+    from cgc.runtime.executors import Backend
 
     return run_cluster(artifact, inputs, num_csx, Backend(executor, ray_address, ray_placement))
 
@@ -331,7 +331,7 @@ def train(
     each step's metrics; skipped damaged checkpoints are Python warnings. The executor's
     settings are ``run_with_stats``'s: on Ray, MemoryX is one more actor, and the losses
     and weights are the local run's, bit for bit."""
-    from cgc.executors import Backend
+    from cgc.runtime.executors import Backend
     from cgc.runtime.trainer import train as run_training
 
     backend = Backend(executor, ray_address, ray_placement)

@@ -45,7 +45,7 @@ from cgc.tools.paths import (
 if TYPE_CHECKING:
     from xdsl.passes import ModulePass
 
-    from cgc.executors import Backend
+    from cgc.runtime.executors import Backend
 
 _SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
 _MESH = re.compile(r"(\d+)x(\d+)")
@@ -468,7 +468,7 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
 
 def _backend(options: dict) -> Backend:
     """The executor the options name (taken out of ``options``)."""
-    from cgc.executors import Backend
+    from cgc.runtime.executors import Backend
 
     keys = ("executor", "ray_address", "ray_placement")
     return Backend(*(options.pop(key) for key in keys))

@@ -134,8 +134,8 @@ def weights_options(command: Callable) -> Callable:
 
 def executor_options(command: Callable) -> Callable:
     """``--executor``, ``--ray-address`` and ``--ray-placement``: where a numeric run's
-    systems run (``cgc.executors``)."""
-    from cgc.executors import EXECUTORS, PLACEMENTS
+    systems run (``cgc.runtime.executors``)."""
+    from cgc.runtime.executors import EXECUTORS, PLACEMENTS
 
     return _options(
         command,

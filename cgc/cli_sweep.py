@@ -1,6 +1,6 @@
 """``cgc sweep SPEC.yaml``: a design study, every point of a grid of models, targets,
 overrides, modes, sparsity levels, batches and cluster sizes compiled and simulated on shapes
-as an independent task, locally or on Ray (``cgc.tools.sweep``)."""
+as an independent task, locally or on Ray (``cgc.sweep``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import click
 
-from cgc.executors import EXECUTORS, LOCAL
+from cgc.runtime.executors import EXECUTORS, LOCAL
 from cgc.tools.paths import output_directory
 
 
@@ -38,10 +38,10 @@ from cgc.tools.paths import output_directory
 )
 @click.option("--ray-address", help="The Ray cluster to run on, e.g. auto or ray://HOST:10001.")
 def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_address: str | None):
-    """Simulate every point of the grid in SPEC (a YAML file; see cgc.tools.sweep), timing
+    """Simulate every point of the grid in SPEC (a YAML file; see cgc.sweep), timing
     only, and write DIR/sweep.csv, DIR/sweep.json and DIR/scaling.png. A re-run with the same
     DIR computes only the points not finished yet."""
-    from cgc.tools.sweep import checked_options, load_spec, run_sweep, table_text
+    from cgc.sweep import checked_options, load_spec, run_sweep, table_text
 
     checked_options(executor, jobs, ray_address)
     output_directory(directory, "-o")
@@ -62,7 +62,7 @@ def _progress(stack: contextlib.ExitStack, total: int) -> Callable[[int, int, di
     """A bar on a terminal, a line per point otherwise."""
     if not sys.stdout.isatty():
         return _log
-    from cgc.tools.sweep import SweepBar
+    from cgc.sweep import SweepBar
 
     bar = SweepBar(total, sys.stdout)
     stack.callback(bar.close)

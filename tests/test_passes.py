@@ -1205,6 +1205,6 @@ def test_place_layers_names_every_layer_that_does_not_fit():
     imported = import_model(zoo.mlp(in_features=512, hidden=(512, 512), classes=10), batch_size=2)
     assert placement_error(imported, "mesh2x2") == (
         "model does not fit on mesh2x2 in pipelined mode: 2 layers need more SRAM per PE than "
-        "48.0 KiB even on all 2x2 PEs: 'fc1' 515.0 KiB, 'fc2' 515.0 KiB; use --mode "
+        "48.0 KiB even on all 2x2 PEs: 'fc1' 260.0 KiB, 'fc2' 260.0 KiB; use --mode "
         "weight_streaming"
     )

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 import cgc
+from cgc import sweep as sweeping
 from cgc.cli import main
 from cgc.frontends import zoo
 from cgc.machine.target import get_target, with_figures
-from cgc.tools import sweep as sweeping
 from cgc.version import __version__
 
 SPEC = """\
@@ -50,7 +50,7 @@ def spec(tmp_path_factory) -> Path:
 def ray_cluster():
     """A local Ray instance of two CPUs for this module."""
     pytest.importorskip("ray")
-    from cgc.executors import connect
+    from cgc.runtime.executors import connect
 
     ray = connect(None, num_cpus=2)
     yield ray

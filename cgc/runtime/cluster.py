@@ -16,7 +16,7 @@ that run as many chunks share one timeline (one track in a trace). A timing-only
 (``numerics=False``) runs the program once, on shapes, whatever the number of systems and
 samples: it needs no inputs and no weight data.
 
-``open_cluster`` makes the cluster of an executor (``cgc.executors``): this class runs the
+``open_cluster`` makes the cluster of an executor (``cgc.runtime.executors``): this class runs the
 systems one after another in this process; on Ray (``cgc.runtime.ray_cluster``) they are
 actors, with the same numbers and the same timing.
 """
@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.executors import LOCAL, Backend, connect
 from cgc.machine import dtypes, sparsity, streaming
 from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Opcode
@@ -39,6 +38,7 @@ from cgc.machine.optimizers import Footprint
 from cgc.machine.streaming import Span
 from cgc.machine.target import Target, checked_systems
 from cgc.runtime import pipeline
+from cgc.runtime.executors import LOCAL, Backend, connect
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
 from cgc.runtime.vm import Executor, System

@@ -35,12 +35,12 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cgc.errors import CgcError
-from cgc.executors import Backend
 from cgc.machine.artifact import Artifact, WeightSpec
 from cgc.machine.bytecode import Program
 from cgc.machine.cost import Sram
 from cgc.machine.target import Target
 from cgc.runtime.cluster import Cluster, Run
+from cgc.runtime.executors import Backend
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import add
 from cgc.runtime.vm import Executor, System

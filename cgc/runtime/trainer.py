@@ -25,13 +25,13 @@ from typing import overload
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.executors import Backend
 from cgc.machine.artifact import Artifact, weights_to_bytes
 from cgc.machine.files import remove_stale_temporaries, write_atomically
 from cgc.machine.optimizers import Schedule
 from cgc.machine.streaming import Span
 from cgc.runtime import checkpoint
 from cgc.runtime.cluster import Cluster, open_cluster
+from cgc.runtime.executors import Backend
 
 
 class MetricLines(Sequence[dict]):

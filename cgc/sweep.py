@@ -53,10 +53,10 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError
-from cgc.executors import LOCAL, RAY, checked_executor, connect
 from cgc.machine.artifact import Artifact
 from cgc.machine.files import permissions, remove_stale_temporaries, write_atomically
 from cgc.machine.target import MAX_SYSTEMS, get_target, with_figures
+from cgc.runtime.executors import LOCAL, RAY, checked_executor, connect
 from cgc.tools.paths import input_file, input_text
 from cgc.tools.progress import ProgressBar
 from cgc.tools.scaling import cell, table_lines
@@ -399,7 +399,7 @@ def in_process(points: Sequence[Point]) -> Finished:
         yield index, measure(point)
 
 
-WARM = ["cgc.tools.sweep", "cgc.compiler.driver", "cgc.runtime.simulation"]
+WARM = ["cgc.sweep", "cgc.compiler.driver", "cgc.runtime.simulation"]
 """What the pool's fork server imports once, so that its workers start warm."""
 
 
