@@ -332,3 +332,19 @@ def layer_graph(works: Sequence[LayerWork]) -> nx.MultiDiGraph:
             words = prod(shape) * (dtypes.dtype(dtype).itemsize / WAVELET_BYTES)
             graph.add_edge(producer[value], consumer, key=numbers[value], wavelets=ceil(words))
     return graph
+
+
+Edge = tuple[int, int, int]
+"""``(producer, consumer, wavelets)`` of a tensor between two layers."""
+
+
+def tensor_edges(graph: nx.MultiDiGraph) -> list[Edge]:
+    """Every tensor between layers (``cgc.dialects.lowering.layer_graph``), consumer by
+    consumer in the order of its inputs."""
+    return [
+        (producer, consumer, wavelets)
+        for consumer in graph.nodes
+        for producer, _, _, wavelets in sorted(
+            graph.in_edges(consumer, keys=True, data="wavelets"), key=lambda edge: edge[2]
+        )
+    ]

@@ -361,3 +361,58 @@ def lane_ends(source: Rect, target: Rect) -> tuple[np.ndarray, ...]:
     src_row, dst_row = (sy + sh - 1, ty) if ty >= sy + sh else (sy, ty + th - 1)
     shared = np.arange(max(sx, tx), min(sx + sw, tx + tw))
     return np.full_like(shared, src_row), shared, np.full_like(shared, dst_row), shared
+
+
+DECIMALS = 6
+"""Wavelets on a link are rounded to this many decimals before their ceiling: a load is a sum
+of shares, and adding and taking away the shares of the lanes before it along its line leaves
+a rounding error that would otherwise push a whole number of wavelets to the next one."""
+
+
+def busiest_links(rects: Sequence[Rect], edges: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    """Per tensor ``(producer, consumer, wavelets)`` between rectangles (as
+    ``lowering.tensor_edges`` lists them), the wavelets on the busiest link its lanes cross,
+    counting the lanes of every tensor that share the link.
+
+    Each lane carries an equal share of its tensor's wavelets along its row, then down its
+    column (``Routes``), so along a row (or a column), in one direction, the load is a step
+    function of the position; its maximum over each lane's span is a range query over the
+    steps. The work is in the number of lanes, not in the area of the mesh.
+    """
+    busiest = np.zeros(len(edges))
+    if not len(edges):
+        return busiest
+    ends = [lane_ends(rects[producer], rects[consumer]) for producer, consumer, _ in edges]
+    lanes = np.array([len(e[0]) for e in ends])
+    wavelets = np.array([w for _, _, w in edges], dtype=np.float64)
+    tensor = np.repeat(np.arange(len(edges)), lanes)
+    share = np.repeat(wavelets / lanes, lanes)
+    src_r, src_c, dst_r, dst_c = (
+        np.concatenate([e[k] for e in ends]).astype(np.int64) for k in range(4)
+    )
+    span = max(max(x + w, y + h) for x, y, w, h in rects) + 1
+    # a segment per lane and axis it moves along: (direction, line) as one key, its first
+    # link and the one past its last; along the row first, then down the destination column
+    along = [
+        (src_c != dst_c, (dst_c < src_c) * span + src_r, src_c, dst_c),
+        (src_r != dst_r, (2 + (dst_r < src_r)) * span + dst_c, src_r, dst_r),
+    ]
+    line = np.concatenate([key[m] for m, key, _, _ in along])
+    lo = np.concatenate([np.minimum(a, b)[m] for m, _, a, b in along])
+    hi = np.concatenate([np.maximum(a, b)[m] for m, _, a, b in along])
+    owner = np.concatenate([tensor[m] for m, *_ in along])
+    amount = np.concatenate([share[m] for m, *_ in along])
+    if not len(line):
+        return busiest
+    points, where = np.unique(
+        np.concatenate([line * span + lo, line * span + hi]), return_inverse=True
+    )
+    load = np.cumsum(np.bincount(where, np.concatenate([amount, -amount]), len(points)))
+    # each line starts from nothing (no rounding left over from the line before)
+    first = np.flatnonzero(np.r_[True, points[1:] // span != points[:-1] // span])
+    load -= np.repeat(np.r_[0.0, load[first[1:] - 1]], np.diff(np.r_[first, len(points)]))
+    starts, stops = where[: len(line)], where[len(line) :]
+    bounds = np.empty(2 * len(line), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = starts, stops
+    np.maximum.at(busiest, owner, np.maximum.reduceat(load, bounds)[0::2])
+    return np.ceil(np.round(busiest, DECIMALS))

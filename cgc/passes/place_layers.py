@@ -13,9 +13,9 @@ the highest free place nearest the one before (a skyline packing).
 
 The widths balance the stages: the placement bisects on the stage time, giving every layer
 the fewest columns on which it takes no longer (and on which its SRAM holds its share) and
-keeping the smallest time whose rectangles still pack onto the mesh with every tensor between
-layers crossing on enough lanes to keep up. Then it chooses the heights with the widths: it
-bisects again below that time over strips of one width, as many as fit the mesh, in which
+keeping the smallest time whose rectangles still pack onto the mesh, no layer's busiest input
+link (the routes sharing it added up, as routed) slower than it. Then it chooses the heights:
+it bisects again below that time over strips of one width, as many as fit the mesh, in which
 every layer takes the fewest rows of its ladder that keep it within the time (its rows split
 ``k`` ways, or multiplied for a matmul that splits its contraction over groups of rows), and
 takes those strips if they beat the balanced widths; strips that keep the time of the slowest
@@ -32,16 +32,16 @@ change its answer: no layer computes faster than its PEs at peak, after its host
 bounds from below the columns or rows that can keep a time; and the layer that last missed a
 time on every rung of a width is timed first on the next.
 
-A stage's time is its kernels and its host I/O. Every time and every byte is the machine's
-answer for the layer's work on the candidate rectangle (``cgc.machine.cost``), the engine the
-simulator runs, so the compiler's estimate is the time a run takes.
-
-A model that does not fit raises ``DoesNotFitError`` naming the layers that do not.
+A stage's time is its kernels and its host I/O, each the machine's answer for the layer's
+work on the candidate rectangle (``cgc.machine.cost``), the engine the simulator runs, so the
+compiler's estimate is the time a run takes. A model that does not fit raises
+``DoesNotFitError`` naming the layers that do not.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import ceil, inf, sqrt
@@ -53,7 +53,7 @@ from xdsl.passes import ModulePass
 
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_sparse_weights, module_target
-from cgc.dialects.lowering import LayerWork, layer_graph, layer_works
+from cgc.dialects.lowering import LayerWork, layer_graph, layer_works, tensor_edges
 from cgc.errors import DoesNotFitError
 from cgc.machine import dtypes
 from cgc.machine.bytecode import Opcode, Program
@@ -61,7 +61,7 @@ from cgc.machine.cost import LayerCost, LayerCosts
 from cgc.machine.layout import Rect, matrix_dims
 from cgc.machine.sparse_tiles import live_only
 from cgc.machine.target import Target
-from cgc.machine.traffic import lane_ends
+from cgc.machine.traffic import busiest_links, lane_ends
 from cgc.machine.units import human_bytes
 
 BALANCE_TOLERANCE = 0.01
@@ -237,12 +237,13 @@ class Placer:
         self.target = target
         self.count = len(works)
         self.costs = LayerCosts(target)
-        pairs: dict[tuple[int, int], int] = {}
-        for a, b, w in layer_graph(works).edges(data="wavelets"):
-            pairs[a, b] = pairs.get((a, b), 0) + w
+        self.tensors = tensor_edges(layer_graph(works))
+        """``(producer, consumer, wavelets)`` of every tensor between layers, as routed."""
+        pairs: Counter[tuple[int, int]] = Counter()
+        for a, b, w in self.tensors:
+            pairs[a, b] += w
         self.edges = [(a, b, w) for (a, b), w in pairs.items()]
-        """``(producer, consumer, wavelets)`` of the tensors between two layers, which cross
-        on the same lanes."""
+        """The same, summed between two layers: their tensors cross on the same lanes."""
         self.widths_timed: list[dict[int, float]] = [{} for _ in range(self.count)]
         """Per layer, the widths timed so far (at its height) and their cycles."""
 
@@ -639,19 +640,17 @@ class Placer:
         return None
 
     def _lanes_keep_up(self, rects: list[Rect], limit: float) -> bool:
-        """Whether the tensors between every two layers cross on enough lanes to take at most
-        ``limit`` cycles (each lane a link moving one wavelet a cycle; the routing pass then
-        counts the routes that share links)."""
-        for producer, consumer, wavelets in self.edges:
-            lanes = len(lane_ends(rects[producer], rects[consumer])[0])
-            if wavelets / lanes > limit:
-                return False
-        return True
+        """Whether no layer's busiest input link, the routes sharing it added up as routed,
+        takes over ``limit`` cycles; the tensors between two layers alone on their lanes bound
+        it from below, and rule most rectangles out first."""
+        alone = (w / len(lane_ends(rects[a], rects[b])[0]) for a, b, w in self.edges)
+        if any(load > limit for load in alone):
+            return False
+        return bool(busiest_links(rects, self.tensors).max(initial=0) <= limit)
 
     def _balance(self, narrowest: list[int]) -> tuple[list[int], float]:
-        """The widths that make the slowest stage as fast as the mesh allows, and that stage
-        time: bisection between every layer on the whole width and every layer on its narrowest
-        rectangle."""
+        """The widths that make the slowest stage as fast as the mesh allows, and its time:
+        bisection between every layer on the whole width and each on its narrowest rectangle."""
         cols = self.target.cols
         fast = max(self.cycles(i, cols) for i in range(self.count))
         slow = max(self.cycles(i, w) for i, w in enumerate(narrowest))

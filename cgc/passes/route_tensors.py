@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import ceil
 
 import networkx as nx
 import numpy as np
@@ -30,11 +29,11 @@ from xdsl.passes import ModulePass
 
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_target
-from cgc.dialects.lowering import layer_graph, layer_works
+from cgc.dialects.lowering import layer_graph, layer_works, tensor_edges
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.machine.layout import Rect
 from cgc.machine.target import Target
-from cgc.machine.traffic import Routes, lane_ends, overlap
+from cgc.machine.traffic import Routes, busiest_links, lane_ends, overlap
 
 
 @dataclass
@@ -54,6 +53,33 @@ class PlannedRoute:
     color: int = -1
     busiest: int = 0
 
+    def view(self, maps: np.ndarray) -> np.ndarray:
+        """The part of a ``[direction, row, col]`` link map under the route's box."""
+        row0, col0 = self.box
+        _, rows, cols = self.loads.shape
+        return maps[:, row0 : row0 + rows, col0 : col0 + cols]
+
+
+def plan_route(rects: Sequence[Rect], producer: int, consumer: int, wavelets: int) -> PlannedRoute:
+    """The lanes of one tensor from its producer's rectangle to its consumer's, and the
+    wavelets they put on every link of their box."""
+    src_r, src_c, dst_r, dst_c = lane_ends(rects[producer], rects[consumer])
+    row0, col0 = int(min(src_r.min(), dst_r.min())), int(min(src_c.min(), dst_c.min()))
+    rows = int(max(src_r.max(), dst_r.max())) - row0 + 1
+    cols = int(max(src_c.max(), dst_c.max())) - col0 + 1
+    lanes = Routes(row0, col0, rows, cols)
+    lanes.add(src_r, src_c, dst_r, dst_c, wavelets / len(src_r))
+    points = [
+        (int(src_c[0]), int(src_r[0])),
+        (int(dst_c[0]), int(src_r[0])),
+        (int(dst_c[0]), int(dst_r[0])),
+    ]
+    path = [v for i, p in enumerate(points) if i == 0 or p != points[i - 1] for v in p]
+    return PlannedRoute(
+        producer, consumer, len(src_r), wavelets, lanes.max_hops, path, (row0, col0),
+        lanes.link_loads(),
+    )  # fmt: skip
+
 
 class Router:
     """Routes the tensors between a module's placed layers."""
@@ -66,57 +92,26 @@ class Router:
         """Which layer feeds which (``cgc.dialects.lowering.layer_graph``)."""
         self.target = target
         shape = (len(Routes.DIRECTIONS), target.rows + 1, target.cols + 1)
-        self.loads = np.zeros(shape)
         self.colors = np.zeros(shape, dtype=np.int64)
         """Per link, a bit per color in use."""
 
     def route(self) -> list[list[PlannedRoute]]:
         """The routes into every layer, in the order of its inputs."""
+        edges = tensor_edges(self.graph)
         routes: list[list[PlannedRoute]] = [[] for _ in self.names]
-        for consumer in self.graph.nodes:
-            edges = self.graph.in_edges(consumer, keys=True, data="wavelets")
-            for producer, _, _, wavelets in sorted(edges, key=lambda edge: edge[2]):
-                routes[consumer].append(self._plan(producer, consumer, wavelets))
-        for planned in routes:
-            for route in planned:
+        for edge, busiest in zip(edges, busiest_links(self.rects, edges), strict=True):
+            route = plan_route(self.rects, *edge)
+            route.busiest = int(busiest)
+            routes[route.consumer].append(route)
+        for into in routes:
+            for route in into:
                 self._color(route)
-        for planned in routes:
-            for route in planned:
-                used = self._view(self.loads, route)[route.loads > 0]
-                route.busiest = ceil(float(used.max(initial=0.0)))
         return routes
-
-    def _plan(self, producer: int, consumer: int, wavelets: int) -> PlannedRoute:
-        src_r, src_c, dst_r, dst_c = lane_ends(self.rects[producer], self.rects[consumer])
-        row0, col0 = int(min(src_r.min(), dst_r.min())), int(min(src_c.min(), dst_c.min()))
-        rows = int(max(src_r.max(), dst_r.max())) - row0 + 1
-        cols = int(max(src_c.max(), dst_c.max())) - col0 + 1
-        lanes = Routes(row0, col0, rows, cols)
-        lanes.add(src_r, src_c, dst_r, dst_c, wavelets / len(src_r))
-        points = [
-            (int(src_c[0]), int(src_r[0])),
-            (int(dst_c[0]), int(src_r[0])),
-            (int(dst_c[0]), int(dst_r[0])),
-        ]
-        path = [v for i, p in enumerate(points) if i == 0 or p != points[i - 1] for v in p]
-        route = PlannedRoute(
-            producer, consumer, len(src_r), wavelets, lanes.max_hops, path, (row0, col0),
-            lanes.link_loads(),
-        )  # fmt: skip
-        self._view(self.loads, route)[...] += route.loads
-        return route
-
-    @staticmethod
-    def _view(maps: np.ndarray, route: PlannedRoute) -> np.ndarray:
-        """The part of a ``[direction, row, col]`` link map under the route's box."""
-        row0, col0 = route.box
-        _, rows, cols = route.loads.shape
-        return maps[:, row0 : row0 + rows, col0 : col0 + cols]
 
     def _color(self, route: PlannedRoute) -> None:
         """The lowest color free on all the route's links."""
         used_links = route.loads > 0
-        taken = self._view(self.colors, route)
+        taken = route.view(self.colors)
         in_use = int(np.bitwise_or.reduce(taken[used_links], initial=0))
         free = [c for c in range(self.target.colors) if not in_use >> c & 1]
         if not free:
