@@ -144,18 +144,11 @@ def slowest_stage(
     return result
 
 
-def test_strips_of_different_widths_beat_one_width_on_a_decoder(monkeypatch):
-    # a decoder's attention matmuls want other widths than its MLP's: strips of different
-    # widths, each for its run of layers, make the slowest stage faster than strips of one
-    model = zoo.decoder(blocks=2, seq=16, width=96, heads=2)
-    mixed, widths = slowest_stage(Placer, model, "mesh32x40", monkeypatch)
-    one, _ = slowest_stage(OneWidth, model, "mesh32x40", monkeypatch)
-    assert mixed * (1 + place_layers.BALANCE_TOLERANCE) < one
-    assert len(widths) > 1
-
-
 @pytest.mark.parametrize("seed", [1, 15, 16, 26])
 def test_strips_of_different_widths_beat_one_width_on_random_graphs(seed, monkeypatch):
+    # layers that want other widths than their neighbours' (as a decoder's attention and MLP
+    # may): strips of different widths, each for its run of layers, make the slowest stage
+    # faster than strips of one
     rows, cols = MESHES[seed % len(MESHES)]
     target = f"mesh{rows}x{cols}"
     mixed, widths = slowest_stage(Placer, random_graph(seed), target, monkeypatch, 4)

@@ -76,8 +76,10 @@ class Sram:
         """Most bytes the whole mesh has held."""
         self.recent = 0
         """Most bytes any PE has held since ``restart``."""
-        self.pinned: dict[tuple[str, Layout], int | None] = {}
-        """The pinned weights and constants, and their bytes a PE if not their tiles'."""
+        self.pinned: dict[tuple[str, Layout, int | None], int | None] = {}
+        """The pinned weights and constants (by the bytes a PE holds too: two kernels may lay
+        one weight out on the same PEs in tiles of their own), and those bytes if not their
+        layouts' tiles'."""
 
     def held(self) -> int:
         """Most bytes any PE holds now."""
@@ -135,8 +137,8 @@ class Sram:
 
     def pin(self, key: str, layout: Layout, tile_bytes: int | None = None) -> None:
         """Keeps weight or constant ``key`` in ``layout`` for good (once)."""
-        if (key, layout) not in self.pinned:
-            self.pinned[key, layout] = tile_bytes
+        if (key, layout, tile_bytes) not in self.pinned:
+            self.pinned[key, layout, tile_bytes] = tile_bytes
             self._charge(layout, tile_bytes)
 
     def _check(self, layout: Layout, used: int) -> None:
@@ -538,7 +540,7 @@ def layer_cost(program: Program, index: int, rect: Rect, target: Target) -> Laye
     first = RecordedSram(target, False, rect)
     timing = _run_layer(program, target, index, rect, first)
     warm = Sram(target, strict=False, region=rect)
-    for (key, layout), nbytes in first.pinned.items():
+    for (key, layout, _), nbytes in first.pinned.items():
         warm.pin(key, layout, nbytes)
     # the timing never reads the ledger: a second run would differ only in its pins
     first.replay(warm)

@@ -73,9 +73,10 @@ class Elementwise(Kernel):
 
 
 def _immediate(operand: Operand) -> bool:
-    """Whether ``operand`` is a resident scalar (an epsilon, GELU's 1/sqrt(2), a learned
-    gain): every PE keeps its own copy from when the program loads, as an immediate of a
-    compiled kernel's code, so no run multicasts it."""
+    """Whether ``operand`` is a resident scalar (an epsilon, GELU's 1/sqrt(2); resident
+    values do not change, as training streams its weights): every PE's code holds it as an
+    immediate, as a compiled kernel does, so no run multicasts it (its bytes are charged
+    once, where its layout says, as no PE's SRAM holds it)."""
     return operand.source == RESIDENT and prod(operand.shape) == 1
 
 

@@ -216,8 +216,9 @@ class Matmul(Kernel):
         them in; the column is a pipeline whose flight (``out.h - 1`` hops) is paid once,
         and each hand-over from a holder to the next one down costs the PEs above it at most
         two hops of gap. Every PE receives every chunk through its ramp (a holder's own
-        chunks come back to it, so that all PEs run the same program on one input), and a
-        holder's ramp also sends its run. It assumes, as the SDK's broadcasts do, that the
+        chunks come back to it, so that all PEs run the same program on one input); a
+        holder sends its run through its ramp out, which moves a wavelet a cycle beside the
+        ramp in, as ``Traffic`` counts them. It assumes, as the SDK's broadcasts do, that the
         routers switch a column's color from one holder to the next (control wavelets), and
         one row of receive buffer per PE, as the weight-streaming kernel."""
         chunks = _Chunks.of(q.target, q.rect, a, b, out)
@@ -246,10 +247,11 @@ def _owners(chunks: int, rows: int) -> tuple[int, int]:
 
 def _column_multicast(chunks: _Chunks, rows: int, per: int, owners: int) -> tuple[Traffic, float]:
     """Every PE column's chunks of weights, in runs of ``per`` on its ``owners`` top PEs,
-    each multicast up and down its ``rows``; and the cycles of the busiest PE's ramp, which
-    takes every chunk in and sends its run out, and waits up to two cycles at each
-    hand-over. A chunk crosses every link of its column once, one way or the other; the
-    busiest link is the last going down, which carries every chunk but the bottom row's."""
+    each multicast up and down its ``rows``; and the cycles of the busiest PE's ramp in,
+    which takes every chunk (a holder's run goes out through its ramp out at the same time)
+    and waits up to two cycles at each hand-over. A chunk crosses every link of its column
+    once, one way or the other; the busiest link is the last going down, which carries every
+    chunk but the bottom row's."""
     if rows == 1:  # the one PE reads its chunks where it keeps them
         return NO_TRAFFIC, 0.0
     count, words = chunks.count, chunks.weight_words
@@ -260,7 +262,7 @@ def _column_multicast(chunks: _Chunks, rows: int, per: int, owners: int) -> tupl
         count * words,
         rows - 1,
     )
-    return traffic, (count + per) * words + 2 * (owners - 1)
+    return traffic, count * words + 2 * (owners - 1)
 
 
 @dataclass(frozen=True)
@@ -332,7 +334,7 @@ class _Chunks:
             # a PE multiply-accumulates each weight row as it arrives: one row of buffer
             scratch_bytes=(self.nt + prod(out.batch) * out.rt * self.nt) * out.itemsize,
             compute_cycles=self.count * compute,
-            arrival_cycles=moved.cycles + wait * edge,
+            arrival_cycles=moved.cycles + (wait if edge else 0.0),
         )
 
 
