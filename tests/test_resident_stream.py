@@ -187,8 +187,8 @@ def resident_plans(art) -> list[Plan]:
         for position in program.layer_spans[index][1:]:
             plan = timing.step(program.instructions[position])
             if isinstance(plan, Plan) and plan.detail.get("algorithm") == "stream-resident":
-                pins = timing.sram.pinned.items()
-                pinned = [b for (_, lay, _), b in pins if lay == plan.inputs[1]]
+                pins = timing.sram.pinned
+                pinned = [b for _, lay, b in pins if lay == plan.inputs[1]]
                 assert pinned == [plan.input_bytes(1)]
                 found.append(plan)
     return found

@@ -76,10 +76,9 @@ class Sram:
         """Most bytes the whole mesh has held."""
         self.recent = 0
         """Most bytes any PE has held since ``restart``."""
-        self.pinned: dict[tuple[str, Layout, int | None], int | None] = {}
-        """The pinned weights and constants (by the bytes a PE holds too: two kernels may lay
-        one weight out on the same PEs in tiles of their own), and those bytes if not their
-        layouts' tiles'."""
+        self.pinned: set[tuple[str, Layout, int | None]] = set()
+        """The pinned weights and constants, with the bytes a PE holds if not their layouts'
+        tiles' (two kernels may lay one weight out on the same PEs in tiles of their own)."""
 
     def held(self) -> int:
         """Most bytes any PE holds now."""
@@ -138,7 +137,7 @@ class Sram:
     def pin(self, key: str, layout: Layout, tile_bytes: int | None = None) -> None:
         """Keeps weight or constant ``key`` in ``layout`` for good (once)."""
         if (key, layout, tile_bytes) not in self.pinned:
-            self.pinned[key, layout, tile_bytes] = tile_bytes
+            self.pinned.add((key, layout, tile_bytes))
             self._charge(layout, tile_bytes)
 
     def _check(self, layout: Layout, used: int) -> None:
@@ -540,7 +539,7 @@ def layer_cost(program: Program, index: int, rect: Rect, target: Target) -> Laye
     first = RecordedSram(target, False, rect)
     timing = _run_layer(program, target, index, rect, first)
     warm = Sram(target, strict=False, region=rect)
-    for (key, layout, _), nbytes in first.pinned.items():
+    for key, layout, nbytes in first.pinned:
         warm.pin(key, layout, nbytes)
     # the timing never reads the ledger: a second run would differ only in its pins
     first.replay(warm)

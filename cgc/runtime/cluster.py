@@ -391,9 +391,13 @@ class Cluster:
         return self.manifest["training"].get("buffers", [])
 
     def _named_outputs(self, runs: Sequence[Run]) -> list[dict[str, np.ndarray]]:
-        """Each run's outputs by name, as ``MemoryX.fold`` takes them."""
+        """Each run's outputs that the buffers read, by name, as ``MemoryX.fold`` takes them
+        (on Ray they travel to MemoryX's actor: not the logits)."""
+        read = {update["output"] for update in self._buffers()}
         names = [spec["name"] for spec in self.manifest["outputs"]]
-        return [{name: run.outputs[i] for i, name in enumerate(names)} for run in runs]
+        return [
+            {name: run.outputs[i] for i, name in enumerate(names) if name in read} for run in runs
+        ]
 
     def _reduce_gradients(self, runs: Sequence[Run]) -> None:
         """SwarmX sums one micro-batch's gradients over the systems; MemoryX adds them up."""

@@ -68,7 +68,7 @@ def _state(sram: Sram) -> tuple:
     """Everything of an SRAM that a run's answers or the SRAM it leaves depend on."""
     cells = (tuple(sram.row_edges), tuple(sram.col_edges), sram.cells.tobytes())
     figures = (sram.total, sram.peak, sram.peak_total, sram.recent)
-    return (sram.strict, sram.region, *cells, *figures, frozenset(sram.pinned.items()))
+    return (sram.strict, sram.region, *cells, *figures, frozenset(sram.pinned))
 
 
 def script_for(program: Program, target: Target, deliver: bool, sram: Sram) -> Script | None:
