@@ -5,7 +5,8 @@ of width 512 on 128 tokens (``zoo.decoder``), compiled for wse2 in pipelined mod
 pipeline's samples per second (the slowest stage sets it), the bound (every PE's peak FLOP/s
 over the model's FLOPs per sample), their ratio, one sample's latency, the stages' mean
 utilization, the share of PEs placed, the routing colors used, the slowest stage (and whether
-its kernels or its busiest input link bound it), and the compile time; then where each
+its kernels or its busiest input link bound it), the slowest stage's time over the mean stage's
+(plain, and weighted by the stages' PEs), and the compile time; then where each
 model's compute bound goes (``cgc.tools.pipeline_bound``: all PEs times the period, by term,
 and the stages that lose the most). Each model compiles in a fresh process.
 
@@ -37,6 +38,7 @@ def models() -> dict:
 
 def measure(name: str, batch: int) -> dict:
     import cgc
+    from cgc.machine.target import Target
     from cgc.tools.picture import stages
     from cgc.tools.pipeline_bound import artifact_bound, bound_lines
     from cgc.tools.report import pipeline_figures, pipeline_stages
@@ -52,9 +54,12 @@ def measure(name: str, batch: int) -> dict:
     layers = artifact.manifest["layers"]
     timed = pipeline_stages(artifact)
     slowest = max(timed, key=lambda stage: max(stage.cycles, stage.link_cycles))
+    target = Target.from_json(artifact.manifest["target"])
+    service = [stage.service_seconds(target, 1) for stage in timed]
     bound_by = "link" if slowest.link_cycles > slowest.cycles else "kernels"
     routes = [r for info in artifact.program.layers for r in info.routes]
     placed = stages(artifact)
+    areas = [s.region[2] * s.region[3] for s in placed]
     bound = artifact_bound(artifact, timed)
     assert bound is not None
     return {
@@ -66,6 +71,9 @@ def measure(name: str, batch: int) -> dict:
         "mean_utilization": sum(s.utilization for s in placed) / len(placed),
         "pes_used": sum(s.region[2] * s.region[3] for s in placed),
         "pes": artifact.manifest["target"]["rows"] * artifact.manifest["target"]["cols"],
+        "slowest_over_mean": max(service) / (sum(service) / len(service)),
+        "slowest_over_pe_mean": max(service)
+        / (sum(s * a for s, a in zip(service, areas, strict=True)) / sum(areas)),
         "breakdown": bound_lines(bound.to_json()),
     }
 
@@ -83,7 +91,7 @@ def main() -> None:
     print(
         f"{'model':16s} {'layers':>6s} {'samples/s':>10s} {'bound':>10s} {'ratio':>7s} "
         f"{'latency us':>10s} {'mean util':>9s} {'PEs used':>8s} {'colors':>6s} {'compile s':>9s}"
-        "  slowest stage"
+        " slowest/mean  slowest stage"
     )
     breakdowns = {}
     for name in models():
@@ -99,7 +107,8 @@ def main() -> None:
             f"{r['bound_samples_per_second']:10.4g} {ratio:7.4f} "
             f"{r['latency_seconds'] * 1e6:10.1f} "
             f"{r['mean_utilization']:9.2%} {r['pes_used'] / r['pes']:8.1%} {r['colors']:6d} "
-            f"{r['compile_seconds']:9.1f}  {r['slowest']}"
+            f"{r['compile_seconds']:9.1f} "
+            f"{r['slowest_over_mean']:5.3f} {r['slowest_over_pe_mean']:5.3f}  {r['slowest']}"
         )
     for name, lines in breakdowns.items():
         print(f"\n{name}: " + "\n".join(lines))

@@ -16,6 +16,7 @@ The search's last step, strips of different widths, is checked against strips of
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import onnx
 import pytest
@@ -28,6 +29,9 @@ from cgc.machine.layout import Rect
 from cgc.machine.target import Target
 from cgc.passes import place_layers
 from cgc.passes.place_layers import Placer, Strips
+from cgc.tools.report import pipeline_figures
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
 class Unpruned(Placer):
@@ -155,3 +159,16 @@ def test_strips_of_different_widths_beat_one_width_on_random_graphs(seed, monkey
     one, _ = slowest_stage(OneWidth, random_graph(seed), target, monkeypatch, 4)
     assert mixed * (1 + place_layers.BALANCE_TOLERANCE) < one
     assert len(widths) > 1
+
+
+def test_layers_rise_for_their_lanes_where_strips_would_give_up(monkeypatch):
+    # ResNet-50's residual tensors skip layers: on its ladder's short rungs a layer at a
+    # strip's end leaves a tensor to the next strip few lanes, and a stage time every layer
+    # keeps fails on those lanes unless their ends rise a rung
+    model = onnx.load(str(LIGHT / "light_resnet50.onnx"))
+    rates = {}
+    for raises in (0, place_layers.LANE_RAISES):
+        monkeypatch.setattr(place_layers, "LANE_RAISES", raises)
+        artifact = cgc.compile(model, mode="pipelined", target="wse2")
+        rates[raises] = pipeline_figures(artifact)["samples_per_second"]
+    assert rates[place_layers.LANE_RAISES] > 1.02 * rates[0]

@@ -28,9 +28,9 @@ from cgc.errors import CgcError
 from cgc.frontends import zoo
 from cgc.machine.bytecode import Route
 from cgc.machine.layout import Layout
+from cgc.machine.packing import pack_runs
 from cgc.machine.target import get_target
 from cgc.machine.traffic import lane_ends, overlap
-from cgc.passes.place_layers import pack_runs
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.runtime.cluster import Cluster
 from cgc.runtime.pipeline import Stage, simulate
@@ -176,9 +176,40 @@ def test_routes_between_touching_rectangles_are_straight():
                     assert (route.lanes, route.hops) == (columns, 1), (route, info.name)
                     touching += 1
                 if rows > 0 and (ax + aw == bx or bx + bw == ax):
-                    assert (route.lanes, route.hops) == (rows, 1), (route, info.name)
+                    # and a lane from each of as many of the source's other rows as the
+                    # consumer has columns
+                    corner = min(max(by - ay, 0), bw) + min(max(ay + ah - by - bh, 0), bw)
+                    assert route.lanes == rows + corner, (route, info.name)
+                    assert route.hops == 1 or corner, (route, info.name)
                     touching += 1
     assert touching >= 4
+
+
+def test_lanes_between_rectangles_share_no_link():
+    # random disjoint pairs: every lane runs from a PE of the source to a PE on the target's
+    # edge facing it, no two lanes cross one link, and side by side there is a lane per
+    # shared row and one from each of as many of the source's other rows (above and below the
+    # target) as the target has columns
+    rng = np.random.default_rng(11)
+    pairs = 0
+    while pairs < 300:
+        source, target = (tuple(int(v) for v in rng.integers(1, 9, size=4)) for _ in range(2))
+        if overlap(source, target):
+            continue
+        pairs += 1
+        src_r, src_c, dst_r, dst_c = lane_ends(source, target)
+        (sx, sy, sw, sh), (tx, ty, tw, th) = source, target
+        assert np.all((sx <= src_c) & (src_c < sx + sw) & (sy <= src_r) & (src_r < sy + sh))
+        assert np.all((tx <= dst_c) & (dst_c < tx + tw) & (ty <= dst_r) & (dst_r < ty + th))
+        ends = (src_r.tolist(), src_c.tolist(), dst_r.tolist(), dst_c.tolist())
+        lanes = list(zip(*ends, strict=True))
+        assert max(walk_links([(*lane, 1) for lane in lanes]).values(), default=1) == 1, lanes
+        if sx + sw <= tx or tx + tw <= sx:
+            shared = max(min(sy + sh, ty + th) - max(sy, ty), 0)
+            above, below = min(max(ty - sy, 0), sh), min(max(sy + sh - ty - th, 0), sh)
+            assert len(lanes) == shared + min(above, tw) + min(below, tw), (source, target)
+        else:
+            assert len(lanes) == min(sx + sw, tx + tw) - max(sx, tx), (source, target)
 
 
 def test_pipeline_timeline_equals_a_sample_by_sample_simulation():

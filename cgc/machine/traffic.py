@@ -9,7 +9,8 @@ exactly and at a cost independent of the element count; ``gather_traffic`` is it
 per-element oracle.
 
 A tensor between two layers' rectangles crosses on parallel lanes (``lane_ends``), one per row
-or column the rectangles share.
+or column the rectangles share, and, between rectangles side by side, one from each of as many
+of the source's other rows as the target has columns, turning onto the target's nearest row.
 """
 
 from __future__ import annotations
@@ -339,28 +340,42 @@ def lane_ends(source: Rect, target: Rect) -> tuple[np.ndarray, ...]:
     """``(src_row, src_col, dst_row, dst_col)`` of every lane from rectangle ``source`` to
     rectangle ``target`` (disjoint).
 
-    Rectangles that share rows (or columns) get a straight lane across each shared row (or
-    column). Diagonal neighbours get as many lanes as the source has rows and the target has
-    columns: they leave the source's facing column on distinct rows and arrive on the target's
-    nearest row in distinct columns, so that no two lanes share a link (along a row, lanes are
-    on their own rows; down a column, on their own columns).
+    Rectangles side by side get a straight lane across each row they share, and a lane from
+    each of as many of the source's other rows as the target has columns: those leave the
+    source's facing column on their own rows and arrive on the target's nearest row in distinct
+    columns, so that no two lanes share a link (along a row, lanes are on their own rows; down
+    a column, on their own columns, above or below the target). Diagonal neighbours share no
+    row, so all their lanes are of the second kind. Rectangles one above the other get a
+    straight lane down each column they share.
     """
     sx, sy, sw, sh = source
     tx, ty, tw, th = target
     if sx + sw <= tx or tx + tw <= sx:  # side by side
         src_col, dst_col = (sx + sw - 1, tx) if tx >= sx + sw else (sx, tx + tw - 1)
         shared = np.arange(max(sy, ty), min(sy + sh, ty + th))
-        if len(shared):
-            return shared, np.full_like(shared, src_col), shared, np.full_like(shared, dst_col)
-        lanes = np.arange(min(sh, tw))
-        src_rows = sy + lanes * sh // len(lanes)
-        dst_cols = tx + lanes * tw // len(lanes)
-        dst_row = ty if ty >= sy + sh else ty + th - 1
-        return src_rows, np.full_like(lanes, src_col), np.full_like(lanes, dst_row), dst_cols
+        above = _corner_lanes(np.arange(sy, min(sy + sh, ty)), tx, tw, ty)
+        below = _corner_lanes(np.arange(max(sy, ty + th), sy + sh), tx, tw, ty + th - 1)
+        src_rows = np.concatenate([shared, above[0], below[0]])
+        dst_cols = np.concatenate([np.full_like(shared, dst_col), above[1], below[1]])
+        dst_rows = np.concatenate([shared, above[2], below[2]])
+        return src_rows, np.full_like(src_rows, src_col), dst_rows, dst_cols
     # one above the other: their columns overlap, as the rectangles are disjoint
     src_row, dst_row = (sy + sh - 1, ty) if ty >= sy + sh else (sy, ty + th - 1)
     shared = np.arange(max(sx, tx), min(sx + sw, tx + tw))
     return np.full_like(shared, src_row), shared, np.full_like(shared, dst_row), shared
+
+
+def _corner_lanes(rows: np.ndarray, first: int, width: int, dst_row: int) -> tuple[np.ndarray, ...]:
+    """``(src_row, dst_col, dst_row)`` of lanes from source ``rows`` that the target does not
+    have, spread over them, to the columns ``first`` onwards of a target ``width`` wide, each
+    its own, ending on the target's row ``dst_row``."""
+    lanes = np.arange(min(len(rows), width))
+    count = max(len(lanes), 1)
+    return (
+        rows[lanes * len(rows) // count],
+        first + lanes * width // count,
+        np.full_like(lanes, dst_row),
+    )
 
 
 DECIMALS = 6

@@ -5,11 +5,11 @@ slowest layer (stage) sets the pipeline's throughput. A layer's tensors spread t
 rows over the rectangle's rows, so the balanced widths keep a rectangle no taller than the
 most rows any of its tensors has (unless it needs more PEs to hold its weights): a layer of
 56-row activations gets 56 rows, not the mesh's 994; the strips below may give it fewer, or
-more for a kernel that uses them. The rectangles, in pipeline order, stack into vertical strips of
-the mesh, top to bottom in one strip and bottom to top in the next, each strip starting level
-with the end of the one before, so that a layer's producer sits against it. Where strips do
-not fit (a few wide, short layers make their strips wide and empty), each rectangle goes to
-the highest free place nearest the one before (a skyline packing).
+more for a kernel that uses them. The rectangles, in pipeline order, stack into vertical
+strips of the mesh (``cgc.machine.packing``), top to bottom in one strip and bottom to top in
+the next, each strip starting level with the end of the one before, so that a layer's producer
+sits against it. Where strips do not fit (a few wide, short layers make their strips wide and
+empty), each rectangle goes to the highest free place nearest the one before (a skyline packing).
 
 The widths balance the stages: the placement bisects on the stage time, giving every layer
 the fewest columns on which it takes no longer (and on which its SRAM holds its share) and
@@ -17,15 +17,16 @@ keeping the smallest time whose rectangles still pack onto the mesh, no layer's 
 link (the routes sharing it added up, as routed) slower than it. Then it chooses the heights:
 it bisects again below that time over strips of one width, as many as fit the mesh, in which
 every layer takes the fewest rows of its ladder that keep it within the time (its rows split
-``k`` ways, or multiplied for a matmul that splits its contraction over groups of rows), and
-takes those strips if they beat the balanced widths; strips that keep the time of the slowest
-layer on the whole width beat any, so when some do the balance does not run and the strips'
-search starts from that time. Last, strips of different widths: one width wastes the columns
-a layer's tiles leave (a 512-column matmul takes 3 columns a PE on 171 to 255 of them), so a
-bisection below the time found so far gives every run of consecutive layers its own strip
-width, the runs and widths that take the fewest columns (dynamic programming), among widths
-near the strips' and those at which the slowest layer's tiles change. The columns left over
-then widen the strips.
+``k`` ways, or multiplied for a matmul that splits its contraction over groups of rows), the
+two ends of a tensor whose lanes fall behind that time rising a rung at a time (more rows are
+more lanes to the next strip), and takes those strips if they beat the balanced widths;
+strips that keep the time of the slowest layer on the whole width beat any, so when some do
+the balance does not run and the strips' search starts from that time. Last, strips of
+different widths: one width wastes the columns a layer's tiles leave (a 512-column matmul
+takes 3 columns a PE on 171 to 255 of them), so a bisection below the time found so far gives
+every run of consecutive layers its own strip width, the runs and widths that take the fewest
+columns (dynamic programming), among widths near the strips' and those at which the slowest
+layer's tiles change. The columns left over then widen the strips.
 
 Timing a layer on a rectangle is the placement's cost, so it skips the timings that cannot
 change its answer: no layer computes faster than its PEs at peak, after its host I/O, which
@@ -59,6 +60,7 @@ from cgc.machine import dtypes
 from cgc.machine.bytecode import Opcode, Program
 from cgc.machine.cost import LayerCost, LayerCosts
 from cgc.machine.layout import Rect, matrix_dims
+from cgc.machine.packing import pack, pack_runs, pack_skyline
 from cgc.machine.sparse_tiles import live_only
 from cgc.machine.target import Target
 from cgc.machine.traffic import busiest_links, lane_ends
@@ -66,7 +68,7 @@ from cgc.machine.units import human_bytes
 
 BALANCE_TOLERANCE = 0.01
 """The bisection on the stage time stops within this fraction of the best time."""
-LADDER_SPLITS = 16
+LADDER_SPLITS = 32
 """A layer's rows may be split up to this many ways in a strip..."""
 LADDER_MULTIPLES = 8
 """... or multiplied up to this many times."""
@@ -78,6 +80,10 @@ STRIP_SPEEDUP = 4.0
 STRIP_WIDTHS_TRIED = 12
 """... on this many strip widths per stage time, the nearest the last that worked: a time no
 width near it meets costs a timing of every layer on each (the placement's own time)."""
+LANE_RAISES = 16
+"""The layers at the ends of tensors whose lanes fall behind the stage time rise a rung of
+their ladders at most this many times before strips of a width give up: a stage time low
+enough to need a finer ladder leaves short layers few lanes to their neighbours."""
 MIXED_RANGE = 1.5
 """Strips of different widths take widths within this factor of the last strips of one width
 that worked."""
@@ -121,97 +127,6 @@ def _matrices(work: Program) -> set[tuple[int, int]]:
                 _, rows, columns = matrix_dims(work.registers[register][0])
                 found.add((rows, columns))
     return found
-
-
-def pack(
-    sizes: Sequence[tuple[int, int]], rows: int, cols: int, aligned: bool = True
-) -> list[Rect] | None:
-    """Rectangles of ``(width, height)`` in order, stacked into vertical strips: down the
-    first strip, up the next, each strip as wide as its widest member, every member widened to
-    its strip; None if they do not fit in ``rows`` x ``cols``.
-
-    ``aligned``: a strip starts level with the last rectangle of the strip before (where the
-    first one fits), so that the two sit side by side and the tensor between them crosses on
-    every row they share; otherwise at the mesh's edge.
-    """
-    rects: list[Rect] = []
-    strip: list[int] = []
-    x, width, down, cursor = 0, 0, True, 0
-    for index, (w, h) in enumerate(sizes):
-        if h > rows:
-            return None
-        if strip and not (cursor + h <= rows if down else cursor - h >= 0):
-            x += width
-            _widen_strip(rects, strip, width)
-            strip, width, down = [], 0, not down
-            _, last_y, _, last_h = rects[-1]
-            if down:
-                cursor = last_y if aligned and last_y + h <= rows else 0
-            else:
-                cursor = last_y + last_h if aligned and last_y + last_h >= h else rows
-        y = cursor if down else cursor - h
-        cursor = y + h if down else y
-        rects.append((x, y, w, h))
-        strip.append(index)
-        width = max(width, w)
-    _widen_strip(rects, strip, width)
-    return rects if x + width <= cols else None
-
-
-def pack_runs(strips: Sequence[tuple[int, Sequence[int]]], rows: int) -> list[Rect]:
-    """The rectangles of strips given as their width and their members' heights (each at most
-    ``rows`` in all), left to right, down the first strip, up the next: each strip starts level
-    with the last rectangle of the strip before, or as near as its members leave room for, so
-    that a layer's producer sits against it."""
-    rects: list[Rect] = []
-    x, down = 0, True
-    for width, heights in strips:
-        total = sum(heights)
-        if not rects:
-            cursor = 0
-        elif down:
-            cursor = min(rects[-1][1], rows - total)
-        else:
-            cursor = max(rects[-1][1] + rects[-1][3], total)
-        for h in heights:
-            y = cursor if down else cursor - h
-            cursor = y + h if down else y
-            rects.append((x, y, width, h))
-        x, down = x + width, not down
-    return rects
-
-
-def pack_skyline(sizes: Sequence[tuple[int, int]], rows: int, cols: int) -> list[Rect] | None:
-    """Rectangles of ``(width, height)`` in order, each at the highest place the ones before
-    leave free (the skyline: per column, the first row below everything placed there), the
-    nearest to the rectangle before it among equally high places; None if one does not fit.
-    Denser than strips when a few wide layers would make their strips wide and empty."""
-    skyline = np.zeros(cols, dtype=np.int64)
-    rects: list[Rect] = []
-    for w, h in sizes:
-        if w > cols or h > rows:
-            return None
-        tops = np.lib.stride_tricks.sliding_window_view(skyline, w).max(axis=1)
-        room = np.flatnonzero(tops + h <= rows)
-        if not len(room):
-            return None
-        highest = room[tops[room] == tops[room].min()]
-        if rects:
-            px, _, pw, _ = rects[-1]
-            centre = (2 * highest + w) - (2 * px + pw)
-            x = int(highest[np.argmin(np.abs(centre))])
-        else:
-            x = int(highest[0])
-        y = int(tops[x])
-        rects.append((x, y, w, h))
-        skyline[x : x + w] = y + h
-    return rects
-
-
-def _widen_strip(rects: list[Rect], members: list[int], width: int) -> None:
-    for i in members:
-        x, y, _, h = rects[i]
-        rects[i] = (x, y, width, h)
 
 
 def _sparse(work: Program, live: Mapping[str, int]) -> Program:
@@ -335,16 +250,48 @@ class Placer:
         fails when a layer misses the limit on every rung of its ladder there, or when the
         strips overflow the mesh; a narrower one may still work (fewer columns can take less
         time: shorter broadcasts)."""
-        rows, cols = self.target.rows, self.target.cols
         nearest = sorted(self.strip_widths, key=lambda w: (abs(w - self.strip_width), -w))
         for width in nearest[:STRIP_WIDTHS_TRIED]:
             heights = self._strip_heights(width, limit)
-            if heights is None:
-                continue
-            rects = pack([(width, h) for h in heights], rows, cols)
-            if rects is not None and self._lanes_keep_up(rects, limit):
+            found = None if heights is None else self._raised_for_lanes(heights, width, limit)
+            if found is not None:
                 self.strip_width = width
+                return found
+        return None
+
+    def _raised_for_lanes(self, heights: list[int], width: int, limit: float) -> Strips | None:
+        """The strips of layers ``heights`` high on ``width`` columns, where a tensor between
+        layers takes over ``limit`` cycles on its busiest link raising both its ends to their
+        next rungs within the limit (more rows are more lanes: a diagonal neighbour's lanes
+        leave on its rows, a side neighbour's cross on the rows it shares), up to
+        ``LANE_RAISES`` times; None if the strips overflow the mesh or the lanes still fall
+        behind with no end left to raise."""
+        rows, cols = self.target.rows, self.target.cols
+        for _ in range(LANE_RAISES + 1):
+            rects = pack([(width, h) for h in heights], rows, cols)
+            if rects is None:
+                return None
+            loads = busiest_links(rects, self.tensors)
+            slow = {end for (a, b, _), load in zip(self.tensors, loads, strict=True)
+                    if load > limit
+                    for end in (a, b)}  # fmt: skip
+            if not slow:
                 return rects, heights
+            raised = {i: self._taller(i, width, heights[i], limit) for i in sorted(slow)}
+            if all(h is None for h in raised.values()):
+                return None
+            for index, height in raised.items():
+                heights[index] = height or heights[index]
+        return None
+
+    def _taller(self, index: int, width: int, height: int, limit: float) -> int | None:
+        """The next rung above ``height`` of layer ``index``'s ladder on which it fits and
+        keeps ``limit`` on ``width`` columns, if any."""
+        ladder = self.ladders[index]
+        for step in range(bisect.bisect_right(ladder, height), len(ladder)):
+            cost = self.cost(index, (0, 0, width, ladder[step]))
+            if self.fits(cost) and self.stage_cycles(cost) <= limit:
+                return ladder[step]
         return None
 
     def _mixed(self, found: tuple[Strips, float]) -> tuple[Strips, float]:
