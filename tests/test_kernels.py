@@ -20,7 +20,7 @@ from cgc.machine.layout import Layout
 from cgc.machine.plan_matmul import Matmul
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Request
 from cgc.machine.target import TRANSCENDENTAL_CYCLES, Target
-from cgc.machine.traffic import NO_TRAFFIC
+from cgc.machine.traffic import NO_TRAFFIC, Traffic
 from cgc.runtime import kernels
 from cgc.runtime.tiles import DistTensor
 
@@ -340,7 +340,29 @@ def test_reduce_chain_traffic_only_when_reducing_split_axes():
     over_cols = plans.plan(
         "reduce_sum", T, SRC3.rect, [x], {"axes": [2], "keepdims": True}, [((3, 7, 1), "float32")]
     )
-    assert over_cols.cost.traffic.max_hops >= SRC3.w - 1 > 0
+    # each PE's partial sums (3 matrices x 4 of the 7 rows, 12 words) meet at the middle of
+    # the 3 columns, one hop from either end, and the result stays on that column
+    assert SRC3.w == 3 and SRC3.h == 2
+    assert over_cols.cost.traffic == Traffic(12 * 2 * 2, 12, 12, 2 * 12, 1)
+    (out,) = over_cols.outputs
+    assert (out.col0, out.w) == (SRC3.col0 + 1, 1)
+
+
+def test_a_reduction_result_is_multicast_from_the_middle_where_it_lies():
+    # x - mean(x) over 7 columns: the mean stays on the middle column and the subtraction
+    # multicasts it from there, 3 hops each way, without first moving it to the corner
+    rect = (0, 0, 7, 2)
+    x = Operand((4, 14), "float32", WAFER, Layout.on((4, 14), "float32", rect))
+    mean = plans.plan(
+        "reduce_mean", T, rect, [x], {"axes": [1], "keepdims": True}, [((4, 1), "float32")]
+    )
+    (at,) = mean.outputs
+    assert (at.col0, at.w, at.h) == (3, 1, 2)
+    centred = Operand((4, 1), "float32", WAFER, at)
+    sub = plans.plan("sub", T, rect, [x, centred], {}, [((4, 14), "float32")])
+    # 2 rows of the mean a PE, along the 6 links of each of the 2 PE rows
+    assert sub.cost.traffic == Traffic(2 * 6 * 2, 2, 2, 2, 3)
+    assert sub.cost.arrival_cycles == 0
 
 
 # --------------------------------------------------------------------------- matmul

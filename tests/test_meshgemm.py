@@ -129,6 +129,37 @@ def test_skew_equals_its_routed_flows(side, a_words, b_words):
     assert skew_traffic(side, a_words, b_words) == routed(side, skewed, skewed, a_words, b_words)
 
 
+@pytest.mark.parametrize("side", [1, 2, 3, 4, 5, 8, 9])
+def test_cannons_shift_and_skew_equal_their_routed_flows(side):
+    """Cannon's plain ring: every block goes to the previous PE of its line, the first's to
+    the last over the whole line; the skew sends block ``j`` of line ``r`` to ``j - r``."""
+
+    def previous(_line, place):
+        return (place - 1) % side
+
+    def skewed(line, block):
+        return (block - line) % side
+
+    shift = shift_traffic(side, 3.0, 5.0, interleaved=False)
+    assert shift == routed(side, previous, previous, 3.0, 5.0)
+    assert shift.max_hops == side - 1
+    want = routed(side, skewed, skewed, 3.0, 5.0)
+    assert skew_traffic(side, 3.0, 5.0, interleaved=False) == want
+
+
+def test_cannon_waits_on_its_wrap_around_every_step():
+    """The same blocks and loads as MeshGEMM on 8 x 8 (A and B in 8 x 8 blocks of 64 words),
+    but each of the 7 shifts pays the wrap-around's 7 hops where MeshGEMM's pays 2, and the
+    skew is the plain ring's."""
+    q, a, b = request(T, (0, 0, 8, 8), 64, 64, 64, WAFER)
+    mesh = plan_meshgemm(q, a, b, False, 2.0 * 64**3)
+    cannon = plan_meshgemm(q, a, b, False, 2.0 * 64**3, interleaved=False)
+    assert (mesh.detail["algorithm"], cannon.detail["algorithm"]) == ("meshgemm", "cannon")
+    assert cannon.cost.compute_cycles == mesh.cost.compute_cycles
+    skews = [skew_traffic(8, 64.0, 64.0, ring).cycles for ring in (False, True)]
+    assert cannon.cost.cycles - mesh.cost.cycles == 7 * (7 - 2) + skews[0] - skews[1]
+
+
 # --------------------------------------------------------------------------- hand counts
 
 

@@ -125,14 +125,23 @@ def arrival(operand: Operand, target: Layout) -> Traffic:
 
 def multicast(tile: Layout, out: Layout) -> Traffic:
     """Copies ``tile``'s blocks along the mesh rows and/or columns it spans fewer of than
-    ``out``: one wavelet stream per link (the routers replicate), as deep as the grid."""
+    ``out``: one wavelet stream per link (the routers replicate it both ways from the tile's
+    row or column), as deep as the farthest row or column of the grid from it."""
     down = out.h - 1 if tile.h == 1 and out.h > 1 else 0
     across = out.w - 1 if tile.w == 1 and out.w > 1 else 0
     if not down and not across:
         return NO_TRAFFIC
     words = tile.tile_elements * tile.words_per_element
     links = across * tile.h + down * out.w
-    return Traffic(words * links, words, words, words, down + across)
+    depth = (farthest(tile.col0, out.col0, out.w) if across else 0) + (
+        farthest(tile.row0, out.row0, out.h) if down else 0
+    )
+    return Traffic(words * links, words, words, words, depth)
+
+
+def farthest(at: int, start: int, count: int) -> int:
+    """The hops from line ``at`` to the farthest of the ``count`` lines from ``start``."""
+    return max(at - start, start + count - 1 - at)
 
 
 def row_chain(steps: int, words: float, hops: int, rows: int) -> Traffic:

@@ -13,6 +13,7 @@ softmax's); elsewhere a folded operand is relaid unfolded, and its arrival count
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from math import prod
 
 from cgc.machine.kernel import (
@@ -48,11 +49,13 @@ class Elementwise(Kernel):
 
     def plan(self, q: Request) -> Plan:
         ((shape, dtype),) = q.results
-        out = Layout.on(shape, dtype, q.rect, fold=_keeps_fold(q.operands, shape))
+        out = _beside(
+            Layout.on(shape, dtype, q.rect, fold=_keeps_fold(q.operands, shape)), q.operands
+        )
         inputs: list[Layout | None] = []
         traffic, arrive, scratch = NO_TRAFFIC, NO_TRAFFIC, 0
         for operand in q.operands:
-            aligned = _aligned(operand.shape, operand.dtype, out)
+            aligned = _aligned(operand, out)
             moved = arrival(operand, aligned)
             spread = NO_TRAFFIC if _immediate(operand) else multicast(aligned, out)
             traffic = traffic + moved + spread
@@ -70,6 +73,17 @@ class Elementwise(Kernel):
             flops=prod(shape) * (0 if self.name in ("cast", "bitcast") else 1),
         )
         return Plan(tuple(inputs), (out,), cost)
+
+
+def _beside(out: Layout, operands: Sequence[Operand]) -> Layout:
+    """A result on one PE, on the PE of an operand on one PE (a reduction's sum, at the middle
+    of the grid: the next op multicasts it from there) rather than at the corner."""
+    if out.h == 1 and out.w == 1:
+        for operand in operands:
+            at = operand.layout if operand.source == WAFER else None
+            if at is not None and at.h == 1 and at.w == 1:
+                return replace(out, row0=at.row0, col0=at.col0)
+    return out
 
 
 def _immediate(operand: Operand) -> bool:
@@ -99,19 +113,21 @@ def _rows_align(operand: tuple[int, ...], result: tuple[int, ...]) -> bool:
     return lead == result[:-1] or (len(operand) <= 2 and prod(lead) == 1)
 
 
-def _aligned(shape: tuple[int, ...], dtype: str, out: Layout) -> Layout:
+def _aligned(operand: Operand, out: Layout) -> Layout:
     """An operand as the result's tiles need it: on the result's grid, its rows (or columns)
-    on the result's where it has them, else on one row (column) multicast along the rest."""
-    _, rows, cols = matrix_dims(shape, out.fold)
-    return Layout(
-        shape,
-        dtype,
-        out.row0,
-        out.col0,
-        out.h if rows == out.rows else 1,
-        out.w if cols == out.cols else 1,
-        out.fold,
-    )
+    on the result's where it has them, else on one row (column) multicast along the rest: the
+    one it is on already, if it lies on one inside the grid (a reduction's result, on the
+    middle one), else the grid's first."""
+    _, rows, cols = matrix_dims(operand.shape, out.fold)
+    h = out.h if rows == out.rows else 1
+    w = out.w if cols == out.cols else 1
+    at = operand.layout if operand.source == WAFER else None
+    row0, col0 = out.row0, out.col0
+    if at is not None and h == 1 and at.h == 1 and out.row0 <= at.row0 < out.row0 + out.h:
+        row0 = at.row0
+    if at is not None and w == 1 and at.w == 1 and out.col0 <= at.col0 < out.col0 + out.w:
+        col0 = at.col0
+    return Layout(operand.shape, operand.dtype, row0, col0, h, w, out.fold)
 
 
 class Reduce(Kernel):
@@ -127,27 +143,31 @@ class Reduce(Kernel):
         over_rows = rank >= 2 and rank - 2 in axes
         over_cols = rank >= 1 and rank - 1 in axes
         kept = tuple(1 if i in axes else d for i, d in enumerate(operand.shape))
+        # the partial sums meet at the middle row and column: half the grid's depth
         natural = Layout(
             kept,
             dtype,
-            src.row0,
-            src.col0,
+            src.row0 + (src.h - 1) // 2 if over_rows else src.row0,
+            src.col0 + (src.w - 1) // 2 if over_cols else src.col0,
             1 if over_rows else src.h,
             1 if over_cols else src.w,
             fold,
         )
-        out = Layout.on(shape, dtype, q.rect, fold)
+        out = _at_root(Layout.on(shape, dtype, q.rect, fold), natural)
         partial = natural.tile_elements * natural.words_per_element
-        chain = [
-            Traffic(partial * (n - 1) * m, partial, partial, partial, n - 1)
+        lines = [
+            (n, m)
             for n, m, hit in ((src.w, src.h, over_cols), (src.h, natural.w, over_rows))
             if hit and n > 1
         ]
+        chain = [centre_chain(partial, n, m) for n, m in lines]
         settle = reshape_traffic(natural, out)
         arrive = arrival(operand, src)
         traffic = sum(chain, NO_TRAFFIC) + arrive + settle
         compute = vector_cycles(src.tile_elements, 1.0, dtype, q.target)
-        combine = vector_cycles(natural.tile_elements, 1.0, dtype, q.target) * len(chain)
+        # the middle PE of a chain adds the partials from both its sides
+        adds = sum(2 if n > 2 else 1 for n, _ in lines)
+        combine = vector_cycles(natural.tile_elements, adds, dtype, q.target)
         cost = phased_cost(
             compute + combine,
             arrive,
@@ -156,3 +176,20 @@ class Reduce(Kernel):
             flops=prod(operand.shape),
         )
         return Plan((src,), (out,), cost, {"natural": natural})
+
+
+def centre_chain(words: float, line: int, lines: int) -> Traffic:
+    """Partial sums of ``words`` on each of ``line`` PEs of ``lines`` mesh lines, summed along
+    each line in two chains that meet at its middle PE: every link carries one stream, the
+    middle PE takes in both, and the farther end is ``line // 2`` hops away."""
+    both = 2 if line > 2 else 1
+    return Traffic(words * (line - 1) * lines, words, words, both * words, line // 2)
+
+
+def _at_root(out: Layout, natural: Layout) -> Layout:
+    """A reduction's result where its partial sums met, if it has one column (row) there:
+    then it stays on the middle column (row) of the grid, which is as near every PE as any
+    (the next op multicasts it from there), instead of settling at the corner."""
+    col = natural.col0 if out.w == 1 and natural.w == 1 else out.col0
+    row = natural.row0 if out.h == 1 and natural.h == 1 else out.row0
+    return replace(out, row0=row, col0=col)

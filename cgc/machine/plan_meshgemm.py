@@ -39,7 +39,13 @@ from cgc.machine.traffic import NO_TRAFFIC, Traffic, route
 
 
 def plan_meshgemm(
-    q: Request, a: Operand, b: Operand, fold: bool, flops: float, arrive: bool = True
+    q: Request,
+    a: Operand,
+    b: Operand,
+    fold: bool,
+    flops: float,
+    arrive: bool = True,
+    interleaved: bool = True,
 ) -> Plan:
     """MeshGEMM of ``a @ b`` on the largest square grid of ``q.rect`` that leaves no PE of
     the result, of A or of B empty; A and the result ``fold`` or not, as the matmul chose.
@@ -48,7 +54,10 @@ def plan_meshgemm(
     loads, and a B streaming in down its columns lands on its skewed rows as cheaply as on
     its plain ones (A's skew moves blocks between columns, which a stream cannot). Without
     ``arrive``, the plan leaves out the operands' arrival, the dearest part to count: a
-    bound from below on its cycles, with the same SRAM."""
+    bound from below on its cycles, with the same SRAM. Without ``interleaved``, the plan is
+    Cannon's own, on the plain ring whose wrap-around link every step waits for: the planner
+    never picks it (the interleaved ring moves the same blocks over shorter paths), but it is
+    the baseline WaferLLM measures MeshGEMM against."""
     ((shape, dtype),) = q.results
     _, m, n = matrix_dims(shape, fold)
     k = a.shape[-1]
@@ -61,8 +70,10 @@ def plan_meshgemm(
     step_fmacs = prod(out.batch) * mt * kb * nt
     compute = step_fmacs / q.target.fmacs(dtype)
     a_words, b_words = block_words(a_at, b_at, mt, kb, nt)
-    skew = skew_traffic(side, a_words * (a.source != RESIDENT), b_words * (b.source == WAFER))
-    shift = shift_traffic(side, a_words, b_words)
+    skew = skew_traffic(
+        side, a_words * (a.source != RESIDENT), b_words * (b.source == WAFER), interleaved
+    )
+    shift = shift_traffic(side, a_words, b_words, interleaved)
     busiest = max(shift.max_link, shift.max_inject, shift.max_eject)
     step = max(compute, busiest) + shift.max_hops
     moved = (arrival(a, a_at), arrival(b, b_at)) if arrive else (NO_TRAFFIC, NO_TRAFFIC)
@@ -78,7 +89,8 @@ def plan_meshgemm(
         compute_cycles=side * compute,
         arrival_cycles=arrive_cycles,
     )
-    return Plan((a_at, b_at), (out,), cost, {"algorithm": "meshgemm", "steps": side})
+    algorithm = "meshgemm" if interleaved else "cannon"
+    return Plan((a_at, b_at), (out,), cost, {"algorithm": algorithm, "steps": side})
 
 
 def mesh_side(m: int, n: int, k: int, available: int) -> int:
@@ -103,11 +115,11 @@ def ring_position(place: np.ndarray, side: int) -> np.ndarray:
     return np.where(place % 2 == 0, place // 2, side - 1 - place // 2)
 
 
-def shift_traffic(side: int, a_words: float, b_words: float) -> Traffic:
+def shift_traffic(side: int, a_words: float, b_words: float, interleaved: bool = True) -> Traffic:
     """One step's shift on a ``side x side`` grid: every PE sends its block of A (``a_words``)
-    to its row's previous ring position and its block of B to its column's. The ring covers
-    ``2 (side - 1)`` hops of a line (two a step, one at each turn), and every link carries
-    one block in each direction."""
+    to its row's previous ring position and its block of B to its column's. Either ring covers
+    ``2 (side - 1)`` hops of a line and every link carries one block in each direction; the
+    interleaved ring's longest path is two hops, the plain ring's wrap-around the line."""
     if side == 1:
         return NO_TRAFFIC
     return Traffic(
@@ -115,17 +127,17 @@ def shift_traffic(side: int, a_words: float, b_words: float) -> Traffic:
         max_link=max(a_words, b_words),
         max_inject=a_words + b_words,
         max_eject=a_words + b_words,
-        max_hops=min(2, side - 1),
+        max_hops=min(2, side - 1) if interleaved else side - 1,
     )
 
 
-def skew_traffic(side: int, a_words: float, b_words: float) -> Traffic:
+def skew_traffic(side: int, a_words: float, b_words: float, interleaved: bool = True) -> Traffic:
     """Cannon's skew on a ``side x side`` grid, from the plain block layouts: along row ``r``
     A's block ``j`` goes to ring position ``j - pos(r)``; down column ``c`` B's block ``i``
     to ring position ``i - pos(c)``. An operand of no words stays put. B's skew is A's
     transposed, on the column links where A's is on the row links, so one routing of A's
     blocks per grid side counts both."""
-    rows, both = _row_skew(side)
+    rows, both = _row_skew(side, interleaved)
     if not rows.max_hops or not (a_words or b_words):
         return NO_TRAFFIC
     # a PE that keeps its block neither sends nor receives one: its ramps carry both
@@ -141,12 +153,15 @@ def skew_traffic(side: int, a_words: float, b_words: float) -> Traffic:
 
 
 @lru_cache(maxsize=256)
-def _row_skew(side: int) -> tuple[Traffic, bool]:
+def _row_skew(side: int, interleaved: bool) -> tuple[Traffic, bool]:
     """A's skew in blocks (routed PE by PE, ``side**2`` flows), and whether some PE moves both
-    its block of A and its block of B."""
+    its block of A and its block of B; on the interleaved ring or the plain one."""
     lines = np.arange(side)
     row, block = np.repeat(lines, side), np.tile(lines, side)
-    dest = ring_line((block - ring_position(row, side)) % side, side)
+    if interleaved:
+        dest = ring_line((block - ring_position(row, side)) % side, side)
+    else:
+        dest = (block - row) % side
     moves = (dest != block).reshape(side, side)
     return route(row, block, row, dest, np.ones(side * side), 1.0), bool((moves & moves.T).any())
 
