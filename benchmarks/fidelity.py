@@ -207,7 +207,9 @@ def gemm_rows() -> tuple[list[Row], list[dict[str, Any]]]:
         target = get_target(f"mesh{side}x{side}")
         point: dict[str, Any] = {"side": side}
         for algorithm in ALGORITHMS:
-            cost = forced_gemm(algorithm, side, GEMM, "float16").cost
+            plan = forced_gemm(algorithm, side, GEMM, "float16")
+            cost = plan.cost
+            point[f"{algorithm}_binds"] = plan.detail["binds"]
             point[algorithm] = efficiency(cost.flops, cost.cycles, side * side, target, "float16")
             point[f"{algorithm}_cost"] = cost
         point["chosen"], _, point["compiled"] = chosen_gemm(side, "float16")
@@ -655,13 +657,15 @@ def _curve_lines(gemm: list[dict[str, Any]], reduce: list[dict[str, Any]]) -> li
         "and of the kernel cgc's planner picks for the compiled MatMul (pipelined mode, "
         "operands delivered by the program).",
         "",
-        "| P | SUMMA | Cannon | MeshGEMM | cgc picks | compiled |",
-        "|---:|---:|---:|---:|---|---:|",
+        "| P | SUMMA | Cannon | MeshGEMM | cgc picks | compiled | what binds (SUMMA / Cannon / "
+        "MeshGEMM, `Plan.detail['binds']`) |",
+        "|---:|---:|---:|---:|---|---:|---|",
     ]
     lines += [
         f"| {p['side']} | {p['summa']:.1%} | {p['cannon']:.1%} | {p['meshgemm']:.1%} | "
-        f"{p['chosen']} | "
-        f"{p['compiled']:.1%} |"
+        f"{p['chosen']} | {p['compiled']:.1%} | "
+        + " / ".join(p[f"{a}_binds"] for a in ALGORITHMS)
+        + " |"
         for p in gemm
     ]
     lines += [

@@ -409,14 +409,22 @@ def test_summa_against_a_hand_count():
     arrived = {0: Layout.on(a.shape, "float32", rect)}
     got, plan = execute("matmul", [a, b], {}, (8, 8), "float32", rect, {1: RESIDENT}, arrived)
     close(got, matmul_ref(a, b))
-    assert plan.detail == {"algorithm": "stream-resident", "steps": 8}
+    assert plan.detail == {
+        "algorithm": "stream-resident",
+        "steps": 8,
+        "binds": "the weights through the ramp",
+    }
     operands = (
         Operand(a.shape, "float32", WAFER, arrived[0]),
         Operand(b.shape, "float32", RESIDENT),
     )
     q = Request(T, rect, operands, {}, (((8, 8), "float32"),))
     summa = Matmul._plan_summa(q, *operands, Layout.on((8, 8), "float32", rect), 2.0 * 8 * 64 * 8)
-    assert summa.detail == {"algorithm": "summa", "steps": 8}
+    assert summa.detail == {
+        "algorithm": "summa",
+        "steps": 8,
+        "binds": "the blocks through the ramp",
+    }
     assert summa.cost.cycles == 8 * max(8, 8 + 8) + 2 * 7 > plan.cost.cycles
     assert summa.cost.scratch_bytes == 2 * 6 * (8 + 8) * 4
 

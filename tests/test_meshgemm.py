@@ -174,7 +174,7 @@ def test_two_by_two_by_hand():
     assert plan.cost.compute_cycles == 2 * 8
     assert plan.cost.fmacs == 2 * 8 * 4
     assert plan.cost.scratch_bytes == 2 * (4 + 4) * 4
-    assert plan.detail == {"algorithm": "meshgemm", "steps": 2}
+    assert plan.detail == {"algorithm": "meshgemm", "steps": 2, "binds": "arithmetic"}
 
 
 def test_three_by_three_by_hand():
@@ -339,3 +339,30 @@ def test_the_matmul_plan_takes_the_fastest_kernel(label, name, rect, dims):
     assert chosen.cost.cycles == min(
         p.cost.cycles for p in plans if sram_overflow(p, target) == least
     )
+
+
+def test_the_gemm_kernels_name_the_term_that_binds_them():
+    """4096^3 in float16 on 720 x 720 PEs: 6 x 6 blocks, 54 cycles of arithmetic a step.
+    Cannon waits on its wrap-around's 719 hops every step, SUMMA on its panels' flight (719
+    hops every six steps), MeshGEMM's two-hop shifts hide behind its arithmetic; on 90 x 90
+    (46 x 46 blocks) SUMMA computes too."""
+
+    def plans(side: int) -> dict[str, Plan]:
+        target = get_target(f"mesh{side}x{side}")
+        rect, shape, flops = (0, 0, side, side), (4096, 4096), 2.0 * 4096**3
+        a, b = (Operand(shape, "float16", WAFER, Layout.on(shape, "float16", rect)),) * 2
+        q = Request(target, rect, (a, b), {}, ((shape, "float16"),))
+        out = Layout.on(shape, "float16", rect)
+        return {
+            "summa": Matmul._plan_summa(q, a, b, out, flops),
+            "cannon": plan_meshgemm(q, a, b, False, flops, interleaved=False),
+            "meshgemm": plan_meshgemm(q, a, b, False, flops),
+        }
+
+    binds = {name: plan.detail["binds"] for name, plan in plans(720).items()}
+    assert binds == {
+        "summa": "the panels' flight",
+        "cannon": "the shifts' flight",
+        "meshgemm": "arithmetic",
+    }
+    assert plans(90)["summa"].detail["binds"] == "arithmetic"

@@ -93,6 +93,16 @@ def test_the_streaming_matmuls_binding_term_follows_its_shapes():
     # one weight row per PE column: each PE's partial sums take longer along the row chain
     # than its few products take to form
     assert kernel_bound(_matmul(1024, 8, 512)) == "partial sums"
+    # the kernel's own account of its cycles names the same causes
+    binds = [_matmul(*shape).detail["binds"] for shape in MATMUL_SHAPES]
+    assert binds == [
+        "arithmetic",
+        "the weights through the ramp",
+        "the partial sums along the rows",
+    ]
+
+
+MATMUL_SHAPES = ((1024, 512, 512), (8, 512, 512), (1024, 8, 512))
 
 
 def _reported_utilization(result, stats) -> dict:

@@ -58,7 +58,7 @@ def test_one_chunk_a_pe_against_a_hand_count():
     hand-overs: 30 cycles, 7.5 a chunk, under the arithmetic. The first chunk's 3 hops down
     the column and the chain's 3 hops along the row are paid once."""
     plan = resident_stream(T, (0, 0, 4, 4), 8, 8, 12)
-    assert plan.detail == {"algorithm": "stream-resident", "steps": 4}
+    assert plan.detail == {"algorithm": "stream-resident", "steps": 4, "binds": "arithmetic"}
     a_at, b_at = plan.inputs
     assert a_at == Layout((8, 8), "float32", 0, 0, 4, 4)
     assert b_at == Layout((8, 12), "float32", 0, 0, 4, 4)

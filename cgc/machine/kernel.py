@@ -123,6 +123,12 @@ def arrival(operand: Operand, target: Layout) -> Traffic:
     raise ValueError(f"operand {operand.layout} cannot arrive as {target}")
 
 
+def binding(terms: Mapping[str, float]) -> str:
+    """Which of a kernel's terms (its cycles by cause) takes the most: what binds it, as a
+    mesh kernel reports it in ``Plan.detail["binds"]`` (the first among equals)."""
+    return max(terms, key=lambda name: terms[name])
+
+
 def multicast(tile: Layout, out: Layout) -> Traffic:
     """Copies ``tile``'s blocks along the mesh rows and/or columns it spans fewer of than
     ``out``: one wavelet stream per link (the routers replicate it both ways from the tile's

@@ -35,6 +35,7 @@ from cgc.machine.kernel import (
     Plan,
     Request,
     arrival,
+    binding,
     block_words,
     row_chain,
     row_multicast,
@@ -114,7 +115,12 @@ class Matmul(Kernel):
             compute_cycles=steps * compute,
             arrival_cycles=arrive,
         )
-        return Plan((a_at, b_at), (out,), cost, {"algorithm": "summa", "steps": steps})
+        terms = {
+            "arrival": arrive,
+            **panels.terms(steps, compute, a_words * (across > 1), b_words * (down > 1), flight),
+        }
+        detail = {"algorithm": "summa", "steps": steps, "binds": binding(terms)}
+        return Plan((a_at, b_at), (out,), cost, detail)
 
     @staticmethod
     def _plan_split_k(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
@@ -195,9 +201,9 @@ class Matmul(Kernel):
             out.h,
         )
         cost = chunks.cost(arrival(a, chunks.a_at), ingress, chunks.weight_words, flops, edge=True)
-        return Plan(
-            (chunks.a_at, None), (out,), cost, {"algorithm": "stream", "steps": chunks.count}
-        )
+        binds = chunks.binds(cost, chunks.weight_words)
+        detail = {"algorithm": "stream", "steps": chunks.count, "binds": binds}
+        return Plan((chunks.a_at, None), (out,), cost, detail)
 
     @staticmethod
     def _plan_resident_stream(
@@ -226,11 +232,12 @@ class Matmul(Kernel):
         weights, ramp = _column_multicast(chunks, out.h, per, owners)
         cost = chunks.cost(arrival(a, chunks.a_at), weights, ramp / chunks.count, flops, edge=False)
         b_at = Layout(b.shape, b.dtype, out.row0, out.col0, owners, chunks.a_at.w)
+        binds = chunks.binds(cost, ramp / chunks.count)
         return Plan(
             (chunks.a_at, b_at),
             (out,),
             cost,
-            {"algorithm": "stream-resident", "steps": chunks.count},
+            {"algorithm": "stream-resident", "steps": chunks.count, "binds": binds},
             (None, (chunks.kb, per * chunks.nt)),
         )
 
@@ -310,6 +317,19 @@ class _Chunks:
     def partial_words(self) -> float:
         return prod(self.out.batch) * self.out.rt * self.nt * self.out.words_per_element
 
+    def binds(self, cost: Cost, weight_cycles: float) -> str:
+        """What binds the kernel of ``cost``: of what sets the pace of its chunks (the
+        arithmetic, the weights through the ramp, the partial sums along the rows), and what
+        it waits for besides (the flight, the operands' arrival), the most cycles."""
+        partial = self.partial_words * (self.a_at.w > 1)
+        paced = {
+            "arithmetic": cost.compute_cycles,
+            "the weights through the ramp": self.count * weight_cycles,
+            "the partial sums along the rows": self.count * partial,
+        }
+        rest = cost.cycles - max(paced.values())
+        return binding({**paced, "the flight and the arrival": rest})
+
     def cost(
         self, moved: Traffic, weights: Traffic, weight_cycles: float, flops: float, edge: bool
     ) -> Cost:
@@ -379,6 +399,18 @@ class _Panels:
         words = a_words + b_words
         step = max(compute, words) if self.buffers == 2 else compute + words
         return steps * step + ceil(steps / self.size) * flight
+
+    def terms(
+        self, steps: int, compute: float, a_words: float, b_words: float, flight: int
+    ) -> dict[str, float]:
+        """What ``cycles`` is made of: the arithmetic and the blocks through the ramp (the
+        longer sets a step's pace, or both add up with one buffer), and the panels' flight
+        across the grid."""
+        return {
+            "arithmetic": steps * compute,
+            "the blocks through the ramp": steps * (a_words + b_words),
+            "the panels' flight": ceil(steps / self.size) * flight,
+        }
 
 
 def _panels(steps: int, block_words: float, target: Target, tiles: tuple[Layout, ...]) -> _Panels:

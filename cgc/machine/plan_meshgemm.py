@@ -30,6 +30,7 @@ from cgc.machine.kernel import (
     Plan,
     Request,
     arrival,
+    binding,
     block_words,
     sequential_cycles,
 )
@@ -89,8 +90,17 @@ def plan_meshgemm(
         compute_cycles=side * compute,
         arrival_cycles=arrive_cycles,
     )
+    terms = {
+        "arrival": arrive_cycles,
+        "the skew": skew.cycles,
+        "arithmetic": side * compute,
+        "the shifts through the ramps and links": shifts * busiest,
+        "the shifts' flight": shifts * shift.max_hops,
+    }
     algorithm = "meshgemm" if interleaved else "cannon"
-    return Plan((a_at, b_at), (out,), cost, {"algorithm": algorithm, "steps": side})
+    return Plan(
+        (a_at, b_at), (out,), cost, {"algorithm": algorithm, "steps": side, "binds": binding(terms)}
+    )
 
 
 def mesh_side(m: int, n: int, k: int, available: int) -> int:
