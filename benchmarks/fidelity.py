@@ -350,7 +350,11 @@ def gemv_rows() -> list[Row]:
             f"the result's one row of PEs times the groups keeps {busy:,.0f} PEs busy) and "
             f"movement {cost.movement_cycles:,.0f} (the vector's descent and the partial "
             f"sums climbing group by group). Published: {published * clock:,.0f} cycles at "
-            f"{clock / 1e6:.0f} MHz, {published * 1.1e9:,.0f} at 1.1 GHz"
+            f"{clock / 1e6:.0f} MHz, {published * 1.1e9:,.0f} at 1.1 GHz. cgc has no "
+            "MeshGEMV plan: its layouts give a [1, K] vector one PE row, so the vector that "
+            "WaferLLM keeps replicated between layers would be multicast down the columns "
+            "and the result turned back onto a row each time, about two diameters of flight "
+            "against the K-tree AllReduce's one"
         )
         rows.append(
             Row(
@@ -710,6 +714,29 @@ def _issue_lines(check: list[dict[str, Any]]) -> list[str]:
     return [*lines, "", same]
 
 
+MODEL_NOTES = [
+    "",
+    "## What the model counts, and what it leaves out",
+    "",
+    "- **SRAM ports**: a PE reads two 32-bit words and writes one a cycle (S11). A float32 "
+    "FMAC or elementwise op takes two reads and a write, so the FP32 rate (one a cycle) is "
+    "the port limit. Float16 runs at SIMD-4 (four FMACs a cycle), which needs the 64-bit "
+    "ports of the Hot Chips description (S18); with the SDK's 32-bit ports it would run "
+    "at half that. The reference's advice, followed here, is SIMD-4 as the peak.",
+    "- **Ramps and routers**: a link moves a wavelet a cycle and a hop costs a cycle; a "
+    "ramp moves a wavelet a cycle each way (counted as bandwidth), with no latency of its "
+    "own (the T_R row above).",
+    "- **Contention**: every kernel's flows are routed link by link (``traffic.Routes``) "
+    "and the busiest link, ramp in and ramp out set a transfer's time; in pipelined mode "
+    "the tensors between layers add up on the links they share (``traffic.busiest_links``).",
+    "- **Synchronisation**: SUMMA's steps run in panels of up to six roots, each with its "
+    "own colors, and pay the broadcast's flight once a panel; MeshGEMM and Cannon pay "
+    "their shift's flight every step; a reduction's two chains meet at the middle PE of "
+    "each line.",
+]
+"""The page's notes on the terms the model counts."""
+
+
 def render(rows: list[Row], extra: list[str]) -> str:
     """The page: the figures' table, then the sections of ``extra``."""
     misses = [row.figure for row in rows if row.agrees is False]
@@ -740,6 +767,7 @@ def main() -> None:
     reduce, reduce_curve = allreduce_rows()
     rows = [*gemm, *gemv_rows(), *fabric_rows(), *reduce, *bicgstab_rows()]
     extra = [
+        *MODEL_NOTES,
         *_curve_lines(curve, reduce_curve),
         *_issue_lines(issue_check()),
         *sensitivity_lines(sensitivity()),
