@@ -186,14 +186,13 @@ def test_taps_collide_where_windows_a_stride_apart_read_one_pixel():
 @pytest.mark.parametrize(
     ("image", "attrs", "fold"),
     [
-        ((2, 4, 5, 5), {"group": 2}, False),  # groups
         ((1, 3, 9), {"kernel": [3], "strides": [1], "pads": [1, 1], "dilations": [1]}, False),
-        ((2, 3, 5, 5), {}, True),  # channels-first, folded: channels on the rows
     ],
 )
 def test_elsewhere_the_engine_answers(image, attrs, fold):
-    """Where a channel would sit on the pixel side of a PE coordinate, the tap ranges do not
-    apply, and ``im2col_traffic`` is the engine's (and the oracle's)."""
+    """Where a channel would sit on the pixel side of a PE coordinate (a 1-D channels-first
+    image, unfolded), the tap ranges do not apply, and ``im2col_traffic`` is the engine's (and
+    the oracle's). Groups and folded channels-first images apply (``test_window_groups``)."""
     spatial = len(image) - 2
     attrs = {
         "kernel": [3] * spatial,

@@ -18,11 +18,22 @@ column too, and its loads are sums of products over the taps or the terms all th
 and the per-element ``traffic.gather_traffic``'s (the tests check both).
 
 The engine instead peels the channels into phase classes and enumerates pixels and taps in
-each, then routes term by term; the placer asks every convolution on many rectangles. Only
-what keeps a channel off the pixel side of a PE coordinate is counted so: one group, and a
-channels-last image, or a channels-first one with two spatial axes or more, unfolded; and
-at most ``flows.ENUMERATION_LIMIT`` reads (the segments grow with the batch, which the
-engine counts without enumerating it); any other im2col goes to the engine.
+each, then routes term by term; the placer asks every convolution on many rectangles.
+
+Groups. Every group's patch columns are numbered as its own im2col's, on its own channels,
+so its channels' taps run alike (``_tap_runs``); a pixel of one group's channel is no other
+group's, so the flows add up over the groups. An unfolded result holds every group on the
+same rows: a channels-last term's channels are those of all groups, a channels-first one's
+count every group. A folded result stacks the groups along its rows, as many samples of the
+windows: a channels-last term is then a range of one group's taps. A folded channels-first
+image holds each channel on rows of its own, so its terms are a range of one channel's taps
+(``ColumnSegments`` per channel), AlexNet's grouped and depthwise convolutions' layout.
+
+Counted so: a channels-last image, or a channels-first one with two spatial axes or more
+(into an unfolded result where it has several groups); and at most
+``flows.ENUMERATION_LIMIT`` reads of one channel (the segments grow with the batch and the
+stacked groups, which the engine counts without enumerating them); any other im2col goes to
+the engine.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from math import prod
 from typing import Any
 
@@ -48,7 +60,14 @@ from cgc.machine.index_maps import Attrs, relative_places
 from cgc.machine.layout import Layout
 from cgc.machine.ref_movement import window_counts
 from cgc.machine.traffic import NO_TRAFFIC, Traffic
-from cgc.machine.window_segments import ColumnSegments, Runs, Segments, collide, source_rows
+from cgc.machine.window_segments import (
+    ColumnSegments,
+    Runs,
+    Segments,
+    collide,
+    progressions,
+    source_rows,
+)
 
 
 def im2col_traffic(attrs: Attrs, src: Layout, dst: Layout) -> Traffic:
@@ -65,7 +84,7 @@ def _window_traffic(problem: Windows) -> Traffic | None:
     """The traffic counted by tap ranges, None where that does not apply; remembered as
     ``flows`` remembers its own, for the placer asks again elsewhere on the mesh."""
     attrs, src, dst = problem.attrs, problem.src, problem.dst
-    if not tap_ranges_apply(attrs, src):
+    if not tap_ranges_apply(attrs, src, _row_groups(attrs, dst)):
         return None
     if not problem.channels_last:
         return _channels_first_traffic(attrs, src, dst)
@@ -96,15 +115,21 @@ def _hashable(value: Any) -> object:
     return tuple(value) if isinstance(value, list | tuple) else value
 
 
-def tap_ranges_apply(attrs: Attrs, src: Layout) -> bool:
+def tap_ranges_apply(attrs: Attrs, src: Layout, groups: int = 1) -> bool:
     """Whether an im2col of ``src`` is counted by tap ranges (the module docstring's
-    conditions)."""
+    conditions), its windows on ``groups`` groups of rows of their own (``_row_groups``)."""
     last = attrs.get("channels_last", False)
     spatial = _spatial(attrs, src)
-    if attrs["group"] != 1 or not (last or (len(spatial) >= 2 and not src.fold)):
+    if not (last or (len(spatial) >= 2 and groups == 1)):
         return False
-    outs = _outs(attrs, spatial)
-    return src.shape[0] * prod(outs) * prod(attrs["kernel"]) <= ENUMERATION_LIMIT
+    windows = src.shape[0] * groups * prod(_outs(attrs, spatial))
+    return windows * prod(attrs["kernel"]) <= ENUMERATION_LIMIT
+
+
+def _row_groups(attrs: Attrs, dst: Layout) -> int:
+    """The groups whose windows lie on rows of their own: a folded result's, stacked along
+    its rows; an unfolded one holds every group on the same rows (one counts for all)."""
+    return int(attrs["group"]) if dst.fold else 1
 
 
 def _spatial(attrs: Attrs, src: Layout) -> tuple[int, ...]:
@@ -121,22 +146,29 @@ def _outs(attrs: Attrs, spatial: Sequence[int]) -> list[int]:
 
 def im2col_terms(attrs: Attrs, src: Layout, dst: Layout) -> list[list[RawFactor]]:
     """The flows of a channels-last im2col from ``src`` into ``dst`` as products of raw
-    factors, one per tap range (where ``tap_ranges_apply``): the runs of distinct pixels the
-    range reads (``Segments.runs``) split by source PE row, times its channels. A source PE
-    row holds positions along the image's last spatial axis, or (folded) along its flattened
-    pixels."""
+    factors, one per tap range and group of rows of its own (where ``tap_ranges_apply``): the
+    runs of distinct pixels the range reads (``Segments.runs``) split by source PE row, times
+    its channels in the group. A source PE row holds positions along the image's last spatial
+    axis, or (folded) along its flattened pixels; a folded result's groups are as many
+    samples of the windows."""
     spatial, taps = _spatial(attrs, src), prod(attrs["kernel"])
-    first, end, channel, column = _tap_runs(src.shape[-1], taps, dst)
+    groups, samples = _row_groups(attrs, dst), src.shape[0]
+    first, end, channel, column = _tap_runs(src.shape[-1], taps, dst, attrs["group"])
     ranges = sorted(set(zip(first.tolist(), end.tolist(), strict=True)))
-    runs = Segments(attrs, spatial, _outs(attrs, spatial), src.shape[0], dst).runs(ranges)
-    run, block, pixels = runs.pieces(runs.image_row * spatial[-1] if src.fold else 0, src.rt)
-    bounds = np.searchsorted(runs.term[run], np.arange(len(ranges) + 1))
+    outs = _outs(attrs, spatial)
+    runs = Segments(attrs, spatial, outs, samples * groups, dst).runs(ranges)
+    group, image_row = np.divmod(runs.image_row, samples * prod(spatial[:-1]))
+    run, block, pixels = runs.pieces(image_row * spatial[-1] if src.fold else 0, src.rt)
+    key = runs.term[run] * groups + group[run]  # ascending: by term, then image row
+    bounds = np.searchsorted(key, np.arange(len(ranges) * groups + 1))
+    of_group = channel // (src.shape[-1] // groups)
     terms: list[list[RawFactor]] = []
-    for (a, b), low, high in zip(ranges, bounds[:-1], bounds[1:], strict=True):
+    for k, (low, high) in enumerate(pairwise(bounds)):
         if low == high:
             continue  # these taps read only padding
+        (a, b), g = ranges[k // groups], k % groups
         at = np.array([src.row0 + block[low:high], runs.dst_row[run[low:high]]])
-        ranged = (first == a) & (end == b)
+        ranged = (first == a) & (end == b) & (of_group == g)
         channels = np.array([src.col0 + channel[ranged] // src.ct, column[ranged]])
         terms.append(
             [
@@ -147,14 +179,19 @@ def im2col_terms(attrs: Attrs, src: Layout, dst: Layout) -> list[list[RawFactor]
     return terms
 
 
-def _tap_runs(channels: int, taps: int, dst: Layout) -> tuple[np.ndarray, ...]:
+def _tap_runs(channels: int, taps: int, dst: Layout, group: int = 1) -> tuple[np.ndarray, ...]:
     """``(first tap, end tap, channel, destination PE column)`` of every run of one channel's
-    taps on one PE column."""
-    j = np.arange(channels * taps)
+    taps on one PE column, group by group: every group's patch columns are numbered alike
+    (as its own im2col's), and so run alike, on its own channels."""
+    per = channels // group
+    j = np.arange(per * taps)
     c, t, column = j // taps, j % taps, dst.col0 + j // dst.ct
     starts = run_starts(c * (column.max() + 1) + column)
     ends = np.append(starts[1:], j.size) - 1
-    return t[starts], t[ends] + 1, c[starts], column[starts]
+    offset = np.repeat(np.arange(group) * per, starts.size)
+    runs = (t[starts], t[ends] + 1, c[starts], column[starts])
+    first, end, channel, at = (np.tile(part, group) for part in runs)
+    return first, end, channel + offset, at
 
 
 def _separable_traffic(terms: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]) -> Traffic:
@@ -187,35 +224,47 @@ def _channels_first_traffic(attrs: Attrs, src: Layout, dst: Layout) -> Traffic:
     """The traffic of a channels-first im2col, as ``flows.terms_traffic`` would route its
     terms: the image's columns are pixels, so a flow's source PE column rides with its pixel,
     and each term is a factor over (source PE row, source PE column, destination PE row)
-    times one over the destination PE column (the channels whose range it is). The ranges
-    whose taps never read one pixel twice are counted tap by tap (``window_segments``), each
-    tap weighted by the channels of the ranges that hold it; the others by the runs of
-    distinct pixels they read (``Segments.runs``)."""
+    times one over the destination PE column (the channels whose range it is). An unfolded
+    image holds every channel's plane on the same PEs, so a term is a range of taps of all
+    channels; a folded one holds each channel on rows of its own, so a term is a range of
+    one channel's taps. The terms whose taps never read one pixel twice are counted tap by
+    tap (``window_segments``), each tap weighted by the channels of the terms that hold it;
+    the others by the runs of distinct pixels they read (``Segments.runs``)."""
     spatial, taps = _spatial(attrs, src), prod(attrs["kernel"])
     outs = _outs(attrs, spatial)
     box = _Box([dst, src])
-    first, end, _, column = _tap_runs(src.shape[1], taps, dst)
-    ranges = sorted(set(zip(first.tolist(), end.tolist(), strict=True)))
-    per_column = np.array(
-        [
-            np.bincount(column[(first == a) & (end == b)] - box.col0, minlength=box.cols)
-            for a, b in ranges
-        ],
-        dtype=np.float64,
-    )  # [range, destination PE column]
+    first, end, channel, column = _tap_runs(src.shape[1], taps, dst, attrs["group"])
+    planes = channel if src.fold else np.zeros_like(channel)
+    keys, term = np.unique(np.array([planes, first, end]), axis=1, return_inverse=True)
+    term = term.ravel()
+    per_column = (
+        np.bincount(term * box.cols + column - box.col0, minlength=keys.shape[1] * box.cols)
+        .reshape(-1, box.cols)
+        .astype(np.float64)
+    )  # [term, destination PE column]
+    found_ranges, of_range = np.unique(keys[1:], axis=1, return_inverse=True)
+    ranges = list(zip(*found_ranges.tolist(), strict=True))
+    of_range = of_range.ravel()
+    channels, of_plane = np.unique(keys[0], return_inverse=True)
+    of_plane = of_plane.ravel()
     apart = np.array([b - a == 1 or not collide(attrs, outs, a, b) for a, b in ranges])
     segments = ColumnSegments(
-        attrs, spatial, outs, src, dst, (box.row0, box.col0), (box.rows, box.cols)
+        attrs, spatial, outs, src, dst, (box.row0, box.col0), (box.rows, box.cols), channels
     )
     parts = []
-    if apart.any():
-        member = np.zeros((len(ranges), taps))
-        for i in np.flatnonzero(apart):
-            member[i, ranges[i][0] : ranges[i][1]] = 1  # one channel's taps on one column
-        parts.append(_tap_flows(segments, member.T @ per_column, box))
-    if not apart.all():
-        runs = segments.runs([ranges[i] for i in np.flatnonzero(~apart)])
-        parts.append(_run_flows(runs, per_column[~apart], src, spatial, box))
+    chosen = np.flatnonzero(apart[of_range])
+    if chosen.size:
+        held, tap = progressions(keys[1, chosen], keys[2, chosen] - keys[1, chosen])
+        weights = np.zeros((channels.size * taps, box.cols))  # [channel tap, column]
+        np.add.at(weights, of_plane[chosen[held]] * taps + tap, per_column[chosen[held]])
+        parts.append(_tap_flows(segments, weights, box))
+    rest = np.flatnonzero(~apart[of_range])
+    if rest.size:
+        kept = np.unique(of_range[rest])
+        runs = segments.runs([ranges[i] for i in kept])
+        runs = runs.of_terms(np.searchsorted(kept, of_range[rest]))
+        plane = channels[of_plane[rest]]
+        parts.append(_run_flows(runs, per_column[rest], src, spatial, box, plane))
     found = [part for part in parts if part is not None]
     if not found:
         return NO_TRAFFIC  # every tap reads only padding
@@ -268,7 +317,7 @@ def _tap_flows(segments: ColumnSegments, weights: np.ndarray, box: _Box) -> _Loa
     row factor it shares with its kernel row, so each load along the source rows is one matrix
     product over the kernel rows; down the destination columns, the segments are the flows
     (``_Side``), spread over the columns entry by entry of ``weights``."""
-    count = np.where(weights.sum(axis=1)[:, None] > 0, segments.count, 0)
+    count = np.where(weights.sum(axis=1)[:, None] > 0, segments.reads, 0)
     tap, segment = np.nonzero(count)  # tap-major: the order _Side takes
     if not tap.size:
         return None
@@ -279,17 +328,13 @@ def _tap_flows(segments: ColumnSegments, weights: np.ndarray, box: _Box) -> _Loa
     spread = weights[to_tap, to_col][:, None]
 
     def by_column(per_tap: np.ndarray) -> np.ndarray:
-        """``weights.T @ per_tap``, entry by entry of ``weights``."""
-        lines = per_tap.shape[1]
-        at = to_col[:, None] * lines + np.arange(lines)[None, :]
-        out = np.bincount(at.ravel(), (spread * per_tap[to_tap]).ravel(), box.cols * lines)
-        return out.reshape(box.cols, lines)
+        """``weights.T @ per_tap``."""
+        return _sparse_product(weights, per_tap)
 
     def by_kernel_row(per_tap: np.ndarray) -> np.ndarray:
         """``by_row.T @ per_tap`` with ``by_row`` per tap: summed over each kernel row."""
         rows = per_tap.reshape(-1, segments.row_taps, per_tap.shape[1]).sum(axis=1)
-        out: np.ndarray = segments.by_row.T @ rows
-        return out
+        return _sparse_product(segments.by_row, rows)
 
     west = np.cumsum(weights, axis=1)
     east = west[:, -1:] - west
@@ -327,7 +372,12 @@ def _tap_flows(segments: ColumnSegments, weights: np.ndarray, box: _Box) -> _Loa
 
 
 def _run_flows(
-    runs: Runs, per_column: np.ndarray, src: Layout, spatial: Sequence[int], box: _Box
+    runs: Runs,
+    per_column: np.ndarray,
+    src: Layout,
+    spatial: Sequence[int],
+    box: _Box,
+    plane: np.ndarray,
 ) -> _Loads | None:
     """The loads of terms whose taps may read one pixel twice, counted by the runs of
     distinct pixels they read (``Segments.runs``) in the image ``src``, each term sent to the
@@ -336,22 +386,27 @@ def _run_flows(
     leg down the destination column only through (source row, destination row), so each load
     is a sum over the terms of products: of a cumulative sum of the pixels by source PE along
     the row with the channels beyond (or before) the link, and of the pixels' row legs with
-    the channels in the column."""
+    the channels in the column. A term's pixels are those of its channel ``plane`` (any, of
+    an unfolded image)."""
     if not runs.count.size:
         return None
     count = per_column.shape[0]
-    source_row = source_rows(runs.image_row, spatial, src)
+    source_row = source_rows(runs.image_row, spatial, src, plane[runs.term])
     down = _Side(
         runs.term, source_row - box.row0, runs.dst_row - box.row0, runs.count, count, box.rows
     )
-    # the pixels by source PE, per term: [term, source row, column of the box]
+    # the pixels by source PE column, per (term, source row) a term reads from: a folded
+    # image's channel, a term's, spans a few source rows
     run, block, pixels = runs.pieces(0, src.ct)
-    at = (runs.term[run] * src.h + source_row[run] - src.row0) * box.cols
-    at += src.col0 - box.col0 + block
-    by_source = np.bincount(at, pixels, count * src.h * box.cols).reshape(count, src.h, -1)
+    pairs, pair = np.unique(
+        runs.term[run] * src.h + source_row[run] - src.row0, return_inverse=True
+    )
+    pair_term, pair_row = np.divmod(pairs, src.h)
+    at = pair.ravel() * box.cols + src.col0 - box.col0 + block
+    by_source = np.bincount(at, pixels, pairs.size * box.cols).reshape(pairs.size, box.cols)
     west = np.cumsum(per_column, axis=1)
     east = west[:, -1:] - west
-    sent = np.cumsum(by_source, axis=2)
+    sent = np.cumsum(by_source, axis=1)
     reach = per_column.sum(axis=1)
     run, position = runs.staying(source_row)
     stay_row = source_row[run] - src.row0
@@ -371,17 +426,35 @@ def _run_flows(
         out[src.row0 - box.row0 : src.row0 - box.row0 + src.h] = by_row
         return out
 
+    def by_row(per_pair: np.ndarray) -> np.ndarray:
+        """``[(term, source row), column]`` summed over the terms, on the box's rows."""
+        at = pair_row[:, None] * box.cols + np.arange(box.cols)[None, :]
+        return on_box(
+            np.bincount(at.ravel(), per_pair.ravel(), src.h * box.cols).reshape(src.h, -1)
+        )
+
     return _Loads(
         [
-            on_box(np.einsum("trc,tc->rc", sent, east)),
-            on_box(np.einsum("trc,tc->rc", sent[:, :, -1:] - sent, west)),
-            *(per_column.T @ legs for legs in down.legs),
+            by_row(sent * east[pair_term]),
+            by_row((sent[:, -1:] - sent) * west[pair_term]),
+            *(_sparse_product(per_column, legs) for legs in down.legs),
         ],
-        on_box(np.einsum("trc,t->rc", by_source, reach) - stay),
-        down.received.T @ per_column - on_box(stay),
-        float(down.distance @ reach + np.einsum("trc,tc->", by_source, per_column @ apart)),
+        by_row(by_source * reach[pair_term, None]) - on_box(stay),
+        _sparse_product(per_column, down.received).T - on_box(stay),
+        float(down.distance @ reach + np.sum(by_source * (per_column @ apart)[pair_term])),
         int((np.abs(source_row - runs.dst_row) + far).max()),
     )
+
+
+def _sparse_product(weights: np.ndarray, per_row: np.ndarray) -> np.ndarray:
+    """``weights.T @ per_row``, entry by entry of ``weights``: a folded image's terms each
+    reach a column or two, and its channel taps' kernel rows a few source rows."""
+    row, column = np.nonzero(weights)
+    lines = per_row.shape[1]
+    at = column[:, None] * lines + np.arange(lines)[None, :]
+    spread = weights[row, column][:, None] * per_row[row]
+    out = np.bincount(at.ravel(), spread.ravel(), weights.shape[1] * lines)
+    return out.reshape(weights.shape[1], lines)
 
 
 def _reached(per_column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

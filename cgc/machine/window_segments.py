@@ -17,8 +17,10 @@ flows.
 A channels-first image's columns are on PE columns (``ColumnSegments``): a tap's segment
 reads from one source PE row, along which its source PE columns never fall, so its flows by
 (source PE row, destination PE row) take one entry per segment, its farthest flows come from
-the segment's end pixels, and its reads by source PE (the rows by the leading window axes,
-the columns by the last) are an outer product of per-axis histograms.
+the segment's end pixels, and its reads by source PE are an outer product of histograms: of
+its window lines by source PE row, and of its windows along the last axis by source PE column.
+A folded image holds each channel on rows of its own: the segments' source rows are then per
+channel, the rest the same.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from math import prod
 
 import numpy as np
 
-from cgc.machine.flow_counts import codes
+from cgc.machine.flow_counts import codes, run_starts
 from cgc.machine.index_maps import Attrs
 from cgc.machine.layout import Layout
 
@@ -75,6 +77,7 @@ class Segments:
             y = strides[i] * o[None, :] + self.starts[i][:, None]
             self.image_row = self.image_row * spatial[i] + y
         self.start = self.starts[-1]
+        self.line, self.valid = line, valid
         self.low = np.maximum(low[None, :], self.spans[-1][0][:, None])
         self.high = np.minimum(high[None, :], self.spans[-1][1][:, None])
         self.count = np.where(valid, np.maximum(self.high - self.low, 0), 0)
@@ -121,11 +124,14 @@ class Segments:
 
 
 class ColumnSegments(Segments):
-    """The segments of a channels-first image, whose columns are on PE columns: each
-    segment's source PE row (``source_row``) and the source PE columns of its first and last
-    read (``first_col``, ``last_col``); and every tap's reads by source PE row (``by_row``,
-    ``[kernel row, row]`` from ``origin``: tap ``t`` is on kernel row ``t // row_taps``)
-    and column (``by_col``, ``[tap, column]``), whose outer product counts them."""
+    """The segments of a channels-first image, whose columns are on PE columns, for the taps
+    of each of ``channels`` (*channel taps*, channel-major: a folded image holds each channel
+    on rows of its own; an unfolded one every channel alike, and one channel stands for all):
+    each segment's reads (``reads``), source PE row (``source_row``) and the source PE
+    columns of its first and last read (``first_col``, ``last_col``), all ``[channel tap,
+    segment]``; and every channel tap's reads by source PE row (``by_row``, ``[channel kernel
+    row, row]`` from ``origin``: tap ``t`` is on kernel row ``t // row_taps``) and column
+    (``by_col``, ``[channel tap, column]``), whose outer product counts them."""
 
     def __init__(
         self,
@@ -136,30 +142,31 @@ class ColumnSegments(Segments):
         dst: Layout,
         origin: tuple[int, int],
         extent: tuple[int, int],
+        channels: np.ndarray,
     ):
         super().__init__(attrs, spatial, outs, src.shape[0], dst)
-        self.src = src
-        self.source_row = source_rows(self.image_row, spatial, src)
+        self.src, self.taps = src, self.count.shape[0]
+        copies = (channels.size, 1)
+        self.reads = np.tile(self.count, copies)
+        rows = source_rows(self.image_row[None], spatial, src, channels[:, None, None])
+        self.source_row = rows.reshape(self.reads.shape)
         self.first_col, self.last_col = (
-            self.column(o, self.start[:, None]) for o in (self.low, self.high - 1)
+            np.tile(self.column(o, self.start[:, None]), copies) for o in (self.low, self.high - 1)
         )
-        # the reads by source PE: samples x the leading axes' windows, by row, by column;
-        # by row, the taps of one kernel row (all axes but the last) read alike
-        kernel, strides, spans = attrs["kernel"], attrs["strides"], self.spans
-        self.row_taps = kernel[-1]
+        # by row, the taps of one kernel row (all axes but the last) read alike: each window
+        # line once (its first segment), from the row of its image row
+        self.row_taps = attrs["kernel"][-1]
         leading = slice(None, None, self.row_taps)
-        lead = np.full(self.start.size, src.shape[0], dtype=np.int64)[leading]
-        for first, end in spans[:-2]:
-            lead *= (end - first)[leading]
-        rows, cols = extent
-        first, end = spans[-2]
-        self.by_row = _histogram(
-            (first[leading], end[leading]), strides[-2], self.starts[-2][leading], src.rt,
-            src.row0 - origin[0], rows,
-        ) * lead[:, None]  # fmt: skip
-        self.by_col = _histogram(
-            spans[-1], self.stride, self.start, src.ct, src.col0 - origin[1], cols
+        first = run_starts(self.line)
+        line_rows = rows[:, leading][:, :, first] - origin[0]  # [channel, kernel row, line]
+        valid = np.broadcast_to(self.valid[leading][:, first], line_rows.shape)
+        kernel_rows = np.arange(valid.shape[0] * valid.shape[1]).reshape(valid.shape[:2])
+        at = (kernel_rows[..., None] * extent[0] + line_rows)[valid]
+        self.by_row = np.bincount(at, minlength=kernel_rows.size * extent[0]).reshape(-1, extent[0])
+        by_col = _histogram(
+            self.spans[-1], self.stride, self.start, src.ct, src.col0 - origin[1], extent[1]
         )
+        self.by_col = np.tile(by_col, copies)
 
     def column(self, o: np.ndarray, start: np.ndarray) -> np.ndarray:
         """The source PE column of the pixel that window ``o`` of the last axis reads, where
@@ -168,20 +175,30 @@ class ColumnSegments(Segments):
         return column
 
     def staying(self, taps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(tap, source PE row, source PE column)`` of every read of ``taps`` whose source
-        and destination PE rows are one: the segments on their own row, window by window."""
-        source_row, count = self.source_row[taps], self.count[taps]
+        """``(channel tap, source PE row, source PE column)`` of every read of the channel
+        taps ``taps`` whose source and destination PE rows are one: the segments on their own
+        row, window by window."""
+        source_row, count = self.source_row[taps], self.reads[taps]
         tap, segment = np.nonzero((source_row == self.dst_row) & (count > 0))
-        at, o = _each(self.low[taps][tap, segment], count[tap, segment])
+        own = taps % self.taps
+        at, o = progressions(self.low[own][tap, segment], count[tap, segment])
         tap, segment = tap[at], segment[at]
-        return taps[tap], source_row[tap, segment], self.column(o, self.start[taps][tap])
+        return taps[tap], source_row[tap, segment], self.column(o, self.start[own][tap])
 
 
-def source_rows(image_row: np.ndarray, spatial: Sequence[int], src: Layout) -> np.ndarray:
-    """The source PE row of image rows of a channels-first image: the PE row of their
-    position along the last spatial axis but one."""
-    rows: np.ndarray = src.row0 + image_row % spatial[-2] // src.rt
-    return rows
+def source_rows(
+    image_row: np.ndarray, spatial: Sequence[int], src: Layout, channel: np.ndarray | int = 0
+) -> np.ndarray:
+    """The source PE row of image rows of ``channel`` of a channels-first image: the PE row
+    of their position along the last spatial axis but one, or, folded, of their matrix row
+    (the sample's channels' leading positions, row-major)."""
+    if not src.fold:
+        rows: np.ndarray = src.row0 + image_row % spatial[-2] // src.rt
+        return rows
+    lines = prod(spatial[:-1])
+    sample, position = np.divmod(image_row, lines)
+    folded: np.ndarray = src.row0 + ((sample * src.shape[1] + channel) * lines + position) // src.rt
+    return folded
 
 
 @dataclass
@@ -202,7 +219,7 @@ class Runs:
         runs' order."""
         first = base + self.first
         last = first + self.stride * (self.count - 1)
-        run, block = _each(first // tile, last // tile - first // tile + 1)
+        run, block = progressions(first // tile, last // tile - first // tile + 1)
         start = first[run]
         low = np.maximum(start, block * tile) - start
         high = np.minimum(last[run], (block + 1) * tile - 1) - start
@@ -210,13 +227,27 @@ class Runs:
         some = pixels > 0
         return run[some], block[some], pixels[some]
 
+    def of_terms(self, of: np.ndarray) -> Runs:
+        """The runs of new terms, term ``p`` holding the runs of term ``of[p]`` (as many
+        channels' taps read the same pixels of their own planes)."""
+        bounds = np.searchsorted(self.term, np.arange(int(of.max(initial=0)) + 2))
+        term, run = progressions(bounds[of], bounds[of + 1] - bounds[of])
+        return Runs(
+            term,
+            self.image_row[run],
+            self.dst_row[run],
+            self.first[run],
+            self.count[run],
+            self.stride,
+        )
+
     def staying(self, source_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(run, position)`` of every pixel of the runs from ``source_row`` (per run) to
         their own destination PE row, pixel by pixel."""
-        return _each(self.first, self.count, self.stride, source_row == self.dst_row)
+        return progressions(self.first, self.count, self.stride, source_row == self.dst_row)
 
 
-def _each(
+def progressions(
     first: np.ndarray, count: np.ndarray, stride: int = 1, keep: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every element of the progressions ``first + stride * i`` (``i < count``) of ``keep``:
@@ -234,7 +265,7 @@ def _segments(
     """``(window line, first window, end window, destination PE row)`` of every segment."""
     lines, width = samples * prod(outs[:-1]), outs[-1]
     first = np.arange(lines) * width // dst.rt
-    line, row = _each(first, (np.arange(1, lines + 1) * width - 1) // dst.rt - first + 1)
+    line, row = progressions(first, (np.arange(1, lines + 1) * width - 1) // dst.rt - first + 1)
     low = np.maximum(row * dst.rt - line * width, 0)
     high = np.minimum((row + 1) * dst.rt - line * width, width)
     return line, low, high, dst.row0 + row
