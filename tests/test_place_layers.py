@@ -3,12 +3,12 @@
 The pipelined placement times layers on candidate rectangles with the machine's exact cost
 (``cgc.machine.cost``), and most of its compile time is those timings. Its shortcuts skip
 timings that cannot change its answer: lower bounds that rule a rectangle out untimed (every
-PE at peak, host I/O the same on any rectangle) and the layers that failed a width timed
-first. Each case places a model both ways, the search with these shortcuts and without, and
-checks the same rectangles come out of fewer timings. One more shortcut skips the balanced
-widths when strips keep the time of the slowest layer on the whole width (no balance beats
-that): the strips' search then starts from that time, lower than it would, and may end
-elsewhere within its tolerance, which is what its test checks.
+PE at peak, host I/O the same on any rectangle), rungs a wider rectangle already missed, and
+the layers that failed a width timed first. Each case places a model both ways, the search
+with these shortcuts and without, and checks the same rectangles come out of fewer timings.
+One more shortcut skips the balanced widths when strips keep the time of the slowest layer on
+the whole width (no balance beats that): the strips' search then starts from that time, lower
+than it would, and may end elsewhere within its tolerance, which is what its test checks.
 
 The search's last step, strips of different widths, is checked against strips of one width.
 """
@@ -35,8 +35,8 @@ LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
 class Unpruned(Placer):
-    """The search without the shortcuts that cannot change its answer: no lower bounds, the
-    layers timed in program order."""
+    """The search without the shortcuts that cannot change its answer: no lower bounds, no
+    rungs skipped for the times wider rectangles took, the layers timed in program order."""
 
     def _least_pes(self, index: int, limit: float) -> float:
         return 0.0
@@ -47,6 +47,14 @@ class Unpruned(Placer):
 
     @killers.setter
     def killers(self, value: list[int]) -> None:
+        pass
+
+    @property
+    def rung_times(self) -> dict[tuple[int, int], dict[int, float]]:
+        return {}
+
+    @rung_times.setter
+    def rung_times(self, value: dict[tuple[int, int], dict[int, float]]) -> None:
         pass
 
 

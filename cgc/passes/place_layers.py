@@ -30,8 +30,9 @@ layer's tiles change. The columns left over then widen the strips.
 
 Timing a layer on a rectangle is the placement's cost, so it skips the timings that cannot
 change its answer: no layer computes faster than its PEs at peak, after its host I/O, which
-bounds from below the columns or rows that can keep a time; and the layer that last missed a
-time on every rung of a width is timed first on the next.
+bounds from below the columns or rows that can keep a time; a rung on which a layer missed a
+time on more columns is not timed on fewer; and the layer that last missed a time on every
+rung of a width is timed first on the next.
 
 A stage's time is its kernels and its host I/O, each the machine's answer for the layer's
 work on the candidate rectangle (``cgc.machine.cost``), the engine the simulator runs, so the
@@ -191,6 +192,9 @@ class Placer:
         self.peaks = [self._peak(work) for work in self.works]
         """Every layer's FLOPs a PE does per cycle at most."""
         self.lowest_known: dict[tuple[int, int], tuple[float, int]] = {}
+        self.rung_times: dict[tuple[int, int], dict[int, float]] = {}
+        """Per layer and rung of its ladder, its stage time (infinite where it does not fit)
+        on each width it was timed on."""
         """Per layer and strip width, the last stage time asked and its ladder step."""
         cols = self.target.cols
         self.strip_widths = sorted({cols // n for n in range(1, cols + 1)})
@@ -434,14 +438,20 @@ class Placer:
     def _lowest(self, index: int, width: int, limit: float) -> int | None:
         """The fewest rows of layer ``index``'s ladder on which it fits and takes at most
         ``limit`` on ``width`` columns, if any. The ladder is scanned from its floor
-        (``_floor``) up (more rows can take longer: a rung is no bound on the next)."""
+        (``_floor``) up (more rows can take longer: a rung is no bound on the next), past the
+        rungs on which the layer missed the limit on more columns (fewer take no less, as the
+        search assumes, nor hold more)."""
         ladder = self.ladders[index]
         start = self._floor(index, width, limit)
         if start is None:
             return None
         for step in range(start, len(ladder)):
+            missed = self.rung_times.setdefault((index, ladder[step]), {})
+            if any(t > limit for w, t in missed.items() if w >= width):
+                continue
             cost = self.cost(index, (0, 0, width, ladder[step]))
-            if self.fits(cost) and self.stage_cycles(cost) <= limit:
+            missed[width] = self.stage_cycles(cost) if self.fits(cost) else inf
+            if missed[width] <= limit:
                 self.lowest_known[index, width] = (limit, step)
                 return ladder[step]
         self.lowest_known[index, width] = (limit, len(ladder))
