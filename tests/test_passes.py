@@ -747,6 +747,24 @@ def test_form_layers_names_without_locations_and_is_idempotent():
     assert print_module(module) == text
 
 
+@pytest.mark.parametrize(("kernel", "layer_count"), [([2, 2], 1), ([1, 2], 2)])
+def test_form_layers_a_global_pool_joins_the_layer_before(kernel, layer_count):
+    # a max pool opens a layer; an average pool over the whole 2 x 2 image after it is a
+    # reduction and joins that layer, where one over part of the image opens its own
+    def body(x):
+        pooled = wse.MaxPoolOp(x, [2, 2], [2, 2], [0] * 4, [1, 1]).result
+        mean = wse.AvgPoolOp(pooled, kernel, [1, 1], [0] * 4, [1, 1], False).result
+        return [wse.ReluOp(mean).result]
+
+    module = build([T(1, 2, 4, 4)], body)
+    inputs = random_inputs(module)
+    before = run(module, inputs, {})
+    apply(module, FormLayersPass())
+    assert len(layers(module)) == layer_count
+    assert layers(module)[0].layer_name.data == "max_pool"
+    assert_same(run(module, inputs, {}), before, rtol=0, atol=0)
+
+
 def test_form_layers_puts_returned_sources_in_a_layer():
     def body(x):
         w = wse.WeightOp("w", T(3)).result

@@ -4,9 +4,10 @@ A layer is what runs as one unit on the wafer: in pipelined mode one rectangle o
 weight-streaming mode one round of weight streaming. Walking the ops in program order, a new
 layer opens at a matmul, a pooling window or the patch gathering of a convolution once the
 current layer already holds a matmul or a pooling window; everything else (bias adds,
-activations, normalizations, reshapes) joins the layer being built. Fused attention counts as a
-matmul. Each layer is named after
-the source node of the op that opened it.
+activations, normalizations, reshapes) joins the layer being built, and so does a pooling
+window over the whole image (a global pool: one output position, a reduction like a mean).
+Fused attention counts as a matmul. Each layer is named after the source node of the op that
+opened it.
 
 Weights and constants are created inside every layer that uses them, so a layer's body is
 isolated: it knows its own weights, and a weight shared by two layers (tied embeddings, say)
@@ -26,7 +27,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function
-from cgc.dialects.wse import location_name
+from cgc.dialects.wse import location_name, tensor_shape
 
 COMPUTE = (wse.MatmulOp, wse.MatmulTransposeAOp, wse.MaxPoolOp, wse.AvgPoolOp, wse.AttentionOp)
 """Ops that make a layer heavy."""
@@ -43,19 +44,37 @@ def group_ops(ops: list[Operation]) -> list[list[Operation]]:
     for op in ops:
         if isinstance(op, (*SOURCES, func.ReturnOp)):
             continue
-        if isinstance(op, OPENERS) and heavy:
+        whole = is_global_pool(op)
+        if isinstance(op, OPENERS) and heavy and not whole:
             groups.append(current)
             current, heavy = [], False
         current.append(op)
-        heavy |= isinstance(op, COMPUTE)
+        heavy |= isinstance(op, COMPUTE) and not whole
     if current:
         groups.append(current)
     return groups
 
 
+def is_global_pool(op: Operation) -> bool:
+    """Whether ``op`` is a pooling window over the whole unpadded image: a reduction over the
+    spatial axes, which costs its layer no more than a mean would, so it opens none."""
+    if not isinstance(op, wse.PoolOp) or any(op.pads.get_values()):
+        return False
+    shape = tensor_shape(op.input)
+    spatial = shape[1:-1] if op.is_channels_last else shape[2:]
+    return tuple(op.kernel.get_values()) == tuple(spatial)
+
+
+def opener(group: list[Operation]) -> Operation:
+    """The op that opened a layer (its first op if none did)."""
+    return next(
+        (op for op in group if isinstance(op, OPENERS) and not is_global_pool(op)), group[0]
+    )
+
+
 def layer_name(group: list[Operation], taken: set[str]) -> str:
     """A unique name from the op that opened the layer."""
-    anchor = next((op for op in group if isinstance(op, OPENERS)), group[0])
+    anchor = opener(group)
     base = location_name(anchor) or location_name(group[0]) or anchor.name.split(".")[1]
     name, suffix = base, 2
     while name in taken:
@@ -86,7 +105,7 @@ def build_layer(name: str, group: list[Operation]) -> tuple[wse.LayerOp, list[SS
         block.add_op(op.clone(mapping))
     block.add_op(wse.YieldOp(*[mapping[v] for v in outputs]))
     layer = wse.LayerOp(name, inputs, [v.type for v in outputs], Region(block))
-    layer.location = next((op for op in group if isinstance(op, OPENERS)), group[0]).location
+    layer.location = opener(group).location
     return layer, outputs
 
 
