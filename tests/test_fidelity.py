@@ -101,7 +101,7 @@ def test_the_page_has_a_row_per_figure_and_flags_disagreements():
     assert "within 15 %" in lines["good"] and "1.10" in lines["good"]
     assert "**outside 15 %**" in lines["bad"] and "2.00" in lines["bad"]
     assert "not modelled" in lines["none"]
-    assert "disagreeing: bad." in page
+    assert "1 of 3 figures agree, 1 not modelled; disagreeing: bad." in page
 
 
 def test_the_checked_in_page_has_every_figure():
