@@ -1,7 +1,8 @@
 """The plans of matmul (SUMMA, split-K SUMMA, MeshGEMM or, for a resident B, the
-weight-streaming kernel on its own layout of B, whichever is sooner; the weight-streaming
-kernel when B streams in from MemoryX) and of the weight gradient's ``a^T @ b`` (their sparse
-forms: ``plan_sparse``; MeshGEMM: ``plan_meshgemm``).
+weight-streaming kernel on its own layout of B and, for a one-row result, MeshGEMV, whichever
+is sooner; the weight-streaming kernel when B streams in from MemoryX) and of the weight
+gradient's ``a^T @ b`` (their sparse forms: ``plan_sparse``; MeshGEMM: ``plan_meshgemm``;
+MeshGEMV: ``plan_gemv``).
 
 SUMMA: A keeps its columns split over the PE columns and B its rows over the PE rows; step
 ``s`` broadcasts the ``s``-th block of the contraction (the finer of the two splits) of A along
@@ -42,6 +43,7 @@ from cgc.machine.kernel import (
     sequential_cycles,
 )
 from cgc.machine.layout import Layout, Rect, grid_extent
+from cgc.machine.plan_gemv import gemv_applies, plan_gemv
 from cgc.machine.plan_meshgemm import plan_meshgemm
 from cgc.machine.plan_sparse import sampled, sparse_streaming
 from cgc.machine.target import WAVELET_BYTES, Target
@@ -73,6 +75,8 @@ class Matmul(Kernel):
             rivals.append(self._plan_split_k(q, a, b, out, flops))
         if b.source == RESIDENT:
             rivals.append(self._plan_resident_stream(q, a, b, out, flops))
+        if gemv_applies(out, b):
+            rivals.append(plan_gemv(q, a, b, out.fold, flops))
         summa = self._plan_summa(q, a, b, out, flops)
 
         def soonest(plan: Plan) -> tuple[int, float]:
