@@ -18,7 +18,7 @@ from cgc.machine.layout import Layout
 from cgc.machine.plan_gemv import plan_gemv, turn_flight, turn_traffic
 from cgc.machine.plan_matmul import Matmul
 from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import route
+from cgc.machine.traffic import NO_TRAFFIC, route
 from cgc.runtime.cluster import Cluster
 from cgc.tools.utilization import layer_kernels
 
@@ -170,3 +170,15 @@ def test_the_placement_gives_a_gemv_the_rows_that_make_it_fastest():
     assert kernel.detail["algorithm"] == "meshgemv"
     assert layer["rect"][3] == 256
     assert kernel.cycles < 1400
+
+
+def test_a_vector_on_one_pe_still_reaches_the_row_of_the_matrix():
+    """[1, 1] @ [1, 8] on a row of 4 PEs: the vector's one element is multicast along the row."""
+    q, a, b = request(T, (0, 0, 4, 1), 1, 8)
+    a_at, b_at = plan_gemv(q, a, b, False, 16.0).inputs
+    assert a_at is not None and b_at is not None
+    assert (a_at.w, b_at.h, b_at.w) == (1, 1, 4)
+    turn = turn_traffic(a_at, b_at)
+    assert (turn.max_hops, turn.wavelet_hops, turn.max_eject) == (3, 3, 1)
+    one = request(T, (0, 0, 1, 1), 1, 8)
+    assert turn_traffic(*plan_gemv(*one, False, 16.0).inputs) == NO_TRAFFIC

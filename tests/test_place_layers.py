@@ -180,3 +180,60 @@ def test_layers_rise_for_their_lanes_where_strips_would_give_up(monkeypatch):
         artifact = cgc.compile(model, mode="pipelined", target="wse2")
         rates[raises] = pipeline_figures(artifact)["samples_per_second"]
     assert rates[place_layers.LANE_RAISES] > 1.02 * rates[0]
+
+
+class Unsettled(Placer):
+    """The search without its last step: no layer leaves rows below its ladder's end."""
+
+    def _settled(self, rects: list[Rect]) -> list[Rect]:
+        return rects
+
+
+def placed(placer: type[Placer], model, target: str, monkeypatch, batch: int = 1):
+    """Compiles ``model`` with ``placer``: the placer (its search done) and its rectangles."""
+    found: list[tuple[Placer, list[Rect]]] = []
+
+    class Recorded(placer):  # type: ignore[valid-type, misc]
+        def place(self) -> list[Rect]:
+            rects = super().place()
+            found.append((self, rects))
+            return rects
+
+    monkeypatch.setattr(place_layers, "Placer", Recorded)
+    cgc.compile(model, mode="pipelined", target=target, batch_size=batch)
+    (result,) = found
+    return result
+
+
+def settling_cases():
+    yield "resnet50", onnx.load(str(LIGHT / "light_resnet50.onnx")), "wse2", 1
+    for seed in range(4):
+        rows, cols = MESHES[seed % len(MESHES)]
+        yield f"random {seed}", random_graph(seed), f"mesh{rows}x{cols}", 4
+
+
+@pytest.mark.parametrize(("label", "model", "target", "batch"), list(settling_cases()))
+def test_layers_at_their_ladders_end_leave_the_rows_they_do_not_need(
+    label, model, target, batch, monkeypatch
+):
+    # ResNet-50's stem max pool and first 1x1 convolution sit on their ladders' lowest rungs
+    # far below the stage time: they give up rows, and the stage time stays
+    settled, rects = placed(Placer, model, target, monkeypatch, batch)
+    unsettled, before = placed(Unsettled, model, target, monkeypatch, batch)
+    assert settled._strips_cycles(rects) <= unsettled._strips_cycles(before)
+    period = settled._strips_cycles(rects)
+    fewer = 0
+    for index, ((x, y, w, h), (*_, was)) in enumerate(zip(rects, before, strict=True)):
+        assert h <= was
+        fewer += h < was
+        if was != unsettled.ladders[index][0]:
+            assert h == was
+            continue
+        finer = {-(-settled.bases[index] // k) for k in range(1, place_layers.SETTLE_SPLITS + 1)}
+        below = [r for r in finer if r < h]
+        if below:
+            rows = max(below)
+            trial = [*rects[:index], (x, y, w, rows), *rects[index + 1 :]]
+            cost = settled.cost(index, (0, 0, w, rows))
+            assert not settled.fits(cost) or settled._strips_cycles(trial) > period
+    assert fewer or label != "resnet50"

@@ -97,7 +97,7 @@ def turn_traffic(a_at: Layout, b_at: Layout) -> Traffic:
     ``a_at`` that hold them, down (or up) their columns and then along the row to every
     column of ``b_at``. Each element goes down one column and along one row; a column's
     links carry at most the block of its PE of ``a_at``, a row's its row block."""
-    if b_at.h == 1 and a_at.w == 1:
+    if b_at.pes == 1 and a_at.pes == 1:
         return NO_TRAFFIC
     per_row = b_at.rt * a_at.words_per_element
     per_column = a_at.ct * a_at.words_per_element

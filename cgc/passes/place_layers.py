@@ -26,7 +26,8 @@ different widths: one width wastes the columns a layer's tiles leave (a 512-colu
 takes 3 columns a PE on 171 to 255 of them), so a bisection below the time found so far gives
 every run of consecutive layers its own strip width, the runs and widths that take the fewest
 columns (dynamic programming), among widths near the strips' and those at which the slowest
-layer's tiles change. The columns left over then widen the strips.
+layer's tiles change. The columns left over then widen the strips, and a layer on its
+ladder's lowest rung that keeps the time on fewer rows gives them up.
 
 Timing a layer on a rectangle is the placement's cost, so it skips the timings that cannot
 change its answer: no layer computes faster than its PEs at peak, after its host I/O, which
@@ -71,6 +72,8 @@ BALANCE_TOLERANCE = 0.01
 """The bisection on the stage time stops within this fraction of the best time."""
 LADDER_SPLITS = 32
 """A layer's rows may be split up to this many ways in a strip..."""
+SETTLE_SPLITS = 64
+"""... and, once the stage time is found, up to this many ways (``Placer._settled``)."""
 LADDER_MULTIPLES = 8
 """... or multiplied up to this many times."""
 ROUNDING = 1 - 1e-9
@@ -183,6 +186,8 @@ class Placer:
         if not self.count:
             return []
         self.heights = [self._height(i) for i in range(self.count)]
+        self.bases = list(self.heights)
+        """Every layer's rows before the search: the tallest rung its rows split from."""
         self.ladders = [self._ladder(i) for i in range(self.count)]
         whole = [self.cost(i, self._rect(i, self.target.cols)) for i in range(self.count)]
         self.flops = [cost.flops for cost in whole]
@@ -217,7 +222,7 @@ class Placer:
                 found = (rects, list(self.heights)), limit
         (rects, heights), _ = self._mixed(found)
         self._restore(heights)
-        return self._widen(rects)
+        return self._settled(self._widen(rects))
 
     def _strips_beating_balance(self) -> tuple[Strips, float] | None:
         """The strips and their stage time, if some keep every layer within its time on the
@@ -249,17 +254,41 @@ class Placer:
                 fast = middle
                 continue
             slow, best = middle, found
-            taken = self._strips_cycles(found[0])
-            if taken * STRIP_SPEEDUP < fast:
+            low = self._strips_cycles(found[0], links=False)
+            if (
+                low * STRIP_SPEEDUP < fast
+                and (taken := self._strips_cycles(found[0])) * STRIP_SPEEDUP < fast
+            ):
                 slow, fast = taken, taken / STRIP_SPEEDUP
         return None if best is None else (best, slow)
 
-    def _strips_cycles(self, rects: list[Rect]) -> float:
-        """The stage time of strips ``rects``: their slowest layer's, or their busiest lane's."""
+    def _strips_cycles(self, rects: list[Rect], links: bool = True) -> float:
+        """The stage time of strips ``rects``: their slowest layer's, or their busiest lane's
+        (without ``links``, a bound from below: the slowest layer's)."""
         layers = (
             self.stage_cycles(self.cost(i, (0, 0, w, h))) for i, (_, _, w, h) in enumerate(rects)
         )
-        return max([*layers, *busiest_links(rects, self.tensors)])
+        return max([*layers, *(busiest_links(rects, self.tensors) if links else ())])
+
+    def _settled(self, rects: list[Rect]) -> list[Rect]:
+        """``rects`` with every layer on the lowest rung of its ladder on as few rows as keep
+        it within the stage time of them all, fit it, and keep the lanes within that time,
+        its rows split up to ``SETTLE_SPLITS`` ways: such a layer may be faster only because
+        the search's ladder ends there (a finer one leads its bisection astray)."""
+        period = self._strips_cycles(rects)
+        for index, (x, y, width, height) in enumerate(rects):
+            finer = {ceil(self.bases[index] / k) for k in range(1, SETTLE_SPLITS + 1)}
+            lower = sorted((h for h in finer if h < height), reverse=True)
+            for rows in lower if height == self.ladders[index][0] else []:
+                cost = self.cost(index, (0, 0, width, rows))
+                if not self.fits(cost) or self.stage_cycles(cost) > period:
+                    break
+                trial = [*rects[:index], (x, y, width, rows), *rects[index + 1 :]]
+                if max([0.0, *busiest_links(trial, self.tensors)]) > period:
+                    break
+                rects = trial
+        self._restore([h for _, _, _, h in rects])
+        return rects
 
     def _strips_within(self, limit: float) -> Strips | None:
         """Strips of one width, as many as fit the mesh, of layers on the fewest rows that
