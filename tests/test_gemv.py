@@ -106,11 +106,10 @@ def test_a_small_gemv_by_hand():
 def test_it_is_offered_for_one_row_and_a_resident_matrix_only():
     target = get_target("mesh64x64")
     rect = target.whole
-    q, a, b = request(target, rect, 4096, 4096, "float16")
+    q, a, _ = request(target, rect, 4096, 4096, "float16")
     assert Matmul("matmul").plan(q).detail["algorithm"] == "meshgemv"
-    # two rows, or a matrix on the wafer: SUMMA and its rivals as before
-    two = Request(target, rect, (Operand((2, 4096), "float16", WAFER, Layout.on((2, 4096),
-                  "float16", rect)), b), {}, (((2, 4096), "float16"),))  # fmt: skip
+    # two vectors (their rows folded into two), or a matrix on the wafer: SUMMA and its rivals
+    two, _, _ = request(target, rect, 4096, 4096, "float16", batch=(2,))
     assert Matmul("matmul").plan(two).detail["algorithm"] != "meshgemv"
     wafer = Operand((4096, 4096), "float16", WAFER, Layout.on((4096, 4096), "float16", rect))
     moved = Request(target, rect, (a, wafer), {}, q.results)

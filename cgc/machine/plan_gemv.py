@@ -1,5 +1,5 @@
-"""MeshGEMV: a one-row result times a resident matrix on the whole rectangle (WaferLLM,
-OSDI'25, which keeps its decode's GEMVs near the fabric's limits this way).
+"""MeshGEMV: a one-row result times a resident matrix on the whole rectangle (after
+WaferLLM's MeshGEMV, OSDI'25, the GEMV of its decode).
 
 SUMMA keeps a ``[1, K]`` vector's result on one PE row, so its arithmetic runs on that row
 alone. MeshGEMV spreads the matrix over every PE instead: its ``K`` rows over the mesh rows,

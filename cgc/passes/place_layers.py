@@ -239,12 +239,9 @@ class Placer:
         """Strips in which every layer gets the fewest rows of its ladder (``_ladder``) that
         keep it within the stage time, ``within`` the strips for a time: the heights chosen
         with the widths. Bisection on the stage time below ``limit``; the rectangles and
-        heights of the best time found and that time, if it beats ``limit``. Strips found take
-        at most the time asked, often less; where they take less than a ``STRIP_SPEEDUP``-th
-        of the search's floor (the first time came from a layer far slower on the fewest rows
-        it fits than on more, such as a GEMV), the search starts again below what they take.
-        (Starting again wherever they beat the floor finds better times for some models, at
-        a search twice as long.)"""
+        heights of the best time found and that time, if it beats ``limit``. Strips that take
+        under a ``STRIP_SPEEDUP``-th of the floor (a layer far slower on its fewest rows than
+        on more, as a GEMV) start the search again below what they take."""
         best = None
         slow, fast = limit, limit / STRIP_SPEEDUP
         while slow > fast * (1 + BALANCE_TOLERANCE):
@@ -254,21 +251,20 @@ class Placer:
                 fast = middle
                 continue
             slow, best = middle, found
-            low = self._strips_cycles(found[0], links=False)
-            if (
-                low * STRIP_SPEEDUP < fast
-                and (taken := self._strips_cycles(found[0])) * STRIP_SPEEDUP < fast
-            ):
-                slow, fast = taken, taken / STRIP_SPEEDUP
+            # the layers bound the strips' time from below, and their lanes are dearer to count
+            if self._layers_cycles(found[0]) * STRIP_SPEEDUP < fast:
+                taken = self._strips_cycles(found[0])
+                if taken * STRIP_SPEEDUP < fast:
+                    slow, fast = taken, taken / STRIP_SPEEDUP
         return None if best is None else (best, slow)
 
-    def _strips_cycles(self, rects: list[Rect], links: bool = True) -> float:
-        """The stage time of strips ``rects``: their slowest layer's, or their busiest lane's
-        (without ``links``, a bound from below: the slowest layer's)."""
-        layers = (
-            self.stage_cycles(self.cost(i, (0, 0, w, h))) for i, (_, _, w, h) in enumerate(rects)
-        )
-        return max([*layers, *(busiest_links(rects, self.tensors) if links else ())])
+    def _layers_cycles(self, rects: list[Rect]) -> float:
+        """The stage time of the slowest layer of strips ``rects``."""
+        return max(self.stage_cycles(self.cost(i, (0, 0, *r[2:]))) for i, r in enumerate(rects))
+
+    def _strips_cycles(self, rects: list[Rect]) -> float:
+        """The stage time of strips ``rects``: their slowest layer's, or their busiest lane's."""
+        return max([self._layers_cycles(rects), *busiest_links(rects, self.tensors)])
 
     def _settled(self, rects: list[Rect]) -> list[Rect]:
         """``rects`` with every layer on the lowest rung of its ladder on as few rows as keep
@@ -276,7 +272,8 @@ class Placer:
         its rows split up to ``SETTLE_SPLITS`` ways: such a layer may be faster only because
         the search's ladder ends there (a finer one leads its bisection astray)."""
         period = self._strips_cycles(rects)
-        for index, (x, y, width, height) in enumerate(rects):
+        for index in range(self.count):
+            x, y, width, height = rects[index]
             finer = {ceil(self.bases[index] / k) for k in range(1, SETTLE_SPLITS + 1)}
             lower = sorted((h for h in finer if h < height), reverse=True)
             for rows in lower if height == self.ladders[index][0] else []:
@@ -522,7 +519,7 @@ class Placer:
         that change its tiles), whole multiples of them, then doublings up to the mesh's rows
         (for kernels that use more rows than a tensor has: a matmul splitting its contraction,
         a GEMV its matrix's rows)."""
-        base, rows = self.heights[index], self.target.rows
+        base, rows = self.bases[index], self.target.rows
         shorter = {ceil(base / k) for k in range(1, LADDER_SPLITS + 1)}
         taller = {base * m for m in range(2, LADDER_MULTIPLES + 1) if base * m <= rows}
         doubled = {min(base * LADDER_MULTIPLES << d, rows) for d in range(rows.bit_length())}
