@@ -2,12 +2,12 @@
 pool of two processes and as Ray tasks on a local instance of two CPUs: wall time, speed-up
 over serial, and the same table from all three.
 
-The grid: a two-block GPT (the tests' tiny params file) training step on mesh8x8 and
-mesh16x16, with MemoryX as given and slowed to 100 GB/s, dense and 50% sparse, global batch 8
-and 16, on 1, 2, 4 and 8 systems; each point compiles from scratch, about a second of work, so
-the work dominates the tasks' overhead. Every executor runs in a fresh process (its imports,
-its pool's or its Ray workers' start, counted); Ray's own start (``ray.init``) is reported
-apart, as a cluster would already be up.
+The grid: a two-block GPT's training step (``examples/tiny-gpt.yaml``, the tests' params file
+too) on mesh8x8 and mesh16x16, with MemoryX as given and slowed to 100 GB/s, dense and 50%
+sparse, global batch 8 and 16, on 1, 2, 4 and 8 systems; each point compiles from scratch,
+about a second of work, so the work dominates the tasks' overhead. Every executor runs in a
+fresh process (its imports, its pool's or its Ray workers' start, counted); Ray's own start
+(``ray.init``) is reported apart, as a cluster would already be up.
 
     python benchmarks/bench_sweep.py [--only serial|pool|ray] [--rounds N] [--json FILE]
 
@@ -23,30 +23,14 @@ import argparse
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-MODEL = """\
-model:
-  hidden_size: 32
-  num_hidden_layers: 2
-  num_heads: 4
-  filter_size: 64
-  vocab_size: 50
-  max_position_embeddings: 16
-train_input:
-  batch_size: 8
-  max_sequence_length: 16
-optimizer:
-  optimizer_type: adamw
-  learning_rate: 1.0e-3
-runconfig:
-  num_csx: 2
-  precision: float32
-"""
+MODEL = Path(__file__).resolve().parent.parent / "examples" / "tiny-gpt.yaml"
 SPEC = """\
 models: [tiny.yaml]
 targets: [mesh8x8, mesh16x16]
@@ -111,7 +95,7 @@ def main() -> None:
     tables = []
     with tempfile.TemporaryDirectory() as temporary:
         directory = Path(temporary)
-        (directory / "tiny.yaml").write_text(MODEL)
+        shutil.copyfile(MODEL, directory / "tiny.yaml")
         (directory / "sweep.yaml").write_text(SPEC)
         for turn in range(args.rounds):  # interleaved: each run sees the machine's load alike
             for name in names:

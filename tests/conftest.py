@@ -4,6 +4,7 @@ params-file GPT for the timing and planning tests."""
 from __future__ import annotations
 
 import io
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -148,31 +149,15 @@ def onnx_check():
     return compare_with_onnxruntime
 
 
-TINY = """\
-model:
-  hidden_size: 32
-  num_hidden_layers: 2
-  num_heads: 4
-  filter_size: 64
-  vocab_size: 50
-  max_position_embeddings: 16
-train_input:
-  batch_size: 8
-  max_sequence_length: 16
-optimizer:
-  optimizer_type: adamw
-  learning_rate: 1.0e-3
-runconfig:
-  num_csx: 2
-  precision: float32
-"""
+TINY = Path(__file__).resolve().parent.parent / "examples" / "tiny-gpt.yaml"
+"""A two-block GPT's params file, shipped as an example."""
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     """A params file of a two-block GPT small enough to run with numbers."""
     path = tmp_path_factory.mktemp("params") / "tiny.yaml"
-    path.write_text(TINY)
+    shutil.copyfile(TINY, path)
     return path
 
 
