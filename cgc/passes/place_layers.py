@@ -267,16 +267,16 @@ class Placer:
         return max([self._layers_cycles(rects), *busiest_links(rects, self.tensors)])
 
     def _settled(self, rects: list[Rect]) -> list[Rect]:
-        """``rects`` with every layer on the lowest rung of its ladder on as few rows as keep
-        it within the stage time of them all, fit it, and keep the lanes within that time,
-        its rows split up to ``SETTLE_SPLITS`` ways: such a layer may be faster only because
-        the search's ladder ends there (a finer one leads its bisection astray)."""
+        """``rects`` with every layer on its ladder's lowest rung on the fewest rows, its rows
+        split up to ``SETTLE_SPLITS`` ways, that fit it and keep it and the lanes within their
+        stage time: it may be faster only because the ladder ends (a finer one misleads)."""
         period = self._strips_cycles(rects)
         for index in range(self.count):
             x, y, width, height = rects[index]
+            if height != self.ladders[index][0]:
+                continue
             finer = {ceil(self.bases[index] / k) for k in range(1, SETTLE_SPLITS + 1)}
-            lower = sorted((h for h in finer if h < height), reverse=True)
-            for rows in lower if height == self.ladders[index][0] else []:
+            for rows in sorted((h for h in finer if h < height), reverse=True):
                 cost = self.cost(index, (0, 0, width, rows))
                 if not self.fits(cost) or self.stage_cycles(cost) > period:
                     break
