@@ -43,9 +43,13 @@ demo: $(VENV)/.installed
 	$(BIN)/cgc train zoo:gpt3-175b --timing-only --num-csx 64 --steps 1 \
 		--model-dir $(EXAMPLES)/gpt3_175b_run --trace $(EXAMPLES)/gpt3_175b.trace.json
 
-test: typecheck
-	$(BIN)/pytest
-	$(BIN)/lit -q tests/filecheck
+# every part runs whatever another's result; the target fails at the end if any part failed
+test: $(VENV)/.test-installed
+	@failed=""; \
+	$(BIN)/mypy || failed="$$failed mypy"; \
+	$(BIN)/pytest || failed="$$failed pytest"; \
+	$(BIN)/lit -q tests/filecheck || failed="$$failed lit"; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 
 typecheck: $(VENV)/.test-installed
 	$(BIN)/mypy
@@ -59,8 +63,10 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_torch_training.py
 	$(BIN)/python benchmarks/validation.py
 
-# the long fuzzing run (3,000+ cases over ONNX files, artifacts, options); bad cases kept in
-# build/fuzz-cases with a replay.sh each, the report in build/fuzz.json
+# the long fuzzing run (3,000+ cases over every family of cgc.tools.fuzz: ONNX files,
+# artifacts, options, aliased paths, special files, full disks, concurrent runs, hostile params
+# files, factories, edge values); bad cases kept in build/fuzz-cases with a replay.sh each, the
+# report in build/fuzz.json
 fuzz: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/fuzz.py --cases 3000 --json build/fuzz.json --keep build/fuzz-cases
 

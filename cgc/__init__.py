@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, CgcWarning
 from cgc.machine.artifact import Artifact
 from cgc.version import __version__
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Artifact",
     "CgcError",
+    "CgcWarning",
     "__version__",
     "compile",
     "load",
@@ -181,6 +182,7 @@ def prepare_training(
     resume: bool = False,
     shuffle: bool = False,
     seed: int = 0,
+    allow_nonfinite: bool = False,
     eval_data: Mapping[str, np.ndarray] | None = None,
     eval_every: int | None = None,
     num_csx: int | None = None,
@@ -218,7 +220,10 @@ def prepare_training(
     warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
     the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
-    ``seed``. With ``eval_data`` the held-out loss (forward only) is logged every
+    ``seed``. A loss or gradients that are not finite stop the run at that step (a
+    ``CgcError`` naming the step and the first weight whose gradient is not finite, the
+    weights those of the step before) unless ``allow_nonfinite``. With ``eval_data`` the
+    held-out loss (forward only) is logged every
     ``eval_every`` steps and after the last. ``swarmx_fanout`` sets the children per SwarmX
     node (4 by default). ``no_weights``, ``micro_batch_size``, ``recompute`` and ``init_seed``
     are ``compile``'s. ``sparsity`` (the fraction of zeros, in [0, 1)) makes the weights that
@@ -259,6 +264,7 @@ def prepare_training(
         resume,
         shuffle,
         seed,
+        allow_nonfinite,
     )
     if eval_every is not None and eval_data is None:
         raise CgcError("--eval-every needs --eval-data")
@@ -342,7 +348,7 @@ def train(
         loop,
         model_dir,
         on_step,
-        warn=lambda m: warnings.warn(m, stacklevel=3),
+        warn=lambda m: warnings.warn(m, CgcWarning, stacklevel=3),
         evaluation=evaluation,
         backend=backend,
     )

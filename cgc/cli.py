@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,14 +31,17 @@ from cgc.cli_options import (
     weights_options,
 )
 from cgc.cli_sweep import sweep
-from cgc.errors import CgcError
-from cgc.machine.files import npz_bytes
+from cgc.errors import CgcError, CgcWarning
+from cgc.machine.files import LOCK, DirectoryLock, close_pipes, npz_bytes
 from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
 from cgc.tools.paths import (
+    Named,
+    distinct_files,
     input_file,
     input_text,
     load_npz,
     model_argument,
+    model_file,
     output_directory,
     output_file,
 )
@@ -57,10 +61,27 @@ def one_line(message: str) -> str:
     return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for the command line: cgc's own warnings as one line each
+    (the filters let no other through: torch's deprecations and numpy's overflow in a
+    diverging run are noise around the lines that matter, shown only with --debug)."""
+    _warn(str(message))
+
+
 class Application(click.Group):
-    """Turns exceptions into the documented exit codes."""
+    """Turns exceptions into the documented exit codes, and warnings into ``warning:``
+    lines."""
 
     def invoke(self, ctx: click.Context):
+        ctx.call_on_close(close_pipes)  # FIFOs a door opened and no output went to: end them
+        with warnings.catch_warnings():
+            if not ctx.params.get("debug"):
+                warnings.simplefilter("ignore")
+                warnings.simplefilter("always", CgcWarning)
+                warnings.showwarning = _show_warning
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except CgcError as e:
@@ -125,11 +146,20 @@ def _write_atomically(path: str, data: bytes | Iterable[bytes]) -> None:
     write_atomically(path, data)
 
 
-def _outputs(paths: dict[str, str | None]) -> None:
-    """Checks the output files of ``paths`` (option -> path, if given) before any work."""
+def _outputs(
+    paths: dict[str, str | None],
+    inputs: dict[str, str | None],
+    files: Iterable[Named] = (),
+    trees: Iterable[Named] = (),
+) -> None:
+    """Checks the output files of ``paths`` (option -> path, if given) before any work, and
+    that none of them, nor of ``files`` (what an output directory gets), is one of the files
+    ``inputs`` names or another output, nor replaces one of ``trees`` holding an input
+    (``distinct_files``)."""
     for option, path in paths.items():
         if path is not None:
             output_file(path, option)
+    distinct_files(inputs.items(), [*paths.items(), *files], trees)
 
 
 def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
@@ -186,7 +216,7 @@ def compile(
     from cgc.tools.report import summary_text
 
     model = model_argument(model, "MODEL")
-    output_file(output, "-o")
+    _outputs({"-o": output}, {"MODEL": model_file(model), "--weights": sparse["weights_path"]})
     weights = None if sparse["weights_path"] is None else _safetensors(sparse["weights_path"])
     if dump_ir is not None:
         output_directory(dump_ir, "--dump-ir")
@@ -249,7 +279,10 @@ def run(
     from cgc.tools.report import has_batch_axis, simulation_json, simulation_text
 
     model_argument(artifact, "ARTIFACT")
-    _outputs({"--output": output_path, "--stats-json": stats_json, "--trace": trace})
+    _outputs(
+        {"--output": output_path, "--stats-json": stats_json, "--trace": trace},
+        {"ARTIFACT": artifact, "--inputs": inputs_path},
+    )
     if timing_only and output_path is not None:
         raise CgcError("--output: a timing-only run computes no outputs")
     if not timing_only and inputs_path is None:
@@ -411,6 +444,11 @@ def _chosen_settings(options: dict) -> dict:
 @click.option("--eval-data", "eval_path", help=".npz of held-out samples; its loss is logged.")
 @click.option("--eval-every", type=int, help="Measure the held-out loss every N steps.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffling.")
+@click.option(
+    "--allow-nonfinite",
+    is_flag=True,
+    help="Train on through a NaN or infinite loss or gradient (else the run stops there).",
+)
 @click.option("--num-csx", type=int, help="Systems  [default: the params file's, or 1]")
 @click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
 @click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
@@ -431,12 +469,22 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         except re.error as e:
             raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
     model_argument(model, "MODEL")
-    _outputs({"--trace": trace, "--stats-json": stats_json})
+    inputs = {
+        "MODEL": model_file(model),
+        "--data": data_path,
+        "--eval-data": options["eval_path"],
+        "--weights": options["weights_path"],
+    }
+    files, trees = _model_dir_files(model_dir, timing_only, options)
+    _outputs({"--trace": trace, "--stats-json": stats_json}, inputs, files, trees)
     backend = _backend(options)
-    if model_dir is not None:
-        output_directory(model_dir, "--model-dir")
     if not timing_only and (data_path is None or model_dir is None):
         raise CgcError("--data and --model-dir are required (or --timing-only)")
+    if model_dir is not None:  # held until the command ends: a second run is refused at once
+        output_directory(model_dir, "--model-dir")
+        click.get_current_context().with_resource(
+            DirectoryLock(model_dir, f"--model-dir {model_dir}")
+        )
     if timing_only:
         from cgc.tools.timing_only import check_options
 
@@ -464,6 +512,21 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         assert data is not None
         chosen = bool(options["trainable"])
         _train(artifact, data, loop, model_dir, evaluation, trace, chosen, backend)
+
+
+def _model_dir_files(
+    model_dir: str | None, timing_only: bool, options: dict
+) -> tuple[list[Named], list[Named]]:
+    """What ``cgc train`` writes in ``model_dir``: the files, and the checkpoints' directory
+    where the run replaces it (a new run deletes the old checkpoints, a checkpointing one
+    replaces a step saved again)."""
+    if model_dir is None:
+        return [], []
+    names = ["timing.jsonl"] if timing_only else ["metrics.jsonl", "weights.safetensors"]
+    files: list[Named] = [("--model-dir", str(Path(model_dir, n))) for n in [*names, LOCK]]
+    replaced = not timing_only and (not options["resume"] or options["checkpoint_every"])
+    trees: list[Named] = [("--model-dir", str(Path(model_dir, "checkpoints")))] if replaced else []
+    return files, trees
 
 
 def _backend(options: dict) -> Backend:
@@ -567,7 +630,9 @@ def scale(
     from cgc.tools import scaling, sparsity_study
 
     model_argument(model, "MODEL")
-    _outputs({"--json": json_path, "--csv": csv_path, "--png": png_path})
+    _outputs(
+        {"--json": json_path, "--csv": csv_path, "--png": png_path}, {"MODEL": model_file(model)}
+    )
     if levels is None and (sparse_params or sparsity_init != "random"):
         raise CgcError("--sparse-params and --sparsity-init need --sparsity")
     default = "1" if levels is not None else "1,2,4,8,16,32,64"
@@ -621,18 +686,40 @@ def _safetensors(path: str) -> dict[str, np.ndarray]:
         raise CgcError(f"--weights {path}: {e}") from None
 
 
+def _comma_list(text: str, option: str, example: str, parse: Callable[[str], Any]) -> list:
+    """The values of a comma-separated option, each parsed by ``parse`` (a ValueError for one
+    it cannot read, a CgcError of its own for one out of range): none empty, none twice."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = parse(part.strip())
+        except ValueError:
+            raise CgcError(f"{option} {text}: expected {example}, got {part.strip()!r}") from None
+        if value in values:
+            raise CgcError(f"{option} {text}: {part.strip()} is given twice")
+        values.append(value)
+    return values
+
+
+def _level(part: str) -> float:
+    level = float(part)
+    if not 0 <= level < 1:
+        raise ValueError(part)
+    return level
+
+
 def _levels(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise CgcError(f"--sparsity {text}: expected levels such as 0,0.5,0.9") from None
+    return _comma_list(text, "--sparsity", "fractions of zeros in [0, 1) such as 0,0.5,0.9", _level)
+
+
+def _size(part: str) -> int:
+    from cgc.machine.target import checked_systems
+
+    return checked_systems(int(part))
 
 
 def _sizes(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise CgcError(f"--num-csx {text}: expected sizes such as 1,2,4,8") from None
+    return _comma_list(text, "--num-csx", "sizes such as 1,2,4,8", _size)
 
 
 @main.command()
@@ -652,8 +739,8 @@ def inspect(artifact, disasm, as_json, ir, placement) -> None:
     from cgc.tools.report import inspect_json, summary_text
 
     model_argument(artifact, "ARTIFACT")
-    if placement not in (None, "-"):
-        output_file(placement, "--placement")
+    drawn = placement if placement != "-" else None  # "-": the terminal
+    _outputs({"--placement": drawn}, {"ARTIFACT": model_file(artifact)})
     # reading an artifact imports no compiler: only other names may be params files
     if not artifact.endswith(".cgc") and _is_params(artifact):
         import cgc
@@ -740,8 +827,7 @@ def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnosti
 
     if mesh is not None and target is None:
         raise CgcError("--mesh needs --target")
-    if output is not None:
-        output_file(output, "-o")
+    _outputs({"-o": output}, {"FILE": file})
     chosen = get_target(_target_name(target, mesh)) if target is not None else None
     text = input_text(file, "FILE")
     available = {name: _given(p) for name, p in all_passes().items()}

@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
 from cgc.runtime.executors import EXECUTORS, LOCAL
-from cgc.tools.paths import output_directory
+from cgc.tools.paths import distinct_files, model_file, output_directory
 
 
 @click.command()
@@ -41,11 +42,15 @@ def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_addres
     """Simulate every point of the grid in SPEC (a YAML file; see cgc.sweep), timing
     only, and write DIR/sweep.csv, DIR/sweep.json and DIR/scaling.png. A re-run with the same
     DIR computes only the points not finished yet."""
-    from cgc.sweep import checked_options, load_spec, run_sweep, table_text
+    from cgc.machine.files import LOCK
+    from cgc.sweep import JOURNAL, OUTPUTS, checked_options, load_spec, run_sweep, table_text
 
     checked_options(executor, jobs, ray_address)
     output_directory(directory, "-o")
     chosen = load_spec(spec)
+    models = [("models:", model_file(source)) for source in chosen.sources]
+    written = [("-o", str(Path(directory, name))) for name in (JOURNAL, *OUTPUTS, LOCK)]
+    distinct_files([("SPEC", spec), *models], written)
     with contextlib.ExitStack() as stack:
         shown = _progress(stack, len(chosen.points()))
         outcome = run_sweep(chosen, directory, executor, jobs, ray_address, shown)

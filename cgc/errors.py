@@ -1,8 +1,9 @@
-"""The one exception type for problems a user can cause.
+"""The one exception type for problems a user can cause, and the one warning category.
 
 The command line prints a ``CgcError`` as one line and exits with code 2; anything else is an
 internal error (exit code 1). Messages name the culprit: the file, the ONNX node and op, the
-option, or the layer and its shortfall.
+option, or the layer and its shortfall. It prints a ``CgcWarning`` as one ``warning:`` line,
+and other packages' warnings (torch's, numpy's) only with ``--debug``.
 """
 
 
@@ -22,3 +23,8 @@ class NeedsInputValuesError(CgcError):
     def __init__(self, message: str, inputs: tuple[str, ...]):
         super().__init__(message)
         self.inputs = inputs
+
+
+class CgcWarning(UserWarning):
+    """Something a user should know that does not stop the work (a batch's statistics split
+    over micro-batches, a damaged checkpoint skipped)."""

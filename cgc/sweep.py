@@ -47,6 +47,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,15 @@ import yaml
 
 from cgc.errors import CgcError
 from cgc.machine.artifact import Artifact
-from cgc.machine.files import permissions, remove_stale_temporaries, write_atomically
-from cgc.machine.target import MAX_SYSTEMS, get_target, with_figures
+from cgc.machine.files import (
+    DirectoryLock,
+    append_whole,
+    permissions,
+    remove_stale_temporaries,
+    write_atomically,
+    writing,
+)
+from cgc.machine.target import MAX_BATCH, MAX_SYSTEMS, get_target, with_figures
 from cgc.runtime.executors import LOCAL, RAY, checked_executor, connect
 from cgc.tools.paths import input_file, input_text
 from cgc.tools.progress import ProgressBar
@@ -223,7 +231,9 @@ def _checked(data: dict[Any, Any], base: Path) -> Spec:
         set=tuple(_distinct("set", sets)),
         mode=tuple(modes),
         sparsity=tuple(_axis(given, "sparsity", _is_level, "a fraction of zeros in [0, 1)")),
-        batch_size=tuple(_axis(given, "batch_size", _is_batch, "a batch >= 1, or null")),
+        batch_size=tuple(
+            _axis(given, "batch_size", _is_batch, f"a batch of 1 to {MAX_BATCH}, or null")
+        ),
         num_csx=tuple(systems),
     )
     count = len(models) * len(targets) * len(sets) * len(modes) * len(systems)
@@ -279,7 +289,7 @@ def _is_systems(value: object) -> bool:
 
 
 def _is_batch(value: object) -> bool:
-    return value is None or _is_count(value)
+    return value is None or (_is_count(value) and isinstance(value, int) and value <= MAX_BATCH)
 
 
 def _is_level(value: object) -> bool:
@@ -486,19 +496,27 @@ class Journal:
     line cut short by a kill is dropped when the journal is opened again (only whole lines are
     points), and the rows of another version of cgc are not taken: their points are simulated
     again. DIR and the file are made with the first row: a sweep that fails before any point
-    leaves DIR as it was."""
+    leaves DIR as it was. The journal holds DIR's lock from when DIR exists until it is
+    closed: a second sweep into DIR is refused, not interleaved."""
 
     def __init__(self, directory: Path):
         self.directory = directory
         self.path = directory / JOURNAL
-        self.rows = self._read()
-        """The finished points' rows, by ``key``."""
+        self.lock = DirectoryLock(directory, f"-o {directory}")
+        if directory.is_dir():
+            self.lock.acquire()
+        try:
+            self.rows = self._read()
+            """The finished points' rows, by ``key``."""
+        except BaseException:
+            self.lock.release()
+            raise
         self.fd: int | None = None
 
     def _read(self) -> dict[str, Row]:
-        if not self.path.exists():
+        if not os.path.lexists(self.path):
             return {}
-        data = self.path.read_bytes()
+        data = input_file(str(self.path), "the sweep's journal").read_bytes()
         whole = data.rfind(b"\n") + 1
         if whole < len(data):
             os.truncate(self.path, whole)
@@ -507,7 +525,7 @@ class Journal:
             try:
                 record = json.loads(line)
                 if record.pop("cgc") == __version__:
-                    rows[key(record)] = _table_row(record)
+                    rows[key(record)] = _table_row(_checked_results(record))
             except (ValueError, TypeError, KeyError, AttributeError):
                 raise CgcError(f"{self.path}: line {number} is not a point's row") from None
         return rows
@@ -515,12 +533,13 @@ class Journal:
     def append(self, point: Point, row: Row) -> Row:
         """Records ``row``, the row of ``point``; returns it as the journal gives it back."""
         if self.fd is None:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
+            if self.lock.key is None:
+                self.lock.acquire()
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-            self.fd = os.open(self.path, flags, permissions(directory=False))
+            with writing(self.path):
+                self.fd = os.open(self.path, flags, permissions(directory=False))
         line = json.dumps({"cgc": __version__, **point.identity(), **row}) + "\n"
-        os.write(self.fd, line.encode())
-        os.fsync(self.fd)
+        append_whole(self.fd, self.path, line.encode(), sync=True)
         record = json.loads(line)
         del record["cgc"]
         loaded = self.rows[key(record)] = _table_row(record)
@@ -535,6 +554,36 @@ class Journal:
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
+        self.lock.release()
+
+
+NUMBERS = ("samples_per_second", "simulated_seconds", "mfu", "pe_utilization",
+           "peak_pe_sram_bytes", "micro_batch", "micro_batches", "compile_seconds")  # fmt: skip
+"""The figures of ``RESULTS`` that a point which ran always has, as finite numbers."""
+
+
+def _checked_results(record: Row) -> Row:
+    """``record``, if its figures are those ``measure`` writes: every one of ``RESULTS``,
+    numbers and names where the point ran, None beside an error message where it failed. A
+    ValueError otherwise: a row edited by hand must not reach the table's arithmetic."""
+    results = {name: record[name] for name in RESULTS}
+    error = results.pop("error")
+    if isinstance(error, str):
+        if any(value is not None for value in results.values()):
+            raise ValueError("a failed point with figures")
+        return record
+    numbers = [
+        *NUMBERS,
+        *(["tokens_per_second"] if results["tokens_per_second"] is not None else []),
+    ]
+    for name in numbers:
+        value = results[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value):
+            raise ValueError(f"{name} is not a number")
+    bound, ran_mode = results["bound"], results["ran_mode"]
+    if error is not None or not isinstance(ran_mode, str) or not isinstance(bound, str | None):
+        raise ValueError("not a point's row")
+    return record
 
 
 def _table_row(record: Row) -> Row:
@@ -572,9 +621,10 @@ def run_sweep(
     nothing, if no point has finished). A worker that dies is a one-line CgcError."""
     checked_options(executor, jobs, ray_address)
     root = Path(directory)
-    remove_stale_temporaries(root, OUTPUTS)  # a killed run's half-written files
+    _check_outputs(root)
     grid = spec.points()
     journal = Journal(root)
+    remove_stale_temporaries(root, OUTPUTS)  # a killed run's half-written files
     rows = [journal.row_of(point) for point in grid]
     missing = [i for i, row in enumerate(rows) if row is None]
     done = len(grid) - len(missing)
@@ -591,10 +641,21 @@ def run_sweep(
         kept = f"{done} of {len(grid)} points are kept in {root}"
         raise CgcError(f"{died}; {kept}, and a re-run into it resumes from them") from None
     finally:
-        journal.close()
-        table = with_speedups([row for row in rows if row is not None])
-        files = write_outputs(spec, root, table) if table else []
+        try:
+            table = with_speedups([row for row in rows if row is not None])
+            files = write_outputs(spec, root, table) if table else []
+        finally:
+            journal.close()
     return Outcome(table, len(missing), len(grid) - len(missing), files)
+
+
+def _check_outputs(root: Path) -> None:
+    """A CgcError if one of the files a sweep writes in ``root`` is there as something a file
+    cannot replace (a directory, say): found after the points ran, it would lose the table."""
+    for name in OUTPUTS:
+        path = root / name
+        if os.path.lexists(path) and not path.is_file():
+            raise CgcError(f"{path}: not a file, where the sweep writes its {name}")
 
 
 def checked_options(executor: str, jobs: int | None, ray_address: str | None) -> None:

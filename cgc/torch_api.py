@@ -38,11 +38,11 @@ from cgc.frontends.torch import capture
 from cgc.frontends.torch.lowering import to_numpy
 from cgc.machine import optimizers
 from cgc.machine.artifact import Artifact, weights_to_bytes
-from cgc.machine.files import write_atomically
+from cgc.machine.files import append_whole, permissions, write_atomically, writing
 from cgc.machine.optimizers import Schedule
 from cgc.machine.sparsity import Sparsity
 from cgc.machine.target import Target
-from cgc.runtime.trainer import final_weights, metrics_before
+from cgc.runtime.trainer import final_weights, metrics_before, strict_json
 
 __all__ = ["Module", "Optimizer", "Session", "dataloader", "module", "optimizer", "session"]
 
@@ -445,8 +445,13 @@ class Session:
 
     def _log(self, line: dict) -> None:
         self.metrics.append(line)
-        with open(self.directory / "metrics.jsonl", "a") as log:
-            log.write(json.dumps(line) + "\n")
+        path = self.directory / "metrics.jsonl"
+        with writing(path):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, permissions(directory=False))
+        try:
+            append_whole(fd, path, (json.dumps(strict_json(line)) + "\n").encode())
+        finally:
+            os.close(fd)
 
     def _optimizer_record(self) -> dict:
         """The optimizer settings a checkpoint records: the artifact's and the groups'."""

@@ -98,12 +98,12 @@ def run_imported(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> li
     return Interpreter(imported.weights).run_function(main_function(imported.module), args)
 
 
-def mlp_train_data(samples: int, seed: int) -> dict[str, np.ndarray]:
-    """``samples`` random inputs and labels for ``zoo.MODELS["mlp_train"]`` (64 features, 10
-    classes)."""
+def mlp_train_data(samples: int, seed: int, features: int = 64) -> dict[str, np.ndarray]:
+    """``samples`` random inputs and labels for ``zoo.MODELS["mlp_train"]`` (10 classes, 64
+    features unless its ``in_features`` is another number)."""
     rng = np.random.default_rng(seed)
     return {
-        "x": rng.standard_normal((samples, 64)).astype(np.float32),
+        "x": rng.standard_normal((samples, features)).astype(np.float32),
         "labels": rng.integers(0, 10, samples),
     }
 

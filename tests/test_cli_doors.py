@@ -4,6 +4,7 @@ run's temporaries cleaned, and honest figures in what the commands print."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 import threading
 import types
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -199,17 +201,31 @@ def test_write_to_a_fifo_writes_into_it(tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"], "no temporary left"
 
 
+@contextlib.contextmanager
+def fifo_reader(fifo: Path) -> Iterator[list[bytes]]:
+    """A thread that reads all of ``fifo`` into the list yielded, its reader open before the
+    block starts (a command's door refuses a FIFO that no process reads): a write end of our
+    own waits for the reader's open, and holds the reader's input open until the block
+    ends. A daemon: should the FIFO be replaced, the reader would wait for ever."""
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    held = os.open(fifo, os.O_WRONLY)
+    try:
+        yield received
+    finally:
+        os.close(held)
+        reader.join(timeout=60)
+
+
 def test_cli_writes_into_a_fifo_and_a_symlink(static_dir, tmp_path) -> None:
     fifo = tmp_path / "stats.fifo"
     os.mkfifo(fifo)
-    received: list[bytes] = []
-    # a daemon: should the FIFO be replaced, the reader would wait for a writer for ever
-    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
-    reader.start()
     (tmp_path / "out.npz").write_bytes(b"")
     (tmp_path / "link.npz").symlink_to(tmp_path / "out.npz")
-    result = invoke(*run_args(static_dir, "--stats-json", fifo, "--output", tmp_path / "link.npz"))
-    reader.join(timeout=10)
+    link = tmp_path / "link.npz"
+    with fifo_reader(fifo) as received:
+        result = invoke(*run_args(static_dir, "--stats-json", fifo, "--output", link))
     assert result.exit_code == 0, result.output
     assert json.loads(received[0])["num_csx"] == 1
     assert stat.S_ISFIFO(fifo.stat().st_mode)

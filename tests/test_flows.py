@@ -5,7 +5,6 @@ element count on GPT-3-sized tensors."""
 from __future__ import annotations
 
 import dataclasses
-import time
 import tracemalloc
 from math import prod
 
@@ -459,21 +458,19 @@ def test_im2col_peeled_by_samples_matches_the_oracle_at_any_batch(batch, apart, 
 )
 def test_cnn_im2col_is_exact_at_a_cost_independent_of_the_batch(batch, hops):
     """The zoo cnn's first im2col on the whole wafer: counted exactly (the numbers of listing
-    every sample's phase, which equal the oracle's wherever it runs), in well under a
-    second's worth of work and a few tens of MB, whatever the batch."""
+    every sample's phase, which equal the oracle's wherever it runs) in a few tens of MB,
+    whatever the batch. Its time is a benchmark's (benchmarks/bench_movement.py)."""
     attrs = {**IM2COL, "channels_last": False}
     image = Layout.on((batch, 3, 16, 16), "float32", (0, 0, 994, 750))
     out = Layout.on((1, batch * 256, 27), "float32", (0, 0, 994, 750))
     tracemalloc.start()
     try:
-        start = time.perf_counter()
         got = flows.movement_traffic("im2col", attrs, [image], out)
-        seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert got.wavelet_hops == hops and got.max_eject == out.rt
-    assert peak < 60e6 and seconds < 3  # about 0.8 s and 50 MB alone, on a shared machine
+    assert peak < 60e6  # about 50 MB
 
 
 # --------------------------------------------------------------------------- factors

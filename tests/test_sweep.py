@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import shutil
@@ -228,7 +229,14 @@ BAD = [
     ("models: mlp.onnx\nset: [[rows=4, cols=8], [cols=8, rows=4]]", "set: cols=8 rows=4 is given"),
     ("models: mlp.onnx\nset: [[rows=4, cols=8, rows=8]]", "set: rows is given twice in one list"),
     ("models: mlp.onnx\nsparsity: [0.5, 1]", "sparsity: 1: expected a fraction of zeros"),
-    ("models: mlp.onnx\nbatch_size: [8, -8]", "batch_size: -8: expected a batch >= 1, or null"),
+    (
+        "models: mlp.onnx\nbatch_size: [8, -8]",
+        "batch_size: -8: expected a batch of 1 to 1099511627776",
+    ),
+    (
+        "models: mlp.onnx\nbatch_size: 12345678901234567890123",
+        "batch_size: 12345678901234567890123: expected a batch of 1 to 1099511627776, or null",
+    ),
     ("models: mlp.onnx\nmode: fast", "mode: fast: expected one of weight_streaming"),
     ("models: mlp.onnx\nmode: pipelined", "mode: pipelined: a training step runs in weight_"),
     ("models: mlp.onnx\nmeasure: eval", "measure: eval: expected one of training, inference"),
@@ -322,3 +330,34 @@ def test_the_bar_counts_points_from_where_a_resumed_sweep_starts():
     assert bar.stream.getvalue() == (
         "\rsweep [##################------] 6/8  75%  1 failed  ETA 00:20\x1b[K"
     )
+
+
+def test_journal_rows_with_bad_figures_are_named_before_the_table(spec, serial, tmp_path):
+    """A row whose figures are not those a point writes (edited, or from a broken disk) is
+    named by its line, never carried into the table's arithmetic."""
+    lines = (serial / sweeping.JOURNAL).read_text().splitlines()
+    row = json.loads(lines[0])
+    edits = [("samples_per_second", [1]), ("mfu", "fast"), ("error", [1]), ("bound", 3)]
+    for field, value in [*edits, ("simulated_seconds", None)]:
+        out = tmp_path / field
+        out.mkdir()
+        (out / sweeping.JOURNAL).write_text(
+            "\n".join([json.dumps({**row, field: value}), *lines[1:]]) + "\n"
+        )
+        result = invoke(str(spec), "-o", str(out))
+        assert (result.exit_code, result.output) == (
+            2,
+            f"error: {out / sweeping.JOURNAL}: line 1 is not a point's row\n",
+        ), field
+    del row["samples_per_second"]
+    (out / sweeping.JOURNAL).write_text(json.dumps(row) + "\n")
+    assert invoke(str(spec), "-o", str(out)).exit_code == 2
+
+
+@pytest.mark.parametrize("name", [sweeping.JOURNAL, *sweeping.OUTPUTS])
+def test_a_file_of_the_sweep_that_is_a_directory_is_named_before_any_point(spec, tmp_path, name):
+    (tmp_path / "out" / name).mkdir(parents=True)
+    result = invoke(str(spec), "-o", str(tmp_path / "out"), "--jobs", "1")
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and f"{tmp_path / 'out' / name}" in result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [name]

@@ -35,16 +35,17 @@ from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
 from cgc.dialects import context, print_module, verify, ws, wse
 from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
 from cgc.dialects.lowering import lower
-from cgc.errors import CgcError, DoesNotFitError
+from cgc.errors import CgcError, CgcWarning, DoesNotFitError
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelParams, optimizer_settings
 from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.cost import LayerCost, Profile, profile, program_costs
+from cgc.machine.files import write_atomically
 from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
 from cgc.machine.sparsity import Sparsity, live_bytes
-from cgc.machine.target import Target, checked_systems, resolve
+from cgc.machine.target import Target, checked_batch, checked_systems, resolve
 from cgc.machine.units import human_bytes
 from cgc.passes.autodiff import AutodiffPass, trains
 from cgc.passes.channels_last import ChannelsLastPass
@@ -154,7 +155,7 @@ class IRDumps:
             return
         text = print_module(module)
         if self.directory is not None:
-            (self.directory / f"{self.count:02d}-{step}.mlir").write_text(text)
+            write_atomically(self.directory / f"{self.count:02d}-{step}.mlir", text.encode())
         if self.echo is not None:
             self.echo(f"// -----// IR Dump After {step} //----- //\n{text}")
         self.count += 1
@@ -379,10 +380,8 @@ def compile_model(
         source = WithWeights(source, weights, "--weights")
     systems = checked_systems(num_csx if num_csx is not None else (source.num_csx or 1))
     batch = batch_size if batch_size is not None else source.batch_size
-    if batch is not None and (batch < 1 or batch % systems):
-        raise CgcError(
-            f"--batch-size {batch} does not split evenly over --num-csx {systems} systems"
-        )
+    if batch is not None:
+        checked_batch(batch, systems)
     if training is not None and mode == "pipelined":
         raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
     if mode == "pipelined" and (micro_batch_size is not None or recompute is not None):
@@ -539,6 +538,7 @@ class StreamingCompiler:
             warnings.warn(  # the user's loop takes them over the whole batch
                 f"batch statistics (batch norm training) are per run of {micro_batch} samples: "
                 f"a system's {batch} do not fit at once (fewer per system keep them whole)",
+                CgcWarning,
                 stacklevel=3,
             )
         if dumps is not None and dumps.active:  # again, with the IR written after every pass

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError
+from cgc.machine.files import special_kind
 from cgc.machine.sparsity import CHOSEN_INITS, DECAYS, DYNAMIC, REGROWS, SCHEDULES, Sparsity
 from cgc.machine.target import MAX_SYSTEMS
 
@@ -641,9 +642,14 @@ class _Loader(yaml.SafeLoader):
 
 def _load_yaml(text: bytes, source: str) -> object:
     """The YAML document ``text``; any problem is a one-line error naming ``source``."""
-    loader = _Loader(text, source)
+    try:
+        loader = _Loader(text, source)  # which decodes and checks the first part of the text
+    except yaml.reader.ReaderError as error:
+        raise _unreadable(error, source) from None
     try:
         return loader.get_single_data()
+    except yaml.reader.ReaderError as error:
+        raise _unreadable(error, source) from None
     except yaml.MarkedYAMLError as error:
         line = f"line {error.problem_mark.line + 1}: " if error.problem_mark else ""
         raise CgcError(f"{source}: {line}not valid YAML ({error.problem})") from None
@@ -654,6 +660,20 @@ def _load_yaml(text: bytes, source: str) -> object:
         raise CgcError(f"{source}: not valid YAML (nested too deeply)") from None
     finally:
         loader.dispose()
+
+
+def _unreadable(error: yaml.reader.ReaderError, source: str) -> CgcError:
+    """PyYAML's complaint about a byte that is not UTF-8 or a character YAML does not allow
+    (a control character), as one line naming ``source`` and where it is (0-based)."""
+    if error.encoding != "unicode":  # a byte that does not decode
+        return CgcError(
+            f"{source}: not valid {error.encoding.upper()} text (byte {error.position} is "
+            f"{error.character:#04x})"
+        )
+    return CgcError(
+        f"{source}: not valid YAML (character {error.position} is U+{error.character:04X}, "
+        "which YAML does not allow)"
+    )
 
 
 def _parse(text: bytes, name: str, source: str) -> ModelParams:
@@ -722,6 +742,9 @@ def load_params(spec: str | os.PathLike[str]) -> ModelParams:
     path = Path(text)
     if path.suffix.lower() not in PARAMS_SUFFIXES:
         raise CgcError(f"{path.name}: not a params file (expected a .yaml or .yml file)")
+    kind = special_kind(path)
+    if kind is not None:
+        raise CgcError(f"{path}: is {kind}, not a params file")
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -42,7 +42,7 @@ from safetensors.numpy import save as save_safetensors
 from cgc.errors import CgcError
 from cgc.machine import dtypes, optimizers
 from cgc.machine.bytecode import KERNEL_BASE, PRIMITIVES, Instruction, Opcode, Program, opcode_name
-from cgc.machine.files import write_atomically
+from cgc.machine.files import special_kind, write_atomically
 from cgc.machine.manifest import DTYPES, Schema, check_manifest, parse_json, shown, validate
 from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
 from cgc.machine.target import Target, checked
@@ -176,6 +176,9 @@ class Artifact:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Artifact:
         """Reads and checks an artifact file."""
+        kind = special_kind(path)
+        if kind is not None:
+            raise ArtifactError(f"{path}: is {kind}, not an artifact")
         try:
             data = Path(path).read_bytes()
         except FileNotFoundError:

@@ -59,6 +59,12 @@ def finite_range(dt: np.dtype | str) -> tuple[float, float]:
     return float(info.min), float(info.max)
 
 
+def integer_range(dt: np.dtype | str) -> tuple[int, int]:
+    """The smallest and largest values of an integer type (the 4- and 2-bit ones included)."""
+    info = ml_dtypes.iinfo(dtype(dt))
+    return int(info.min), int(info.max)
+
+
 def bits(dt: np.dtype | str) -> int:
     """How many bits a value of ``dt`` has (a bool has a byte's)."""
     dt = dtype(dt)

@@ -126,6 +126,8 @@ class Setting:
     """On or off (held as 1.0 or 0.0 like every setting)."""
     low: float = 0.0
     """The least value allowed."""
+    above_low: bool = False
+    """Values must be above ``low``, not equal to it (Adam's eps: 0 divides by zero)."""
     high: float | None = None
     """The bound values must stay below, if any."""
     option: str = ""
@@ -141,16 +143,12 @@ class Setting:
         """Why ``value`` is not allowed, if it is not."""
         if self.flag:
             return None if value in (0.0, 1.0) else "must be on or off"
-        if (
-            not math.isfinite(value)
-            or value < self.low
-            or (self.high is not None and value >= self.high)
-        ):
-            return (
-                f"must be in [{self.low:g}, {self.high:g})"
-                if self.high
-                else f"must be >= {self.low:g}"
-            )
+        too_low = value <= self.low if self.above_low else value < self.low
+        if not math.isfinite(value) or too_low or (self.high is not None and value >= self.high):
+            bracket, relation = ("(", ">") if self.above_low else ("[", ">=")
+            if self.high:
+                return f"must be in {bracket}{self.low:g}, {self.high:g})"
+            return f"must be {relation} {self.low:g}"
         return None
 
 
@@ -164,7 +162,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("nesterov", "SGD with Nesterov momentum.", flag=True),
         Setting("beta1", "Adam's decay of the gradients' mean.", high=1.0, option="betas"),
         Setting("beta2", "Adam's decay of the squared gradients' mean.", high=1.0, option="betas"),
-        Setting("eps", "Adam's term added to the denominator."),
+        Setting("eps", "Adam's term added to the denominator.", above_low=True),
         Setting("amsgrad", "Adam with the AMSGrad maximum.", flag=True),
     )
 }
@@ -332,10 +330,13 @@ def global_norm(gradients: Mapping[str, np.ndarray]) -> float:
     return float(np.float32(np.linalg.norm(norms.astype(np.float32))))
 
 
-def clip_by_global_norm(gradients: dict[str, np.ndarray], max_norm: float) -> float:
+def clip_by_global_norm(
+    gradients: dict[str, np.ndarray], max_norm: float, norm: float | None = None
+) -> float:
     """Scales ``gradients`` in place so that their global norm is at most ``max_norm``, as
-    ``torch.nn.utils.clip_grad_norm_`` does; returns the norm before clipping."""
-    total = np.float32(global_norm(gradients))
+    ``torch.nn.utils.clip_grad_norm_`` does; returns the norm before clipping (``norm``, if
+    the caller has it already)."""
+    total = np.float32(global_norm(gradients) if norm is None else norm)
     # torch divides a number by a tensor as the tensor's reciprocal times the number
     reciprocal = np.float32(1) / (total + np.float32(1e-6))
     coefficient = min(reciprocal * np.float32(max_norm), np.float32(1.0))

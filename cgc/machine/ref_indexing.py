@@ -31,7 +31,7 @@ class IndexOutOfRange(CgcError):
         return CgcError(f"layer '{layer}' ({op}): {self}" if layer else f"{op}: {self}")
 
 
-def _first_bad(bad: np.ndarray) -> tuple[int, ...] | None:
+def first_bad(bad: np.ndarray) -> tuple[int, ...] | None:
     """The position of the first true element in row-major order, or None: one pass over
     the mask in the common (all good) case, one argmax otherwise."""
     if not bad.any():
@@ -51,7 +51,7 @@ def check_indices(
     ``axes`` are one axis's (every index addresses it) or, for the tuples of GatherND and
     ScatterND, one per position along the indices' last axis."""
     size = np.asarray(sizes)
-    where = _first_bad((indices < -size) | (indices >= size))
+    where = first_bad((indices < -size) | (indices >= size))
     if where is None:
         return
     n = int(np.broadcast_to(size, indices.shape)[where])
@@ -66,7 +66,7 @@ def check_labels(labels: np.ndarray, classes: int, ignore_index: int | None) -> 
     bad = (labels < 0) | (labels >= classes)
     if ignore_index is not None:
         bad &= labels != ignore_index
-    where = _first_bad(bad)
+    where = first_bad(bad)
     if where is None:
         return
     ignored = "" if ignore_index is None else f" and is not ignore_index {ignore_index}"
@@ -158,15 +158,18 @@ def scan(kind: str, x: np.ndarray, axis: int, exclusive: bool, reverse: bool) ->
 
 def topk(x: np.ndarray, axis: int, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest or smallest values along ``axis`` and their indices; among equal
-    values the lower index comes first."""
-    if dtypes.is_integer(x.dtype) or x.dtype == np.bool_:
-        # in their own type: float64 cannot tell 64-bit integers beyond 2**53 apart, and the
-        # bitwise complement reverses the order of signed and unsigned types alike
-        key = np.asarray(x, dtype=dtypes.storage(x.dtype) if x.dtype == np.bool_ else x.dtype)
-        key = ~key if largest else key
-    else:
-        key = x.astype(np.float64)
-        key = -key if largest else key
+    values the lower index comes first, and NaN is above every number (+inf included): the
+    first of the largest, the last of the smallest, as in onnxruntime's TopK, torch.topk and
+    torch.sort (numpy's sort puts NaN last too).
+
+    The largest come from a stable ascending sort of the reversed axis, read backwards: a
+    negated key would keep NaN last, and equal values would come highest index first."""
+    # integers in their own type: float64 cannot tell 64-bit integers beyond 2**53 apart
+    key = x.astype(np.float64) if dtypes.is_float(x.dtype) else x
+    if largest:
+        key = np.flip(key, axis)
     order = np.argsort(key, axis=axis, kind="stable")
+    if largest:
+        order = x.shape[axis] - 1 - np.flip(order, axis)
     indices = np.take(order, np.arange(k), axis=axis)
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)

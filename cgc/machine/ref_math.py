@@ -168,11 +168,17 @@ def relu(x: np.ndarray) -> np.ndarray:
 
 
 def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a / b``; integers divide exactly, truncating toward zero as C does."""
+    """``a / b``; integers divide exactly, truncating toward zero as C does (ONNX Div,
+    onnxruntime, torch's ``rounding_mode="trunc"``).
+
+    The floor quotient moves up by one where the division is inexact and the signs differ;
+    no ``abs``, which overflows at the type's minimum (int8 -128 / 3 is -42, not 43). What C
+    leaves undefined stays defined: the minimum over -1 wraps to the minimum (onnxruntime's
+    int8 result; its int32 and int64 ones crash) and a division by zero gives 0."""
     if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
         return typing.cast(np.ndarray, np.divide(a, b))
-    quotient: np.ndarray = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -quotient, quotient)
+    floor, remainder = np.divmod(a, b)
+    return typing.cast(np.ndarray, floor + ((remainder != 0) & ((a < 0) != (b < 0))))
 
 
 def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -124,6 +124,10 @@ KIB = 1024
 MAX_SYSTEMS = 4096
 """Most systems in a cluster (``--num-csx``): beyond the largest cluster Cerebras describes
 (2048 CS-3s), yet few enough for the simulator to keep some state per system."""
+MAX_BATCH = 1 << 40
+"""The largest global batch (``--batch-size``) cgc takes: a trillion samples, which a
+timing-only step still times in seconds (the memory plan's search grows with the batch's
+divisors; at 10^23 it ran for minutes)."""
 
 RANGES: dict[str, tuple[int | float, int | float]] = {
     # a wse2 has 994 x 750; placing and routing keep maps of every link of the mesh (those of
@@ -185,6 +189,23 @@ def _figure(target: Target, key: str, origins: Mapping[str, str]) -> int | float
             return int(number) if key in _INTEGRAL else float(number)
     origin = f"{origins[key]}: " if key in origins else ""
     raise CgcError(f"{origin}target '{target.name}': {key} {problem}")
+
+
+def checked_batch(batch: int, systems: int) -> int:
+    """``batch`` if it is a global batch that splits evenly over ``systems`` (1 to
+    ``MAX_BATCH`` samples); else a CgcError naming --batch-size. Beyond the bound the memory
+    plan would search for minutes for a batch no machine runs."""
+    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
+        raise CgcError(f"--batch-size must be a whole number, got {batch!r}")
+    if batch < 1:
+        raise CgcError(f"--batch-size must be at least 1, got {batch}")
+    if batch > MAX_BATCH:
+        raise CgcError(f"--batch-size must be at most 2^40 ({MAX_BATCH}), got {batch}")
+    if batch % systems:
+        raise CgcError(
+            f"--batch-size {batch} does not split evenly over --num-csx {systems} systems"
+        )
+    return int(batch)
 
 
 def checked_systems(systems: int) -> int:

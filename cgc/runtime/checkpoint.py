@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from cgc.machine.artifact import weights_from_bytes, weights_to_bytes
-from cgc.machine.files import permissions
+from cgc.machine.files import permissions, writing
 from cgc.machine.optimizers import Schedule
 from cgc.machine.sparsity import Sparsity
 
@@ -190,20 +190,21 @@ def save(root: Path, checkpoint: Checkpoint) -> Path:
         "sha256": {name: _digest(data) for name, data in files.items()},
     }
     files["state.json"] = (json.dumps(state, indent=1, sort_keys=True) + "\n").encode()
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
-    os.chmod(staging, permissions(directory=True))  # mkdtemp's are owner-only
-    try:
-        for name, data in files.items():
-            with open(staging / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        if final.exists():  # a step saved again (a resumed run) replaces the old copy
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with writing(final):  # a full disk: no staging directory left, the old copy kept
+        staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
+        os.chmod(staging, permissions(directory=True))  # mkdtemp's are owner-only
+        try:
+            for name, data in files.items():
+                with open(staging / name, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            if final.exists():  # a step saved again (a resumed run) replaces the old copy
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return final
 
 

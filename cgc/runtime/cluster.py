@@ -35,6 +35,7 @@ from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Opcode
 from cgc.machine.cost import LayerRecord, Sram
 from cgc.machine.optimizers import Footprint
+from cgc.machine.ref_indexing import first_bad
 from cgc.machine.streaming import Span
 from cgc.machine.target import Target, checked_systems
 from cgc.runtime import pipeline
@@ -184,6 +185,37 @@ def system_tracks(runs_per_system: Sequence[int]) -> dict[int, str]:
     return names
 
 
+def cast_input(name: str, array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array``, fed for input ``name``, in the input's ``dtype``.
+
+    A float input takes numbers of any type, rounded (float64 to float32, say); an integer
+    input takes integers and bools, and a bool input bools. A narrowing integer cast would
+    wrap (token id 2**32 + 3 fed for an int32 input would run as id 3), so where the cast can
+    lose values they are checked, by their minimum and maximum: one out of range is a
+    CgcError naming the input, the first such value and the type."""
+    want = dtypes.dtype(dtype)
+    if array.dtype == want:
+        return array
+    integer = dtypes.is_integer(want)
+    if integer:  # not can_cast: ml_dtypes casts floats "same_kind" to its 4-bit integers
+        accepted = dtypes.is_integer(array.dtype) or array.dtype == np.bool_
+    else:
+        accepted = np.can_cast(array.dtype, want, casting="same_kind")
+    if not accepted:
+        raise CgcError(f"input '{name}' has dtype {array.dtype}; the model takes {dtype}")
+    if integer and array.size and not np.can_cast(array.dtype, want, casting="safe"):
+        low, high = dtypes.integer_range(want)
+        if int(array.min()) < low or int(array.max()) > high:
+            where = first_bad((array < low) | (array > high))
+            assert where is not None
+            at = f" at {list(where)}" if where else ""
+            raise CgcError(
+                f"input '{name}' holds {array[where]}{at}, outside the range of {dtype} "
+                f"[{low}, {high}]"
+            )
+    return array.astype(want)
+
+
 class Cluster:
     """K systems, MemoryX and SwarmX running one artifact."""
 
@@ -241,15 +273,8 @@ class Cluster:
         arrays = []
         samples = None
         for spec in specs:
-            array = np.asarray(inputs[spec["name"]])
+            array = cast_input(spec["name"], np.asarray(inputs[spec["name"]]), spec["dtype"])
             want = tuple(spec["shape"])
-            if dtypes.dtype(spec["dtype"]) != array.dtype:
-                if not np.can_cast(array.dtype, spec["dtype"], casting="same_kind"):
-                    raise CgcError(
-                        f"input '{spec['name']}' has dtype {array.dtype}; the model takes "
-                        f"{spec['dtype']}"
-                    )
-                array = array.astype(spec["dtype"])
             batched = spec["batch_axis"] == 0
             if batched:
                 if array.shape[1:] != want[1:] or array.ndim != len(want):
@@ -354,11 +379,14 @@ class Cluster:
         batch: Mapping[str, np.ndarray] | None = None,
         lr_factor: float = 1.0,
         max_grad_norm: float | None = None,
+        allow_nonfinite: bool = False,
     ) -> tuple[float, RunStats]:
         """One training step on the global batch in ``batch`` (timing-only: without it), the
         learning rate scaled by ``lr_factor`` and the gradients clipped to a global norm of
         ``max_grad_norm``; returns the loss (``grad_norm`` keeps the gradients' norm before
-        clipping). Chunk ``c`` is micro-batch ``c // K`` of system ``c mod K``."""
+        clipping). Chunk ``c`` is micro-batch ``c // K`` of system ``c mod K``. A loss or
+        gradients that are not finite stop the step before the update (a
+        ``NonFiniteError``), unless ``allow_nonfinite``."""
         count = self._chunk_count(batch)
         if count != self.micro_batches * self.num_csx:
             raise CgcError(
@@ -369,21 +397,34 @@ class Cluster:
         stats = self._stats(runs, chunks, training=True)
         if not self.numerics:
             return 0.0, stats
-        self._update(runs, lr_factor, max_grad_norm)
         # Each chunk's loss covers its slice; the seed of its backward pass was loss_scale
         # (1/(K x micro-batches) for a mean over the batch, 1 for a sum), and so is its share.
         losses = [float(r.outputs[0]) for r in runs]
-        return sum(losses) * self.manifest["training"]["loss_scale"], stats
+        loss = sum(losses) * self.manifest["training"]["loss_scale"]
+        self._update(runs, lr_factor, max_grad_norm, allow_nonfinite, loss)
+        return loss, stats
 
-    def _update(self, runs: Sequence[Run], lr_factor: float, max_grad_norm: float | None) -> None:
+    def _update(
+        self,
+        runs: Sequence[Run],
+        lr_factor: float,
+        max_grad_norm: float | None,
+        allow_nonfinite: bool,
+        loss: float,
+    ) -> None:
         """The end of a training step: the gradients of each micro-batch summed through
-        SwarmX into MemoryX, the buffers folded in, the optimizer applied."""
+        SwarmX into MemoryX, the buffers folded in, the optimizer applied (unless ``loss`` or
+        the gradients are not finite and that is not allowed)."""
         for first in range(0, len(runs), self.num_csx):
             self._reduce_gradients(runs[first : first + self.num_csx])
         self.memoryx.fold(self._buffers(), self._named_outputs(runs))
         if runs[0].optimizer is not None:
             self.grad_norm = self.memoryx.apply(
-                *runs[0].optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm
+                *runs[0].optimizer,
+                lr_factor=lr_factor,
+                max_grad_norm=max_grad_norm,
+                allow_nonfinite=allow_nonfinite,
+                loss=loss,
             )
 
     def _buffers(self) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ without it, and asking for it without it installed is a one-line error naming th
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass
 from types import ModuleType
@@ -28,9 +29,11 @@ def checked_executor(name: str) -> str:
 
 
 def require_ray() -> ModuleType:
-    """The ``ray`` module, or a one-line error naming the extra that installs it."""
+    """The ``ray`` module, or a one-line error naming the extra that installs it (with
+    ``threadpoolctl``, which gives the actors the driver's BLAS threads)."""
     try:
         import ray
+        import threadpoolctl  # noqa: F401
     except ImportError:
         raise CgcError("--executor ray needs Ray: pip install 'cgc[ray]'") from None
     return ray
@@ -62,8 +65,30 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ModuleTy
         )
     except (ConnectionError, ValueError) as error:  # ValueError: a missing Ray Client
         raise CgcError(f"--ray-address {address!r}: {error}") from None
+    except Exception as error:
+        if address is not None or type(error) not in START_FAILURES:
+            raise
+        raise CgcError(
+            f"--executor ray: a local Ray instance did not start ({_first_sentence(error)}); "
+            "try again on a less busy machine, or start Ray first (ray start --head) and pass "
+            "--ray-address auto"
+        ) from None
     _connections.append(address)
     return ray
+
+
+START_FAILURES: tuple[type[Exception], ...] = (RuntimeError, Exception)
+"""The exact types (not their subclasses, a bug's) of what ``ray.init`` raises when a local
+instance does not start in time: a ``RuntimeError`` when the GCS does not write its port
+(Ray waits 30 s) or does not answer, a bare ``Exception`` when the node does not register
+with it (30 s more)."""
+
+
+def _first_sentence(error: Exception) -> str:
+    """The first sentence of ``error``'s message, for a one-line error (Ray's go on with
+    the lines of its logs)."""
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return re.split(r"(?<=\.)\s", line, maxsplit=1)[0].rstrip(".")
 
 
 _connections: list[str | None] = []

@@ -22,14 +22,35 @@ serves timing-only runs, which never ask it for numbers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from cgc.errors import CgcError
 from cgc.machine import dtypes, optimizers, reference
 from cgc.machine.artifact import WeightSpec
 from cgc.machine.sparsity import Sparsity, live_bytes, live_count
 from cgc.machine.target import Target
+
+
+class NonFiniteError(CgcError):
+    """A training step whose loss or gradients are not finite: the run stops there, its
+    weights those of the step before, rather than train every weight into NaN. (Its one
+    argument is its message, so that it crosses from a Ray actor as it is.)"""
+
+    @classmethod
+    def at(cls, step: int, found: str) -> NonFiniteError:
+        """The error of step ``step`` (1-based), which ``found`` says what was not finite."""
+        return cls(
+            f"step {step}: {found}; stopped with the weights of step {step - 1} (a lower "
+            "learning rate or --max-grad-norm may help; --allow-nonfinite trains on)"
+        )
+
+
+def _kind(values: np.ndarray | float) -> str:
+    """``nan`` if ``values`` hold a NaN, else ``inf``."""
+    return "nan" if np.isnan(values).any() else "inf"
 
 
 class MemoryX:
@@ -180,10 +201,14 @@ class MemoryX:
         config: Mapping[str, float],
         lr_factor: float = 1.0,
         max_grad_norm: float | None = None,
+        allow_nonfinite: bool = False,
+        loss: float = 0.0,
     ) -> float:
         """Updates every weight that received a gradient this step, with the learning rate
         scaled by ``lr_factor`` (a schedule) and the gradients first clipped to a global norm
-        of ``max_grad_norm``; returns the gradients' global norm before clipping."""
+        of ``max_grad_norm``; returns the gradients' global norm before clipping. A ``loss``
+        or gradients that are not finite stop the step before any weight changes (a
+        ``NonFiniteError``), unless ``allow_nonfinite``."""
         full = optimizers.settings(optimizer, config)
         update = optimizers.OPTIMIZERS[optimizer].update
         step = self.steps + 1
@@ -194,10 +219,11 @@ class MemoryX:
                 if name in self.gradients:
                     dense[name] = self.gradients[name]
                     self.gradients[name] = dense[name].reshape(-1)[live]
+        norm = optimizers.global_norm(self.gradients)
+        if not (allow_nonfinite or (math.isfinite(norm) and math.isfinite(loss))):
+            self._stop_nonfinite(step, loss)
         if max_grad_norm is not None:
-            norm = optimizers.clip_by_global_norm(self.gradients, max_grad_norm)
-        else:
-            norm = optimizers.global_norm(self.gradients)
+            optimizers.clip_by_global_norm(self.gradients, max_grad_norm, norm)
         for name in sorted(self.gradients):
             state = self.state.get(name, {})
             own = {**full, **self.groups.get(name, {})}
@@ -215,6 +241,20 @@ class MemoryX:
         if moving:
             self._move_masks(step, dense)
         return norm
+
+    def _stop_nonfinite(self, step: int, loss: float) -> None:
+        """A ``NonFiniteError`` naming a loss that is not finite and the first weight, in the
+        model's order, whose gradient holds a NaN or an infinity (the norm alone overflows on
+        huge finite ones: then the step goes on, as torch's clipping would)."""
+        found = [] if math.isfinite(loss) else [f"the loss is {_kind(loss)}"]
+        for name in [n for n in self.specs if n in self.gradients]:
+            gradient = self.gradients[name]
+            if not np.isfinite(gradient).all():
+                found.append(f"the first gradient not finite is {name}'s ({_kind(gradient)})")
+                break
+        if found:
+            self.gradients.clear()
+            raise NonFiniteError.at(step, ", ".join(found))
 
     def _move_masks(self, step: int, gradients: Mapping[str, np.ndarray]) -> None:
         """The mask update of step ``step`` (``cgc.machine.sparsity``'s rule): drops and

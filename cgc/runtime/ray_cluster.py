@@ -13,9 +13,13 @@ records and outputs to the driver and keeping its gradients in the object store.
   does, so every sum is the local one, bit for bit, for every K and fan-out; the root's
   sums go to MemoryX, which folds in the buffers and applies the optimizer.
 
-The timing is the local cluster's: it comes from the runs' records, which do not depend on
-where the runs ran. An actor that dies ends the run with a one-line ``CgcError`` naming it;
-a training run continues from its last checkpoint with ``--resume``.
+Every actor computes with as many BLAS threads as the driver does (``blas_threads``): OpenBLAS
+splits a matrix product among its threads in ways that round differently (a product of 16 x
+784 by 784 x 128 on one thread differs from the same on two in the last bit), and Ray alone
+gives an actor one thread per CPU it holds where the local run in the driver has the
+machine's. The timing is the local cluster's: it comes from the runs' records, which do not
+depend on where the runs ran. An actor that dies ends the run with a one-line ``CgcError``
+naming it; a training run continues from its last checkpoint with ``--resume``.
 
 This module imports Ray: it is imported only for ``--executor ray``.
 """
@@ -31,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import ray
+import threadpoolctl
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -55,6 +60,11 @@ PLACEMENT_SECONDS = 60.0
 class _Actor:
     """What every actor of a run answers."""
 
+    def __init__(self, threads: dict[str, int]):
+        """``threads``: the driver's ``blas_threads``, which this process's BLAS takes up
+        (for the life of the actor's process: it runs this actor alone)."""
+        threadpoolctl.threadpool_limits(threads)
+
     def identity(self) -> str | None:
         """This actor's id, as Ray's errors name it."""
         return ray.get_runtime_context().get_actor_id()
@@ -63,7 +73,15 @@ class _Actor:
 class SystemActor(_Actor):
     """One system: its SRAM, its pinned tensors, and the weights of the current step."""
 
-    def __init__(self, program: Program, target: Target, mode: str, specs: dict[str, WeightSpec]):
+    def __init__(
+        self,
+        program: Program,
+        target: Target,
+        mode: str,
+        specs: dict[str, WeightSpec],
+        threads: dict[str, int],
+    ):
+        super().__init__(threads)
         self.program = program
         self.target = target
         self.deliver = mode == "pipelined"
@@ -97,7 +115,8 @@ class SystemActor(_Actor):
 class MemoryXActor(_Actor):
     """MemoryX: the weights, this step's gradients and the optimizer state."""
 
-    def __init__(self, memoryx: MemoryX):
+    def __init__(self, memoryx: MemoryX, threads: dict[str, int]):
+        super().__init__(threads)
         # a copy of its own: arrays that come through the object store are read-only views
         self.memoryx = copy.deepcopy(memoryx)
 
@@ -118,6 +137,8 @@ class MemoryXActor(_Actor):
         optimizer: tuple[str, dict[str, float]] | None,
         lr_factor: float,
         max_grad_norm: float | None,
+        allow_nonfinite: bool,
+        loss: float,
         *received: None,
     ) -> tuple[float | None, list[ray.ObjectRef]]:
         """Folds in the buffers, applies the optimizer (if the program has one) and
@@ -127,7 +148,13 @@ class MemoryXActor(_Actor):
         self.memoryx.fold(buffers, outputs)
         norm = None
         if optimizer is not None:
-            norm = self.memoryx.apply(*optimizer, lr_factor=lr_factor, max_grad_norm=max_grad_norm)
+            norm = self.memoryx.apply(
+                *optimizer,
+                lr_factor=lr_factor,
+                max_grad_norm=max_grad_norm,
+                allow_nonfinite=allow_nonfinite,
+                loss=loss,
+            )
         return norm, self.broadcast()
 
     def held(self) -> MemoryX:
@@ -179,13 +206,16 @@ class RayCluster(Cluster):
 
         program = ray.put(self.program)  # once for all the systems
         specs = artifact.weight_specs
+        threads = blas_threads()
         self.actors = [
             _SYSTEM.options(**placed(k, f"system {k}")).remote(
-                program, self.target, self.mode, specs
+                program, self.target, self.mode, specs, threads
             )
             for k in range(self.num_csx)
         ]
-        self.store = _MEMORYX.options(**placed(self.num_csx, "MemoryX")).remote(self.memoryx)
+        self.store = _MEMORYX.options(**placed(self.num_csx, "MemoryX")).remote(
+            self.memoryx, threads
+        )
         names = [*(f"system {k}" for k in range(self.num_csx)), "MemoryX"]
         ids = ray.get([actor.identity.remote() for actor in [*self.actors, self.store]])
         self.names = {id_: name for id_, name in zip(ids, names, strict=True) if id_}
@@ -221,7 +251,14 @@ class RayCluster(Cluster):
         runs = [self._get(run) for run, _ in calls]
         return runs, len(runs)
 
-    def _update(self, runs: Sequence[Run], lr_factor: float, max_grad_norm: float | None) -> None:
+    def _update(
+        self,
+        runs: Sequence[Run],
+        lr_factor: float,
+        max_grad_norm: float | None,
+        allow_nonfinite: bool,
+        loss: float,
+    ) -> None:
         """Each micro-batch's gradients summed through SwarmX's tree on the system actors
         into the MemoryX actor, which then updates and broadcasts the weights."""
         received = []
@@ -231,7 +268,14 @@ class RayCluster(Cluster):
         self.pending = []
         outputs = self._named_outputs(runs)
         update = self.store.update.remote(
-            self._buffers(), outputs, runs[0].optimizer, lr_factor, max_grad_norm, *received
+            self._buffers(),
+            outputs,
+            runs[0].optimizer,
+            lr_factor,
+            max_grad_norm,
+            allow_nonfinite,
+            loss,
+            *received,
         )
         norm, weights = self._get(update)
         if norm is not None:
@@ -264,6 +308,16 @@ class RayCluster(Cluster):
                 ray.kill(actor)
         if self.group is not None:
             remove_placement_group(self.group)
+
+
+def blas_threads() -> dict[str, int]:
+    """The threads of each BLAS library loaded in this process, by its name's prefix (as
+    ``threadpoolctl`` names it): what a local run's products and norms are computed with."""
+    return {
+        library["prefix"]: library["num_threads"]
+        for library in threadpoolctl.threadpool_info()
+        if library["user_api"] == "blas"
+    }
 
 
 def _placement(count: int, strategy: str) -> Any:

@@ -15,18 +15,24 @@ A run keeps in memory only what does not grow with its steps, but for the metric
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
 from cgc.errors import CgcError
 from cgc.machine.artifact import Artifact, weights_to_bytes
-from cgc.machine.files import remove_stale_temporaries, write_atomically
+from cgc.machine.files import (
+    DirectoryLock,
+    append_whole,
+    remove_stale_temporaries,
+    write_atomically,
+)
 from cgc.machine.optimizers import Schedule
 from cgc.machine.streaming import Span
 from cgc.runtime import checkpoint
@@ -124,6 +130,8 @@ class LoopOptions:
     shuffle: bool = False
     """Visit the samples of each epoch in an order drawn from ``seed`` and the epoch."""
     seed: int = 0
+    allow_nonfinite: bool = False
+    """Train on through a loss or gradients that are not finite (else the run stops there)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -134,6 +142,16 @@ class LoopOptions:
             raise CgcError(f"--checkpoint-every {self.checkpoint_every}: must be >= 0")
         if self.seed < 0:
             raise CgcError(f"--seed {self.seed}: must be >= 0")
+
+
+def strict_json(line: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics line as strict JSON takes it: a NaN or infinite figure (a run that went on
+    with ``allow_nonfinite``) is null, where ``json.dumps`` would write a bare ``NaN`` that
+    strict readers reject."""
+    return {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in line.items()
+    }
 
 
 def sample_indices(step: int, batch: int, samples: int, shuffle: bool, seed: int) -> np.ndarray:
@@ -208,8 +226,10 @@ def train(
     (``spans``) of the first ``trace_steps`` steps this run takes."""
     if not artifact.manifest.get("training"):
         raise CgcError("the artifact was not compiled for training")
-    with open_cluster(artifact, backend=backend) as cluster:
-        return _train(cluster, data, loop, Path(model_dir), on_step, warn, evaluation, trace_steps)
+    directory = Path(model_dir)
+    lock = DirectoryLock(directory, f"model directory {directory}")
+    with lock, open_cluster(artifact, backend=backend) as cluster:
+        return _train(cluster, data, loop, directory, on_step, warn, evaluation, trace_steps)
 
 
 def _train(
@@ -248,12 +268,16 @@ def _train(
         directory / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in result.metrics).encode()
     )
     clock = 0.0
-    with open(directory / "metrics.jsonl", "a") as log:
+    metrics = directory / "metrics.jsonl"
+    with open(metrics, "ab", buffering=0) as log:
         for step in range(first, loop.steps):
             index = sample_indices(step, batch, samples, loop.shuffle, loop.seed)
             factor = loop.schedule.factor(step)
             loss, stats = cluster.train_step(
-                {n: np.asarray(data[n])[index] for n in names}, factor, loop.max_grad_norm
+                {n: np.asarray(data[n])[index] for n in names},
+                factor,
+                loop.max_grad_norm,
+                loop.allow_nonfinite,
             )
             line = {
                 "step": step + 1,
@@ -266,8 +290,7 @@ def _train(
             if evaluation is not None and evaluator is not None and evaluation.due(step, loop):
                 scale = training["loss_scale"]
                 line["eval_loss"] = evaluation.loss(evaluator, cluster.stored().weights, scale)
-            log.write(json.dumps(line) + "\n")
-            log.flush()
+            append_whole(log.fileno(), metrics, (json.dumps(strict_json(line)) + "\n").encode())
             result.metrics.append(line)
             if step - first < trace_steps:
                 result.spans += _shifted(stats.spans, clock, step + 1)

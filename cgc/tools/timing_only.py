@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from cgc.errors import CgcError
-from cgc.machine.files import permissions, remove_stale_temporaries, write_atomically
+from cgc.machine.files import DirectoryLock, remove_stale_temporaries, write_atomically
 from cgc.runtime.simulation import check_steps, simulate
 from cgc.runtime.trace import trace_json
 from cgc.runtime.trainer import TRACED_STEPS
@@ -60,8 +60,6 @@ def check_options(steps: int, data_path: str | None, options: dict) -> None:
 def _write_simulated_metrics(directory: Path, simulation) -> None:
     """``timing.jsonl`` of a timing-only run: every step's simulated figures (a training's
     ``metrics.jsonl`` in the same directory stays as it is)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=permissions(directory=True))
-    remove_stale_temporaries(directory, ["timing.jsonl"])  # a killed run's half-written file
     stats = simulation.stats
     figures = {
         "simulated_seconds": stats.simulated_seconds,
@@ -72,5 +70,7 @@ def _write_simulated_metrics(directory: Path, simulation) -> None:
     # every step's line is the same but for its number, and there can be a million
     rest = json.dumps(figures)[1:]
     lines = (f'{{"step": {step}, {rest}\n'.encode() for step in range(1, simulation.steps + 1))
-    write_atomically(str(directory / "timing.jsonl"), lines)
+    with DirectoryLock(directory, f"--model-dir {directory}"):
+        remove_stale_temporaries(directory, ["timing.jsonl"])  # a killed run's half-written file
+        write_atomically(str(directory / "timing.jsonl"), lines)
     click.echo(f"wrote {directory}/timing.jsonl")

@@ -29,6 +29,7 @@ from cgc.frontends.imported import TensorSpec
 from cgc.frontends.onnx.nodes import Entry, Lazy, bad_attr
 from cgc.frontends.onnx.validation import element_name, oversize, short_reason
 from cgc.machine import dtypes
+from cgc.machine.files import special_kind
 
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -83,7 +84,8 @@ def load_model(path: Path, source: str, no_weights: bool = False) -> onnx.ModelP
     """Reads an ONNX file and the external data of its tensors; with ``no_weights``, not the
     external data of its float initializers (the weights), which may then be absent."""
     if not path.is_file():
-        raise CgcError(f"{source}: no such file")
+        kind = special_kind(path)
+        raise CgcError(f"{source}: {'no such file' if kind is None else f'is {kind}'}")
     try:
         model = onnx.load(os.fspath(path), load_external_data=False)
     except Exception as e:

@@ -157,7 +157,15 @@ def top_k(im: Importer, x: SSAValue, axis: int, k: int, largest: bool) -> list[S
 
 def arg_extreme(im: Importer, x: SSAValue, axis: int, largest: bool, last: bool) -> SSAValue:
     """The int64 index of the largest (or smallest) value along ``axis``, keeping the axis;
-    the first one among equals, or the last one with ``last``."""
+    the first one among equals, or the last one with ``last``.
+
+    A NaN is the extreme both ways, as in numpy and torch (argmax and argmin of ``[1, nan]``
+    are 1): top-k ranks NaN above every number, so the smallest float is the largest of
+    ``-x``. onnxruntime's ArgMax and ArgMin skip NaN unless it comes first, and which index
+    they then give depends on the type and length (its vectorized paths: ArgMin of float32
+    ``[2, nan, 2, -1, 1]`` is 4); the ONNX frontend follows numpy, not that."""
+    if not largest and dtypes.is_float(dtype_of(x)):
+        x, largest = im.emit(wse.NegOp(x)), True
     if not last:
         return top_k(im, x, axis, 1, largest)[1]
     flipped = im.emit(wse.ReverseOp(x, [axis]))

@@ -12,10 +12,14 @@ Importing this package imports torch; ``cgc`` imports it only when it is handed 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
+import logging
 import re
 import runpy
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +70,8 @@ def capture(
         args, kwargs = tuple(args), dict(kwargs or {})
         shapes = _batch_dims(model, args, kwargs) if dynamic_batch else None
         try:
-            program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes)
+            with _quiet_torch():
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes)
         except Exception as e:  # torch raises many kinds; every one is the user's model
             message = f"torch.export cannot capture {type(model).__name__}: {_reason(e)}"
             raise CgcError(message) from None
@@ -79,7 +84,8 @@ def capture(
     for op in [op for op in table if str(op) in (*ALWAYS_WHOLE, *kept_whole)]:
         del table[op]
     try:
-        return program.run_decompositions(table)
+        with _quiet_torch():
+            return program.run_decompositions(table)
     except Exception as e:
         message = f"torch cannot decompose the program to core ATen: {_reason(e)}"
         raise CgcError(message) from None
@@ -100,15 +106,15 @@ def from_factory(spec: str, dynamic_batch: bool = True) -> ExportedProgram:
         raise CgcError(f"{path}: no such file")
     try:
         namespace = runpy.run_path(str(path))
-    except Exception as e:
-        raise CgcError(f"{path}: running it failed: {type(e).__name__}: {_reason(e)}") from None
+    except (Exception, SystemExit, KeyboardInterrupt) as e:
+        raise CgcError(f"{path}: running it failed: {_raised(e)}") from None
     factory = namespace.get(name)
     if not callable(factory):
         raise CgcError(f"{path}: no function '{name}'")
     try:
         made = factory()
-    except Exception as e:
-        raise CgcError(f"{spec}: {type(e).__name__}: {_reason(e)}") from None
+    except (Exception, SystemExit, KeyboardInterrupt) as e:
+        raise CgcError(f"{spec}: {_raised(e)}") from None
     if (
         not isinstance(made, tuple)
         or len(made) not in (2, 3)
@@ -162,7 +168,32 @@ def example_batch(program: ExportedProgram) -> int | None:
     return None
 
 
-def _reason(error: Exception) -> str:
+def _raised(error: BaseException) -> str:
+    """What a user's code raised, in a line: a ``sys.exit`` (even ``sys.exit(0)``, which
+    returns no module) or an interrupt ends the factory, not cgc."""
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r}) instead of returning a module"
+    if isinstance(error, KeyboardInterrupt):
+        return "it was interrupted (KeyboardInterrupt) before returning a module"
+    return f"{type(error).__name__}: {_reason(error)}"
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """torch's log lines, warnings and what it prints silenced while it exports: a model it
+    cannot capture is one line of cgc's, not pages of torch's guards and partial graphs (which
+    ``torch.export`` prints to stderr itself) before it."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _reason(error: BaseException) -> str:
     """The first line of what torch says, without its advice."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__

@@ -14,6 +14,7 @@ from cgc.frontends.onnx.activations import GELU_APPROXIMATIONS, gelu
 from cgc.frontends.onnx.builders import clamp, select
 from cgc.frontends.onnx.nodes import NodeError
 from cgc.frontends.torch.lowering import Lowering, OpLowering, numpy_dtype, register
+from cgc.machine import dtypes
 
 Operand = SSAValue | float | bool
 
@@ -119,11 +120,14 @@ def _div(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
 
 @register("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div_mode(lw: Lowering, a: Operand, b: Operand, rounding_mode: str | None = None) -> SSAValue:
-    """Division rounded towards zero (``trunc``) or down (``floor``)."""
+    """Division rounded towards zero (``trunc``) or down (``floor``); integers divide in
+    their own type, exact to the last bit (float64 cannot hold int64 beyond 2**53)."""
     dtype = lw.result_dtype()
     if rounding_mode is None:
         return _div(lw, a, b)
-    wide = "float64" if dtype in ("int64", "int32", "float64") else "float32"
+    if rounding_mode in ("trunc", "floor") and dtypes.is_integer(dtype):
+        return _integer_div(lw, lw.tensor(a), lw.tensor(b), rounding_mode == "floor")
+    wide = "float64" if dtype == "float64" else "float32"
     quotient = lw.emit(wse.DivOp(lw.tensor(a, wide), lw.tensor(b, wide)))
     if rounding_mode == "floor":
         rounded = lw.emit(wse.FloorOp(quotient))
@@ -133,6 +137,18 @@ def _div_mode(lw: Lowering, a: Operand, b: Operand, rounding_mode: str | None = 
     else:
         raise NodeError(f"rounding_mode={rounding_mode!r} is not supported (trunc or floor)")
     return lw.tensor(rounded)
+
+
+def _integer_div(lw: Lowering, a: SSAValue, b: SSAValue, floor: bool) -> SSAValue:
+    """``a / b`` of integers truncated (``wse.div``) or, with ``floor``, rounded down: one
+    less where the floor remainder (``mod``) differs from the truncated one (``fmod``), that
+    is where the division is inexact and the signs differ (no ``a - a % b``, which overflows
+    at the type's minimum)."""
+    quotient = lw.emit(wse.DivOp(a, b))
+    if not floor:
+        return quotient
+    exact = lw.emit(wse.EqualOp(lw.emit(wse.ModOp(a, b)), lw.emit(wse.FmodOp(a, b))))
+    return select(lw, exact, quotient, lw.emit(wse.SubOp(quotient, lw.tensor(1))))
 
 
 @register("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.pow.Scalar")
