@@ -188,6 +188,7 @@ def prepare_training(
     num_csx: int | None = None,
     swarmx_fanout: int | None = None,
     trainable: Sequence[str] = (),
+    frozen: Sequence[str] = (),
     target: str | Target = "wse2",
     no_weights: bool = False,
     micro_batch_size: int | None = None,
@@ -215,9 +216,14 @@ def prepare_training(
     ``dampening``, ``weight_decay``, ``nesterov``, ``betas``, ``eps``, ``amsgrad``: the table
     ``cgc.machine.optimizers.KEYWORDS``); one left out or None takes the params file's, else
     torch.optim's default for ``optimizer`` (``sgd``, ``adam`` or ``adamw``; default the params
-    file's, else ``sgd``). ``lr_schedule`` is ``constant``, ``cosine`` (towards 0 at
-    ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size`` steps), after a linear
-    warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
+    file's, else ``sgd``). ``trainable`` (regular expressions matched in full against weight
+    names) chooses the weights trained; by default an ONNX model's parameters, the weights
+    it reads as a model reads its learned tensors, not the constants its exporter lifted into
+    initializers (``cgc.dialects.parameters``), and every float weight of another model.
+    ``frozen`` (likewise) holds weights fixed whatever ``trainable`` says. ``lr_schedule``
+    is ``constant``, ``cosine`` (towards 0 at ``steps``) or ``step`` (times ``lr_gamma``
+    every ``lr_step_size`` steps), after a linear warm-up of ``warmup_steps``;
+    ``max_grad_norm`` clips the gradients' global norm.
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
     the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
     ``seed``. A loss or gradients that are not finite stop the run at that step (a
@@ -256,6 +262,7 @@ def prepare_training(
     if sparse is None and params is not None and params.sparsity is not None:
         sparse = params.sparsity.sparsity(seed)
     options = training_options(params, optimizer, trainable, sparse, **settings)
+    options.frozen = tuple(frozen)
     loop = LoopOptions(
         steps,
         schedule(lr_schedule, warmup_steps, steps, lr_step_size, lr_gamma),

@@ -451,7 +451,13 @@ def _chosen_settings(options: dict) -> dict:
 )
 @click.option("--num-csx", type=int, help="Systems  [default: the params file's, or 1]")
 @click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
-@click.option("--trainable", multiple=True, help="Regex over initializer names (repeatable).")
+@click.option(
+    "--trainable",
+    multiple=True,
+    help="Regex over initializer names to train (repeatable)  [default: an ONNX model's "
+    "parameters, not its exporter's constants]",
+)
+@click.option("--frozen", multiple=True, help="Regex over initializer names never trained.")
 @sparsity_options
 @dynamic_sparsity_options
 @weights_options
@@ -463,11 +469,12 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
     in weight-streaming mode, or with --timing-only simulate its steps' time."""
     import cgc
 
-    for pattern in options["trainable"]:
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise CgcError(f"--trainable {pattern}: not a regular expression ({e})") from None
+    for option in ("trainable", "frozen"):
+        for pattern in options[option]:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise CgcError(f"--{option} {pattern}: not a regular expression ({e})") from None
     model_argument(model, "MODEL")
     inputs = {
         "MODEL": model_file(model),
@@ -537,6 +544,26 @@ def _backend(options: dict) -> Backend:
     return Backend(*(options.pop(key) for key in keys))
 
 
+def _trained_line(artifact, chosen: bool) -> str:
+    """What a training trains, and which of the model's float initializers it leaves."""
+    from cgc.machine import dtypes
+
+    training = artifact.manifest["training"]
+    names = training["trainable"]
+    specs = artifact.weight_specs
+    count = sum(specs[n].size for n in names)
+    how = "chosen by --trainable" if chosen else "the model's parameters (default)"
+    line = f"training {count} parameters in {len(names)} tensors, {how}: {', '.join(names)}"
+    left = [
+        n
+        for n in training["initializers"]
+        if n not in names and n in specs and dtypes.is_float(specs[n].dtype)
+    ]
+    if left:
+        line += f"; frozen: {', '.join(left)} (--trainable and --frozen choose)"
+    return line
+
+
 def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool, backend: Backend):
     """Runs the training loop with numbers and reports it."""
     from cgc.runtime.trainer import TRACED_STEPS, check_data
@@ -544,11 +571,7 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool
 
     artifact.require_weights(artifact.manifest["source"])
     check_data(artifact, data)
-    names = artifact.manifest["training"]["trainable"]
-    specs = artifact.weight_specs
-    count = sum(specs[n].size for n in names)
-    how = "chosen by --trainable" if chosen else "all float initializers (default)"
-    click.echo(f"training {count} parameters in {len(names)} tensors, {how}: {', '.join(names)}")
+    click.echo(_trained_line(artifact, chosen))
     with contextlib.ExitStack() as stack:
         on_step = _progress(stack, loop.steps)
         traced = TRACED_STEPS if trace else 0

@@ -229,7 +229,7 @@ def test_train_prints_default_choice(workdir, tmp_path) -> None:
         TARGET,
     )
     assert result.exit_code == 0, result.output
-    assert "training 3466 parameters in 6 tensors, all float initializers (default)" in (
+    assert "training 3466 parameters in 6 tensors, the model's parameters (default)" in (
         result.output
     )
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3

@@ -35,6 +35,7 @@ from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
 from cgc.dialects import context, print_module, verify, ws, wse
 from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
 from cgc.dialects.lowering import lower
+from cgc.dialects.parameters import parameter_weights
 from cgc.errors import CgcError, CgcWarning, DoesNotFitError
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelParams, optimizer_settings
@@ -67,8 +68,10 @@ class TrainingOptions:
     settings chosen for it by their API keywords (``lr``, ``betas``, ...: see
     ``cgc.machine.optimizers``; a setting left out or None takes torch.optim's default for the
     optimizer), and which initializers train: regular expressions matched in full against
-    their names (none: all float initializers that reach the loss), and the ``sparsity`` of
-    the trained weights, if any (``cgc.machine.sparsity``)."""
+    their names (none: an ONNX model's parameters, ``cgc.dialects.parameters``, and every
+    float weight of another model, that reach the loss), those never trained (``frozen``,
+    likewise), and the ``sparsity`` of the trained weights, if any
+    (``cgc.machine.sparsity``)."""
 
     def __init__(
         self,
@@ -79,6 +82,9 @@ class TrainingOptions:
     ):
         self.optimizer = optimizer
         self.trainable = tuple(trainable)
+        self.frozen: tuple[str, ...] = ()
+        """Patterns of the weights never trained, whatever ``trainable`` says (set by the
+        API's ``frozen``)."""
         self.sparsity = sparsity
         self.chosen = optimizers.chosen_settings(optimizer, settings)
         """The settings chosen (a CgcError naming the option if one is bad)."""
@@ -311,14 +317,31 @@ def _cyclic_gc_paused() -> Iterator[None]:
 STREAMED_FOR_TRAINING = "training streams weights from MemoryX"
 
 
+def frozen_patterns(imported: ImportedModel, training: TrainingOptions) -> tuple[str, ...]:
+    """The weights a training holds fixed, as ``AutodiffPass.frozen`` takes them: those the
+    user froze and, where no ``trainable`` pattern chose, an ONNX model's float weights that
+    are not parameters (``cgc.dialects.parameters``: its exporter's lifted constants)."""
+    if training.trainable or not imported.opset:
+        return training.frozen
+    parameters = parameter_weights(imported.module, imported.weights)
+    constants = [
+        op.weight_name.data
+        for op in main_function(imported.module).walk()
+        if isinstance(op, wse.WeightOp) and trains(op, []) and op.weight_name.data not in parameters
+    ]
+    return (*training.frozen, *(re.escape(name) for name in dict.fromkeys(constants)))
+
+
 def front(imported: ImportedModel, training: TrainingOptions | None) -> tuple[ModulePass, ...]:
     """The passes every compile starts with; attention's masks are the weights the compile
     holds fixed (all in an inference; in a training, those it does not train)."""
-    patterns = [re.compile(p) for p in training.trainable] if training is not None else None
+    if training is not None:
+        patterns = [re.compile(p) for p in training.trainable]
+        frozen = [re.compile(p) for p in frozen_patterns(imported, training)]
     fuse = fixed_masks(
         imported.module,
         imported.weights,
-        lambda op: patterns is not None and trains(op, patterns),
+        lambda op: training is not None and trains(op, patterns, frozen),
     )
     rest = (DecomposePass(), FoldConstantsPass(), ChannelsLastPass(), FoldConstantsPass())
     return (fuse, *rest, FormLayersPass())
@@ -450,7 +473,8 @@ def _streaming_compilation(
         c.loss = loss_scale(imported, runs)
     c.run(*front(imported, training))
     if training is not None:
-        c.run(AutodiffPass(training.trainable, c.loss[0]), FoldConstantsPass())
+        frozen = frozen_patterns(imported, training)
+        c.run(AutodiffPass(training.trainable, c.loss[0], frozen), FoldConstantsPass())
         if recompute:
             c.run(RecomputeActivationsPass(segments=imported.recompute_segments or ""))
     c.run(ScheduleStreamsPass(**(training.step_options() if training else {})))

@@ -39,21 +39,30 @@ from cgc.dialects.ir import Emitter, main_function
 from cgc.errors import CgcError
 
 
-def trains(op: Operation, patterns: Sequence[re.Pattern[str]]) -> bool:
+def trains(
+    op: Operation,
+    patterns: Sequence[re.Pattern[str]],
+    frozen: Sequence[re.Pattern[str]] = (),
+) -> bool:
     """Whether ``op`` is a weight that a training of the weights matching ``patterns`` (all
-    when empty) trains: a float weight not frozen."""
+    when empty) and none of ``frozen`` trains: a float weight not frozen."""
     if not isinstance(op, wse.WeightOp) or op.frozen is not None or not is_float(op.result):
         return False
     name = op.weight_name.data
+    if any(p.fullmatch(name) for p in frozen):
+        return False
     return not patterns or any(p.fullmatch(name) for p in patterns)
 
 
 class Differentiator:
     """Appends the backward layers of one function."""
 
-    def __init__(self, fn: func.FuncOp, patterns: Sequence[str], seed: float):
+    def __init__(
+        self, fn: func.FuncOp, patterns: Sequence[str], seed: float, frozen: Sequence[str] = ()
+    ):
         self.fn = fn
         self.patterns = [re.compile(p) for p in patterns]
+        self.frozen = [re.compile(p) for p in frozen]
         self.seed = seed
         self.block = fn.body.block
         self.needs: set[SSAValue] = set()
@@ -63,7 +72,7 @@ class Differentiator:
 
     def trainable(self, op: Operation) -> bool:
         """Whether ``op`` is a weight the pass differentiates with respect to."""
-        return trains(op, self.patterns)
+        return trains(op, self.patterns, self.frozen)
 
     @property
     def ret(self) -> func.ReturnOp:
@@ -268,6 +277,8 @@ class AutodiffPass(ModulePass):
     is not frozen and holds floats."""
     loss_scale: float = 1.0
     """The seed of the backward pass."""
+    frozen: tuple[str, ...] = ()
+    """Regular expressions of weights never trained, whatever ``trainable`` says."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        Differentiator(main_function(op), self.trainable, self.loss_scale).run()
+        Differentiator(main_function(op), self.trainable, self.loss_scale, self.frozen).run()

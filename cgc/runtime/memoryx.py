@@ -42,9 +42,10 @@ class NonFiniteError(CgcError):
     @classmethod
     def at(cls, step: int, found: str) -> NonFiniteError:
         """The error of step ``step`` (1-based), which ``found`` says what was not finite."""
+        kept = f"the weights of step {step - 1}" if step > 1 else "the initial weights"
         return cls(
-            f"step {step}: {found}; stopped with the weights of step {step - 1} (a lower "
-            "learning rate or --max-grad-norm may help; --allow-nonfinite trains on)"
+            f"step {step}: {found}; stopped with {kept} (a lower learning rate or "
+            "--max-grad-norm may help; --allow-nonfinite trains on)"
         )
 
 
