@@ -290,3 +290,19 @@ def test_cli_factory_errors(tmp_path, monkeypatch, spec, message):
     result, _ = compile_cli(tmp_path, spec)
     assert result.exit_code == 2
     assert result.output == f"error: {message}\n"
+
+
+def test_a_module_in_training_mode_with_dropout_is_told_how_to_turn_it_off():
+    class Dropping(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.dropout = torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)
+
+        def forward(self, x):
+            return self.dropout(self.linear(x))
+
+    with pytest.raises(
+        CgcError, match=r"native_dropout.default .*; random dropout cannot"
+    ) as e:
+        cgc.compile(Dropping().train(), args=(torch.ones(2, 4),), target="mesh8x8")
+    assert "model.eval()" in str(e.value) and "attn_pdrop=0" in str(e.value)

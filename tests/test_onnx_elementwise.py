@@ -665,7 +665,8 @@ def test_dropout_errors_for_random_masks():
     with pytest.raises(CgcError, match=r"node 'n' \(Dropout\): training_mode=true with ratio=0.5"):
         import_model(model)
     message = import_error("Dropout", {"x": x}, opset=6)
-    assert "node 'n' (Dropout): is_test=0 (training) with ratio=0.5 draws a random mask" in message
+    assert "node 'n' (Dropout): is_test=0 (training) with ratio=0.5: random dropout" in message
+    assert "model.eval() before export" in message  # how to turn it off
     check_numpy("Dropout", {"x": x}, x, opset=6, is_test=1)
     check_numpy("Dropout", {"x": x}, x, opset=6, ratio=0.0)
 

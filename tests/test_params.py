@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from cgc.cli import main
-from cgc.errors import CgcError
+from cgc.errors import CgcError, CgcWarning
 from cgc.frontends.params import (
     INTEGER_LIMITS,
     ModelConfig,
@@ -370,9 +370,38 @@ def test_top_level_not_a_mapping(tmp_path: Path, document: str, message: str):
 
 def test_unknown_section(tmp_path: Path):
     document = {**MINIMAL, "modle": {}}
-    assert error(tmp_path, document) == "gpt.yaml: modle: unknown section (did you mean model?)"
+    assert error(tmp_path, document) == (
+        "gpt.yaml: unknown key: modle (a section; did you mean model?)"
+    )
     document = {**MINIMAL, "data": {}}
-    assert error(tmp_path, document) == "gpt.yaml: data: unknown section"
+    assert error(tmp_path, document) == "gpt.yaml: unknown key: data (a section)"
+
+
+def test_every_unknown_key_at_once_and_the_zoos_housekeeping_ignored_with_a_warning(
+    tmp_path: Path,
+):
+    document = {
+        **MINIMAL,
+        "model": {**MINIMAL["model"], "hiden_size": 64, "mixed_precision": True},
+        "train_input": {**MINIMAL["train_input"], "data_processor": "GptHDF5DataProcessor"},
+        "runconfig": {"max_steps": 10, "colour": "red"},
+        "eval_input": {"batch_size": 4},
+        "data": {},
+    }
+    assert error(tmp_path, document) == (
+        "gpt.yaml: 3 unknown keys: data (a section), model.hiden_size (did you mean "
+        "hidden_size?), runconfig.colour"
+    )
+    del document["model"]["hiden_size"], document["runconfig"]["colour"], document["data"]
+    path = tmp_path / "gpt.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.warns(CgcWarning) as warned:
+        params = load_params(str(path))
+    assert [str(w.message) for w in warned] == [
+        "gpt.yaml: ignoring the Model Zoo's housekeeping: eval_input, model.mixed_precision, "
+        "runconfig.max_steps, train_input.data_processor"
+    ]
+    assert params.model.hidden_size == MINIMAL["model"]["hidden_size"]
 
 
 def test_missing_section(tmp_path: Path):
@@ -395,9 +424,9 @@ def test_section_not_a_mapping(tmp_path: Path):
         # keys
         (
             {"model": {"hiden_size": 64}},
-            "model.hiden_size: unknown key (did you mean hidden_size?)",
+            "unknown key: model.hiden_size (did you mean hidden_size?)",
         ),
-        ({"runconfig": {"mode": "x"}}, "runconfig.mode: unknown key"),
+        ({"runconfig": {"moda": "x"}}, "unknown key: runconfig.moda"),
         (
             {"model": {"extra_attention_params": {"num_kv_group": 2}}},
             "model.extra_attention_params.num_kv_group: unknown key (did you mean num_kv_groups?)",
@@ -762,7 +791,7 @@ DYNAMIC = {"density": 0.5, "schedule": "dynamic"}
         ({"density": 0.5, "update_every": 10}, "sparsity.update_every: needs schedule: dynamic"),
         ({"density": 0.5, "param_name_patterns": "w"}, "expected a list of regular expressions"),
         ({"density": 0.5, "param_name_patterns": ["("]}, "sparsity.param_name_patterns: '('"),
-        ({"density": 0.5, "rewind": 10}, "sparsity.rewind: unknown key"),
+        ({"density": 0.5, "rewind": 10}, "unknown key: sparsity.rewind"),
         ({**DYNAMIC, "update_every": 0}, "sparsity.update_every: expected a positive integer"),
         ({**DYNAMIC, "drop_fraction": 1}, "sparsity.drop_fraction: expected a number in (0, 1)"),
         ({**DYNAMIC, "regrow": "lottery"}, "sparsity.regrow: expected one of gradient, random"),

@@ -25,6 +25,12 @@ from cgc.frontends.imported import TensorSpec
 from cgc.machine import dtypes, reference
 from cgc.machine.bytecode import PRIMITIVES
 
+DROPOUT_ADVICE = (
+    "random dropout cannot be reproduced; turn it off: model.eval() before export, or "
+    "dropout 0 (attn_pdrop=0, hidden_dropout_prob=0, ...)"
+)
+"""How to turn dropout off, for the error of a model that trains with it."""
+
 INLINE_LIMIT = 64
 """Constants of at most this many elements are written inline as ``wse.constant``."""
 

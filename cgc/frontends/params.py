@@ -25,6 +25,7 @@ import math
 import os
 import re
 import reprlib
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -34,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, CgcWarning
 from cgc.machine.files import special_kind
 from cgc.machine.sparsity import CHOSEN_INITS, DECAYS, DYNAMIC, REGROWS, SCHEDULES, Sparsity
 from cgc.machine.target import MAX_SYSTEMS
@@ -267,6 +268,35 @@ _OPTIMIZER_KEYS = (
 _ADAM_KEYS = ("betas", "beta1", "beta2", "eps")
 _RUNCONFIG_KEYS = ("num_csx", "precision")
 _SPARSITY_KEYS = ("density", "param_name_patterns", "init", "schedule", *DYNAMIC)
+_KNOWN_KEYS = {
+    "model": _MODEL_KEYS,
+    "train_input": _TRAIN_INPUT_KEYS,
+    "optimizer": _OPTIMIZER_KEYS,
+    "runconfig": _RUNCONFIG_KEYS,
+    "sparsity": _SPARSITY_KEYS,
+}
+IGNORED_SECTIONS = ("eval_input",)
+"""Model Zoo sections that say nothing of a training step's model or numbers."""
+IGNORED_KEYS = {
+    "train_input": ("data_processor", "data_dir", "shuffle", "shuffle_seed", "shuffle_buffer",
+                    "repeat", "num_workers", "prefetch_factor", "persistent_workers",
+                    "use_worker_cache", "drop_last", "n_parallel_reads"),
+    "model": ("mixed_precision", "fp16_type", "boundary_casting", "tf_summary", "loss_scaling",
+              "embedding_initializer", "initializer", "output_layer_initializer",
+              "initializer_range"),
+    "optimizer": ("loss_scaling_factor", "initial_loss_scale", "steps_per_increase",
+                  "min_loss_scale", "max_loss_scale", "log_summaries",
+                  "disable_lr_steps_reset"),
+    "runconfig": ("max_steps", "num_steps", "num_epochs", "log_steps", "checkpoint_steps",
+                  "save_initial_checkpoint", "seed", "eval_frequency", "eval_steps",
+                  "num_wgt_servers", "num_workers_per_csx", "mode", "model_dir",
+                  "checkpoint_path", "precision_opt_level", "use_cs_grad_accum", "save_losses",
+                  "log_input_summaries", "compile_only", "validate_only", "target_device"),
+}  # fmt: skip
+"""Model Zoo housekeeping keys, by section: where the data comes from, how a run logs and
+checkpoints, how its loss is scaled and its weights are first drawn. cgc reads none of them
+(its data, steps, checkpoints and ``--init-seed`` are the command's) and names them in one
+warning; any other key it does not know is an error."""
 
 
 @dataclass(frozen=True)
@@ -676,6 +706,41 @@ def _unreadable(error: yaml.reader.ReaderError, source: str) -> CgcError:
     )
 
 
+def _without_housekeeping(document: dict, source: str) -> dict:
+    """``document`` without the Model Zoo's housekeeping (``IGNORED_SECTIONS``,
+    ``IGNORED_KEYS``), which one ``CgcWarning`` lists; every section or key it does not know
+    is one error that lists them all."""
+    unknown, ignored = [], []
+    kept: dict = {}
+    for key, value in document.items():
+        if key in IGNORED_SECTIONS:
+            ignored.append(str(key))
+        elif key not in _SECTIONS:
+            hint = _did_you_mean(key, _SECTIONS) if isinstance(key, str) else ""
+            unknown.append(f"{key} (a section{hint.replace(' (', '; ').rstrip(')')})")
+        elif isinstance(value, dict):
+            skipped = IGNORED_KEYS.get(key, ())
+            for inner in value:
+                if inner in skipped:
+                    ignored.append(f"{key}.{inner}")
+                elif inner not in _KNOWN_KEYS[key]:
+                    hint = _did_you_mean(inner, _KNOWN_KEYS[key]) if isinstance(inner, str) else ""
+                    unknown.append(f"{key}.{inner}{hint}")
+            kept[key] = {k: v for k, v in value.items() if k not in skipped}
+        else:
+            kept[key] = value
+    if unknown:
+        count = f"{len(unknown)} unknown keys" if len(unknown) > 1 else "unknown key"
+        raise CgcError(f"{source}: {count}: {', '.join(unknown)}")
+    if ignored:
+        warnings.warn(
+            f"{source}: ignoring the Model Zoo's housekeeping: {', '.join(ignored)}",
+            CgcWarning,
+            stacklevel=2,
+        )
+    return kept
+
+
 def _parse(text: bytes, name: str, source: str) -> ModelParams:
     """Reads and checks the YAML ``text`` of a params file."""
     document = _load_yaml(text, source)
@@ -684,10 +749,7 @@ def _parse(text: bytes, name: str, source: str) -> ModelParams:
             f"{source}: expected a mapping of sections ({', '.join(_SECTIONS)}) at the top "
             f"level, got {'an empty file' if document is None else _show(document)}"
         )
-    for key in document:
-        if key not in _SECTIONS:
-            hint = _did_you_mean(key, _SECTIONS) if isinstance(key, str) else ""
-            raise CgcError(f"{source}: {key}: unknown section{hint}")
+    document = _without_housekeeping(document, source)
     for key in _REQUIRED_SECTIONS:
         if key not in document:
             raise CgcError(f"{source}: missing required section {key}")

@@ -19,6 +19,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.emitter import DROPOUT_ADVICE
 from cgc.frontends.onnx.builders import cast, clamp, dtype_of, less, reshape
 from cgc.frontends.onnx.importer import Importer, OpImporter, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
@@ -355,8 +356,7 @@ def _dropout(im: Importer, node: Node) -> list:
         return [im.entry(node, 0), mask]
     if training is True and ratio is not None:
         raise NodeError(
-            f"training_mode=true with ratio={float(np.ravel(ratio)[0]):g} draws a random mask, "
-            "which cgc cannot reproduce"
+            f"training_mode=true with ratio={float(np.ravel(ratio)[0]):g}: {DROPOUT_ADVICE}"
         )
     return [_poison_random(im, node, x), mask]
 
@@ -370,10 +370,7 @@ def _check_legacy_dropout(im: Importer, node: Node) -> None:
     """Before opset 7, ``is_test=0`` (the default) means training mode."""
     ratio = float(node.attr("ratio", 0.5))
     if im.opset < 7 and not node.attr("is_test", 0) and ratio != 0.0:
-        raise NodeError(
-            f"is_test=0 (training) with ratio={ratio:g} draws a random mask, which cgc cannot "
-            "reproduce; set is_test=1 for inference"
-        )
+        raise NodeError(f"is_test=0 (training) with ratio={ratio:g}: {DROPOUT_ADVICE}")
 
 
 def _static_flag(im: Importer, node: Node, index: int) -> bool | None:

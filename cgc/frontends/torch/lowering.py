@@ -29,7 +29,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
-from cgc.frontends.emitter import Emitter, loc, registrar
+from cgc.frontends.emitter import DROPOUT_ADVICE, Emitter, loc, registrar
 from cgc.frontends.imported import BufferUpdate, ImportedModel, TensorSpec
 from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import node_list
@@ -159,7 +159,8 @@ class Lowering(Emitter):
                 problems.setdefault(op_name(node), []).append(node.name)
         if problems:
             parts = [f"{op} ({node_list(names)})" for op, names in sorted(problems.items())]
-            raise self.error(f"unsupported ops: {', '.join(parts)}")
+            advice = f"; {DROPOUT_ADVICE}" if any("dropout" in op for op in problems) else ""
+            raise self.error(f"unsupported ops: {', '.join(parts)}{advice}")
 
     # -- placeholders ---------------------------------------------------------------------
 
