@@ -322,3 +322,14 @@ def test_the_api_stops_too(models, tmp_path):
     with pytest.raises(cgc.CgcError, match=r"^step 2: the loss is nan"):
         cgc.train(models / "mlp_train.onnx", mlp_train_data(16, seed=0), batch_size=8, steps=3,
                   model_dir=tmp_path / "run", target=TARGET, lr=1e30)  # fmt: skip
+
+
+def test_a_pipelined_model_whose_weights_alone_exceed_the_wafer_says_so(tmp_path):
+    """No placement is searched for 13 billion parameters on 40 GB of SRAM: the error gives
+    both sizes."""
+    result = invoke("compile", "zoo:cerebras-gpt-13b", "--mode", "pipelined", "-o", tmp_path / "m")
+    one_line_error(
+        result,
+        "model does not fit on wse2 in pipelined mode: its weights alone (47.9 GiB) exceed the "
+        "SRAM of the whole wafer (34.1 GiB); use --mode weight_streaming",
+    )

@@ -430,20 +430,33 @@ def compile_model(
         return StreamingCompiler().artifact(
             request, asked.replace("--mode", f"--mode {mode}"), dumps
         )
-    imported = source.imported(request.per_system_batch)
+    return _placed(request, mode, dumps)
+
+
+def _placed(request: Request, mode: str, dumps: IRDumps) -> Artifact:
+    """An inference ``request`` placed on the wafer (``mode`` pipelined), or in auto mode
+    placed if the model fits and streamed otherwise."""
+    imported = request.source.imported(request.per_system_batch)
     c = Compilation(imported, request.target, dumps)
     c.run(*front(imported, None))
     saved = _mark_sparse(c, request)
-    if mode == "pipelined":
-        c.run(PlaceLayersPass(), RouteTensorsPass())
-        return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target
+    too_many = (
+        f"the weights ({human_bytes(held)}) exceed the SRAM of {tgt.name} "
+        f"({human_bytes(tgt.sram_bytes)})"
+    )
+    if mode == "pipelined":
+        if held > tgt.sram_bytes:  # no placement to search: say so with both sizes
+            raise DoesNotFitError(
+                f"model does not fit on {tgt.name} in pipelined mode: its weights alone "
+                f"({human_bytes(held)}) exceed the SRAM of the whole wafer "
+                f"({human_bytes(tgt.sram_bytes)}); use --mode weight_streaming"
+            )
+        c.run(PlaceLayersPass(), RouteTensorsPass())
+        return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
     if held > tgt.sram_bytes:
-        why: str | None = (
-            f"the weights ({human_bytes(held)}) exceed the SRAM of {tgt.name} "
-            f"({human_bytes(tgt.sram_bytes)})"
-        )
+        why: str | None = too_many
     else:
         why = c.try_place()
     if why is None:
