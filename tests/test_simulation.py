@@ -279,3 +279,20 @@ def test_set_changes_figures_and_names_bad_ones(tiny, tmp_path):
         result = invoke("run", art, "--timing-only", *args)
         assert result.exit_code == 2, result.output
         assert message in result.output
+
+
+def test_a_pipelined_run_reports_no_memoryx(tmp_path):
+    """Its weights stay on the wafer: neither MemoryX's bytes nor its and SwarmX's assumed
+    figures belong in its report; a weight-streaming run keeps them."""
+    zoo.save(zoo.MODELS["mlp"](), tmp_path / "mlp.onnx")
+    reports = {}
+    for mode in ("pipelined", "weight_streaming"):
+        out = tmp_path / f"{mode}.cgc"
+        compiled = invoke("compile", tmp_path / "mlp.onnx", "-o", out, "--mode", mode,
+                          "--batch-size", 8, "--target", "mesh16x16")  # fmt: skip
+        assert compiled.exit_code == 0, compiled.output
+        reports[mode] = invoke("run", out, "--timing-only").output
+    assert "MemoryX" not in reports["pipelined"]
+    assert reports["pipelined"].splitlines()[-1] == "assumed (not published): clock_hz = 8.5e+08"
+    assert "MemoryX: " in reports["weight_streaming"]
+    assert "memoryx_bytes_per_s" in reports["weight_streaming"].splitlines()[-1]

@@ -328,7 +328,9 @@ def simulation_text(
         f"bound: {stats.bound or 'the pipeline'}",
         f"peak SRAM per PE: {human_bytes(stats.peak_pe_sram_bytes)}",
     ]
-    if stats.memoryx is not None:
+    # a pipelined run holds its weights on the wafer: MemoryX and SwarmX play no part in it
+    on_wafer = stats.mode == "pipelined"
+    if stats.memoryx is not None and not on_wafer:
         mx = stats.memoryx
         lines.append(
             f"MemoryX: {human_bytes(mx.total)} of {human_bytes(stats.memoryx_capacity_bytes)} "
@@ -341,6 +343,10 @@ def simulation_text(
     if groups:
         step = step_utilization(stats, program, sim.target, every_layer)
         lines += _layer_lines(groups, step, what)
-    assumed = ", ".join(f"{name} = {value:g}" for name, value in sim.assumed.items())
+    assumed = ", ".join(
+        f"{name} = {value:g}"
+        for name, value in sim.assumed.items()
+        if not (on_wafer and name.startswith(("memoryx", "swarmx")))
+    )
     lines.append(f"assumed (not published): {assumed}")
     return "\n".join(lines) + "\n"
