@@ -13,6 +13,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.builders import add, cast, dtype_of, reshape, transpose
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
@@ -242,14 +243,14 @@ def with_past(im: Importer, node: Node, k: SSAValue, v: SSAValue) -> tuple:
     return k, v, past
 
 
-def grouped(im: Importer, x: SSAValue, kv_heads: int, per_head: int) -> SSAValue:
+def grouped(im: Emitter, x: SSAValue, kv_heads: int, per_head: int) -> SSAValue:
     """``(B, H_q, ...)`` as ``(B, H_kv, H_q / H_kv, ...)`` so that query head ``h`` meets key
     head ``h // (H_q / H_kv)``."""
     batch, _, *rest = shape_of(x)
     return reshape(im, x, [batch, kv_heads, per_head, *rest])
 
 
-def attention_scores(im: Importer, q: SSAValue, k: SSAValue, scale: float) -> SSAValue:
+def attention_scores(im: Emitter, q: SSAValue, k: SSAValue, scale: float) -> SSAValue:
     """``(Q * sqrt(scale)) @ (K * sqrt(scale))^T`` per head, ``(B, H_q, S_q, S_kv)``; grouped
     query heads share their key head through broadcasting."""
     batch, q_heads, queries, _ = shape_of(q)
@@ -304,7 +305,7 @@ def _attention(im: Importer, node: Node) -> list:
     return [y, k, v, cast(im, debug, dtype)]
 
 
-def attend(im: Importer, weights: SSAValue, v: SSAValue, groups: int) -> SSAValue:
+def attend(im: Emitter, weights: SSAValue, v: SSAValue, groups: int) -> SSAValue:
     """``weights @ V`` per head, the key/value heads shared by their query-head groups."""
     batch, q_heads, queries, _ = shape_of(weights)
     kv_heads = shape_of(v)[1]

@@ -28,12 +28,21 @@ from torch.export import Dim, ExportedProgram
 
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel
-from cgc.frontends.torch import elementwise, indexing, linear, loss, normalization, shapes
+from cgc.frontends.torch import (
+    attention,
+    elementwise,
+    indexing,
+    linear,
+    loss,
+    normalization,
+    shapes,
+)
 from cgc.frontends.torch.lowering import ATEN, Lowering, size_hint
 
 __all__ = [
     "ALWAYS_WHOLE",
     "ATEN",
+    "attention",
     "capture",
     "elementwise",
     "example_batch",
@@ -47,10 +56,12 @@ __all__ = [
 ]
 
 
-ALWAYS_WHOLE = ("aten.linear.default",)
+ALWAYS_WHOLE = ("aten.linear.default", "aten.scaled_dot_product_attention.default")
 """Ops ``capture`` never decomposes: a linear layer on a tensor of any rank is one matrix
 product, where its decomposition flattens the rows into a matrix and back, moving the data
-twice (ONNX's exporters keep it a MatMul too)."""
+twice (ONNX's exporters keep it a MatMul too); PyTorch's attention is ``wse.attention``
+(``cgc.frontends.torch.attention``), where its decomposition spells it out and, on a
+symbolic batch, fails to."""
 
 
 def capture(
