@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
 import traceback
@@ -162,6 +163,25 @@ def _outputs(
     distinct_files(inputs.items(), [*paths.items(), *files], trees)
 
 
+DUMPED = re.compile(r"\d{2}-.+\.mlir")
+"""The names ``--dump-ir`` writes in its directory: ``NN-<pass>.mlir``."""
+
+
+def _not_dumped_over(inputs: dict[str, str | None], directory: str) -> None:
+    """A CgcError if an input is a file ``--dump-ir`` may write over: named as a dump, in
+    ``directory`` (also through a symlink)."""
+    where = os.path.realpath(directory)
+    for option, path in inputs.items():
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if os.path.dirname(real) == where and DUMPED.fullmatch(os.path.basename(real)):
+            raise CgcError(
+                f"{option} {path}: --dump-ir {directory} writes files of that name there, an "
+                "input it would destroy; copy it elsewhere first"
+            )
+
+
 def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
     """The target named by ``--target``/``--mesh`` with ``--set`` figures changed."""
     from cgc.machine.target import get_target, with_figures
@@ -216,10 +236,12 @@ def compile(
     from cgc.tools.report import summary_text
 
     model = model_argument(model, "MODEL")
-    _outputs({"-o": output}, {"MODEL": model_file(model), "--weights": sparse["weights_path"]})
+    inputs = {"MODEL": model_file(model), "--weights": sparse["weights_path"]}
+    _outputs({"-o": output}, inputs)
     weights = None if sparse["weights_path"] is None else _safetensors(sparse["weights_path"])
     if dump_ir is not None:
         output_directory(dump_ir, "--dump-ir")
+        _not_dumped_over(inputs, dump_ir)
     if re.search(r"\.py(:[^/\\]*)?$", model):
         model = _torch_factory(model)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None

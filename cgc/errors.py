@@ -28,3 +28,18 @@ class NeedsInputValuesError(CgcError):
 class CgcWarning(UserWarning):
     """Something a user should know that does not stop the work (a batch's statistics split
     over micro-batches, a damaged checkpoint skipped)."""
+
+
+class DataError(CgcError):
+    """A value that comes with the data makes an op fail at run time (an index outside its
+    axis, an integer divisor that is 0), as it makes onnxruntime and torch fail. The numpy
+    semantics of the op raise it without the node, which they do not know; the VM and the
+    interpreter, which do, raise ``located`` instead, and the frontends prefix the node when
+    the value is known at compile time."""
+
+    def located(self, node: str | None, op: str, layer: str | None = None) -> CgcError:
+        """The same error naming the node (the op's source location) and the op it happened
+        in; an op without a location is named by its layer, if known."""
+        if node:
+            return CgcError(f"node '{node}' ({op}): {self}")
+        return CgcError(f"layer '{layer}' ({op}): {self}" if layer else f"{op}: {self}")

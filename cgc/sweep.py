@@ -192,6 +192,11 @@ def load_spec(path: str) -> Spec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise CgcError(f"{path}: not YAML ({' '.join(str(error).split())})") from None
+    except RecursionError:
+        raise CgcError(f"{path}: not YAML we read (nested too deeply)") from None
+    except ValueError as error:  # Python's own bound on the digits of an integer
+        reason = str(error).split(";")[0]
+        raise CgcError(f"{path}: not YAML we read ({reason})") from None
     if not isinstance(data, dict):
         raise CgcError(f"{path}: expected a mapping of the fields {', '.join(FIELDS)}")
     try:

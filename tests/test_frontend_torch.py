@@ -301,8 +301,6 @@ def test_a_module_in_training_mode_with_dropout_is_told_how_to_turn_it_off():
         def forward(self, x):
             return self.dropout(self.linear(x))
 
-    with pytest.raises(
-        CgcError, match=r"native_dropout.default .*; random dropout cannot"
-    ) as e:
+    with pytest.raises(CgcError, match=r"native_dropout.default .*; random dropout cannot") as e:
         cgc.compile(Dropping().train(), args=(torch.ones(2, 4),), target="mesh8x8")
     assert "model.eval()" in str(e.value) and "attn_pdrop=0" in str(e.value)

@@ -1,10 +1,13 @@
 """Numbers at the edges, through the public path (``cgc.compile`` + ``cgc.run``, and ``cgc run``):
 integer inputs narrowed to the model's type, integer division and remainders at the types'
-extremes, and NaN, infinities and ties in ArgMax, ArgMin and TopK; against onnxruntime for
-ONNX models and torch eager for the PyTorch frontend, exactly."""
+extremes and by zero (an error, at compile time for a known divisor), torch's float
+quotients and remainders, clamp bounds beyond their type, and NaN, infinities and ties in
+ArgMax, ArgMin and TopK; against onnxruntime for ONNX models and torch eager for the PyTorch
+frontend, exactly."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -12,15 +15,27 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import run_onnxruntime
+from conftest import run_imported, run_onnxruntime
+from ir_builders import apply, build, loc
 from onnx import TensorProto, helper, numpy_helper
 from test_cli import invoke, one_line_error
 from test_onnx_elementwise import make_model
+from xdsl.ir import SSAValue
 
 import cgc
+from cgc.dialects import wse
+from cgc.dialects.interpreter import Interpreter
+from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
-from cgc.machine import dtypes
+from cgc.frontends.onnx import import_model
+from cgc.machine import dtypes, plans, reference
+from cgc.machine.layout import Layout
+from cgc.machine.plans import WAFER, Operand
+from cgc.machine.target import get_target
+from cgc.passes.fold_constants import FoldConstantsPass
+from cgc.runtime import kernels
 from cgc.runtime.cluster import cast_input
+from cgc.runtime.tiles import DistTensor
 
 OPTIONS: dict[str, Any] = {"target": "mesh8x8", "mode": "weight_streaming"}
 NAN, INF = np.nan, np.inf
@@ -166,20 +181,148 @@ def test_integer_div_and_mod_at_the_extremes_match_onnxruntime(dtype, op, attrs)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
-def test_what_c_leaves_undefined_stays_defined(dtype):
-    """The minimum over -1 wraps to the minimum (onnxruntime's int8 answer; its int32 and
-    int64 ones crash) and a division or remainder by zero is 0 (onnxruntime refuses it)."""
+def test_the_minimum_over_minus_one_wraps(dtype):
+    """C leaves it undefined; it wraps to the minimum (onnxruntime's int8 answer; its int32
+    and int64 ones crash), and the remainders are 0."""
     low = dtypes.integer_range(dtype)[0]
-    a, b = np.array([low, low, 5, -5], dtype), np.array([-1, -1, 0, 0], dtype)
+    a, b = np.array([low, low], dtype), np.array([-1, -1], dtype)
     quotient, remainder, fmod = (
         run(make_model(op, {"a": a, "b": b}, **attrs), {"a": a, "b": b})[0]
         for op, attrs in (("Div", {}), ("Mod", {"fmod": 0}), ("Mod", {"fmod": 1}))
     )
     zeros = np.zeros_like(a)
-    assert_exact([quotient, remainder, fmod], [np.array([low, low, 0, 0], dtype), zeros, zeros])
+    assert_exact([quotient, remainder, fmod], [np.array([low, low], dtype), zeros, zeros])
     if dtype == "int8":  # the one of them onnxruntime computes
         first = {"a": a[:1], "b": b[:1]}
         assert_exact([quotient[:1]], run_onnxruntime(make_model("Div", first), first))
+
+
+DIVISIONS = [
+    ("Div", {}, "division"),
+    ("Mod", {"fmod": 0}, "modulo"),
+    ("Mod", {"fmod": 1}, "modulo"),
+]
+"""The ONNX ops that divide integers, their attributes, and what a division by 0 is called."""
+
+
+@pytest.mark.parametrize("dtype", INTEGERS)
+@pytest.mark.parametrize(("op", "attrs", "what"), DIVISIONS)
+def test_an_integer_division_by_zero_ends_the_run_naming_node_and_position(dtype, op, attrs, what):
+    """onnxruntime refuses it ("Integer division by zero"); so does cgc, with the node, the
+    op and the first position (row-major) of the result divided by 0, as for an index out
+    of range (``DataError``), instead of computing 0."""
+    a = np.array([[7, 1, 2], [3, 5, 6]], dtype)
+    b = np.array([[1, 2, 3], [4, 0, 0]], dtype)
+    model = make_model(op, {"a": a, "b": b}, **attrs)
+    with pytest.raises(Exception, match=rf"Integer {what} by zero"):
+        run_onnxruntime(model, {"a": a, "b": b})
+    artifact = cgc.compile(model, **OPTIONS)
+    with pytest.raises(CgcError) as info:
+        cgc.run(artifact, {"a": a, "b": b})
+    mnemonic = "div" if op == "Div" else ("fmod" if attrs["fmod"] else "mod")
+    assert str(info.value) == f"node 'n' ({mnemonic}): integer {what} by zero at [1, 1]"
+    b[1] = [4, 1, 7]  # no zero left: it runs, as onnxruntime does
+    assert_exact(run(model, {"a": a, "b": b}), run_onnxruntime(model, {"a": a, "b": b}))
+
+
+def test_the_position_is_the_results_where_the_divisor_broadcasts():
+    """A zero in a broadcast divisor divides a whole column: the first position is in the
+    result's row-major order. A result with no elements divides nothing, as in torch
+    (onnxruntime looks for a zero in the divisor before it looks at the result's size)."""
+    a, b = np.arange(6, dtype=np.int32).reshape(2, 3), np.array([3, 2, 0], np.int32)
+    model = make_model("Div", {"a": a, "b": b})
+    with pytest.raises(CgcError, match=r"^node 'n' \(div\): integer division by zero at \[0, 2\]$"):
+        run(model, {"a": a, "b": b})
+    empty = np.zeros((0, 3), np.int32)
+    (quotient,) = run(make_model("Div", {"a": empty, "b": b}), {"a": empty, "b": b})
+    want = torch.from_numpy(empty) // torch.from_numpy(b)
+    assert_exact([quotient], [want.numpy()])
+
+
+def test_the_interpreter_refuses_a_zero_divisor_as_the_runtime_does():
+    a, b = np.array([4, 5, 6], np.int64), np.array([1, 0, 2], np.int64)
+    imported = import_model(make_model("Mod", {"a": a, "b": b}, fmod=1))
+    with pytest.raises(CgcError, match=r"^node 'n' \(fmod\): integer modulo by zero at \[1\]$"):
+        run_imported(imported, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize(("op", "attrs", "what"), DIVISIONS)
+@pytest.mark.parametrize("dividend_known", [False, True])
+def test_a_known_zero_divisor_is_refused_at_compile_time(op, attrs, what, dividend_known):
+    """Every run would fail: compiling does, naming the node, whether the quotient folds
+    (both operands known, by the same reference function the runtime runs) or not."""
+    a, b = np.array([[7, 8, 9]], np.int32), np.array([3, 0, 2], np.int32)
+    node = helper.make_node(op, ["a", "b"], ["y"], name="n", **attrs)
+    known = [numpy_helper.from_array(b, "b")]
+    inputs = [helper.make_tensor_value_info("a", TensorProto.INT32, [1, 3])]
+    if dividend_known:
+        known, inputs = [*known, numpy_helper.from_array(a, "a")], []
+    graph = helper.make_graph(
+        [node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 3])], known
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    message = rf"^<model>: node 'n' \({op}\): integer {what} by zero at \[0, 1\]$"
+    with pytest.raises(CgcError, match=message):
+        cgc.compile(model, **OPTIONS)
+
+
+def test_the_fold_constants_pass_leaves_a_zero_divisor_to_the_run():
+    """IR read from a file (``cgc opt``) reaches the pass without a frontend's check: the op
+    stays, and running it names the node (an error raised in an xDSL pattern would carry the
+    whole module's text)."""
+
+    def body() -> list[SSAValue]:
+        constants = [wse.ConstantOp(wse.dense_attr(np.array(v, np.int32))) for v in ([4], [0])]
+        mod = wse.ModOp(*(c.result for c in constants))
+        mod.location = loc("m")
+        return [mod.result]
+
+    module = apply(build([], body), FoldConstantsPass())
+    with pytest.raises(CgcError, match=r"^node 'm' \(mod\): integer modulo by zero at \[0\]$"):
+        Interpreter({}).run_function(main_function(module), [])
+
+
+def test_float_division_by_zero_stays_ieee():
+    """Infinities and NaN, as onnxruntime gives, not an error."""
+    a = np.array([1, -1, 0, NAN, INF, -0.0], np.float32)
+    b = np.array([0, 0, 0, 0, -0.0, 0], np.float32)
+    for op, attrs, _ in DIVISIONS[::2]:  # Mod of floats takes fmod=1 before opset 28
+        model = make_model(op, {"a": a, "b": b}, **attrs)
+        assert_exact(run(model, {"a": a, "b": b}), run_onnxruntime(model, {"a": a, "b": b}))
+
+
+def test_integer_division_kernels_check_the_data_not_the_padding_of_the_tiles():
+    """On the mesh an elementwise kernel may divide tiles, whose padding holds zeros: the
+    check reads the logical divisor."""
+    a = (np.arange(15, dtype=np.int32) - 7).reshape(3, 5)
+    b = np.array([3, -2, 1, 5, -4], np.int32)
+    rect, on = (0, 0, 4, 4), (1, 2, 3, 5)
+    requests = [Operand(x.shape, "int32", WAFER, Layout.on(x.shape, "int32", on)) for x in (a, b)]
+    plan = plans.plan("div", get_target("mesh8x8"), rect, requests, {}, [((3, 5), "int32")])
+
+    def tiles(divisor: np.ndarray) -> list[DistTensor]:
+        """The operands as tiles alone, zero padded."""
+        laid = zip((a, divisor), plan.inputs, strict=True)
+        return [DistTensor(layout, DistTensor.scatter(x, layout).tiles) for x, layout in laid]
+
+    operands = tiles(b)
+    assert not (operands[1].has_array or operands[1].tiles.all())  # zeros in the padding alone
+    with np.errstate(all="ignore"):  # as the VM runs kernels
+        (got,) = kernels.run("div", plan, operands, {})
+        np.testing.assert_array_equal(got.gather(), reference.divide(a, b))
+        b[3] = 0
+        with pytest.raises(
+            reference.DivisionByZero, match=r"^integer division by zero at \[0, 3\]"
+        ):
+            kernels.run("div", plan, tiles(b), {})
+
+
+def test_cli_run_names_the_division_by_zero(tmp_path):
+    a, b = np.array([5, 6], np.int64), np.array([2, 3], np.int64)
+    cgc.compile(make_model("Mod", {"a": a, "b": b}), **OPTIONS).save(tmp_path / "m.cgc")
+    np.savez(tmp_path / "in.npz", a=a, b=np.array([2, 0], np.int64))
+    result = invoke("run", tmp_path / "m.cgc", "--inputs", tmp_path / "in.npz")
+    one_line_error(result, "node 'n' (mod): integer modulo by zero at [1]")
 
 
 class IntegerDivision(torch.nn.Module):
@@ -206,6 +349,163 @@ def test_torch_integer_division_at_the_extremes_matches_eager(dtype):
     with torch.no_grad():
         want = [t.numpy() for t in IntegerDivision()(torch.from_numpy(a), torch.from_numpy(b))]
     assert_exact(run(IntegerDivision(), {"a": a, "b": b}), want)
+
+
+class Binary(torch.nn.Module):
+    """A module of one torch expression of two tensors."""
+
+    def __init__(self, expression: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.expression = expression
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.expression(a, b)
+
+
+TORCH_DIVISIONS: dict[str, Callable[[torch.Tensor, Any], torch.Tensor]] = {
+    "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "floor_divide": lambda a, b: a // b,
+    "remainder": lambda a, b: a % b,
+    "fmod": torch.fmod,
+}
+"""torch's quotients and remainders, by name."""
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+@pytest.mark.parametrize("name", sorted(TORCH_DIVISIONS))
+def test_torch_integer_division_by_zero_ends_the_run_as_eager_raises(dtype, name):
+    """torch raises ZeroDivisionError for every rounding mode, remainder and fmod of
+    integers; cgc's run ends naming the node, its op and the first position divided by 0."""
+    a, b = np.array([[7, 9, 3], [5, 6, 1]], dtype), np.array([[2, 3, 1], [1, 0, 1]], dtype)
+    module = Binary(TORCH_DIVISIONS[name])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        module(torch.from_numpy(a), torch.from_numpy(b))
+    message = r"^node '\w+' \((div|mod|fmod)\): integer (division|modulo) by zero at \[1, 1\]$"
+    with pytest.raises(CgcError, match=message):
+        run(module, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_DIVISIONS))
+def test_torch_integer_division_by_a_zero_number_is_refused_at_compile_time(name):
+    expression = TORCH_DIVISIONS[name]
+    module = Binary(lambda a, b: expression(a, 0) + b)
+    example = torch.ones(2, 3, dtype=torch.int32)
+    message = r"^<torch>: node '\w+' \(aten\.\w+\.\w+\): integer (division|modulo) by zero at \["
+    with pytest.raises(CgcError, match=message):
+        cgc.compile(module, args=(example, example.clone()), **OPTIONS)
+
+
+def float_edges(dtype: str) -> np.ndarray:
+    """A float type's edge values: zeros of both signs, small numbers either side of
+    integers and halves, the largest finite, the smallest normal and subnormal, the
+    infinities and NaN."""
+    info = np.finfo(dtype)
+    values = [0.0, -0.0, 1, -1, 0.5, -0.5, 1.5, -2.5, 3, -3, 7, 0.1, -0.1, 5.3, -5.3, 1e-3,
+              info.max, -info.max, info.tiny, -info.tiny, info.smallest_subnormal,
+              -info.smallest_subnormal, INF, -INF, NAN]  # fmt: skip
+    return np.array(values, dtype)
+
+
+def eager(module: torch.nn.Module, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """torch eager's outputs through its element-by-element CPU loop, on strided views of the
+    inputs, which its kernels do not vectorize: their vectorized ``fmod`` (inside remainder
+    and floor division too) gives NaN where ``a / b`` overflows, ``fmod(7, 1.2e-38)`` or
+    ``fmod(3.4e38, 0.5)``, where C's ``fmod``, torch's documentation and the loop that
+    tensors of fewer than 16 elements take give the exact remainder."""
+    strided = [torch.from_numpy(np.stack([x, x], -1))[..., 0] for x in feeds.values()]
+    with torch.no_grad():
+        out = module(*strided)
+    return [t.contiguous().numpy() for t in (out if isinstance(out, tuple) else (out,))]
+
+
+class FloatDivision(torch.nn.Module):
+    """torch's rounded quotients and remainders of floats: by a tensor, and by Python
+    numbers (which torch divides float16 by in float32)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        by_tensor = tuple(expression(a, b) for expression in TORCH_DIVISIONS.values())
+        by_number = tuple(expression(a, 0.1) for expression in TORCH_DIVISIONS.values())
+        return (*by_tensor, *by_number, a // -0.0, torch.fmod(a, 0.0), torch.trunc(a))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_torch_float_division_and_remainders_match_eager_at_the_edges(dtype):
+    """Every pair of edge values, to the bit: ``trunc`` keeps -0.0 (``-0.0 / 1``, ``0.3 /
+    -1``), floor division is Python's (``1 // 0.1`` is 9, ``-1 // inf`` is -1, ``inf // 2``
+    NaN, ``x // 0`` IEEE's quotient), remainders are C's ``fmod`` (the dividend's sign) or
+    moved to the divisor's sign (``-1 % inf`` is inf, ``0 % inf`` 0, ``x % 0`` NaN); float16
+    rounds every step to float16, as torch does."""
+    values = float_edges(dtype)
+    a, b = (np.ascontiguousarray(x.ravel()) for x in np.meshgrid(values, values, indexing="ij"))
+    feeds = {"a": a, "b": b}
+    assert_exact(run(FloatDivision(), feeds), eager(FloatDivision(), feeds))
+
+
+class ByOneNumber(torch.nn.Module):
+    """Rounded divisions by one number: a tensor of one element, and Python numbers."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rounded = tuple(torch.div(a, b, rounding_mode=mode) for mode in ("trunc", "floor"))
+        return (
+            *rounded,
+            torch.div(a, 3.3, rounding_mode="floor"),
+            torch.div(a, 0.7, rounding_mode="trunc"),
+        )
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_torch_divides_float16_by_one_number_in_float32(dtype):
+    """torch's CPU kernels divide float16 by one number (a Python number, not rounded to
+    float16, or a tensor of one element) in float32 and round once, where a tensor of
+    float16 divides in float16: ``x // 3.3`` is not ``x // float16(3.3)``."""
+    a = np.concatenate([float_edges(dtype), np.linspace(-700, 700, 141, dtype=dtype)])
+    feeds = {"a": a, "b": np.array(0.3, dtype)}  # quotients of 1024 to 2048 round in float16
+    assert_exact(run(ByOneNumber(), feeds), eager(ByOneNumber(), feeds))
+
+
+class Clamp(torch.nn.Module):
+    """``torch.clamp`` with Python numbers as bounds."""
+
+    def __init__(self, low: float | None, high: float | None):
+        super().__init__()
+        self.low, self.high = low, high
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x, min=self.low, max=self.high)
+
+
+F32_LOWEST = float(np.finfo(np.float32).min)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "low", "high"),
+    [("float32", -3.4028235e38, None), ("float16", None, 70000.0), ("int32", -(2**40), 0)],
+)
+def test_a_clamp_bound_its_type_cannot_hold_is_refused_as_torch_refuses_it(dtype, low, high):
+    """torch raises "value cannot be converted to type float without overflow" for any
+    input: ``-3.4028235e+38`` (float32's lowest printed to 8 digits) is beyond float32."""
+    x = torch.zeros(2, 3, dtype=getattr(torch, dtype))
+    with pytest.raises(RuntimeError, match="without overflow"):
+        Clamp(low, high)(x)
+    with pytest.raises(CgcError, match=r"^<torch>: node 'clamp' .*cannot be converted to "):
+        cgc.compile(Clamp(low, high), args=(x,), **OPTIONS)
+
+
+@pytest.mark.parametrize(("low", "high"), [(F32_LOWEST, 3.0), (-INF, INF), (NAN, None)])
+def test_clamp_bounds_float32_holds_run_as_eager(low, high):
+    feeds = {"x": float_edges("float32")}
+    assert_exact(run(Clamp(low, high), feeds), eager(Clamp(low, high), feeds))
+
+
+def test_a_tensor_given_twice_as_example_stays_two_inputs():
+    """torch.export makes one input of a tensor object passed twice (pytorch/pytorch#144683):
+    ``a - b`` captured on ``(t, t)`` computes ``b - b``. cgc copies the second, so that a run
+    may feed two different tensors."""
+    example = torch.ones(2, 3)
+    artifact = cgc.compile(Binary(torch.sub), args=(example, example), **OPTIONS)
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 0.5, np.float32)
+    np.testing.assert_array_equal(cgc.run(artifact, {"a": a, "b": b})["output"], a - b)
 
 
 # -- NaN, infinities and ties in ArgMax, ArgMin and TopK -----------------------------------------

@@ -4,8 +4,8 @@ It gives every op its meaning on whole arrays: primitives through
 ``cgc.machine.reference.evaluate`` and composites through their textbook formulas (written
 here independently of the ``decompose`` pass, so that tests can check one against the other).
 The compiler uses it to fold constants; tests use it to check frontends and passes without the
-fabric simulator. Indices that come with the data are checked as the runtime checks them
-(``reference.IndexOutOfRange``, reported with the op's source node).
+fabric simulator. Indices and integer divisors that come with the data are checked as the
+runtime checks them (``DataError``, reported with the op's source node).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from cgc.dialects import shapes, ws, wse
 from cgc.dialects.ir import dense_to_numpy
+from cgc.errors import DataError
 from cgc.machine import dtypes, reference
 
 
@@ -142,7 +143,7 @@ class Interpreter:
             return args
         try:
             return self._compute(op, args)
-        except reference.IndexOutOfRange as e:
+        except DataError as e:
             raise e.located(wse.location_name(op), wse.mnemonic(op)) from None
 
     def _compute(self, op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:

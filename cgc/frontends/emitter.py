@@ -111,10 +111,14 @@ class Emitter:
     def emit_all(self, op: Operation) -> list[SSAValue]:
         """Adds ``op`` to ``@main`` with the current node's location and returns its results;
         a primitive whose operands are all known at compile time is evaluated instead, so
-        shape arithmetic leaves only constants behind."""
+        shape arithmetic leaves only constants behind. An integer divisor known to hold 0
+        is refused now (``reference.DivisionByZero``), as every run would refuse it."""
         known = [self.known.get(v) for v in op.operands]
         arrays = [a for a in known if a is not None]
-        if op.operands and len(arrays) == len(known) and _foldable(op):
+        foldable = _foldable(op)
+        if foldable and len(known) == 2 and known[1] is not None:
+            reference.check_divisor(wse.mnemonic(op), known[1], wse.tensor_shape(op.results[0]))
+        if op.operands and len(arrays) == len(known) and foldable:
             op.verify()
             results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r)))
                        for r in op.results]  # fmt: skip

@@ -14,21 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import DataError
 from cgc.machine import dtypes
 
 
-class IndexOutOfRange(CgcError):
+class IndexOutOfRange(DataError):
     """An index that comes with the data lies outside the axis it addresses. The message
-    names the index, its position and the valid range but not the node: the VM and the
-    interpreter, which know the node, raise ``located`` instead."""
-
-    def located(self, node: str | None, op: str, layer: str | None = None) -> CgcError:
-        """The same error naming the node (the op's source location) and the op it happened
-        in; an op without a location is named by its layer, if known."""
-        if node:
-            return CgcError(f"node '{node}' ({op}): {self}")
-        return CgcError(f"layer '{layer}' ({op}): {self}" if layer else f"{op}: {self}")
+    names the index, its position and the valid range but not the node (``located`` adds
+    it)."""
 
 
 def first_bad(bad: np.ndarray) -> tuple[int, ...] | None:
@@ -39,9 +32,13 @@ def first_bad(bad: np.ndarray) -> tuple[int, ...] | None:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
 
 
+def at_position(position: tuple[int, ...]) -> str:
+    """`` at [i, j]`` naming a position in an error message; nothing for a scalar's."""
+    return f" at {list(position)}" if position else ""
+
+
 def _report(what: str, value: int, position: tuple[int, ...], span: str) -> IndexOutOfRange:
-    at = f" at {list(position)}" if position else ""
-    return IndexOutOfRange(f"{what} {value}{at} is outside {span}")
+    return IndexOutOfRange(f"{what} {value}{at_position(position)} is outside {span}")
 
 
 def check_indices(

@@ -2,7 +2,8 @@
 
 ``erf`` to about double precision (Cody's rational approximations; float32 results chunk by
 chunk, faster), ``sigmoid`` without
-overflow, integer ``divide`` and ``power`` truncating as C does; the tables ``UNARY``,
+overflow, integer ``divide`` and ``power`` truncating as C does, and the check that no
+integer is divided by 0 (``check_divisor``, ``DivisionByZero``); the tables ``UNARY``,
 ``BINARY`` and ``REDUCE`` by mnemonic; ``lowest`` and ``highest``, what a max or min over
 nothing gives; ``cast``, saturating to the narrow floats.
 """
@@ -14,7 +15,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from cgc.errors import DataError
 from cgc.machine import dtypes
+from cgc.machine.ref_indexing import at_position, first_bad
 
 # W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
 # (1969): erf on |x| <= 0.46875, erfc on (0.46875, 4] and beyond 4, each a rational function
@@ -174,11 +177,40 @@ def divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     The floor quotient moves up by one where the division is inexact and the signs differ;
     no ``abs``, which overflows at the type's minimum (int8 -128 / 3 is -42, not 43). What C
     leaves undefined stays defined: the minimum over -1 wraps to the minimum (onnxruntime's
-    int8 result; its int32 and int64 ones crash) and a division by zero gives 0."""
+    int8 result; its int32 and int64 ones crash) and a division by zero gives 0, as numpy's
+    integer remainders do: the padding of tiles holds zeros, so the kernels divide by them,
+    and a zero divisor in the data is refused before (``check_divisor``)."""
     if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
         return typing.cast(np.ndarray, np.divide(a, b))
     floor, remainder = np.divmod(a, b)
     return typing.cast(np.ndarray, floor + ((remainder != 0) & ((a < 0) != (b < 0))))
+
+
+class DivisionByZero(DataError):
+    """An integer divided by 0, which C leaves undefined and onnxruntime ("Integer division
+    by zero") and torch (``ZeroDivisionError``) refuse. The message names the first position
+    of the result that divides by 0 but not the node (``located`` adds it)."""
+
+
+INTEGER_DIVISIONS = {"div": "division", "mod": "modulo", "fmod": "modulo"}
+"""The binary primitives that divide, by mnemonic, and what their error calls them."""
+
+
+def check_divisor(name: str, divisor: np.ndarray, shape: Sequence[int]) -> None:
+    """Raises ``DivisionByZero`` naming the first element (in row-major order) of a result of
+    ``shape`` that the integer primitive ``name`` (``div``, ``mod`` or ``fmod``) computes
+    with a divisor of 0; anything else passes (a float divided by 0 is IEEE's infinity or
+    NaN). ``divisor`` broadcasts to ``shape``; a result with no elements divides nothing.
+    One pass over the divisor when no element of it is 0."""
+    if name not in INTEGER_DIVISIONS or not dtypes.is_integer(divisor.dtype):
+        return
+    zero = divisor == 0
+    if not zero.any():
+        return
+    where = first_bad(np.broadcast_to(zero, tuple(shape)))
+    if where is None:
+        return
+    raise DivisionByZero(f"integer {INTEGER_DIVISIONS[name]} by zero{at_position(where)}")
 
 
 def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -8,8 +8,9 @@ compiler uses them to fold constants. Attributes arrive as plain Python values.
 This module is the entry point: it evaluates a primitive by mnemonic (``evaluate``,
 ``evaluate_all``) and re-exports every public name of the modules it gathers:
 
-* ``ref_math``: the elementwise math (``erf``, ``sigmoid``, ``divide``, ``power``), the tables
-  ``UNARY``, ``BINARY`` and ``REDUCE``, the extremes of a type and ``cast``;
+* ``ref_math``: the elementwise math (``erf``, ``sigmoid``, ``divide``, ``power``), the check
+  of integer divisors (``DivisionByZero``), the tables ``UNARY``, ``BINARY`` and ``REDUCE``,
+  the extremes of a type and ``cast``;
 * ``ref_movement``: data movement (``movement``, ``MOVEMENT``), sliding windows, im2col and
   col2im, pooling, one-hot and the views of stored weights;
 * ``ref_indexing``: gathers, scatters, scans and top-k, and the checks of data-dependent
@@ -39,10 +40,13 @@ from cgc.machine.ref_indexing import (
 )
 from cgc.machine.ref_math import (
     BINARY,
+    INTEGER_DIVISIONS,
     REDUCE,
     REDUCE_IDENTITY,
     UNARY,
+    DivisionByZero,
     cast,
+    check_divisor,
     divide,
     erf,
     highest,
@@ -75,11 +79,13 @@ from cgc.machine.ref_movement import (
 
 __all__ = [
     "BINARY",
+    "INTEGER_DIVISIONS",
     "MOVEMENT",
     "REDUCE",
     "REDUCE_IDENTITY",
     "UNARY",
     "Attrs",
+    "DivisionByZero",
     "IndexOutOfRange",
     "Spec",
     "Special",
@@ -87,6 +93,7 @@ __all__ = [
     "cast",
     "channels_back",
     "channels_first",
+    "check_divisor",
     "check_indices",
     "check_labels",
     "col2im",
@@ -188,6 +195,7 @@ def _compute(
     if name in UNARY:
         return [UNARY[name](inputs[0])]
     if name in BINARY:
+        check_divisor(name, inputs[1], results[0][0])
         return [BINARY[name](inputs[0], inputs[1])]
     if name in REDUCE:
         return [reduce(name, inputs[0], attrs["axes"], attrs["keepdims"])]

@@ -1,7 +1,9 @@
 """Folds what can be decided at compile time.
 
 * A primitive whose operands are all inline constants becomes a constant (when the result is
-  small enough to stay inline), evaluated with the runtime's reference semantics.
+  small enough to stay inline), evaluated with the runtime's reference semantics; one that
+  fails on its values (an integer divided by 0, an index out of range) stays, for the run
+  to refuse naming its node.
 * A reshape or transpose of a weight becomes a view of that weight (``perm`` on
   ``wse.weight``): the weight is laid out, or streamed by MemoryX, in the order the kernel
   consumes it, instead of being moved on the wafer at every run.
@@ -34,6 +36,7 @@ from xdsl.traits import Pure
 from cgc.dialects import wse
 from cgc.dialects.gradients import is_float
 from cgc.dialects.ir import dense_to_numpy
+from cgc.errors import DataError
 from cgc.machine import dtypes, reference
 from cgc.machine.bytecode import PRIMITIVES
 
@@ -59,9 +62,12 @@ class FoldConstantOp(RewritePattern):
         if sum(int(np.prod(shape)) for shape, _ in results) > INLINE_LIMIT:
             return
         args = [dense_to_numpy(owner.value) for owner in owners]  # type: ignore[union-attr]
-        values = reference.evaluate_all(
-            wse.mnemonic(op), wse.properties_as_python(op), args, results
-        )
+        try:
+            values = reference.evaluate_all(
+                wse.mnemonic(op), wse.properties_as_python(op), args, results
+            )
+        except DataError:  # left to the run, which names the node (xDSL would bury it in IR)
+            return
         if any(dtypes.is_float(v.dtype) and not np.isfinite(v.astype(np.float64)).all()
                for v in values):  # fmt: skip
             return  # xDSL prints non-finite floats as bit patterns it cannot parse back

@@ -60,6 +60,9 @@ def _tiles(value: Value) -> DistTensor:
 def _elementwise(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
     out = plan.outputs[0]
     dists = [_tiles(v) for v in values]
+    if name in reference.INTEGER_DIVISIONS and dtypes.is_integer(out.dtype):
+        # on the logical divisor: the tiles' padding holds zeros
+        reference.check_divisor(name, dists[1].gather(), out.shape)
     # every element's result depends on that element alone: on the logical arrays when they
     # are at hand (the same numbers as on the tiles, whose padding no one reads)
     logical = all(d.has_array for d in dists)

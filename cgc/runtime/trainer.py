@@ -260,9 +260,10 @@ def _train(
         evaluator = Cluster(evaluation.artifact, num_csx=cluster.num_csx)
     if loop.resume:
         first = _resume(cluster, directory, loop, training["optimizer"], warn or (lambda _: None))
-    else:  # a new run: checkpoints of an earlier one must not be resumed into it later
+    else:  # a new run: nothing of an earlier one may be resumed or taken for its result
         first = 0
         shutil.rmtree(directory / "checkpoints", ignore_errors=True)
+        (directory / "weights.safetensors").unlink(missing_ok=True)
     result.metrics = MetricLines(metrics_before(directory / "metrics.jsonl", first))
     write_atomically(
         directory / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in result.metrics).encode()

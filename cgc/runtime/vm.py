@@ -8,9 +8,9 @@ register's value (tiles on the wafer, or the logical array of a weight, constant
 brings each operand to the layout its kernel's plan asks for, and runs the kernel's
 arithmetic (``cgc.runtime.kernels``). Without numbers a run is the timing engine alone.
 
-An index that comes with the data (a token id, a label, a gather's or scatter's index) is
-checked where its kernel runs; one out of range ends the run with a ``CgcError`` naming the
-instruction's source node (or, without one, its layer).
+An index that comes with the data (a token id, a label, a gather's or scatter's index) and
+an integer divisor are checked where their kernel runs; one out of range, or 0, ends the run
+with a ``CgcError`` naming the instruction's source node (or, without one, its layer).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, DataError
 from cgc.machine.bytecode import Instruction, Opcode, Program
 from cgc.machine.cost import Held, LayerRecord, OnWafer, Resident, Sram, Streamed, Timing
 from cgc.machine.layout import Layout
 from cgc.machine.plans import Plan
-from cgc.machine.ref_indexing import IndexOutOfRange
 from cgc.machine.target import Target
 from cgc.runtime import kernels
 from cgc.runtime.memoryx import MemoryX
@@ -191,7 +190,7 @@ class Executor:
         ]
         try:
             outs = kernels.run(ins.name, plan, prepared, ins.attrs)
-        except IndexOutOfRange as e:
+        except DataError as e:
             raise e.located(ins.location, ins.name, self.layer) from None
         for register, out in zip(ins.results, outs, strict=True):
             self.values[register] = out

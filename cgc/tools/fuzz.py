@@ -1,66 +1,62 @@
-"""A mutational fuzzer over cgc's three doors: ONNX files, artifacts, and options and files.
+"""A mutational fuzzer over cgc's doors: the files, options, paths, disks and values it takes.
 
-The oracle: every case ends either in exit 0 (and, for an ONNX model that onnxruntime also
-accepts, outputs that agree with onnxruntime's to rtol 1e-4, atol 1e-5, or, for an
-ill-conditioned output, lie nearer its float64 value, by onnx's reference evaluator, than
-onnxruntime's float32 does), or in exit 2 with
-exactly one line on stderr naming the culprit. Anything else is a defect: exit 1 (an internal
-error), exit 2 with an empty or multi-line message, outputs that disagree (silently wrong), a
-hang (over the per-case timeout) or a memory-cap hit (``MemoryError``, or the worker killed by
-a signal). Click's own usage errors ("Usage: ... / Try ... / Error: ...") count as one line:
-their preamble is click's fixed format, the ``Error:`` line is the message.
+Its families (``MAKERS``): ONNX files, artifacts, options and files, and the hostile inputs an
+outside check found open: paths that alias an input, special files, full disks, two runs into
+one directory, hostile params files, misbehaving PyTorch factories and edge values against
+independent references.
 
-Cases run in a long-lived worker process that imports cgc once and calls the installed ``cgc``
-command in-process through ``click.testing.CliRunner``, under ``RLIMIT_AS`` and a SIGALRM per
-case; the worker is restarted when it dies. The command is found through its console-script
-entry point: the fuzzer tests the command a user runs, and (as a tool) does not import the
-command-line module. Everything is deterministic from the seed: case ``i`` draws from
-``random.Random(f"{seed}:{i}")``.
+The oracle: every case ends either in exit 0 (and, for a model with a reference, outputs
+that agree with it: onnxruntime for an ONNX model, torch eager for a PyTorch module;
+``fuzz_reference``), or in exit 2 with exactly one line on stderr naming the culprit, and its
+files are whole (``fuzz_worker``). Anything else is a defect, by category:
+
+- ``internal``: exit 1, exit 2 with an empty or multi-line message (a log line or warning
+  that reached file descriptor 2 counts), an exception past click;
+- ``wrong``: outputs that disagree with the reference, or an exit 0 without its output or
+  with another output written over it (silently wrong);
+- ``lost``: an input's bytes changed, a file changed by a command that failed, a model or
+  sweep directory that no single run left so (data loss);
+- ``partial``: a temporary left behind, or an output half-written by a command that failed;
+- ``hang``: over the per-case timeout; ``memcap``: ``MemoryError``, or the worker killed.
+
+Click's own usage errors ("Usage: ... / Try ... / Error: ...") count as one line: their
+preamble is click's fixed format, the ``Error:`` line is the message.
+
+Cases run in a long-lived worker process (``fuzz_worker``). Everything is deterministic from
+the seed: case ``k`` of family ``F`` draws from ``random.Random(f"{seed}:{F}:{k}")``, whatever
+other families run beside it; the families take turns.
 
     python -m cgc.tools.fuzz --cases 1000 --seed 0 --time-budget 600 --keep build/fuzz-cases \\
         --json build/fuzz.json
+    python -m cgc.tools.fuzz --counts alias=100,special=100 --families alias,special
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import importlib.util
 import json
-import multiprocessing
 import os
 import random
 import re
-import resource
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import entry_points
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import cgc.tools.fuzz_mutators as mut
-from cgc.tools.fuzz_cases import (
-    DIR,
-    Case,
-    SetupFiles,
-    Step,
-    inputs_for,
-    manifest_of,
-    npz,
-    options_case,
-)
+from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step, options_case
+from cgc.tools.fuzz_files import alias_case, concurrent_case, fulldisk_case, special_case
+from cgc.tools.fuzz_hostile import factory_case, yaml_case
+from cgc.tools.fuzz_numeric import numeric_case
+from cgc.tools.fuzz_worker import Worker
 
-FAMILIES = ("onnx", "artifact", "options")
-CATEGORIES = ("clean", "success", "internal", "hang", "memcap")
-RTOL, ATOL = 1e-4, 1e-5
+CATEGORIES = ("clean", "success", "internal", "wrong", "lost", "partial", "hang", "memcap")
 # ------------------------------------------------------------------------------- case makers
 
 
@@ -68,8 +64,8 @@ def onnx_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
     """A (mutated) seed model: compile it, run it on random inputs, compare with onnxruntime.
     The first case of each seed model is the seed itself, a control for the oracle."""
     names = sorted(setup.models)
-    name = names[(index // len(FAMILIES)) % len(names)]
-    if index // len(FAMILIES) < len(names):
+    name = names[index % len(names)]
+    if index < len(names):
         data, what = setup.models[name].SerializeToString(), "unmutated (control)"
     elif rng.random() < 0.35:
         data, what = mut.mutate_model_valid(setup.models[name], rng)
@@ -101,217 +97,44 @@ def artifact_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
     return Case(index, "artifact", f"{name}: {what}", steps, files)
 
 
-MAKERS: dict[str, Callable[[int, random.Random, SetupFiles], Case]] = {
+Maker = Callable[[int, random.Random, SetupFiles], Case]
+MAKERS: dict[str, Maker] = {
     "onnx": onnx_case,
     "artifact": artifact_case,
     "options": options_case,
+    "alias": alias_case,
+    "special": special_case,
+    "fulldisk": fulldisk_case,
+    "concurrent": concurrent_case,
+    "yaml": yaml_case,
+    "factory": factory_case,
+    "numeric": numeric_case,
 }
+"""Every family: case ``k`` of a family from its random draws and the setup's files."""
+NEEDS_TORCH = ("factory",)
+"""Families that exist only where torch does (``numeric`` leaves its torch cases out)."""
+FAMILIES = tuple(
+    f for f in MAKERS if f not in NEEDS_TORCH or importlib.util.find_spec("torch") is not None
+)
+"""The families this machine can run: all, unless torch is missing."""
 
 
-def make_case(index: int, seed: int, setup: SetupFiles, families: tuple[str, ...]) -> Case:
-    """Case ``index`` of the run with ``seed``: the families take turns."""
-    rng = random.Random(f"{seed}:{index}")
-    family = families[index % len(families)]
-    case = MAKERS[family](index, rng, setup)
-    case.id = index
-    return case
+def make_case(family: str, index: int, seed: int, setup: SetupFiles) -> Case:
+    """Case ``index`` of ``family`` in the run with ``seed``."""
+    return MAKERS[family](index, random.Random(f"{seed}:{family}:{index}"), setup)
 
 
-# ------------------------------------------------------------------------------- the worker
+def schedule(counts: dict[str, int]) -> Iterator[tuple[str, int]]:
+    """Each family's cases, ``(family, its index in the family)``, the families taking turns."""
+    for index in range(max(counts.values(), default=0)):
+        for family, count in counts.items():
+            if index < count:
+                yield family, index
 
 
-class CaseTimeout(BaseException):
-    """Raised by SIGALRM; a BaseException so that the CLI's ``except Exception`` lets it by."""
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise CaseTimeout
-
-
-def cgc_command() -> Any:
-    """The installed ``cgc`` console script's click command."""
-    (entry,) = entry_points(group="console_scripts", name="cgc")
-    return entry.load()
-
-
-def _serve(conn: Connection, mem_cap: int, timeout: float) -> None:
-    """The worker's loop: run each case received, send back its step results."""
-    if mem_cap:
-        resource.setrlimit(resource.RLIMIT_AS, (mem_cap, mem_cap))
-    from click.testing import CliRunner
-
-    command = cgc_command()
-    signal.signal(signal.SIGALRM, _on_alarm)
-    conn.send("ready")
-    while (case := conn.recv()) is not None:
-        case_dir, steps = case
-        results: list[dict[str, Any]] = []
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            _run_steps(CliRunner(), command, case_dir, steps, results)
-        except CaseTimeout:
-            results.append({"died": "hang"})
-        except MemoryError as e:
-            results.append({"died": f"memory: {e}"})
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        conn.send(results)
-
-
-def _run_steps(runner: Any, command: Any, case_dir: str, steps: list[Step], results: list) -> None:
-    previous = 0
-    for step in steps:
-        if step.after_success and previous != 0:
-            return
-        if step.make_inputs and not write_inputs(Path(case_dir), step.make_inputs):
-            return  # inputs too large or of a dtype numpy lacks: nothing to compare
-        args = [a.replace(DIR, case_dir) for a in step.args]
-        result = runner.invoke(command, args)
-        previous = result.exit_code
-        record = {"args": step.args, "exit": result.exit_code, "stderr": result.stderr[-2000:]}
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            record["escaped"] = f"{type(result.exception).__name__}: {result.exception}"
-        if previous == 0 and step.compare_with:
-            record["checked"], record["mismatch"] = compare(Path(case_dir), step.compare_with)
-        results.append(record)
-
-
-def write_inputs(case_dir: Path, artifact: str) -> bool:
-    """Writes ``inputs.npz`` for the artifact; False when there are none to give."""
-    try:
-        manifest = manifest_of((case_dir / artifact).read_bytes())
-        arrays = inputs_for(manifest, seed=len(manifest["inputs"]))
-    except (TypeError, ValueError, KeyError):
-        return False
-    if arrays is None:
-        return False
-    (case_dir / "inputs.npz").write_bytes(npz(arrays))
-    return True
-
-
-def compare(case_dir: Path, model: str) -> tuple[bool, str | None]:
-    """Whether the outputs could be checked (onnxruntime accepts the model and the inputs),
-    and how cgc's outputs disagree with onnxruntime's, or None."""
-    import onnxruntime as ort
-
-    ort.set_default_logger_severity(3)  # its warnings about mutants would flood the terminal
-    with np.load(case_dir / "inputs.npz") as f:
-        inputs = dict(f)
-    try:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        session = ort.InferenceSession(str(case_dir / model), options, ["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        expected = dict(zip(names, session.run(None, inputs), strict=True))
-    except Exception:  # onnxruntime does not accept the model or the inputs: no reference
-        return False, None
-    with np.load(case_dir / "outputs.npz") as f:
-        got = dict(f)
-    for name, want in expected.items():
-        if name not in got:
-            return True, f"output '{name}' missing"
-        if got[name].shape != np.shape(want):
-            return True, f"output '{name}' shape {got[name].shape} != {np.shape(want)}"
-        if np.allclose(got[name], want, rtol=RTOL, atol=ATOL, equal_nan=True):
-            continue
-        exact = _in_float64(case_dir / model, inputs, name)
-        if exact is not None and _error(got[name], exact) <= _error(want, exact):
-            continue  # an ill-conditioned output: cgc is nearer the exact one than onnxruntime
-        worst = float(np.nanmax(np.abs(got[name].astype(np.float64) - want)))
-        return True, f"output '{name}' differs (max abs diff {worst:.3g})"
-    return True, None
-
-
-def _in_float64(path: Path, inputs: dict[str, np.ndarray], name: str) -> np.ndarray | None:
-    """Output ``name`` of the model computed in float64 by onnx's reference evaluator (every
-    float32 tensor, initializer, constant and cast made float64; onnxruntime has no float64
-    convolution), or None where it cannot run so."""
-    import onnx
-    from onnx import TensorProto, numpy_helper
-    from onnx.reference import ReferenceEvaluator
-
-    model = onnx.load(str(path))
-    graph = model.graph
-    for value in (*graph.input, *graph.output, *graph.value_info):
-        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
-            value.type.tensor_type.elem_type = TensorProto.DOUBLE
-    tensors = [*graph.initializer]
-    for node in graph.node:
-        for attribute in node.attribute:
-            if (
-                node.op_type == "Cast"
-                and attribute.name == "to"
-                and attribute.i == TensorProto.FLOAT
-            ):
-                attribute.i = TensorProto.DOUBLE
-            if attribute.type == onnx.AttributeProto.TENSOR:
-                tensors.append(attribute.t)
-    for tensor in tensors:
-        if tensor.data_type == TensorProto.FLOAT:
-            tensor.CopyFrom(
-                numpy_helper.from_array(
-                    numpy_helper.to_array(tensor).astype(np.float64), tensor.name
-                )
-            )
-    wide = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in inputs.items()}
-    try:
-        (value,) = ReferenceEvaluator(model).run([name], wide)
-        return np.asarray(value, dtype=np.float64)
-    except Exception:  # an op the evaluator has not, or not for float64
-        return None
-
-
-def _error(values: np.ndarray, exact: np.ndarray) -> float:
-    """The largest distance of ``values`` from ``exact`` in units of the tolerance."""
-    scale = ATOL + RTOL * np.abs(exact)
-    return float(np.nanmax(np.abs(values.astype(np.float64) - exact) / scale, initial=0.0))
-
-
-class Worker:
-    """The parent's handle on the worker process; restarts it after a death or a hang."""
-
-    def __init__(self, mem_cap: int, timeout: float) -> None:
-        self.mem_cap, self.timeout = mem_cap, timeout
-        self.restarts = -1
-        self._start()
-
-    def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(
-            target=_serve, args=(child, self.mem_cap, self.timeout), daemon=True
-        )
-        self.process.start()
-        child.close()
-        self.restarts += 1
-        if not self.conn.poll(300) or self.conn.recv() != "ready":
-            raise RuntimeError("the fuzz worker did not start")
-
-    def run(self, case_dir: str, steps: list[Step]) -> list[dict[str, Any]]:
-        """The step results; a last ``{"died": ...}`` when the case killed or hung the worker."""
-        self.conn.send((case_dir, steps))
-        try:
-            if not self.conn.poll(self.timeout + 30):  # SIGALRM did not get through
-                self.process.kill()
-                results = [{"died": "hang"}]
-            else:
-                results = self.conn.recv()
-        except EOFError:
-            self.process.join()
-            results = [{"died": f"signal {-(self.process.exitcode or 0)}"}]
-        if results and "died" in results[-1]:
-            self.close()
-            self._start()
-        return results
-
-    def close(self) -> None:
-        """Stops the worker."""
-        with contextlib.suppress(OSError):
-            self.conn.send(None)
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+def even_counts(cases: int, families: tuple[str, ...]) -> dict[str, int]:
+    """``cases`` cases shared out over ``families`` in turn."""
+    return {f: len(range(i, cases, len(families))) for i, f in enumerate(families)}
 
 
 # ------------------------------------------------------------------------------- verdicts
@@ -344,34 +167,61 @@ def _normalize(text: str) -> str:
     return text[:90]
 
 
+def _door(record: dict[str, Any]) -> str:
+    return str(record["args"][0]) if "args" in record else record.get("door", "?")
+
+
 def classify(results: list[dict[str, Any]]) -> Verdict:
-    """The verdict of a case from its step results."""
+    """The verdict of a case from its records: a death first, then lost or half-written
+    files (whatever the exit codes said), then each command's exit in order."""
     for record in results:
-        door = record.get("args", ["?"])[0] if "args" in record else "?"
         if "died" in record:
             died = record["died"]
-            category = "hang" if died == "hang" else "memcap"
-            return Verdict(category, f"worker: {died[:60]}", door, died)
-        stderr = record["stderr"]
-        code = record["exit"]
-        if "MemoryError" in stderr:
-            return Verdict("memcap", "MemoryError", door, stderr.strip()[:300])
-        if code == 1:
-            head = stderr.strip().splitlines()[0] if stderr.strip() else record.get("escaped", "")
-            head = head.removeprefix("internal error: ").removesuffix(" (rerun with --debug)")
-            kind, _, rest = head.partition(": ")
-            return Verdict("internal", f"{kind}: {_normalize(rest)}", door, stderr.strip()[:300])
-        if code == 2 and len(_message_lines(stderr)) != 1:
-            lines = _message_lines(stderr)
-            shape = "empty message" if not lines else f"{len(lines)}-line message"
-            first = _normalize(lines[0]) if lines else ""
-            return Verdict("internal", f"exit 2 with {shape}: {first}", door, stderr[:300])
-        if code not in (0, 2):
-            return Verdict("internal", f"exit {code}", door, stderr[:300])
-        if record.get("mismatch"):
-            return Verdict("internal", f"silently wrong: {record['mismatch']}", door)
-    last = results[-1] if results else {"exit": 0}
-    return Verdict("clean" if last["exit"] == 2 else "success")
+            category = "hang" if died.startswith("hang") else "memcap"
+            return Verdict(category, f"worker: {died[:60]}", _door(record), died)
+    for kind in ("lost", "partial"):
+        for record in results:
+            if record.get(kind):
+                text = (
+                    f"{record[kind]} (exit {record['exit']})" if "exit" in record else record[kind]
+                )
+                return Verdict(kind, _normalize(text), _door(record), text)
+    for record in results:
+        if "exit" in record:
+            verdict = _command_verdict(record)
+            if verdict:
+                return verdict
+    codes = [r["exit"] for r in results if "exit" in r]
+    return Verdict("clean" if codes and codes[-1] == 2 else "success")
+
+
+def _command_verdict(record: dict[str, Any]) -> Verdict | None:
+    """A command's defect: an internal error, a message of other than one line, an exit code
+    of neither 0 nor 2, a memory-cap hit, outputs that are wrong; None for a good one."""
+    door, stderr, code = _door(record), record["stderr"], record["exit"]
+    planted = record.get("planted") == "MemoryError" and code == 2
+    if "MemoryError" in stderr and not planted:
+        return Verdict("memcap", "MemoryError", door, stderr.strip()[:300])
+    if code == 1:
+        said = [stderr, record.get("escaped", ""), record.get("stdout", "")]
+        head = next((text.strip().splitlines()[0] for text in said if text.strip()), "")
+        head = head.removeprefix("internal error: ").removesuffix(" (rerun with --debug)")
+        kind, _, rest = head.partition(": ")
+        signature = f"{kind}: {_normalize(rest)}" if rest else _normalize(kind or "no message")
+        return Verdict("internal", signature, door, (stderr.strip() or head)[:300])
+    lines = [*_message_lines(record.get("leaked", "")), *_message_lines(stderr)]
+    lines = [line for line in lines if line not in record.get("user_lines", ())]
+    if code == 2 and len(lines) != 1:
+        shape = "empty message" if not lines else f"{len(lines)}-line message"
+        first = _normalize(lines[0]) if lines else ""
+        message = "\n".join(lines)[:300]
+        return Verdict("internal", f"exit 2 with {shape}: {first}", door, message)
+    if code not in (0, 2):
+        return Verdict("internal", f"exit {code}", door, stderr[:300])
+    if record.get("mismatch"):
+        return Verdict("wrong", f"silently wrong: {_normalize(record['mismatch'])}", door,
+                       record["mismatch"])  # fmt: skip
+    return None
 
 
 # ------------------------------------------------------------------------------- the run
@@ -385,14 +235,16 @@ class Report:
     cases: int = 0
     seconds: float = 0.0
     counts: dict[str, Counter] = field(default_factory=dict)
+    family_seconds: dict[str, float] = field(default_factory=dict)
+    """The wall time each family's cases took."""
     usage_errors: int = 0
     checked: int = 0
-    """ONNX cases whose outputs were compared with onnxruntime's."""
+    """Cases whose outputs were compared with a reference's (onnxruntime, torch eager)."""
     bad: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failures(self) -> int:
-        """Internal errors, hangs and memory-cap hits, all families."""
+        """The bad cases (every category but clean and success), all families."""
         return len(self.bad)
 
     def signatures(self) -> list[dict[str, Any]]:
@@ -410,11 +262,12 @@ class Report:
 
     def table(self) -> str:
         """The per-family summary table."""
-        header = f"{'family':<10}" + "".join(f"{c:>10}" for c in (*CATEGORIES, "total"))
+        header = f"{'family':<11}" + "".join(f"{c:>9}" for c in (*CATEGORIES, "total", "s"))
         lines = [header]
         for family, counts in self.counts.items():
-            cells = "".join(f"{counts[c]:>10}" for c in CATEGORIES)
-            lines.append(f"{family:<10}{cells}{sum(counts.values()):>10}")
+            cells = "".join(f"{counts[c]:>9}" for c in CATEGORIES)
+            seconds = self.family_seconds.get(family, 0.0)
+            lines.append(f"{family:<11}{cells}{sum(counts.values()):>9}{seconds:>9.0f}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -422,32 +275,24 @@ class Report:
         return {
             "seed": self.seed, "cases": self.cases, "seconds": round(self.seconds, 1),
             "counts": {f: {c: n[c] for c in CATEGORIES} for f, n in self.counts.items()},
+            "family_seconds": {f: round(t, 1) for f, t in self.family_seconds.items()},
             "click_usage_errors": self.usage_errors, "numerics_checked": self.checked,
             "signatures": self.signatures(),
             "bad": self.bad,
         }  # fmt: skip
 
 
-def _write_case(case: Case, case_dir: Path) -> None:
-    case_dir.mkdir(parents=True)
-    for name in case.dirs:
-        (case_dir / name).mkdir(parents=True, exist_ok=True)
-    for name, data in case.files.items():
-        path = case_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-
 def _keep(case: Case, case_dir: Path, keep: Path, verdict: Verdict, results: list) -> None:
-    """Copies a bad case's directory to ``keep`` with a replay script and its description."""
+    """Writes a bad case's files as they were before it ran (and the inputs the worker made
+    for it) to ``keep``, with a replay script that makes its special files, and its
+    records."""
     target = keep / f"{case.family}-{case.id:05d}"
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(case_dir, target, symlinks=True)
-    here = 'D="$(cd "$(dirname "$0")" && pwd)"'
-    (target / "replay.sh").write_text(
-        "#!/bin/sh\n# " + case.description + "\n" + here + "\n"
-        + "\n".join(c + " ; echo exit $?" for c in case.commands('"$D"')) + "\n"
-    )  # fmt: skip
+    case.write(target, specials=False)
+    made = case_dir / "inputs.npz"
+    if "inputs.npz" not in case.files and made.is_file() and not made.is_symlink():
+        shutil.copyfile(made, target / "inputs.npz")
+    (target / "replay.sh").write_text(case.replay())
     (target / "case.json").write_text(
         json.dumps({"case": case.id, "family": case.family, "description": case.description,
                     "verdict": asdict(verdict), "steps": results}, indent=1, default=str)
@@ -455,7 +300,7 @@ def _keep(case: Case, case_dir: Path, keep: Path, verdict: Verdict, results: lis
 
 
 def run_fuzz(
-    cases: int,
+    cases: int | dict[str, int],
     seed: int = 0,
     time_budget: float | None = None,
     keep: str | None = None,
@@ -464,20 +309,23 @@ def run_fuzz(
     families: tuple[str, ...] = FAMILIES,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """Runs up to ``cases`` cases (fewer if ``time_budget`` seconds run out)."""
+    """Runs ``cases`` cases shared out over ``families`` in turn, or the number of cases of
+    each family a dict gives (fewer if ``time_budget`` seconds run out)."""
     start = time.monotonic()
-    report = Report(seed, counts={f: Counter() for f in families})
+    counts = cases if isinstance(cases, dict) else even_counts(cases, families)
+    report = Report(seed, counts={f: Counter() for f in counts})
     with tempfile.TemporaryDirectory(prefix="cgc-fuzz-") as tmp:
         worker = Worker(mem_cap_mib << 20, timeout)
         try:
-            setup = SetupFiles.build(Path(tmp) / "setup", lambda d, s: worker.run(d, s))
-            for index in range(cases):
+            setup = SetupFiles.build(Path(tmp) / "setup", worker.run)
+            for number, (family, index) in enumerate(schedule(counts)):
                 if time_budget is not None and time.monotonic() - start > time_budget:
                     break
-                case = make_case(index, seed, setup, families)
-                _one(case, Path(tmp) / f"case-{index}", worker, report, keep)
-                if progress and (index + 1) % 100 == 0:
-                    progress(f"{index + 1} cases, {report.failures} bad, "
+                case = make_case(family, index, seed, setup)
+                case.id = number
+                _one(case, Path(tmp) / f"case-{number}", worker, report, keep)
+                if progress and (number + 1) % 100 == 0:
+                    progress(f"{number + 1} cases, {report.failures} bad, "
                              f"{time.monotonic() - start:.0f} s")  # fmt: skip
         finally:
             worker.close()
@@ -486,8 +334,11 @@ def run_fuzz(
 
 
 def _one(case: Case, case_dir: Path, worker: Worker, report: Report, keep: str | None) -> None:
-    _write_case(case, case_dir)
-    results = worker.run(str(case_dir), case.steps)
+    start = time.monotonic()
+    case.write(case_dir)
+    results = worker.run(str(case_dir), case)
+    spent = report.family_seconds.get(case.family, 0.0) + time.monotonic() - start
+    report.family_seconds[case.family] = spent
     verdict = classify(results)
     report.cases += 1
     report.counts[case.family][verdict.category] += 1
@@ -509,7 +360,7 @@ def describe(report: Report, limit: int = 40) -> Iterator[str]:
     """Human-readable lines: the table, then the failure signatures with an example each."""
     yield (
         f"{report.cases} cases in {report.seconds:.0f} s (seed {report.seed}); "
-        f"{report.checked} compared with onnxruntime"
+        f"{report.checked} compared with a reference"
     )
     yield report.table()
     for row in report.signatures()[:limit]:
@@ -518,22 +369,39 @@ def describe(report: Report, limit: int = 40) -> Iterator[str]:
         yield f"       e.g. case {row['case']}: {row['example'][:150]}"
 
 
+def _counts(text: str) -> dict[str, int]:
+    """``FAMILY=N,...`` as a dict."""
+    counts = {}
+    for item in text.split(","):
+        family, _, number = item.partition("=")
+        counts[family] = int(number)
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; exit 1 when some case failed the oracle."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--cases", type=int, default=300, help="shared out over --families")
+    parser.add_argument("--counts", type=_counts, help="FAMILY=N,...: cases per family instead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-budget", type=float, help="stop after this many seconds")
     parser.add_argument("--keep", help="write every bad case's files and replay.sh here")
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per case")
     parser.add_argument("--mem-cap-mib", type=int, default=3072, help="the worker's RLIMIT_AS")
-    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated")
+    parser.add_argument(
+        "--families", default=",".join(FAMILIES),
+        help=f"comma-separated, of: {', '.join(FAMILIES)} (default: all)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     families = tuple(args.families.split(","))
+    chosen = args.counts or even_counts(args.cases, families)
+    unknown = sorted(set(chosen) - set(FAMILIES))
+    if unknown:
+        parser.error(f"no family {', '.join(unknown)} here; the families: {', '.join(FAMILIES)}")
     report = run_fuzz(
-        args.cases, args.seed, args.time_budget, args.keep, args.timeout, args.mem_cap_mib,
-        families, progress=lambda s: print(s, file=sys.stderr, flush=True),
+        chosen, args.seed, args.time_budget, args.keep, args.timeout, args.mem_cap_mib,
+        progress=lambda s: print(s, file=sys.stderr, flush=True),
     )  # fmt: skip
     for line in describe(report):
         print(line)

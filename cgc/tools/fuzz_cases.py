@@ -2,15 +2,21 @@
 the third door's cases, random options and bad files for every command.
 
 A case is files to write into a fresh directory and ``cgc`` commands to run there; ``{dir}``
-in an argument stands for that directory, so a kept case replays anywhere.
+in an argument stands for that directory, so a kept case replays anywhere. Besides plain files
+a case may hold special ones (FIFOs, sockets, character devices, symlinks, hard links), name
+files no command may change, limit the size of the files its commands write, and run a
+command in the background, as a second user would.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import re
+import socket
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +33,20 @@ DIR = "{dir}"
 """Stands for the case's directory in a step's arguments."""
 
 
+@dataclass(frozen=True)
+class Fills:
+    """A directory a command fills, for the check that it ends as one whole run left it."""
+
+    kind: str
+    """``train`` (a model directory) or ``sweep`` (a sweep's output directory)."""
+    dir: str
+    """Relative to the case's directory."""
+    count: int
+    """train: its ``--steps``; sweep: the points of its grid."""
+    every: int = 0
+    """train: its ``--checkpoint-every`` (0: none)."""
+
+
 @dataclass
 class Step:
     """One ``cgc`` command of a case."""
@@ -36,8 +56,37 @@ class Step:
     """Run only if the step before exited 0 (else: always)."""
     make_inputs: str | None = None
     """Before running: write random inputs for this artifact (relative) to ``inputs.npz``."""
+    edge_seed: int | None = None
+    """With ``make_inputs``: inputs of edge values drawn from this seed (``edge_inputs``)."""
     compare_with: str | None = None
-    """After an exit 0: compare ``outputs.npz`` with onnxruntime's outputs of this model."""
+    """After an exit 0: compare ``outputs.npz`` with this reference's outputs: an ONNX file
+    (onnxruntime) or ``FILE.py:FACTORY`` (the module in torch eager)."""
+    exact: bool = False
+    """Integer outputs must equal the reference's exactly, and inputs the reference rejects
+    (an index out of range, a division by zero in torch) must not give outputs."""
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    """Files (relative) the command writes, each with its kind (``fuzz_worker.OUTPUT_KINDS``):
+    after an exit 0 each is there and of its kind; after an exit 2 none that was not there
+    before is."""
+    background: bool = False
+    """Start the installed ``cgc`` command as a process and go on; the case waits for it."""
+    wait_for: str | None = None
+    """Before the command starts: wait until this file (relative) exists, or every command in
+    the background has ended (so that two runs overlap, whatever the second's start-up)."""
+    delay: float = 0.0
+    """Seconds to wait before the command starts (after ``wait_for``)."""
+    fills: Fills | None = None
+    planted: str | None = None
+    """An exception the user's code raises on purpose (a factory's ``MemoryError``): its name
+    in the message is no memory-cap hit."""
+    user_lines: list[str] = field(default_factory=list)
+    """Lines the user's own code prints to stderr: theirs, not part of cgc's one line."""
+
+
+SPECIAL_KINDS = ("fifo", "socket", "device", "symlink", "hardlink")
+"""Kinds of ``Case.specials``: a named pipe, a Unix socket, a character device (its target a
+``/dev`` file; made in the case's directory, so that a command replacing or removing it harms
+nothing else), a symbolic link to its target, a hard link of it (both relative)."""
 
 
 @dataclass
@@ -50,18 +99,107 @@ class Case:
     steps: list[Step]
     files: dict[str, bytes] = field(default_factory=dict)
     dirs: list[str] = field(default_factory=list)
+    specials: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Made after ``files``, in order: name -> (kind, target), kind one of ``SPECIAL_KINDS``."""
+    inputs: list[str] = field(default_factory=list)
+    """Files (relative) whose bytes no command may change, whatever its exit."""
+    fsize: int | None = None
+    """The largest file the commands may write (RLIMIT_FSIZE; writes past it fail, EFBIG)."""
+    timeout: float | None = None
+    """Seconds the case may take (default: the run's per-case timeout)."""
+
+    def write(self, root: Path, specials: bool = True) -> None:
+        """Creates the case's directory ``root`` with its directories, files and (unless a
+        kept copy is written, which ``replay`` completes) specials."""
+        root.mkdir(parents=True)
+        for name in self.dirs:
+            (root / name).mkdir(parents=True, exist_ok=True)
+        for name, data in self.files.items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        for name, (kind, target) in self.specials.items() if specials else ():
+            _make_special(root, name, kind, target)
 
     def commands(self, root: str) -> list[str]:
         """The steps as shell command lines, the case directory written as ``root``."""
-        return [
-            " ".join(["cgc", *(_quote(a.replace(DIR, root)) for a in s.args)]) for s in self.steps
-        ]
+        lines = []
+        for step in self.steps:
+            line = " ".join(["cgc", *(_quote(a.replace(DIR, root)) for a in step.args)])
+            if self.fsize is not None:  # sh counts 512-byte blocks; writes past it: EFBIG
+                line = f"(trap '' XFSZ; ulimit -f {-(-self.fsize // 512)}; {line})"
+            if step.delay:
+                line = f"sleep {step.delay}; {line}"
+            if step.wait_for:
+                path = _quote(f"{root}/{step.wait_for}")
+                line = f"until [ -e {path} ]; do sleep 0.01; done; {line}"
+            lines.append(f"{line} &" if step.background else line)
+        return lines
+
+    def replay(self) -> str:
+        """A shell script that makes the case's specials again beside its kept files (a copy
+        keeps none of them) and runs its commands, printing each exit code."""
+        here = '"$D"'
+        comment = " ".join(self.description.splitlines())
+        lines = ["#!/bin/sh", f"# {comment}", 'D="$(cd "$(dirname "$0")" && pwd)"']
+        for name, (kind, target) in self.specials.items():
+            lines.append(_remake(kind, f'"$D"/{_quote(name)}', target))
+        for step, line in zip(self.steps, self.commands(here), strict=True):
+            lines.append(line if step.background else f"{line} ; echo exit $?")
+        if any(step.background for step in self.steps):
+            lines.append("wait")
+        return "\n".join(lines) + "\n"
 
 
 def _quote(arg: str) -> str:
     if re.fullmatch(r"[\w./=:,+@-]+", arg) or arg.startswith('"$D"'):
         return arg
     return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def _remake(kind: str, path: str, target: str) -> str:
+    """The shell line that makes a special file of ``Case.specials`` at ``path`` (quoted)
+    unless it is there."""
+    if kind == "hardlink":
+        return f'ln -f "$D"/{_quote(target)} {path}'
+    if kind == "fifo":
+        make = f"mkfifo {path}"
+    elif kind == "socket":
+        bind = "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])"
+        make = f"python3 -c '{bind}' {path}"
+    elif kind == "device":
+        numbers = os.stat(target).st_rdev
+        node = f"mknod {path} c {os.major(numbers)} {os.minor(numbers)}"
+        make = f"{{ {node} || ln -s {target} {path}; }}"
+    else:
+        make = f"ln -s {_quote(target)} {path}"
+    return f"[ -e {path} ] || [ -L {path} ] || {make}"
+
+
+def _make_special(root: Path, name: str, kind: str, target: str) -> None:
+    """One of ``Case.specials``. A device is a node of its own when the fuzzer may make one
+    (as root, which could otherwise have a faulty command replace ``/dev/null``), else a
+    symlink to the real one, which a user who may not make nodes may not replace either."""
+    if kind not in SPECIAL_KINDS:
+        raise ValueError(f"unknown special file kind {kind!r}")
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(str(path))
+    elif kind == "device":
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.stat(target).st_rdev)
+        except PermissionError:
+            if os.geteuid() == 0:
+                raise
+            os.symlink(target, path)
+    elif kind == "symlink":
+        os.symlink(target, path)
+    else:
+        os.link(root / target, path)
 
 
 def inputs_for(manifest: dict[str, Any], seed: int) -> dict[str, np.ndarray] | None:
@@ -83,6 +221,71 @@ def inputs_for(manifest: dict[str, Any], seed: int) -> dict[str, np.ndarray] | N
     return arrays
 
 
+EDGE_FLOATS = [
+    np.nan,
+    np.inf,
+    -np.inf,
+    -0.0,
+    0.0,
+    1.0,
+    -1.0,
+    0.5,
+    -0.5,
+    1.5,
+    -2.5,
+    3.0,
+    1e-40,
+    -1e-40,
+    1.4e-45,
+    1.1754944e-38,
+    3.4028235e38,
+    -3.4028235e38,
+    65504.0,
+]
+"""Float edge values: NaN, infinities, both zeros, halves (rounding), denormals, the smallest
+normal, the largest finite values of float32 and float16."""
+
+
+def edge_values(dtype: np.dtype) -> list[Any]:
+    """The edge values of ``dtype``: for integers its minimum and maximum and their
+    neighbours, -1, 0, 1, 2 (those it holds); for floats ``EDGE_FLOATS``."""
+    if dtype.kind == "f":
+        return EDGE_FLOATS
+    if dtype.kind == "b":
+        return [False, True]
+    info = np.iinfo(dtype)
+    candidates = [info.min, info.min + 1, info.max, info.max - 1, -1, 0, 1, 2, -2]
+    return [v for v in candidates if info.min <= v <= info.max]
+
+
+def edge_inputs(manifest: dict[str, Any], seed: int) -> dict[str, np.ndarray] | None:
+    """Inputs of the manifest's shapes and dtypes that mix the type's edge values
+    (``edge_values``) with ordinary ones, in a share drawn from the seed (so that some cases
+    are mostly ordinary, and an index input is sometimes all in range); None when there are
+    none to give, as ``inputs_for``."""
+    ordinary = inputs_for(manifest, seed)
+    if ordinary is None:
+        return None
+    rng = np.random.default_rng(seed)
+    share = rng.choice([0.1, 0.3, 0.6, 0.9])
+    arrays = {}
+    for name, array in ordinary.items():
+        pool = edge_values(array.dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            edges = np.array(pool, dtype=np.float64 if array.dtype.kind == "f" else object)
+            drawn = edges[rng.integers(0, len(pool), array.shape)].astype(array.dtype)
+        small = array if array.dtype.kind in "fb" else rng.integers(-3, 4, array.shape)
+        small = np.clip(small, *_range(array.dtype)).astype(array.dtype)
+        arrays[name] = np.where(rng.random(array.shape) < share, drawn, small)
+    return arrays
+
+
+def _range(dtype: np.dtype) -> tuple[Any, Any]:
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min, np.iinfo(dtype).max
+    return -np.inf, np.inf
+
+
 def npz(arrays: dict[str, Any], compress: bool = False) -> bytes:
     """The bytes of an ``.npz`` of ``arrays`` (object arrays are pickled, as numpy does)."""
     buffer = io.BytesIO()
@@ -97,12 +300,13 @@ def manifest_of(artifact: bytes) -> dict[str, Any]:
     return manifest
 
 
-Runner = Callable[[str, list[Step]], list[dict[str, Any]]]
+Runner = Callable[[str, Case], list[dict[str, Any]]]
 
 
 @dataclass
 class SetupFiles:
-    """Valid files the cases start from: seed models, artifacts compiled from them, inputs."""
+    """Valid files the cases start from: seed models, artifacts compiled from them, inputs, a
+    training model and its data, the files of a finished training run, an IR file."""
 
     models: dict[str, onnx.ModelProto]
     artifacts: dict[str, bytes]
@@ -110,14 +314,19 @@ class SetupFiles:
     train_model: bytes
     train_data: dict[str, np.ndarray]
     mlir: bytes
+    run_files: dict[str, bytes]
+    """``metrics.jsonl`` and ``weights.safetensors`` of two steps of ``train_model``."""
 
     @classmethod
     def build(cls, where: Path, run: Runner) -> SetupFiles:
         """Writes the seeds to ``where`` and compiles them there with ``run``."""
-        where.mkdir(parents=True)
         models = mut.seed_models()
-        for name in ("mlp", "conv"):
-            onnx.save(models[name], where / f"{name}.onnx")
+        train = zoo.mlp(in_features=8, hidden=(8,), classes=4, with_loss=True)
+        rng = np.random.default_rng(2)
+        samples: dict[str, np.ndarray] = {"x": rng.standard_normal((32, 8)).astype(np.float32),
+                   "labels": rng.integers(0, 4, 32).astype(np.int64)}  # fmt: skip
+        files = {f"{n}.onnx": models[n].SerializeToString() for n in ("mlp", "conv")}
+        files |= {"train.onnx": train.SerializeToString(), "data.npz": npz(samples)}
         steps = [
             Step(["compile", f"{DIR}/mlp.onnx", "-o", f"{DIR}/mlp.cgc", "--mode", "pipelined",
                   "--dump-ir", f"{DIR}/ir"]),
@@ -125,8 +334,12 @@ class SetupFiles:
                   "weight_streaming"]),
             Step(["compile", f"{DIR}/conv.onnx", "-o", f"{DIR}/conv_sparse.cgc", "--mode",
                   "weight_streaming", "--sparsity", "0.75", "--sparse-params", ".*"]),
+            Step(["train", f"{DIR}/train.onnx", "--data", f"{DIR}/data.npz", "--model-dir",
+                  f"{DIR}/run", "--batch-size", "8", "--steps", "2"]),
         ]  # fmt: skip
-        results = run(str(where), steps)
+        case = Case(0, "setup", "the fuzzer's setup", steps, files)
+        case.write(where)
+        results = run(str(where), case)
         if len(results) != len(steps) or any(r.get("exit") != 0 for r in results):
             raise RuntimeError(f"the fuzzer's setup failed: {results}")
         names = ("mlp", "conv_ws", "conv_sparse")
@@ -136,12 +349,10 @@ class SetupFiles:
             arrays = inputs_for(manifest_of(data), seed=1)
             assert arrays is not None
             inputs[name] = npz(arrays)
-        train = zoo.mlp(in_features=8, hidden=(8,), classes=4, with_loss=True)
-        rng = np.random.default_rng(2)
-        samples: dict[str, np.ndarray] = {"x": rng.standard_normal((32, 8)).astype(np.float32),
-                   "labels": rng.integers(0, 4, 32).astype(np.int64)}  # fmt: skip
         mlir = sorted((where / "ir").iterdir())[0].read_bytes()
-        return cls(models, artifacts, inputs, train.SerializeToString(), samples, mlir)
+        run_files = {n: (where / "run" / n).read_bytes()
+                     for n in ("metrics.jsonl", "weights.safetensors")}  # fmt: skip
+        return cls(models, artifacts, inputs, files["train.onnx"], samples, mlir, run_files)
 
 
 # ------------------------------------------------------------------------------- the options door

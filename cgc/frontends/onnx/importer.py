@@ -30,7 +30,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
-from cgc.errors import NeedsInputValuesError
+from cgc.errors import DataError, NeedsInputValuesError
 from cgc.frontends.emitter import Emitter, loc, registrar
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx.model import SUPPORTED_DTYPES, ModelInterface, load_model
@@ -185,7 +185,7 @@ class Importer(Emitter, ModelInterface):
         except NotConstantError as e:
             message = f"{self.source}: node '{name}' ({proto.op_type}): {short_reason(e)}"
             raise NeedsInputValuesError(message, e.inputs) from None
-        except (NodeError, VerifyException) as e:
+        except (NodeError, VerifyException, DataError) as e:  # DataError: in known values
             raise self.error(f"node '{name}' ({proto.op_type}): {short_reason(e)}") from None
 
     def emit_all(self, op: Operation) -> list[SSAValue]:

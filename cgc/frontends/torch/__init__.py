@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch.export import Dim, ExportedProgram
+from torch.utils import _pytree as pytree
 
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel
@@ -78,7 +79,7 @@ def capture(
     if isinstance(model, ExportedProgram):
         program = model
     elif isinstance(model, torch.nn.Module):
-        args, kwargs = tuple(args), dict(kwargs or {})
+        args, kwargs = _distinct(tuple(args), dict(kwargs or {}))
         shapes = _batch_dims(model, args, kwargs) if dynamic_batch else None
         try:
             with _quiet_torch():
@@ -148,6 +149,23 @@ def import_program(
     """The WSE IR of an exported program, its symbolic batch bound to ``batch_size`` (None:
     the example's); ``training`` keeps the buffer updates a training step makes."""
     return Lowering(program, batch_size, source, training).run()
+
+
+def _distinct(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The example inputs with every tensor given more than once copied after its first
+    place. ``torch.export`` makes one input of a tensor object passed twice (``forward(x, y)``
+    captured on ``(t, t)`` computes with ``y`` alone, pytorch/pytorch#144683), while the
+    compiled program takes an input per parameter, which a run may feed different values."""
+    seen: set[int] = set()
+
+    def once(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) in seen:
+            return tensor.clone()
+        seen.add(id(tensor))
+        return tensor
+
+    distinct: tuple[tuple, dict] = pytree.tree_map_only(torch.Tensor, once, (args, kwargs))
+    return distinct
 
 
 def _batch_dims(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:

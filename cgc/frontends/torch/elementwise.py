@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.onnx.activations import GELU_APPROXIMATIONS, gelu
-from cgc.frontends.onnx.builders import clamp, select
+from cgc.frontends.onnx.builders import clamp, less, select
 from cgc.frontends.onnx.nodes import NodeError
 from cgc.frontends.torch.lowering import Lowering, OpLowering, numpy_dtype, register
 from cgc.machine import dtypes
@@ -114,36 +114,87 @@ def _scaled(lw: Lowering, x: Operand, alpha: float) -> SSAValue:
 
 @register("aten.div.Tensor", "aten.div.Scalar")
 def _div(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
-    """True division, in the (float) result type."""
+    """True division, in the (float) result type. (torch divides float16 and bfloat16 by one
+    number in float32, ``_division_dtype``; doing so here would hide ``scores / sqrt(d)``
+    behind casts from ``fuse-attention``.)"""
     return lw.emit(wse.DivOp(lw.tensor(a), lw.tensor(b)))
+
+
+def _division_dtype(lw: Lowering, b: Operand) -> str:
+    """The type torch's CPU kernels divide by ``b`` in with a rounding mode, rounding every
+    step to it: the result type, but float32 (their opmath type) for float16 and bfloat16
+    divided by one number, a Python number (not rounded to the result type) or a tensor of
+    one element, which they divide in float32 and round once."""
+    dtype = lw.result_dtype()
+    one = not isinstance(b, SSAValue) or math.prod(wse.tensor_shape(b)) == 1
+    return "float32" if one and dtype in ("float16", "bfloat16") else dtype
 
 
 @register("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div_mode(lw: Lowering, a: Operand, b: Operand, rounding_mode: str | None = None) -> SSAValue:
-    """Division rounded towards zero (``trunc``) or down (``floor``); integers divide in
-    their own type, exact to the last bit (float64 cannot hold int64 beyond 2**53)."""
-    dtype = lw.result_dtype()
+    """Division rounded towards zero (``trunc``) or down (``floor``), as torch's CPU kernels
+    round it. Integers divide in their own type, exact to the last bit (float64 cannot hold
+    int64 beyond 2**53). Floats: ``trunc`` truncates the quotient, ``floor`` is Python's
+    floor division (``_floor_divided``)."""
     if rounding_mode is None:
         return _div(lw, a, b)
-    if rounding_mode in ("trunc", "floor") and dtypes.is_integer(dtype):
-        return _integer_div(lw, lw.tensor(a), lw.tensor(b), rounding_mode == "floor")
-    wide = "float64" if dtype == "float64" else "float32"
-    quotient = lw.emit(wse.DivOp(lw.tensor(a, wide), lw.tensor(b, wide)))
-    if rounding_mode == "floor":
-        rounded = lw.emit(wse.FloorOp(quotient))
-    elif rounding_mode == "trunc":
-        magnitude = lw.emit(wse.FloorOp(lw.emit(wse.AbsOp(quotient))))
-        rounded = lw.emit(wse.MulOp(magnitude, lw.emit(wse.SignOp(quotient))))
-    else:
+    if rounding_mode not in ("trunc", "floor"):
         raise NodeError(f"rounding_mode={rounding_mode!r} is not supported (trunc or floor)")
-    return lw.tensor(rounded)
+    dtype = lw.result_dtype()
+    if dtypes.is_integer(dtype):
+        return _integer_div(lw, lw.tensor(a), lw.tensor(b), rounding_mode == "floor")
+    work = _division_dtype(lw, b)
+    x, y = lw.tensor(a, work), lw.tensor(b, work)
+    if rounding_mode == "floor":
+        return lw.tensor(_floor_divided(lw, x, y))
+    return lw.tensor(_truncated(lw, lw.emit(wse.DivOp(x, y))))
+
+
+def _floor_divided(lw: Lowering, a: SSAValue, b: SSAValue) -> SSAValue:
+    """Python's ``a // b`` of floats, as torch computes it (``c10::div_floor_floating``, after
+    CPython): IEEE's ``a / b`` where ``b`` is 0; else ``(a - fmod(a, b)) / b``, one less
+    where the remainder's sign differs from ``b``'s, floored, one more where the floor took
+    off more than a half (the division's rounding), and a zero with the sign of ``a / b``.
+    Not ``floor(a / b)``: ``1 // 0.1`` is 9 (``1 / 0.1`` rounds to 10), ``-1 // inf`` is -1
+    and ``inf // 2`` NaN."""
+    zero, one = lw.scalar(0, a), lw.scalar(1, a)
+    quotient = lw.emit(wse.DivOp(a, b))
+    remainder = lw.emit(wse.FmodOp(a, b))
+    exact = lw.emit(wse.DivOp(lw.emit(wse.SubOp(a, remainder)), b))
+    exact = select(lw, _signs_differ(lw, remainder, b), lw.emit(wse.SubOp(exact, one)), exact)
+    floor = lw.emit(wse.FloorOp(exact))
+    above_half = lw.emit(wse.GreaterOp(lw.emit(wse.SubOp(exact, floor)), lw.scalar(0.5, a)))
+    floor = select(lw, above_half, lw.emit(wse.AddOp(floor, one)), floor)
+    # a / b is finite where the quotient is 0: times 0 it is a zero of its sign
+    signed_zero = lw.emit(wse.MulOp(quotient, zero))
+    floor = select(lw, lw.emit(wse.EqualOp(exact, zero)), signed_zero, floor)
+    return select(lw, lw.emit(wse.EqualOp(b, zero)), quotient, floor)
+
+
+def _signs_differ(lw: Lowering, remainder: SSAValue, divisor: SSAValue) -> SSAValue:
+    """Where a float remainder of C's ``fmod`` is nonzero and its sign differs from the
+    divisor's: where Python's remainder is ``remainder + divisor`` and its floor quotient one
+    less (NaN counts as nonzero and as not negative, as in torch's kernels)."""
+    zero = lw.scalar(0, remainder)
+    nonzero = lw.emit(wse.NotOp(lw.emit(wse.EqualOp(remainder, zero))))
+    differ = lw.emit(wse.XorOp(less(lw, divisor, zero), less(lw, remainder, zero)))
+    return lw.emit(wse.AndOp(nonzero, differ))
+
+
+def _truncated(lw: Lowering, x: SSAValue) -> SSAValue:
+    """``x`` rounded toward zero: ``ceil`` below zero, ``floor`` elsewhere, so that -0.0, the
+    infinities and NaN stay (``floor(|x|) * sign(x)`` turns -0.0 into 0.0: numpy's sign of
+    -0.0 is 0.0)."""
+    negative = less(lw, x, lw.scalar(0, x))
+    return select(lw, negative, lw.emit(wse.CeilOp(x)), lw.emit(wse.FloorOp(x)))
 
 
 def _integer_div(lw: Lowering, a: SSAValue, b: SSAValue, floor: bool) -> SSAValue:
     """``a / b`` of integers truncated (``wse.div``) or, with ``floor``, rounded down: one
     less where the floor remainder (``mod``) differs from the truncated one (``fmod``), that
     is where the division is inexact and the signs differ (no ``a - a % b``, which overflows
-    at the type's minimum)."""
+    at the type's minimum). A divisor of 0 is an error, as in torch (``ZeroDivisionError``):
+    compiling refuses a known one, running one that comes with the data."""
     quotient = lw.emit(wse.DivOp(a, b))
     if not floor:
         return quotient
@@ -205,16 +256,31 @@ def _leaky_relu(lw: Lowering, x: SSAValue, negative_slope: float = 0.01) -> SSAV
 
 @register("aten.hardtanh.default")
 def _hardtanh(lw: Lowering, x: SSAValue, min_val: float = -1.0, max_val: float = 1.0) -> SSAValue:
-    return clamp(lw, lw.tensor(x), min_val, max_val)
+    low, high = _bound(lw, min_val, "min_val"), _bound(lw, max_val, "max_val")
+    return clamp(lw, lw.tensor(x), low, high)
 
 
 @register("aten.clamp.default", "aten.clamp.Tensor")
 def _clamp(
     lw: Lowering, x: SSAValue, min: Operand | None = None, max: Operand | None = None
 ) -> SSAValue:
-    low = None if min is None else lw.tensor(min)
-    high = None if max is None else lw.tensor(max)
-    return clamp(lw, lw.tensor(x), low, high)
+    return clamp(lw, lw.tensor(x), _bound(lw, min, "min"), _bound(lw, max, "max"))
+
+
+def _bound(lw: Lowering, value: Operand | None, name: str) -> SSAValue | None:
+    """A bound of a clamp as a tensor of the result type. A Python number that type cannot
+    hold is an error, as torch refuses it ("value cannot be converted to type float without
+    overflow"): ``-3.4028235e+38``, float32's lowest printed to 8 digits, lies beyond it.
+    A float type holds the infinities and NaN; an integer type neither."""
+    if value is None or isinstance(value, SSAValue):
+        return None if value is None else lw.tensor(value)
+    dtype = lw.result_dtype()
+    integer = dtypes.is_integer(dtype)
+    if integer or math.isfinite(value):
+        low, high = dtypes.integer_range(dtype) if integer else dtypes.finite_range(dtype)
+        if not low <= value <= high:  # NaN too
+            raise NodeError(f"{name}={value!r} cannot be converted to {dtype} without overflow")
+    return lw.tensor(value)
 
 
 @register("aten.where.self")
@@ -260,12 +326,16 @@ for _kind in COMPARISONS:
 
 @register("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor")
 def _remainder(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
-    """Python's ``a % b``, with the sign of ``b``: ``a - floor(a / b) * b`` for floats."""
+    """Python's ``a % b``, with the sign of ``b``. Floats as torch computes them: C's
+    ``fmod(a, b)``, moved by ``b`` where it is nonzero and its sign differs from ``b``'s
+    (``-0.0 % 1`` is -0.0, ``-1 % inf`` inf, ``x % 0`` NaN); not ``a - floor(a / b) * b``,
+    which loses the remainder to the quotient's rounding and gives NaN for ``1 % inf``."""
     x, y = lw.tensor(a), lw.tensor(b)
-    if lw.result_dtype() not in ("float32", "float64", "float16", "bfloat16"):
+    if not dtypes.is_float(lw.result_dtype()):
         return lw.emit(wse.ModOp(x, y))
-    quotient = lw.emit(wse.FloorOp(lw.emit(wse.DivOp(x, y))))
-    return lw.emit(wse.SubOp(x, lw.emit(wse.MulOp(quotient, y))))
+    remainder = lw.emit(wse.FmodOp(x, y))
+    moved = lw.emit(wse.AddOp(remainder, y))
+    return select(lw, _signs_differ(lw, remainder, y), moved, remainder)
 
 
 @register("aten.atan2.default")
@@ -283,8 +353,7 @@ def _atan2(lw: Lowering, a: Operand, b: Operand) -> SSAValue:
 @register("aten.trunc.default")
 def _trunc(lw: Lowering, x: SSAValue) -> SSAValue:
     x = lw.tensor(x)
-    magnitude = lw.emit(wse.FloorOp(lw.emit(wse.AbsOp(x))))
-    return lw.emit(wse.MulOp(magnitude, lw.emit(wse.SignOp(x))))
+    return _truncated(lw, x) if dtypes.is_float(lw.result_dtype()) else x
 
 
 @register("aten.isinf.default")

@@ -28,7 +28,7 @@ from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
-from cgc.errors import CgcError
+from cgc.errors import CgcError, DataError
 from cgc.frontends.emitter import DROPOUT_ADVICE, Emitter, loc, registrar
 from cgc.frontends.imported import BufferUpdate, ImportedModel, TensorSpec
 from cgc.frontends.onnx.builders import cast, dtype_of
@@ -238,7 +238,7 @@ class Lowering(Emitter):
             return args[0][args[1]]
         try:
             return ATEN[op_name(node)](self, *args, **kwargs)
-        except (NodeError, VerifyException, TypeError) as e:
+        except (NodeError, VerifyException, TypeError, DataError) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise self.error(f"node '{node.name}' ({op_name(node)}): {reason}") from None
 
