@@ -227,9 +227,12 @@ def _train_dir(root: Path, steps: list[int], checkpoints: list[int], weights: bo
     [
         ([1, 2, 3, 4], [2, 4], True, None),
         ([1, 2, 1, 2], [2, 4], True, "are not 1..n"),
-        ([1, 2, 3], [], True, "no training that succeeded took as many"),
+        ([1, 2, 3], [], True, "metrics.jsonl of 3 steps with weights is no one run's"),
         ([1, 2, 3, 4], [2, 3, 4], True, "checkpoints [2, 3, 4] are not of the run"),
-        ([1, 2, 3, 4], [2, 4], False, "no weights.safetensors"),
+        # without weights, the run that failed part-way left it: its period, 3
+        ([1, 2, 3], [3], False, None),
+        ([1, 2, 3, 4], [2, 4], False, "checkpoints [2, 4] are not of the run"),
+        ([1, 2, 3, 4, 5, 6, 7], [3, 6], False, "metrics.jsonl of 7 steps without weights"),
     ],
 )
 def test_a_model_dir_two_runs_wrote_ends_as_one_run_left_it(tmp_path, steps, checkpoints,
