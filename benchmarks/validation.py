@@ -370,7 +370,7 @@ the params file's), each at its params file's global batch."""
 
 def _also_streamed(program: Any) -> dict[str, dict[str, list[str]]]:
     """Per group of a repeated block's layers, its layers that also stream weights of no
-    block (the first block's ``q_proj`` streams the embeddings), and those weights."""
+    block (a position table a block's first layer adds, say), and those weights."""
     from cgc.tools.utilization import BLOCK_INDEX, group_name
 
     out: dict[str, dict[str, list[str]]] = {}

@@ -245,25 +245,29 @@ def compile(
     if re.search(r"\.py(:[^/\\]*)?$", model):
         model = _torch_factory(model)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
-    artifact = compile_model(
-        model,
-        mode=mode,
-        target=_targeted(target, mesh, figures),
-        batch_size=batch_size,
-        shapes=_shapes(shapes),
-        num_csx=num_csx,
-        dump_ir=dump_ir,
-        print_ir_after_all=echo,
-        no_weights=no_weights,
-        micro_batch_size=micro_batch_size,
-        recompute=recompute,
-        init_seed=init_seed,
-        sparsity=Sparsity.of(
-            sparse["sparsity"], sparse["sparse_params"], sparse["sparsity_init"], sparse["seed"]
-        ),
-        detect_sparsity=sparse["detect_sparsity"],
-        weights=weights,
-    )
+    with contextlib.ExitStack() as stack:
+        # the IR printed after every pass is progress enough, and would break the bar's line
+        on_pass = None if print_ir_after_all else _steps_bar(stack, "compile", estimates=False)
+        artifact = compile_model(
+            model,
+            mode=mode,
+            target=_targeted(target, mesh, figures),
+            batch_size=batch_size,
+            shapes=_shapes(shapes),
+            num_csx=num_csx,
+            dump_ir=dump_ir,
+            print_ir_after_all=echo,
+            no_weights=no_weights,
+            micro_batch_size=micro_batch_size,
+            recompute=recompute,
+            init_seed=init_seed,
+            sparsity=Sparsity.of(
+                sparse["sparsity"], sparse["sparse_params"], sparse["sparsity_init"], sparse["seed"]
+            ),
+            detect_sparsity=sparse["detect_sparsity"],
+            weights=weights,
+            on_pass=on_pass,
+        )
     data = artifact.to_bytes()
     _write_atomically(output, data)
     click.echo(summary_text(artifact), nl=False)
@@ -314,8 +318,10 @@ def run(
     _retarget(art, figures)
     if not timing_only:
         art.require_weights(artifact)
-    with open_cluster(art, num_csx, not timing_only, _backend(where)) as cluster:
-        outputs, stats = cluster.infer(inputs)
+    with contextlib.ExitStack() as stack:
+        on_step = _steps_bar(stack, "run")
+        cluster = stack.enter_context(open_cluster(art, num_csx, not timing_only, _backend(where)))
+        outputs, stats = cluster.infer(inputs, on_step)
     if output_path is not None:
         _write_atomically(output_path, npz_bytes(outputs))
     report = stats.to_json()
@@ -619,6 +625,20 @@ def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]
         stack.callback(bar.close)
         return bar
     return lambda metrics: click.echo(step_line(metrics))
+
+
+def _steps_bar(
+    stack: contextlib.ExitStack, label: str, estimates: bool = True
+) -> Callable[[int, int, str], None] | None:
+    """On a terminal, a bar of the steps of a compile or a run (``StepsBar``), cleared when
+    ``stack`` closes; nothing otherwise (the command's output is the same either way)."""
+    if not sys.stdout.isatty():
+        return None
+    from cgc.tools.progress import StepsBar
+
+    bar = StepsBar(label, sys.stdout, estimates)
+    stack.callback(bar.close)
+    return bar.step
 
 
 def _warn(message: str) -> None:

@@ -74,17 +74,59 @@ def test_attention_grad_matches_autograd(kv_heads):
     out = torch_attention(tq, tk, tv, attrs)
     dout = np.random.default_rng(2).standard_normal(out.shape).astype(np.float32)
     out.backward(torch.from_numpy(dout))
-    args = [q, k, v, out.detach().numpy(), dout]
+    grads, plan, forward = kernel_grads([q, k, v, out.detach().numpy(), dout], attrs)
+    for got, want in zip(grads, (tq.grad, tk.grad, tv.grad), strict=True):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+    assert plan.cost.flops == pytest.approx(2.5 * forward.cost.flops)
+
+
+def kernel_grads(args: list[np.ndarray], attrs: dict):
+    """``attention_grad`` run on ``args`` (q, k, v, out, dout), with its plan and the
+    forward kernel's."""
     operands = [Operand(a.shape, "float32", WAFER, Layout.on(a.shape, "float32", RECT))
                 for a in args]  # fmt: skip
-    results = [(a.shape, "float32") for a in (q, k, v)]
+    results = [(a.shape, "float32") for a in args[:3]]
     plan = plans.plan("attention_grad", T, RECT, operands, attrs, results)
     values = [DistTensor.scatter(a, at) for a, at in zip(args, plan.inputs, strict=True)]
     grads = [g.gather() for g in kernels.run("attention_grad", plan, values, attrs)]
-    for got, want in zip(grads, (tq.grad, tk.grad, tv.grad), strict=True):
-        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
-    forward = plans.plan("attention", T, RECT, operands[:3], attrs, results[:1])
-    assert plan.cost.flops == pytest.approx(2.5 * forward.cost.flops)
+    return grads, plan, plans.plan("attention", T, RECT, operands[:3], attrs, results[:1])
+
+
+def masked_reference(q, k, v, attrs, keys: int):
+    """torch's attention with the mask spelled out: a causal sliding window, or ``keys`` keys
+    per sample (no mask)."""
+    heads, kv_heads, seq = attrs["heads"], attrs["kv_heads"], attrs["sequence"]
+    group = heads // kv_heads
+    qh = q.reshape(-1, seq, heads, D).transpose(1, 2)
+    kh, vh = (x.reshape(-1, keys, kv_heads, D).transpose(1, 2).repeat_interleave(group, dim=1)
+              for x in (k, v))  # fmt: skip
+    mask = None
+    if attrs.get("window"):
+        offset = torch.arange(seq)[:, None] - torch.arange(seq)
+        mask = (offset >= 0) & (offset < attrs["window"])
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=attrs["scale"])
+    return out.transpose(1, 2).reshape(q.shape[0], heads * D)
+
+
+@pytest.mark.parametrize(
+    ("extra", "keys"), [({"window": 2}, SEQ), ({"causal": False, "key_sequence": 4}, 4)]
+)
+def test_windowed_and_cross_attention_and_their_gradients_match_autograd(extra, keys):
+    """A causal sliding window (Mistral's), and queries attending to keys of another length
+    (an encoder-decoder's cross-attention), forward and backward."""
+    attrs = {**heads_attrs(kv_heads=2), **extra}
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2 * SEQ, HEADS * D)).astype(np.float32)
+    k, v = (rng.standard_normal((2 * keys, 2 * D)).astype(np.float32) for _ in range(2))
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    out = masked_reference(tq, tk, tv, attrs, keys)
+    got, _ = execute("attention", [q, k, v], attrs, q.shape, "float32")
+    np.testing.assert_allclose(got, out.detach().numpy(), rtol=1e-5, atol=1e-6)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    out.backward(torch.from_numpy(dout))
+    grads, _, _ = kernel_grads([q, k, v, out.detach().numpy(), dout], attrs)
+    for grad, want in zip(grads, (tq.grad, tk.grad, tv.grad), strict=True):
+        np.testing.assert_allclose(grad, want.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def rotary_tables(seq: int, dims: int) -> tuple[np.ndarray, np.ndarray]:

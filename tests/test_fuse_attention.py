@@ -14,20 +14,16 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from xdsl.context import Context
 
 import cgc
 from cgc.compiler.driver import TrainingOptions, front
 from cgc.compiler.sources import source_of
 from cgc.dialects import parse_module
 from cgc.frontends import zoo
-from cgc.passes.fuse_attention import (
-    CAUSAL,
-    MASK_ROWS,
-    OPEN,
-    FuseAttentionPass,
-    fixed_masks,
-    mask_kind,
-)
+from cgc.machine.ref_attention import CAUSAL, MASK_ROWS, OPEN, Mask, mask_kind
+from cgc.passes.fuse_attention import FuseAttentionPass, fixed_masks
+from cgc.tools.report import summary_text
 
 CAUSAL_ADDITIVE = np.triu(np.full((4, 4), -1e9, np.float32), 1)
 
@@ -45,7 +41,13 @@ CAUSAL_ADDITIVE = np.triu(np.full((4, 4), -1e9, np.float32), 1)
         (np.triu(np.full((4, 4), -1e4, np.float16), 1), None),
         (np.tri(4, k=1, dtype=bool), None),  # one later key let through
         (np.stack([CAUSAL_ADDITIVE, np.zeros((4, 4), np.float32)]), None),  # slices differ
-        (np.zeros((4, 3), np.float32), None),  # not square
+        (np.zeros((4, 3), np.float32), OPEN),  # cross-attention: more keys than queries
+        (np.zeros((2, 1, 1, 4), np.float32), OPEN),  # a padding mask that pads nothing
+        (np.array([[[[0, 0, 0, -np.inf]]]], np.float32), None),  # ... and one that pads
+        (np.tri(4, k=1, dtype=bool)[:3], None),  # not square, not open
+        (np.tri(5, dtype=bool) & ~np.tri(5, k=-2, dtype=bool), Mask(causal=True, window=2)),
+        (np.tri(5, dtype=bool) & ~np.tri(5, k=-5, dtype=bool), CAUSAL),  # as wide as it is
+        (np.tri(5, dtype=bool) & ~np.tri(5, k=-2, dtype=bool) | np.eye(5, k=-4, dtype=bool), None),
         (np.triu(np.ones((4, 4), np.int64), 1), None),  # integers add, but mask nothing
     ],
 )
@@ -77,6 +79,8 @@ def test_onnx_decoder_matches_onnxruntime(mode, tmp_path):
         model, mode=mode, target="mesh32x32", batch_size=2, dump_ir=tmp_path / "ir"
     )
     assert _fused(tmp_path / "ir") == 2
+    assert artifact.manifest["attention"] == {"found": 2, "fused": 2, "first_unfused": None}
+    assert "attention: 2 of 2 blocks fused\n" in summary_text(artifact)
     inputs = zoo.sample_inputs(model, 2, seed=1)
     (got,) = cgc.run(artifact, inputs).values()
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -112,6 +116,36 @@ def test_the_decoders_mask_is_held(trainable):
     assert fuse.causal_masks == ("causal_mask",)
 
 
+OVER_QUERIES = """
+func.func @main(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
+  %h = wse.reshape %q : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
+  %a = wse.transpose %h {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %b = wse.transpose %h {perm = array<i64: 0, 2, 3, 1>} : tensor<1x4x2x8xf32> -> tensor<1x2x8x4xf32>
+  %s = wse.matmul %a, %b : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = wse.softmax %s {axis = 2 : i64} : tensor<1x2x4x4xf32> loc("odd_softmax")
+  %o = wse.matmul %p, %a : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  %t = wse.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x4x8xf32> -> tensor<1x4x2x8xf32>
+  %y = wse.reshape %t : tensor<1x4x2x8xf32> -> tensor<1x4x16xf32>
+  func.return %y : tensor<1x4x16xf32>
+}
+"""
+
+
+def test_the_census_names_the_block_left_unfused_and_why():
+    """A softmax over the queries is no attention the fused op computes: the census counts
+    the block, found and not fused, and says why."""
+    module = parse_module(OVER_QUERIES, "odd.mlir")
+    fuse = FuseAttentionPass()
+    fuse.apply(Context(), module)
+    census = fuse.census(module)
+    reason = "the softmax is not over the keys (the last axis)"
+    assert census.to_json() == {
+        "found": 1,
+        "fused": 0,
+        "first_unfused": {"name": "odd_softmax", "reason": reason},
+    }
+
+
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_torch_training import TARGET, eager, on_cgc, same_training  # noqa: E402
@@ -139,16 +173,34 @@ class MultiHead(torch.nn.Module):
             part.view(b, t, HEADS, c // HEADS).transpose(1, 2)
             for part in self.qkv(x).split(WIDTH, dim=-1)
         )
-        scores = q @ k.transpose(-2, -1) * (c // HEADS) ** -0.5
-        scores = torch.where(self.keep, scores, torch.finfo(scores.dtype).min)
+        scores = torch.where(self.keep, self.scores(q, k), torch.finfo(q.dtype).min)
         y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
         logits = self.head(x + self.proj(y))
         return torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
 
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
 
-def test_multi_head_training_matches_eager(tmp_path):
+
+class BiasedHeads(MultiHead):
+    """``MultiHead`` with T5's kind of score bias: a learned ``[1, heads, T, T]`` table added
+    to the scores, beside the causal mask: the fused op takes it as its bias operand, and its
+    gradient trains it."""
+
+    def __init__(self):
+        super().__init__()
+        self.position = torch.nn.Parameter(0.5 * torch.randn(1, HEADS, TOKENS, TOKENS))
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) + self.position
+
+
+@pytest.mark.parametrize("kind", [MultiHead, BiasedHeads])
+def test_multi_head_training_matches_eager(kind, tmp_path):
+    """The fused kernel's gradient stands in for the matmuls' and the softmax's, and with a
+    learned bias, the bias's own gradient trains it."""
     torch.manual_seed(0)
-    model = MultiHead()
+    model = kind()
     reference = copy.deepcopy(model)
     data = torch.randint(0, VOCAB, (24, TOKENS + 1), generator=torch.Generator().manual_seed(1))
     batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data.split(8)]
@@ -160,8 +212,9 @@ def test_multi_head_training_matches_eager(tmp_path):
     got = on_cgc(model, adam, batches, tmp_path / "run")
     same_training(got, want, model, reference)
     idx, targets = batches[0]
-    cgc.compile(
-        MultiHead(), args=(idx, targets), mode="weight_streaming", target=TARGET,
+    artifact = cgc.compile(
+        kind(), args=(idx, targets), mode="weight_streaming", target=TARGET,
         dump_ir=tmp_path / "ir",
     )  # fmt: skip
     assert _fused(tmp_path / "ir") == 1
+    assert artifact.manifest["attention"] == {"found": 1, "fused": 1, "first_unfused": None}

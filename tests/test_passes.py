@@ -780,6 +780,57 @@ def test_form_layers_puts_returned_sources_in_a_layer():
     assert_same(run(module, inputs, weights), before, rtol=0, atol=0)
 
 
+def _embedded_model():
+    """Token ids looked up in ``wte`` (node ``embed_tokens``), positions added from a table
+    by ids the model computes, a norm, a projection and a head."""
+    rng = np.random.default_rng(5)
+
+    def table(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    positions = numpy_helper.from_array(np.arange(4, dtype=np.int64), "positions")
+    nodes = [
+        helper.make_node("Gather", ["wte", "ids"], ["tokens"], name="embed_tokens"),
+        helper.make_node("Gather", ["wpe", "positions"], ["placed"], name="embed_positions"),
+        helper.make_node("Add", ["tokens", "placed"], ["x"], name="add_positions"),
+        helper.make_node("LayerNormalization", ["x", "gamma"], ["h"], name="ln", axis=-1),
+        helper.make_node("MatMul", ["h", "q.weight"], ["q"], name="q_proj"),
+        helper.make_node("Relu", ["q"], ["r"], name="act"),
+        helper.make_node("MatMul", ["r", "head.weight"], ["logits"], name="lm_head"),
+    ]
+    gamma = numpy_helper.from_array(np.ones(8, np.float32), "gamma")
+    weights = [table("wte", 10, 8), table("wpe", 4, 8), table("q.weight", 8, 8)]
+    graph = helper.make_graph(
+        nodes,
+        "embedded",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4, 10])],
+        initializer=[*weights, table("head.weight", 8, 10), gamma, positions],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "weight_streaming"])
+def test_form_layers_a_token_embedding_is_a_layer_of_its_own(mode):
+    """The lookup of the token ids opens a layer named after its node, holding the tables
+    (the position table's lookup by computed ids joins it, as does the norm), and the first
+    projection's layer holds its own weight alone; the numbers do not change."""
+    model = _embedded_model()
+    art = compile_model(model, mode, "mesh8x8", batch_size=2)
+    found = {layer.name: sorted(layer.weights) for layer in art.program.layers}
+    assert found == {
+        "embed_tokens": ["gamma", "wpe", "wte"],
+        "q_proj": ["q.weight"],
+        "lm_head": ["head.weight"],
+    }
+    assert [entry["name"] for entry in art.manifest["layers"]] == list(found)
+    ids = np.array([[1, 9, 0, 3], [4, 4, 2, 7]], np.int64)
+    imported = import_model(model, batch_size=2)
+    want = run(apply(imported.module, *FRONT), [ids], imported.weights)
+    outputs, _ = Cluster(art).infer({"ids": ids})
+    assert_same([outputs["logits"]], want, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # place-layers
 # ---------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_micro_batches_run_back_to_back_and_update_once(tiny):
     assert summary[0].end == pytest.approx(max(s.end for s in stats.spans if s.track == "system 0"))
     # one update per step: each trained layer's weights once, whatever the micro-batches
     updates = [s.name for s in stats.spans if s.track == "MemoryX"]
-    assert len(updates) == len(set(updates)) == 12  # two blocks of six layers
+    assert len(updates) == len(set(updates)) == 13  # the embedding, two blocks of six layers
     # four runs of the program take about four times one
     single = cgc.simulate(
         cgc.prepare_training(str(tiny), num_csx=4, micro_batch_size=2, target="mesh8x8")[0]

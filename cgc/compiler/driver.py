@@ -30,6 +30,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from cgc.compiler.fixed_weights import fold_fixed_weights
 from cgc.compiler.memory import MemoryPlan, Planner
 from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
 from cgc.dialects import context, print_module, verify, ws, wse
@@ -53,7 +54,7 @@ from cgc.passes.channels_last import ChannelsLastPass
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
-from cgc.passes.fuse_attention import fixed_masks
+from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass, fixed_masks
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.route_tensors import RouteTensorsPass
@@ -167,14 +168,44 @@ class IRDumps:
         self.count += 1
 
 
+OnPass = Callable[[int, int, str], None]
+"""Told of each step of a compile as it begins: its number, how many the compilation has (0
+while the model is imported: the passes are chosen after it) and its name."""
+
+
+class Steps:
+    """Counts the steps of one compilation (its import, its passes, its lowering) for
+    ``on_pass``; ``context`` follows every name (which memory-plan trial it is)."""
+
+    def __init__(self, on_pass: OnPass | None, context: str = ""):
+        self.on_pass = on_pass
+        self.context = context
+        self.number = 0
+        self.total = 0
+
+    def expect(self, passes: int) -> None:
+        """The compilation runs ``passes`` more passes, then its lowering."""
+        self.total = self.number + passes + 1
+
+    def begin(self, name: str) -> None:
+        """Step ``name`` begins."""
+        self.number += 1
+        if self.on_pass is not None:
+            total = max(self.total, self.number) if self.total else 0
+            self.on_pass(self.number, total, name + self.context)
+
+
 class Compilation:
     """One compile: the module as it moves through the pipeline, and what was decided."""
 
-    def __init__(self, imported: ImportedModel, target: Target, dumps: IRDumps):
+    def __init__(
+        self, imported: ImportedModel, target: Target, dumps: IRDumps, steps: Steps | None = None
+    ):
         self.imported = imported
         self.module = imported.module
         self.target = target
         self.dumps = dumps
+        self.steps = steps or Steps(None)
         self.ctx = context()
         self.applied: list[str] = []
         self.program: Program | None = None
@@ -183,6 +214,8 @@ class Compilation:
         """The lowered program's SRAM per sparsity asked for, once the memory plan asked."""
         self.costs: list[LayerCost] | None = None
         """Every layer's cost, once the manifest asked for them."""
+        self.attention: AttentionCensus | None = None
+        """The attention blocks found and fused, once ``fuse-attention`` ran."""
         self.loss: tuple[float, str | None] = (1.0, None)
         """For training: the backward seed and the loss's batch reduction (``loss_scale``)."""
         self.sparse: dict[tuple[object, ...], tuple[dict, dict[str, SparseWeight]]] = {}
@@ -199,7 +232,10 @@ class Compilation:
     def run(self, *passes: ModulePass) -> None:
         """Applies passes one by one, dumping after each."""
         for p in passes:
+            self.steps.begin(p.name)
             p.apply(self.ctx, self.module)
+            if isinstance(p, FuseAttentionPass):
+                self.attention = p.census(self.module)
             if self.verify_each:
                 verify(self.module, f"{self.imported.source} after {p.name}")
             self.applied.append(pass_spec(p))
@@ -230,12 +266,18 @@ class Compilation:
             self.sparse[key] = found, sparse_weights(found, shapes, self.imported.weights)
         return self.sparse[key]
 
+    def lowered(self) -> Program:
+        """The lowered program (lowered once)."""
+        if self.program is None:
+            self.steps.begin("lower")
+            self.program = lower(self.module, self.target.whole)
+        return self.program
+
     def program_for(self, request: Request) -> Program:
         """The lowered program, with ``request``'s sparse weights."""
-        if self.program is None:
-            self.program = lower(self.module, self.target.whole)
+        program = self.lowered()
         sparse = self.sparse_for(request)
-        return self.program if sparse is None else replace(self.program, sparse=sparse[1])
+        return program if sparse is None else replace(program, sparse=sparse[1])
 
     def try_place(self) -> str | None:
         """Places the layers if the model fits; returns why not otherwise."""
@@ -244,6 +286,7 @@ class Compilation:
         try:
             steps: tuple[ModulePass, ...] = (PlaceLayersPass(), RouteTensorsPass())
             for step in steps:
+                self.steps.begin(step.name)
                 step.apply(self.ctx, trial)
                 done.append((step, trial.clone() if self.dumps.active else trial))
         except DoesNotFitError as e:
@@ -332,17 +375,38 @@ def frozen_patterns(imported: ImportedModel, training: TrainingOptions) -> tuple
     return (*training.frozen, *(re.escape(name) for name in dict.fromkeys(constants)))
 
 
+def _trained(
+    imported: ImportedModel, training: TrainingOptions | None
+) -> Callable[[wse.WeightOp], bool]:
+    """Whether a compile trains a weight (never in an inference)."""
+    if training is None:
+        return lambda op: False
+    patterns = [re.compile(p) for p in training.trainable]
+    frozen = [re.compile(p) for p in frozen_patterns(imported, training)]
+    return lambda op: trains(op, patterns, frozen)
+
+
+def fold_lifted_constants(imported: ImportedModel, training: TrainingOptions | None) -> None:
+    """Folds an ONNX model's lifted constants: the weights a compile holds fixed that are no
+    parameters (``cgc.dialects.parameters``) nor buffers a training updates
+    (``fold_fixed_weights``). The import's IR dump shows the module after it."""
+    if not imported.opset:
+        return
+    trained = _trained(imported, training)
+    kept = parameter_weights(imported.module, imported.weights)
+    if training is not None:  # a training's buffers change each step, as parameters do
+        kept |= {update.buffer for update in imported.buffer_updates}
+    fold_fixed_weights(
+        imported.module,
+        imported.weights,
+        lambda op: not trained(op) and op.weight_name.data not in kept,
+    )
+
+
 def front(imported: ImportedModel, training: TrainingOptions | None) -> tuple[ModulePass, ...]:
     """The passes every compile starts with; attention's masks are the weights the compile
     holds fixed (all in an inference; in a training, those it does not train)."""
-    if training is not None:
-        patterns = [re.compile(p) for p in training.trainable]
-        frozen = [re.compile(p) for p in frozen_patterns(imported, training)]
-    fuse = fixed_masks(
-        imported.module,
-        imported.weights,
-        lambda op: training is not None and trains(op, patterns, frozen),
-    )
+    fuse = fixed_masks(imported.module, imported.weights, _trained(imported, training))
     rest = (DecomposePass(), FoldConstantsPass(), ChannelsLastPass(), FoldConstantsPass())
     return (fuse, *rest, FormLayersPass())
 
@@ -383,6 +447,7 @@ def compile_model(
     sparsity: Sparsity | None = None,
     detect_sparsity: float | None = None,
     weights: Mapping[str, np.ndarray] | None = None,
+    on_pass: OnPass | None = None,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
     ``ModelParams``) into an artifact. ``batch_size`` is the global batch, split evenly over
@@ -394,7 +459,8 @@ def compile_model(
     (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights;
     ``sparsity`` makes weights sparse (a training's: its options'), or ``detect_sparsity``
     those of at least that fraction of zeros, whose zeros stay dead; ``weights`` replaces
-    weights of the model by name (a ``--weights`` file)."""
+    weights of the model by name (a ``--weights`` file); ``on_pass`` is told of every step
+    as it begins (``OnPass``; a progress bar)."""
     if mode not in MODES:
         raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
     source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
@@ -427,18 +493,23 @@ def compile_model(
     dumps = IRDumps(dump_ir, print_ir_after_all)
     if mode == "weight_streaming" or training is not None:
         asked = "training streams weights from MemoryX" if training else "requested with --mode"
-        return StreamingCompiler().artifact(
+        return StreamingCompiler(on_pass=on_pass).artifact(
             request, asked.replace("--mode", f"--mode {mode}"), dumps
         )
-    return _placed(request, mode, dumps)
+    return _placed(request, mode, dumps, on_pass)
 
 
-def _placed(request: Request, mode: str, dumps: IRDumps) -> Artifact:
+def _placed(request: Request, mode: str, dumps: IRDumps, on_pass: OnPass | None) -> Artifact:
     """An inference ``request`` placed on the wafer (``mode`` pipelined), or in auto mode
     placed if the model fits and streamed otherwise."""
+    steps = Steps(on_pass)
+    steps.begin("import")
     imported = request.source.imported(request.per_system_batch)
-    c = Compilation(imported, request.target, dumps)
-    c.run(*front(imported, None))
+    fold_lifted_constants(imported, None)
+    c = Compilation(imported, request.target, dumps, steps)
+    passes = front(imported, None)
+    steps.expect(len(passes) + 2)  # and place-layers, route-tensors
+    c.run(*passes)
     saved = _mark_sparse(c, request)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target
@@ -466,7 +537,7 @@ def _placed(request: Request, mode: str, dumps: IRDumps) -> Artifact:
         )
         return _artifact(c, request, "pipelined", reason, None)
     reason = why.replace("; use --mode weight_streaming", "")
-    return StreamingCompiler().artifact(request, reason, dumps)
+    return StreamingCompiler(on_pass=on_pass).artifact(request, reason, dumps)
 
 
 def _streaming_compilation(
@@ -475,16 +546,23 @@ def _streaming_compilation(
     recompute: bool,
     blocks: int | None,
     dumps: IRDumps,
+    steps: Steps,
 ) -> Compilation:
     """The weight-streaming pipeline on the model at ``micro_batch`` samples per run."""
+    steps.begin("import")
     imported = request.source.imported(micro_batch, blocks)
-    c = Compilation(imported, request.target, dumps)
     training = request.training
+    fold_lifted_constants(imported, training)
+    c = Compilation(imported, request.target, dumps, steps)
     if training is not None:
         per_system = request.per_system_batch or 1
         runs = request.num_csx * (per_system // (micro_batch or per_system))
         c.loss = loss_scale(imported, runs)
-    c.run(*front(imported, training))
+    passes = front(imported, training)
+    # the passes after these: [autodiff, fold-constants, [recompute-activations]], schedule-streams
+    tail = 1 if training is None else 3 + bool(recompute)
+    steps.expect(len(passes) + tail)
+    c.run(*passes)
     if training is not None:
         frozen = frozen_patterns(imported, training)
         c.run(AutodiffPass(training.trainable, c.loss[0], frozen), FoldConstantsPass())
@@ -515,11 +593,13 @@ class StreamingCompiler:
     A compiler ``shared`` between requests (a scaling study of one model on several cluster
     sizes) builds each program once for all of them: the programs of two cluster sizes differ
     only in the value of the backward pass's seed (``loss_scale``), which changes no timing;
-    the artifacts it makes are for timing-only runs.
+    the artifacts it makes are for timing-only runs. ``on_pass`` is told of every step of
+    every program it builds (``OnPass``).
     """
 
-    def __init__(self, shared: bool = False):
+    def __init__(self, shared: bool = False, on_pass: OnPass | None = None):
         self.shared = shared
+        self.on_pass = on_pass
         self.compiled: dict[tuple[object, ...], Compilation] = {}
 
     def build(
@@ -530,8 +610,11 @@ class StreamingCompiler:
         if not self.shared:
             key += (request.num_csx, request.per_system_batch)
         if key not in self.compiled:
-            c = _streaming_compilation(request, micro_batch, recompute, blocks, IRDumps(None, None))
-            c.program = lower(c.module, request.target.whole)
+            steps = Steps(self.on_pass, _trial(micro_batch, recompute, blocks))
+            c = _streaming_compilation(
+                request, micro_batch, recompute, blocks, IRDumps(None, None), steps
+            )
+            c.lowered()
             self.compiled[key] = c
         return self.compiled[key]
 
@@ -580,9 +663,18 @@ class StreamingCompiler:
             )
         if dumps is not None and dumps.active:  # again, with the IR written after every pass
             dumps.count = 0  # an auto-mode trial of placement may have dumped before
-            final = _streaming_compilation(request, micro_batch, plan.recompute, None, dumps)
-            final.program = lower(final.module, request.target.whole)
+            steps = Steps(self.on_pass)
+            final = _streaming_compilation(request, micro_batch, plan.recompute, None, dumps, steps)
+            final.lowered()
         return _artifact(final, request, "weight_streaming", reason, plan)
+
+
+def _trial(micro_batch: int | None, recompute: bool, blocks: int | None) -> str:
+    """What a program the memory plan builds is of, for its steps' names."""
+    parts = [f"micro-batch {micro_batch}"] if micro_batch is not None else []
+    parts += [f"{blocks} block{'s' if blocks != 1 else ''}"] if blocks is not None else []
+    parts += ["recomputing"] if recompute else []
+    return f" (weight streaming, {', '.join(parts)})" if parts else " (weight streaming)"
 
 
 def _artifact(
@@ -619,6 +711,7 @@ def _artifact(
         "inputs": [dataclasses.asdict(s) for s in imported.inputs],
         "outputs": [dataclasses.asdict(s) for s in imported.outputs],
         "pipeline": ",".join(c.applied),
+        "attention": c.attention.to_json() if c.attention is not None else None,
         "layers": [
             _layer_entry(cost, info) for cost, info in zip(costs, program.layers, strict=True)
         ],
@@ -628,6 +721,8 @@ def _artifact(
         manifest["sparsity"] = sparse[0]
     if request.training is not None:  # MemoryX keeps the buffers a step updates
         used |= {update.buffer for update in imported.buffer_updates}
+        # and every initializer a checkpoint lists, also those the compile folded away
+        used |= set(imported.initializers)
     weights = {k: v for k, v in imported.weights.items() if k in used}
     declared = {k: v.to_json() for k, v in sorted(imported.declared.items()) if k in used}
     if declared:

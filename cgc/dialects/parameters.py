@@ -103,4 +103,4 @@ def _per_channel(op: wse.MulOp | wse.DivOp, operand: SSAValue) -> bool:
 
 def _is_mask(data: np.ndarray | None) -> bool:
     """Whether ``data`` blocks scores: some value is at or below ``MASK_FLOOR``."""
-    return data is not None and data.size > 0 and bool(np.min(data) <= MASK_FLOOR)
+    return data is not None and data.size > 0 and float(np.min(data)) <= MASK_FLOOR

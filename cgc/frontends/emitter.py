@@ -48,6 +48,16 @@ def inlinable(array: np.ndarray) -> bool:
     return array.dtype.kind != "f" or bool(np.isfinite(array).all())
 
 
+def constant_op(array: np.ndarray, weights: dict[str, np.ndarray], name: str) -> Operation:
+    """``array`` as an op: an inline constant when ``inlinable``, else a frozen weight of
+    ``name`` stored in ``weights``."""
+    if inlinable(array):
+        return wse.ConstantOp(wse.dense_attr(array))
+    weights[name] = array
+    element = wse.element_of_numpy(array.dtype)
+    return wse.WeightOp(name, TensorType(element, array.shape), frozen=True)
+
+
 class Emitter:
     """The builder of one ``@main``: where ops go, what is known at compile time, and the side
     store of weights."""
@@ -88,16 +98,10 @@ class Emitter:
     def const(self, array: np.ndarray, name: str | None = None, at: NameLoc | None = None):
         """A value known at compile time: inline when small, else a frozen weight."""
         array = np.asarray(array)
-        element = wse.element_of_numpy(array.dtype)
-        if inlinable(array):
-            op: Operation = wse.ConstantOp(wse.dense_attr(array))
-        else:
-            if name is None or name in self.weights:
-                self.folded += 1
-                name = f"{self.loc.desc.data}:{self.folded}"
-            self.weights[name] = array
-            op = wse.WeightOp(name, TensorType(element, array.shape), frozen=True)
-        value = self._insert(op, at)[0]
+        if not inlinable(array) and (name is None or name in self.weights):
+            self.folded += 1
+            name = f"{self.loc.desc.data}:{self.folded}"
+        value = self._insert(constant_op(array, self.weights, name or ""), at)[0]
         self.known[value] = array
         return value
 
@@ -115,16 +119,12 @@ class Emitter:
         is refused now (``reference.DivisionByZero``), as every run would refuse it."""
         known = [self.known.get(v) for v in op.operands]
         arrays = [a for a in known if a is not None]
-        foldable = _foldable(op)
-        if foldable and len(known) == 2 and known[1] is not None:
+        can_fold = foldable(op)
+        if can_fold and len(known) == 2 and known[1] is not None:
             reference.check_divisor(wse.mnemonic(op), known[1], wse.tensor_shape(op.results[0]))
-        if op.operands and len(arrays) == len(known) and foldable:
+        if op.operands and len(arrays) == len(known) and can_fold:
             op.verify()
-            results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r)))
-                       for r in op.results]  # fmt: skip
-            values = reference.evaluate_all(
-                wse.mnemonic(op), wse.properties_as_python(op), arrays, results
-            )
+            values = evaluate(op, arrays)
             op.erase()  # never inserted, but its operands count it as a use until then
             return [self.const(v) for v in values]
         return self._insert(op)
@@ -151,9 +151,15 @@ def erase_unused(block: Block) -> None:
             op.erase()
 
 
-def _foldable(op: Operation) -> bool:
-    """Whether the importer may evaluate ``op`` when its operands are known."""
+def foldable(op: Operation) -> bool:
+    """Whether a compile may evaluate ``op`` when its operands are known."""
     return op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES
+
+
+def evaluate(op: Operation, operands: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The results of a ``foldable`` op on the arrays of its operands."""
+    results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results]
+    return reference.evaluate_all(wse.mnemonic(op), wse.properties_as_python(op), operands, results)
 
 
 Converter = TypeVar("Converter", bound=Callable)

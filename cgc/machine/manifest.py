@@ -164,6 +164,21 @@ _TRAINING: Schema = {
     },
 }
 
+_ATTENTION: Schema = {
+    "type": ["object", "null"],
+    "required": ["found", "fused", "first_unfused"],
+    "properties": {
+        "found": {"type": "integer", "minimum": 0},
+        "fused": {"type": "integer", "minimum": 0},
+        "first_unfused": {
+            "type": ["object", "null"],
+            "required": ["name", "reason"],
+            "properties": {"name": {"type": "string"}, "reason": {"type": "string"}},
+        },
+    },
+}
+"""The attention blocks a compile found and fused, and the first it left with the reason."""
+
 SCHEMA: Schema = {
     "type": "object",
     "required": [
@@ -204,6 +219,7 @@ SCHEMA: Schema = {
         "pipeline": {"type": "string"},
         "layers": {"type": "array", "items": _LAYER},
         "training": _TRAINING,
+        "attention": _ATTENTION,
         "sparsity": _SPARSITY,
         "declared_weights": {
             "type": "object",
@@ -216,8 +232,9 @@ SCHEMA: Schema = {
     },
 }
 """Every key of a manifest: the keys ``required`` lists always appear (``null`` when they do
-not apply); ``declared_weights`` (weights without data) and ``training.buffers`` (buffers a
-training step updates) may be left out."""
+not apply); ``declared_weights`` (weights without data), ``training.buffers`` (buffers a
+training step updates) and ``attention`` (in artifacts of cgc before it counted attention
+blocks) may be left out."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,9 +85,13 @@ class Ring:
     def of(cls, q: Request) -> Ring:
         ((shape, dtype),) = q.results[:1]
         out = Layout.on(shape, dtype, q.rect)
-        sequence, heads = q.attrs["sequence"], q.attrs["heads"]
-        blocks = ceil(sequence / out.rt)
-        steps = ceil((blocks + 1) / 2) if q.attrs["causal"] else blocks
+        keys, heads = q.attrs.get("key_sequence", q.attrs["sequence"]), q.attrs["heads"]
+        blocks = ceil(keys / out.rt)
+        steps = blocks
+        if q.attrs["causal"]:
+            steps = ceil((blocks + 1) / 2)
+        if window := q.attrs.get("window", 0):  # the blocks a window reaches back over
+            steps = min(steps, ceil(window / out.rt) + 1)
         return cls(out, shape[-1] // heads, steps, blocks)
 
     @property
@@ -150,11 +154,20 @@ class Ring:
 
 
 def _flops(attrs: Attrs, tokens: int, width: int) -> float:
-    """Two products of ``sequence x sequence x d`` per sample and head (half of the scores
-    with a causal mask)."""
+    """Two products of ``queries x keys x d`` per sample and head, over the scores the mask
+    keeps (about half with a causal mask, ``window`` a query with a sliding window)."""
     sequence = int(attrs["sequence"])
-    pairs = sequence * (sequence + 1) / 2 if attrs["causal"] else float(sequence * sequence)
-    return 4.0 * (tokens // sequence) * width * pairs
+    return 4.0 * (tokens // sequence) * width * kept_scores(attrs)
+
+
+def kept_scores(attrs: Attrs) -> float:
+    """The scores of one sample and head that an attention's mask keeps."""
+    sequence, window = int(attrs["sequence"]), int(attrs.get("window", 0))
+    if not attrs["causal"]:
+        return float(sequence * int(attrs.get("key_sequence", sequence)))
+    if not window or window >= sequence:
+        return sequence * (sequence + 1) / 2
+    return window * (window + 1) / 2 + (sequence - window) * window
 
 
 def _scratch(ring: Ring, kv_blocks: int) -> int:

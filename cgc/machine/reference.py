@@ -182,11 +182,18 @@ _SPECIAL: dict[str, Special] = {
     "scatter_nd": lambda a, xs, r: [scatter_nd(xs[0], xs[1], xs[2], a["reduction"])],
     **{kind: _scanning(kind) for kind in ("cumsum", "cumprod")},
     "topk": lambda a, xs, r: list(topk(xs[0], a["axis"], r[0][0][a["axis"]], a["largest"])),
-    "attention": lambda a, xs, r: [attention(xs[0], xs[1], xs[2], a)],
-    "attention_grad": lambda a, xs, r: attention_grad(xs[0], xs[1], xs[2], xs[3], xs[4], a),
+    "attention": lambda a, xs, r: [attention(xs[0], xs[1], xs[2], a, _bias(xs, 3))],
+    "attention_grad": lambda a, xs, r: attention_grad(
+        xs[0], xs[1], xs[2], xs[-2], xs[-1], a, _bias(xs, 5)
+    ),
     "rotary": lambda a, xs, r: [rotary(xs[0], xs[1], xs[2], a)],
 }
 """Primitives with their own semantics (results: their shapes and dtype names)."""
+
+
+def _bias(inputs: Sequence[np.ndarray], at: int) -> np.ndarray | None:
+    """An attention's bias: its input ``at`` if it has one more than its others."""
+    return inputs[3] if len(inputs) > at else None
 
 
 def _compute(

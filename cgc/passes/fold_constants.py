@@ -7,8 +7,9 @@
 * A reshape or transpose of a weight becomes a view of that weight (``perm`` on
   ``wse.weight``): the weight is laid out, or streamed by MemoryX, in the order the kernel
   consumes it, instead of being moved on the wafer at every run.
-* Identity reshapes, transposes, broadcasts and casts disappear, and a reshape of a reshape is
-  one reshape.
+* Identity reshapes, transposes, broadcasts and casts disappear, a reshape of a reshape is
+  one reshape, and a transpose of a transpose one transpose (the views of heads a frontend
+  takes back and forth around fused attention cancel).
 * An op made cheaper by a constant operand becomes the cheaper op, with the same bits:
   ``x ** 2`` a product ``x * x``, ``1 / x`` a reciprocal (exporters write RMS norms this way;
   a power costs a PE an exponential and a logarithm).
@@ -121,6 +122,21 @@ class RemoveIdentity(RewritePattern):
         rewriter.replace(op, [], [op.input])
 
 
+class ComposeTransposes(RewritePattern):
+    """``transpose(transpose(x, p), q)`` -> ``transpose(x, p[q])``: one permutation, which
+    ``RemoveIdentity`` drops when the two undo each other."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.TransposeOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if not isinstance(inner, wse.TransposeOp):
+            return
+        first = inner.perm.get_values()
+        composed = wse.TransposeOp(inner.input, [first[axis] for axis in op.perm.get_values()])
+        composed.location = op.location
+        rewriter.replace(op, [composed], [composed.result])
+
+
 class CollapseReshapes(RewritePattern):
     """``reshape(reshape(x))`` -> ``reshape(x)``: a tensor shaped twice is shaped once, so the
     shape between (``[N, C, 1, 1]`` on the way from pooling to a classifier, which holds every
@@ -177,6 +193,7 @@ class FoldConstantsPass(ModulePass):
                     FoldConstantOp(),
                     FoldWeightView(),
                     RemoveIdentity(),
+                    ComposeTransposes(),
                     CollapseReshapes(),
                     ReduceStrength(),
                 ],

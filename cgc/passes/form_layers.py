@@ -6,8 +6,10 @@ layer opens at a matmul, a pooling window or the patch gathering of a convolutio
 current layer already holds a matmul or a pooling window; everything else (bias adds,
 activations, normalizations, reshapes) joins the layer being built, and so does a pooling
 window over the whole image (a global pool: one output position, a reduction like a mean).
-Fused attention counts as a matmul. Each layer is named after the source node of the op that
-opened it.
+Fused attention counts as a matmul. A token embedding (a lookup of a weight's rows by ids the
+model is given) is a layer of its own: it opens one after a heavy layer, and the matmul after
+it opens the next, so that reports name it rather than fold its table into the first
+projection. Each layer is named after the source node of the op that opened it.
 
 Weights and constants are created inside every layer that uses them, so a layer's body is
 isolated: it knows its own weights, and a weight shared by two layers (tied embeddings, say)
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -34,25 +36,49 @@ COMPUTE = (wse.MatmulOp, wse.MatmulTransposeAOp, wse.MaxPoolOp, wse.AvgPoolOp, w
 OPENERS = (*COMPUTE, wse.Im2ColOp)
 """Ops that open a new layer once the current one is heavy."""
 SOURCES = (wse.WeightOp, wse.ConstantOp)
+RELABELS = (wse.ReshapeOp, wse.CastOp)
+"""Ops that change how ids are shaped or typed, not which rows they pick."""
 
 
 def group_ops(ops: list[Operation]) -> list[list[Operation]]:
     """Splits the non-source ops of a block into layers, in program order."""
     groups: list[list[Operation]] = []
     current: list[Operation] = []
-    heavy = False
+    heavy = looked_up = False  # the layer holds compute; it holds a token embedding
     for op in ops:
         if isinstance(op, (*SOURCES, func.ReturnOp)):
             continue
         whole = is_global_pool(op)
-        if isinstance(op, OPENERS) and heavy and not whole:
+        embedding = is_token_embedding(op)
+        computes = isinstance(op, OPENERS) and not whole
+        if (computes and (heavy or looked_up)) or (embedding and heavy):
             groups.append(current)
-            current, heavy = [], False
+            current, heavy, looked_up = [], False, False
         current.append(op)
         heavy |= isinstance(op, COMPUTE) and not whole
+        looked_up |= embedding
     if current:
         groups.append(current)
     return groups
+
+
+def _relabeled(value: SSAValue) -> SSAValue:
+    """``value`` before the reshapes and casts that made it."""
+    while isinstance(value.owner, RELABELS):
+        value = value.owner.operands[0]
+    return value
+
+
+def is_token_embedding(op: Operation) -> bool:
+    """Whether ``op`` looks up rows of a weight by ids that are a graph input (reshaped or
+    cast at most): a token embedding, or another table indexed by the model's inputs (token
+    types, positions given as input)."""
+    return (
+        isinstance(op, wse.GatherOp)
+        and op.axis.value.data == 0
+        and isinstance(_relabeled(op.data).owner, wse.WeightOp)
+        and isinstance(_relabeled(op.indices), BlockArgument)
+    )
 
 
 def is_global_pool(op: Operation) -> bool:
@@ -66,9 +92,15 @@ def is_global_pool(op: Operation) -> bool:
 
 
 def opener(group: list[Operation]) -> Operation:
-    """The op that opened a layer (its first op if none did)."""
+    """The op that opened a layer (its first op if none did): a token embedding's first
+    lookup, or its heavy op."""
     return next(
-        (op for op in group if isinstance(op, OPENERS) and not is_global_pool(op)), group[0]
+        (
+            op
+            for op in group
+            if (isinstance(op, OPENERS) and not is_global_pool(op)) or is_token_embedding(op)
+        ),
+        group[0],
     )
 
 

@@ -23,7 +23,7 @@ actors, with the same numbers and the same timing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,11 @@ from cgc.runtime import pipeline
 from cgc.runtime.executors import LOCAL, Backend, connect
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
-from cgc.runtime.vm import Executor, System
+from cgc.runtime.vm import Executor, OnLayer, System
+
+OnStep = Callable[[int, int, str], None]
+"""Told of each layer of each run of a cluster's call as it begins: its number among the
+layers of all the runs (from 1), their count, and its name and run."""
 
 RECOMPUTED = ".recompute"
 """The name suffix of the layers that compute forward activations again for the backward
@@ -310,48 +314,67 @@ class Cluster:
 
     # -- running --------------------------------------------------------------------------
 
-    def _execute(self, system: int, chunk: Sequence[np.ndarray]) -> Run:
+    def _execute(
+        self, system: int, chunk: Sequence[np.ndarray], on_layer: OnLayer | None = None
+    ) -> Run:
         executor = Executor(
             self.program,
             self.target,
             self.systems[system],
             self.memoryx,
             deliver=self.mode == "pipelined",
+            on_layer=on_layer,
         )
         executor.run(chunk)
         return Run.of(executor)
 
-    def _timed(self, runs: int) -> Run:
+    def _timed(self, runs: int, on_step: OnStep | None = None) -> Run:
         """A run of a timing-only cluster: the program on shapes, on one system, once for a
         system that runs once and twice for one that runs more (the second run finds the
         weights and constants of the first pinned, as every later run does)."""
-        while len(self.timed_runs) < min(runs, 2):
-            executor = Executor(
-                self.program, self.target, self.systems[0], None, self.mode == "pipelined"
-            )
+        wanted = min(runs, 2)
+        while len(self.timed_runs) < wanted:
+            told = self._told(on_step, len(self.timed_runs), wanted)
+            pipelined = self.mode == "pipelined"
+            executor = Executor(self.program, self.target, self.systems[0], None, pipelined, told)
             executor.run(())
             self.timed_runs.append(Run.of(executor))
         return self.timed_runs[0]
 
-    def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> tuple[list[Run], int]:
+    def _told(self, on_step: OnStep | None, run: int, runs: int) -> OnLayer | None:
+        """``on_step`` told of the layers of run ``run`` of ``runs`` (from 0), numbered among
+        the layers of all of them."""
+        if on_step is None:
+            return None
+        per_run = sum(ins.opcode == Opcode.LAYER for ins in self.program.instructions)
+        which = f" (batch {run + 1}/{runs})" if runs > 1 else ""
+        return lambda number, name: on_step(run * per_run + number, runs * per_run, name + which)
+
+    def _runs(
+        self, inputs: Mapping[str, np.ndarray] | None, on_step: OnStep | None = None
+    ) -> tuple[list[Run], int]:
         """The runs of the chunks of ``inputs``, chunk ``c`` on system ``c mod K``, and how many
         chunks there are: a run per chunk, or timing-only the one run that every chunk
         repeats (a batch can have billions)."""
         if not self.numerics:
             count = self._chunk_count(inputs)
-            return [self._timed(-(-count // self.num_csx))], count
+            return [self._timed(-(-count // self.num_csx), on_step)], count
         if inputs is None:
             raise CgcError("a run with numbers needs inputs")
         chunks = self._chunks(inputs)
-        runs = [self._execute(c % self.num_csx, chunk) for c, chunk in enumerate(chunks)]
+        runs = [
+            self._execute(c % self.num_csx, chunk, self._told(on_step, c, len(chunks)))
+            for c, chunk in enumerate(chunks)
+        ]
         return runs, len(runs)
 
     def infer(
-        self, inputs: Mapping[str, np.ndarray] | None = None
+        self, inputs: Mapping[str, np.ndarray] | None = None, on_step: OnStep | None = None
     ) -> tuple[dict[str, np.ndarray], RunStats]:
         """Runs the samples in ``inputs`` (timing-only: without them, one global batch) and
-        returns the outputs and the run's statistics."""
-        runs, chunks = self._runs(inputs)
+        returns the outputs and the run's statistics; ``on_step`` is told of every layer of
+        every run as it begins (``OnStep``; a progress bar)."""
+        runs, chunks = self._runs(inputs, on_step)
         outputs = self._gather_outputs(runs) if self.numerics else {}
         return outputs, self._stats(runs, chunks, training=False)
 

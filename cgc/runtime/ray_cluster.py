@@ -44,7 +44,7 @@ from cgc.machine.artifact import Artifact, WeightSpec
 from cgc.machine.bytecode import Program
 from cgc.machine.cost import Sram
 from cgc.machine.target import Target
-from cgc.runtime.cluster import Cluster, Run
+from cgc.runtime.cluster import Cluster, OnStep, Run
 from cgc.runtime.executors import Backend
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import add
@@ -238,9 +238,12 @@ class RayCluster(Cluster):
                 raise error.cause from None
             raise
 
-    def _runs(self, inputs: Mapping[str, np.ndarray] | None) -> tuple[list[Run], int]:
+    def _runs(
+        self, inputs: Mapping[str, np.ndarray] | None, on_step: OnStep | None = None
+    ) -> tuple[list[Run], int]:
         """The chunks' runs, chunk ``c`` on system actor ``c mod K``; their gradients stay
-        in the object store (``pending``)."""
+        in the object store (``pending``). The actors run their layers out of sight:
+        ``on_step`` is told of each run's first layer as this process waits for it."""
         if inputs is None:
             raise CgcError("a run with numbers needs inputs")
         calls = [
@@ -248,7 +251,12 @@ class RayCluster(Cluster):
             for c, chunk in enumerate(self._chunks(inputs))
         ]
         self.pending = [gradients for _, gradients in calls]
-        runs = [self._get(run) for run, _ in calls]
+        runs = []
+        for c, (run, _) in enumerate(calls):
+            told = self._told(on_step, c, len(calls))
+            if told is not None:
+                told(1, "on Ray")
+            runs.append(self._get(run))
         return runs, len(runs)
 
     def _update(

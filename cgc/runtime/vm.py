@@ -15,7 +15,7 @@ with a ``CgcError`` naming the instruction's source node (or, without one, its l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,10 +43,13 @@ class System:
 
 Value = DistTensor | np.ndarray
 
+OnLayer = Callable[[int, str], None]
+"""Told of each layer of a run as it begins: its number in the run (from 1) and its name."""
+
 
 class Executor:
     """Runs the program once on one system for one chunk of samples; with ``memoryx`` None
-    the run has no numbers (timing only)."""
+    the run has no numbers (timing only). ``on_layer`` is told of each layer as it begins."""
 
     def __init__(
         self,
@@ -55,8 +58,10 @@ class Executor:
         system: System,
         memoryx: MemoryX | None,
         deliver: bool = False,
+        on_layer: OnLayer | None = None,
     ):
         self.program = program
+        self.on_layer = on_layer
         self.system = system
         self.memoryx = memoryx
         script = script_for(program, target, deliver, system.sram)
@@ -95,8 +100,12 @@ class Executor:
     def run(self, inputs: Sequence[np.ndarray]) -> None:
         """Executes every instruction."""
         self.inputs = inputs
+        on_layer, layers = self.on_layer, 0
         with np.errstate(all="ignore"):
             for ins in self.program.instructions:
+                if on_layer is not None and ins.opcode == Opcode.LAYER:
+                    layers += 1
+                    on_layer(layers, self.program.layers[ins.attrs["layer"]].name)
                 self.step(ins)
         if isinstance(self.timing, Recording):
             self.timing.keep()

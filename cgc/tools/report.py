@@ -168,6 +168,18 @@ def _tensor_line(spec: dict) -> str:
     return f"{spec['name']} {spec['dtype']} {list(spec['shape'])}{batch}"
 
 
+def _attention_lines(census: dict | None) -> list[str]:
+    """How many attention blocks the compile fused of those it found, and why the first
+    unfused one is not (none: the model has no attention)."""
+    if not census or not census["found"]:
+        return []
+    line = f"attention: {census['fused']} of {census['found']} blocks fused"
+    first = census["first_unfused"]
+    if first is not None:
+        line += f"; the first unfused, {first['name']}: {first['reason']}"
+    return [line]
+
+
 def summary_text(artifact: Artifact) -> str:
     """A readable summary: manifest, then the placement or the stream schedule."""
     m = artifact.manifest
@@ -182,6 +194,7 @@ def summary_text(artifact: Artifact) -> str:
         *[f"input:  {_tensor_line(s)}" for s in m["inputs"]],
         *[f"output: {_tensor_line(s)}" for s in m["outputs"]],
         f"passes: {m['pipeline']}",
+        *_attention_lines(m.get("attention")),
     ]
     width = max((len(layer["name"]) for layer in info["layers"]), default=4)
     if m["mode"] == "pipelined":

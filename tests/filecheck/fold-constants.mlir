@@ -167,3 +167,17 @@ func.func @strength(%x: tensor<4x3xf32>, %n: tensor<4x3xi32>) -> (tensor<4x3xf32
 // CHECK-NEXT:    %[[WIDE:.*]] = wse.div %{{.*}}, %x : (tensor<5x4x3xf32>, tensor<4x3xf32>) -> tensor<5x4x3xf32> loc("wide")
 // CHECK:         %[[INT:.*]] = wse.pow %n, %{{.*}} : (tensor<4x3xi32>, tensor<i32>) -> tensor<4x3xi32> loc("int")
 // CHECK-NEXT:    func.return %[[SQ]], %[[INV]], %[[CUBE]], %[[WIDE]], %[[INT]]
+
+// A transpose of a transpose is one transpose; two that undo each other are none (the views of
+// heads the PyTorch frontend takes around fused attention).
+func.func @transposes(%x: tensor<2x3x4x5xf32>) -> (tensor<2x3x4x5xf32>, tensor<4x5x3x2xf32>) {
+  %a = wse.transpose %x {perm = array<i64: 0, 2, 1, 3>} : tensor<2x3x4x5xf32> -> tensor<2x4x3x5xf32>
+  %b = wse.transpose %a {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x3x5xf32> -> tensor<2x3x4x5xf32>
+  %c = wse.transpose %x {perm = array<i64: 3, 2, 1, 0>} : tensor<2x3x4x5xf32> -> tensor<5x4x3x2xf32>
+  %d = wse.transpose %c {perm = array<i64: 1, 0, 2, 3>} : tensor<5x4x3x2xf32> -> tensor<4x5x3x2xf32>
+  func.return %b, %d : tensor<2x3x4x5xf32>, tensor<4x5x3x2xf32>
+}
+
+// CHECK-LABEL: func.func @transposes
+// CHECK-NEXT:    %[[D:.*]] = wse.transpose %x {perm = array<i64: 2, 3, 1, 0>} : tensor<2x3x4x5xf32> -> tensor<4x5x3x2xf32>
+// CHECK-NEXT:    func.return %x, %[[D]] : tensor<2x3x4x5xf32>, tensor<4x5x3x2xf32>

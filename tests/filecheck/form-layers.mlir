@@ -1,4 +1,4 @@
-// RUN: cgc opt %s -p form-layers | filecheck %s
+// RUN: cgc opt %s --split-input-file -p form-layers | filecheck %s
 
 // A layer opens at a matmul or pooling window once the current layer holds one, and is
 // named after the node of the op that opened it. Layer bodies are isolated: their inputs
@@ -59,4 +59,53 @@ func.func @main(%x: tensor<2x4xf32> loc("x")) -> (tensor<2x4xf32>, tensor<2x4xf3
 // CHECK-NEXT:      wse.yield %[[O]] : tensor<2x4xf32>
 // CHECK-NEXT:    } loc("head")
 // CHECK-NEXT:    func.return %[[L4]], %[[L1]] : tensor<2x4xf32>, tensor<2x4xf32>
+// CHECK-NEXT:  }
+
+// -----
+
+// A token embedding (a weight's rows looked up by ids the model is given, reshaped or cast at
+// most) is a layer of its own, named after its node: what follows it up to the next matmul
+// joins it (the position table's rows added, a norm), and that matmul opens the next layer.
+// A lookup by ids the model computes opens no layer (the relative bias after the matmul).
+
+func.func @main(%ids: tensor<2x3xi64> loc("ids")) -> tensor<6x4xf32> {
+  %table = wse.weight "wte.weight" : tensor<10x4xf32> loc("wte")
+  %flat = wse.reshape %ids : tensor<2x3xi64> -> tensor<6xi64> loc("wte_flat")
+  %cast = wse.cast %flat : tensor<6xi64> -> tensor<6xi32> loc("wte_cast")
+  %x = wse.gather %table, %cast {axis = 0 : i64} : (tensor<10x4xf32>, tensor<6xi32>) -> tensor<6x4xf32> loc("wte")
+  %positions = wse.weight "wpe.weight" : tensor<3x4xf32> loc("wpe")
+  %at = wse.constant dense<[0, 1, 2, 0, 1, 2]> : tensor<6xi32> loc("positions")
+  %p = wse.gather %positions, %at {axis = 0 : i64} : (tensor<3x4xf32>, tensor<6xi32>) -> tensor<6x4xf32> loc("wpe")
+  %e = wse.add %x, %p : (tensor<6x4xf32>, tensor<6x4xf32>) -> tensor<6x4xf32> loc("embed_sum")
+  %w = wse.weight "q.weight" : tensor<4x4xf32> loc("q_proj")
+  %q = wse.matmul %e, %w : (tensor<6x4xf32>, tensor<4x4xf32>) -> tensor<6x4xf32> loc("q_proj")
+  %r = wse.gather %positions, %at {axis = 0 : i64} : (tensor<3x4xf32>, tensor<6xi32>) -> tensor<6x4xf32> loc("bias")
+  %o = wse.add %q, %r : (tensor<6x4xf32>, tensor<6x4xf32>) -> tensor<6x4xf32> loc("biased")
+  func.return %o : tensor<6x4xf32>
+}
+
+// CHECK-LABEL: func.func @main(%ids: tensor<2x3xi64> loc("ids")) -> tensor<6x4xf32> {
+// CHECK-NEXT:    %[[E:.*]] = wse.layer "wte"(%ids) : (tensor<2x3xi64>) -> tensor<6x4xf32> {
+// CHECK-NEXT:    ^{{.*}}(%[[IDS:.*]]: tensor<2x3xi64>):
+// CHECK-NEXT:      %[[T:.*]] = wse.weight "wte.weight" : tensor<10x4xf32> loc("wte")
+// CHECK-NEXT:      %[[P:.*]] = wse.weight "wpe.weight" : tensor<3x4xf32> loc("wpe")
+// CHECK-NEXT:      %[[AT:.*]] = wse.constant {{.*}} loc("positions")
+// CHECK-NEXT:      %[[F:.*]] = wse.reshape %[[IDS]] : {{.*}} loc("wte_flat")
+// CHECK-NEXT:      %[[C:.*]] = wse.cast %[[F]] : {{.*}} loc("wte_cast")
+// CHECK-NEXT:      %[[X:.*]] = wse.gather %[[T]], %[[C]] {{.*}} loc("wte")
+// CHECK-NEXT:      %[[Y:.*]] = wse.gather %[[P]], %[[AT]] {{.*}} loc("wpe")
+// CHECK-NEXT:      %[[S:.*]] = wse.add %[[X]], %[[Y]] : {{.*}} loc("embed_sum")
+// CHECK-NEXT:      wse.yield %[[S]] : tensor<6x4xf32>
+// CHECK-NEXT:    } loc("wte")
+// CHECK-NEXT:    %[[Q:.*]] = wse.layer "q_proj"(%[[E]]) : (tensor<6x4xf32>) -> tensor<6x4xf32> {
+// CHECK-NEXT:    ^{{.*}}(%[[A:.*]]: tensor<6x4xf32>):
+// CHECK-NEXT:      %[[W:.*]] = wse.weight "q.weight" : tensor<4x4xf32> loc("q_proj")
+// CHECK-NEXT:      %[[P:.*]] = wse.weight "wpe.weight" : tensor<3x4xf32> loc("wpe")
+// CHECK-NEXT:      %[[AT:.*]] = wse.constant {{.*}} loc("positions")
+// CHECK-NEXT:      %[[M:.*]] = wse.matmul %[[A]], %[[W]] : {{.*}} loc("q_proj")
+// CHECK-NEXT:      %[[R:.*]] = wse.gather %[[P]], %[[AT]] {{.*}} loc("bias")
+// CHECK-NEXT:      %[[O:.*]] = wse.add %[[M]], %[[R]] : {{.*}} loc("biased")
+// CHECK-NEXT:      wse.yield %[[O]] : tensor<6x4xf32>
+// CHECK-NEXT:    } loc("q_proj")
+// CHECK-NEXT:    func.return %[[Q]] : tensor<6x4xf32>
 // CHECK-NEXT:  }

@@ -66,7 +66,8 @@ func.func @torch(%q: tensor<2x4x16xf32>, %k: tensor<2x4x16xf32>, %v: tensor<2x4x
 // CHECK-NEXT:    %[[Y:.*]] = wse.reshape %[[A]] : tensor<8x16xf32> -> tensor<2x4x16xf32>
 // CHECK-NEXT:    func.return %[[Y]] : tensor<2x4x16xf32>
 
-// A mask that is a weight counts only when the pass is told its kind.
+// A mask that is a weight counts as causal only when the pass is told its kind; else it is
+// a bias the fused op adds to the scores as it is.
 func.func @weight_mask(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
   %q4 = wse.reshape %q : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
   %qt = wse.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
@@ -82,13 +83,15 @@ func.func @weight_mask(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
 }
 
 // CHECK-LABEL: func.func @weight_mask
-// CHECK:         wse.softmax
-// CHECK-NOT:     wse.attention
+// CHECK:         %[[B:.*]] = wse.reshape %mask : tensor<4x4xf32> -> tensor<1x1x4x4xf32>
+// CHECK-NEXT:    wse.attention %{{.*}}, %{{.*}}, %{{.*}}, %[[B]] {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = false, scale = 1.000000e+00 : f64}
+// CHECK-NOT:     wse.softmax
 // WEIGHT-LABEL:  func.func @weight_mask
 // WEIGHT:        wse.attention %{{.*}}, %{{.*}}, %{{.*}} {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = true, scale = 1.000000e+00 : f64}
 // WEIGHT-NOT:    wse.softmax
 
-// Left alone: a mask that is neither causal nor open, and a softmax over the queries.
+// A mask that is neither causal, open nor a window is a bias; a softmax over the queries is
+// left alone.
 func.func @other_mask(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
   %q4 = wse.reshape %q : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
   %qt = wse.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
@@ -111,6 +114,9 @@ func.func @other_mask(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
 
 // CHECK-LABEL: func.func @other_mask
 // WEIGHT-LABEL: func.func @other_mask
+// CHECK:         %[[B:.*]] = wse.reshape %mask : tensor<4x4xf32> -> tensor<1x1x4x4xf32>
+// CHECK-NEXT:    wse.attention %{{.*}}, %{{.*}}, %{{.*}}, %[[B]] {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = false, scale = 1.000000e+00 : f64}
+// CHECK:         wse.softmax %{{.*}} {axis = 2 : i64}
 // CHECK-NOT:     wse.attention
 // CHECK:         func.return
 
@@ -143,3 +149,68 @@ func.func @scaled_after_mask(%q: tensor<1x4x16xf32>) -> (tensor<1x4x16xf32>, ten
 // CHECK:         wse.attention %{{.*}}, %{{.*}}, %{{.*}} {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = true, scale = 2.000000e+00 : f64}
 // CHECK-NOT:     wse.softmax
 // CHECK:         func.return
+
+// As the SDPA lowerings write it (Llama, dynamo exporter): q and k^T each scaled by
+// sqrt(1/sqrt(d)) before the scores, q changed after the head split (as rotary embeddings do),
+// the two key and value heads repeated for four query heads, and the softmax guarded by
+// where(isnan(p), 0, p). The changed q is read through a transpose back to token-major order.
+func.func @sdpa(%q: tensor<1x4x32xf32>, %k: tensor<1x4x16xf32>, %v: tensor<1x4x16xf32>) -> tensor<1x4x32xf32> {
+  %q4 = wse.reshape %q : tensor<1x4x32xf32> -> tensor<1x4x4x8xf32>
+  %qt = wse.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x4x8xf32> -> tensor<1x4x4x8xf32>
+  %qr = wse.neg %qt : tensor<1x4x4x8xf32>
+  %k4 = wse.reshape %k : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
+  %kt = wse.transpose %k4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %k5 = wse.reshape %kt : tensor<1x2x4x8xf32> -> tensor<1x2x1x4x8xf32>
+  %kb = wse.broadcast_to %k5 : tensor<1x2x1x4x8xf32> -> tensor<1x2x2x4x8xf32>
+  %kg = wse.reshape %kb : tensor<1x2x2x4x8xf32> -> tensor<1x4x4x8xf32>
+  %v4 = wse.reshape %v : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
+  %vt = wse.transpose %v4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %v5 = wse.reshape %vt : tensor<1x2x4x8xf32> -> tensor<1x2x1x4x8xf32>
+  %vb = wse.broadcast_to %v5 : tensor<1x2x1x4x8xf32> -> tensor<1x2x2x4x8xf32>
+  %vg = wse.reshape %vb : tensor<1x2x2x4x8xf32> -> tensor<1x4x4x8xf32>
+  %root = wse.constant dense<0.5> : tensor<f32>
+  %qs = wse.mul %qr, %root : (tensor<1x4x4x8xf32>, tensor<f32>) -> tensor<1x4x4x8xf32>
+  %kT = wse.transpose %kg {perm = array<i64: 0, 1, 3, 2>} : tensor<1x4x4x8xf32> -> tensor<1x4x8x4xf32>
+  %ks = wse.mul %kT, %root : (tensor<1x4x8x4xf32>, tensor<f32>) -> tensor<1x4x8x4xf32>
+  %s = wse.matmul %qs, %ks : (tensor<1x4x4x8xf32>, tensor<1x4x8x4xf32>) -> tensor<1x4x4x4xf32>
+  %mask = wse.constant dense<[[0.0, -3.0e38, -3.0e38, -3.0e38], [0.0, 0.0, -3.0e38, -3.0e38], [0.0, 0.0, 0.0, -3.0e38], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %masked = wse.add %s, %mask : (tensor<1x4x4x4xf32>, tensor<4x4xf32>) -> tensor<1x4x4x4xf32>
+  %p = wse.softmax %masked {axis = 3 : i64} : tensor<1x4x4x4xf32>
+  %nan = wse.is_nan %p : tensor<1x4x4x4xf32> -> tensor<1x4x4x4xi1>
+  %zero = wse.constant dense<0.0> : tensor<f32>
+  %guarded = wse.select %nan, %zero, %p : (tensor<1x4x4x4xi1>, tensor<f32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %o = wse.matmul %guarded, %vg : (tensor<1x4x4x4xf32>, tensor<1x4x4x8xf32>) -> tensor<1x4x4x8xf32>
+  %ot = wse.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x4x8xf32> -> tensor<1x4x4x8xf32>
+  %y = wse.reshape %ot : tensor<1x4x4x8xf32> -> tensor<1x4x32xf32>
+  func.return %y : tensor<1x4x32xf32>
+}
+
+// CHECK-LABEL: func.func @sdpa
+// CHECK:         %[[R:.*]] = wse.neg
+// CHECK-NEXT:    %[[T:.*]] = wse.transpose %[[R]] {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x4x8xf32> -> tensor<1x4x4x8xf32>
+// CHECK-NEXT:    %[[Q:.*]] = wse.reshape %[[T]] : tensor<1x4x4x8xf32> -> tensor<4x32xf32>
+// CHECK-NEXT:    %[[K:.*]] = wse.reshape %k : tensor<1x4x16xf32> -> tensor<4x16xf32>
+// CHECK-NEXT:    %[[V:.*]] = wse.reshape %v : tensor<1x4x16xf32> -> tensor<4x16xf32>
+// CHECK-NEXT:    %[[A:.*]] = wse.attention %[[Q]], %[[K]], %[[V]] {sequence = 4 : i64, heads = 4 : i64, kv_heads = 2 : i64, causal = true, scale = 2.500000e-01 : f64} : (tensor<4x32xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x32xf32>
+// CHECK-NEXT:    %[[Y:.*]] = wse.reshape %[[A]] : tensor<4x32xf32> -> tensor<1x4x32xf32>
+// CHECK-NEXT:    func.return %[[Y]] : tensor<1x4x32xf32>
+
+// A sliding window of two keys, over more keys than the window.
+func.func @window(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
+  %q4 = wse.reshape %q : tensor<1x4x16xf32> -> tensor<1x4x2x8xf32>
+  %qt = wse.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x2x8xf32> -> tensor<1x2x4x8xf32>
+  %kt = wse.transpose %q4 {perm = array<i64: 0, 2, 3, 1>} : tensor<1x4x2x8xf32> -> tensor<1x2x8x4xf32>
+  %s = wse.matmul %qt, %kt : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %keep = wse.constant dense<[[true, false, false, false], [true, true, false, false], [false, true, true, false], [false, false, true, true]]> : tensor<4x4xi1>
+  %lowest = wse.constant dense<-3.40282347e+38> : tensor<f32>
+  %masked = wse.select %keep, %s, %lowest : (tensor<4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = wse.softmax %masked {axis = 3 : i64} : tensor<1x2x4x4xf32>
+  %o = wse.matmul %p, %qt : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  %ot = wse.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x4x8xf32> -> tensor<1x4x2x8xf32>
+  %y = wse.reshape %ot : tensor<1x4x2x8xf32> -> tensor<1x4x16xf32>
+  func.return %y : tensor<1x4x16xf32>
+}
+
+// CHECK-LABEL: func.func @window
+// CHECK:         wse.attention %{{.*}}, %{{.*}}, %{{.*}} {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = true, scale = 1.000000e+00 : f64, window = 2 : i64}
+// CHECK-NOT:     wse.softmax

@@ -16,7 +16,8 @@ from cgc.dialects.ir import Emitter
 
 
 def _attention(op: wse.AttentionOp, emit: Emitter, g: SSAValue) -> Grads:
-    grad = wse.AttentionGradOp([op.query, op.key, op.value, op.result, g], op)
+    inputs = [op.query, op.key, op.value, *([] if op.bias is None else [op.bias])]
+    grad = wse.AttentionGradOp([*inputs, op.result, g], op)
     emit(grad)
     return list(grad.results)
 

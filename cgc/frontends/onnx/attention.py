@@ -161,20 +161,6 @@ def attention_bias(im: Importer, node: Node, mask: SSAValue | None, frame: Frame
     return bias
 
 
-def safe_softmax(im: Importer, x: SSAValue) -> SSAValue:
-    """Softmax over the last axis that maps a row of ``-inf`` to zeros instead of NaN."""
-    axis = len(shape_of(x)) - 1
-    peak = im.emit(wse.ReduceMaxOp(x, [axis], True))
-    empty = im.emit(wse.EqualOp(peak, neg_inf(im, dtype_of(x).name)))
-    peak = im.emit(wse.SelectOp(empty, im.scalar(0.0, x), peak))
-    peak = im.emit(wse.StopGradientOp(peak))
-    e = im.emit(wse.ExpOp(im.emit(wse.SubOp(x, peak))))
-    total = im.emit(wse.ReduceSumOp(e, [axis], True))
-    nothing = im.emit(wse.EqualOp(total, im.scalar(0.0, total)))
-    total = im.emit(wse.SelectOp(nothing, im.scalar(1.0, total), total))
-    return im.emit(wse.DivOp(e, total))
-
-
 def masked_rows(im: Importer, bias: SSAValue | None) -> SSAValue | None:
     """Where a query row's bias is ``-inf`` for every key (``(..., q, 1)``); None when no row
     can be (the bias is known and has no such row)."""
@@ -199,12 +185,11 @@ def probabilities(im: Importer, node: Node, scores: SSAValue, bias: SSAValue | N
         scores = cast(im, scores, SOFTMAX_PRECISIONS[int(code)])
     empty = masked_rows(im, bias)
     rank = len(shape_of(scores))
-    if empty is None:
-        weights = im.emit(wse.SoftmaxOp(scores, rank - 1))
-    else:
-        weights = safe_softmax(im, scores)
-        zero = im.scalar(0.0, weights)
-        weights = im.emit(wse.SelectOp(empty, zero, weights))
+    if empty is not None:  # a row of -inf would make NaN, in the softmax and its gradient
+        scores = im.emit(wse.SelectOp(empty, im.scalar(0.0, scores), scores))
+    weights = im.emit(wse.SoftmaxOp(scores, rank - 1))
+    if empty is not None:
+        weights = im.emit(wse.SelectOp(empty, im.scalar(0.0, weights), weights))
     return cast(im, weights, dtype)
 
 

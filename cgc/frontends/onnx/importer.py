@@ -76,8 +76,8 @@ def import_model(
     by input name and wins over the declared ones; ``values`` fixes graph inputs to arrays
     known at compile time, as if they were initializers (for inputs that decide shapes, such
     as a Reshape's target shape fed at run time): they leave the compiled model's inputs.
-    With ``no_weights`` the float initializers are declared by shape and type, without their
-    data (``ImportedModel.declared``).
+    With ``no_weights`` the float initializers of more than ``SMALL_ELEMENTS`` are declared by
+    shape and type, without their data (``ImportedModel.declared``).
     """
     return Importer(
         model, source, batch_size, dict(shapes or {}), dict(values or {}), no_weights

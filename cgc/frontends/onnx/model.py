@@ -12,6 +12,7 @@ outputs get theirs. Each input and output is described by a ``TensorSpec`` of th
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -171,6 +172,16 @@ def _is_weight(tensor: TensorProto) -> bool:
     return name is not None and dtypes.is_float(name)
 
 
+SMALL_ELEMENTS = 64
+"""Float initializers of at most this many elements are read even without weights: scalars
+and the like, which an exporter lifts out of the graph (attention's scale, a mask's fill)."""
+
+
+def _small(tensor: TensorProto) -> bool:
+    """Whether ``tensor``'s data is small and in the file itself."""
+    return math.prod(tensor.dims) <= SMALL_ELEMENTS and not uses_external_data(tensor)
+
+
 def declared_array(tensor: TensorProto) -> np.ndarray:
     """A stand-in of ``tensor``'s shape and type that takes no memory (its values unknown)."""
     dtype = dtypes.dtype(ONNX_DTYPES[tensor.data_type])
@@ -238,7 +249,7 @@ class ModelInterface:
         names = []
         for tensor in self.graph.initializer:
             names.append(tensor.name)
-            if self.no_weights and _is_weight(tensor):
+            if self.no_weights and _is_weight(tensor) and not _small(tensor):
                 lazy = Lazy(declared_array(tensor), tensor.name, True, declared=True)
                 self.env[tensor.name] = lazy
                 continue

@@ -2,11 +2,11 @@
 ``aten.linear``: PyTorch's own attention (transformers' default ``sdpa``) arrives as one op
 whose decomposition would spell it out and, on a symbolic batch, fail to.
 
-Without a mask, on keys as many as the queries, it is ``wse.attention`` on token-major views
-of query, key and value (``[B * S, heads * d]``), causal or not, its grouped-query heads kept
-grouped. With a mask, or keys of another length, it is its arithmetic: the scores, the mask,
-the softmax and the weighted values, which ``fuse-attention`` fuses where the mask is known
-causal or open at compile time.
+Without a mask, or with one known at compile time to be open, causal or a causal sliding window
+(``cgc.machine.ref_attention.mask_kind``), it is ``wse.attention`` on token-major views of
+query, key and value (``[B * S, heads * d]``), its grouped-query heads kept grouped, on as many
+keys as queries or (not causal) on others. With another mask it is its arithmetic: the
+scores, the mask, the softmax and the weighted values.
 """
 
 from __future__ import annotations
@@ -22,11 +22,7 @@ from cgc.frontends.onnx.attention import attend, attention_scores
 from cgc.frontends.onnx.builders import dtype_of, reshape, transpose
 from cgc.frontends.onnx.nodes import NodeError, shape_of
 from cgc.frontends.torch.lowering import Lowering, register
-
-MASKED = -1e4
-"""The largest value with which an additive mask blocks a score, as the fused kernel's
-``-inf`` does: ``exp`` of a score this far below the others is 0 in float32 (torch's masks
-use the type's lowest value, or ``-inf``)."""
+from cgc.machine.ref_attention import CAUSAL, OPEN, Mask, mask_kind
 
 
 @register("aten.scaled_dot_product_attention.default")
@@ -52,32 +48,23 @@ def _scaled_dot_product_attention(
     if heads % kv_heads or shape_of(v)[1] != kv_heads:
         raise NodeError(f"{heads} query heads do not group over {kv_heads} key/value heads")
     chosen = 1 / math.sqrt(head) if scale is None else float(scale)
-    kind = "causal" if is_causal else _mask_kind(lw, attn_mask, queries, keys)
-    if kind is not None and keys == queries and shape_of(v)[3] == head:
-        y = _fused(lw, q, k, v, kind == "causal", chosen)
+    kind = CAUSAL if is_causal else _mask_kind(lw, attn_mask, queries, keys)
+    if kind is not None and (keys == queries or not kind.causal) and shape_of(v)[3] == head:
+        y = _fused(lw, (q, k, v), kind, chosen)
     else:
         y = _spelled_out(lw, q, k, v, attn_mask, is_causal, chosen)
     return reshape(lw, y, (*shape[:-1], shape_of(v)[3]))
 
 
-def _mask_kind(lw: Lowering, mask: SSAValue | None, queries: int, keys: int) -> str | None:
-    """``open`` for no mask or one known to allow every key, ``causal`` for one known to
-    allow exactly the keys up to each query's own (a boolean one's true entries, or an
-    additive one's zeros, the rest at most ``MASKED``), None otherwise. Every leading slice
-    of the mask must be alike."""
+def _mask_kind(lw: Lowering, mask: SSAValue | None, queries: int, keys: int) -> Mask | None:
+    """What ``mask`` keeps (``cgc.machine.ref_attention.mask_kind``) if it is absent or known
+    and broadcasts over the scores, else None."""
     if mask is None:
-        return "open"
+        return OPEN
     known = lw.known.get(mask)
-    if known is None or known.shape[-2:] != (queries, keys):
+    if known is None or known.shape[-2:] not in ((queries, keys), (1, keys)):
         return None
-    allowed = known if known.dtype == np.bool_ else known == 0
-    if known.dtype != np.bool_ and not np.all(allowed | (known <= MASKED)):
-        return None
-    flat = allowed.reshape(-1, queries, keys)
-    if flat.all():
-        return "open"
-    causal = np.tril(np.ones((queries, keys), bool))
-    return "causal" if (flat == causal).all() else None
+    return mask_kind(known)
 
 
 def _four_axes(lw: Lowering, x: SSAValue) -> SSAValue:
@@ -96,14 +83,15 @@ def _token_major(lw: Lowering, x: SSAValue) -> SSAValue:
     return reshape(lw, transpose(lw, x, [0, 2, 1, 3]), [batch * tokens, heads * head])
 
 
-def _fused(
-    lw: Lowering, q: SSAValue, k: SSAValue, v: SSAValue, causal: bool, scale: float
-) -> SSAValue:
+def _fused(lw: Lowering, qkv: tuple[SSAValue, ...], mask: Mask, scale: float) -> SSAValue:
     """``wse.attention`` of ``[B, heads, S, d]`` operands, back in their layout."""
-    batch, heads, tokens, head = shape_of(q)
-    kv_heads = shape_of(k)[1]
-    qs, ks, vs = (_token_major(lw, x) for x in (q, k, v))
-    y = lw.emit(wse.AttentionOp(qs, ks, vs, tokens, heads, kv_heads, causal, scale))
+    batch, heads, tokens, head = shape_of(qkv[0])
+    kv_heads, keys = shape_of(qkv[1])[1:3]
+    qs, ks, vs = (_token_major(lw, x) for x in qkv)
+    fused = wse.AttentionOp(
+        qs, ks, vs, tokens, heads, kv_heads, mask.causal, scale, mask.window, keys
+    )
+    y = lw.emit(fused)
     return transpose(lw, reshape(lw, y, [batch, tokens, heads, head]), [0, 2, 1, 3])
 
 

@@ -1,0 +1,105 @@
+"""What a compile holds fixed, folded into constants before attention is matched.
+
+An ONNX file stores its exporter's lifted constants as initializers beside the weights: the
+``1/sqrt(d)`` of attention, a mask's fill of -3.4e38, the pieces a mask is built from. The
+dynamo exporter names them ``val_N`` like the weights, so the importer takes every float
+initializer for a parameter and folds nothing they feed. Once the driver knows which weights a
+compile holds fixed and reads as no parameter (``cgc.dialects.parameters``), their values are
+as known as the importer's constants: this folds every op whose operands are all known, as the
+importer folds shape arithmetic, so that the scale is an inline number and the mask one
+weight of known values (``fuse-attention`` reads both), and a select whose condition is known
+alike everywhere is the branch it takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import Rewriter
+
+from cgc.dialects import wse
+from cgc.dialects.ir import dense_to_numpy, main_function
+from cgc.frontends.emitter import constant_op, evaluate, foldable, inlinable
+
+
+def fold_fixed_weights(
+    module: ModuleOp,
+    weights: dict[str, np.ndarray],
+    fixed: Callable[[wse.WeightOp], bool],
+) -> int:
+    """Folds in ``module``'s ``@main`` the weights that are ``fixed`` (with their values in
+    ``weights``) and every op computed from them and constants alone; the results too large to
+    be inline become frozen weights added to ``weights``. Returns how many ops it folded."""
+    known: dict[SSAValue, np.ndarray] = {}
+    folded = 0
+    for op in list(main_function(module).body.block.ops):
+        if isinstance(op, wse.ConstantOp):
+            known[op.result] = dense_to_numpy(op.value)
+        elif isinstance(op, wse.WeightOp):
+            array = _fixed_value(op, weights, fixed)
+            if array is not None:
+                known[op.result] = array
+                if op.frozen is None or inlinable(array):
+                    folded += _replace(op, [array], weights, known)
+        elif op.operands and foldable(op) and all(v in known for v in op.operands):
+            folded += _replace(op, evaluate(op, [known[v] for v in op.operands]), weights, known)
+        elif isinstance(op, wse.SelectOp) and (chosen := _chosen(op, known)) is not None:
+            Rewriter.replace_op(op, [], [chosen])
+            folded += 1
+    return folded
+
+
+def _chosen(op: wse.SelectOp, known: dict[SSAValue, np.ndarray]) -> SSAValue | None:
+    """The branch a select takes everywhere, if its condition is known to be all alike and
+    the branch has the select's type (the guards of rows whose keys are all masked, in a model
+    whose masks mask no such row)."""
+    condition = known.get(op.cond)
+    if condition is None or not condition.size or not (condition == condition.flat[0]).all():
+        return None
+    branch = op.true_value if condition.flat[0] else op.false_value
+    return branch if branch.type == op.result.type else None
+
+
+def _fixed_value(
+    op: wse.WeightOp, weights: dict[str, np.ndarray], fixed: Callable[[wse.WeightOp], bool]
+) -> np.ndarray | None:
+    """The values of a weight the compile holds fixed, if known."""
+    array = weights.get(op.weight_name.data)
+    if array is None or op.perm is not None or array.shape != wse.tensor_shape(op.result):
+        return None
+    return array if op.frozen is not None or fixed(op) else None
+
+
+def _replace(
+    op: Operation,
+    values: list[np.ndarray],
+    weights: dict[str, np.ndarray],
+    known: dict[SSAValue, np.ndarray],
+) -> int:
+    """Replaces ``op`` by constants of ``values`` (a fixed weight by itself: inline, or a
+    frozen weight of its own name)."""
+    own = op.weight_name.data if isinstance(op, wse.WeightOp) else None
+    new = []
+    for array in values:
+        made = constant_op(array, weights, own or _fresh(weights, _location_name(op)))
+        made.location = op.location
+        known[made.results[0]] = array
+        new.append(made)
+    Rewriter.replace_op(op, new)
+    return 1
+
+
+def _location_name(op: Operation) -> str:
+    desc = getattr(op.location, "desc", None)
+    return desc.data if desc is not None else "fixed"
+
+
+def _fresh(weights: dict[str, np.ndarray], base: str) -> str:
+    """A name for a folded weight that no weight has."""
+    number = 1
+    while f"{base}:fixed{number}" in weights:
+        number += 1
+    return f"{base}:fixed{number}"
