@@ -112,25 +112,26 @@ def test_dump_ir_and_print_ir_after_all(workdir, tmp_path) -> None:
     names = sorted(p.name for p in dumps.iterdir())
     assert names == [
         "00-import.mlir",
-        "01-fuse-attention.mlir",
-        "02-decompose.mlir",
-        "03-fold-constants.mlir",
-        "04-channels-last.mlir",
-        "05-fold-constants.mlir",
-        "06-form-layers.mlir",
-        "07-place-layers.mlir",
-        "08-route-tensors.mlir",
+        "01-fuse-rotary.mlir",
+        "02-fuse-attention.mlir",
+        "03-decompose.mlir",
+        "04-fold-constants.mlir",
+        "05-channels-last.mlir",
+        "06-fold-constants.mlir",
+        "07-form-layers.mlir",
+        "08-place-layers.mlir",
+        "09-route-tensors.mlir",
     ]
     for path in dumps.iterdir():
         parse_module(path.read_text(), str(path))
     assert 'loc("fc1")' in (dumps / "00-import.mlir").read_text()
     assert "// -----// IR Dump After decompose //----- //" in result.output
-    opt = invoke("opt", dumps / "06-form-layers.mlir", "-p", "place-layers")
+    opt = invoke("opt", dumps / "07-form-layers.mlir", "-p", "place-layers")
     assert opt.exit_code == 0, opt.output
-    assert opt.output == (dumps / "07-place-layers.mlir").read_text()
-    routed = invoke("opt", dumps / "07-place-layers.mlir", "-p", "route-tensors")
+    assert opt.output == (dumps / "08-place-layers.mlir").read_text()
+    routed = invoke("opt", dumps / "08-place-layers.mlir", "-p", "route-tensors")
     assert routed.exit_code == 0, routed.output
-    assert routed.output == (dumps / "08-route-tensors.mlir").read_text()
+    assert routed.output == (dumps / "09-route-tensors.mlir").read_text()
     assert 'routes = [#wse.route<"fc1", color 0, lanes ' in routed.output
 
 

@@ -1073,8 +1073,8 @@ def test_schedule_streams_whole_mesh_and_frozen_weights():
 # ---------------------------------------------------------------------------------------------
 
 FRONT_STEPS = [
-    "import", "fuse-attention", "decompose", "fold-constants", "channels-last", "fold-constants",
-    "form-layers",
+    "import", "fuse-rotary", "fuse-attention", "decompose", "fold-constants", "channels-last",
+    "fold-constants", "form-layers",
 ]  # fmt: skip
 PIPELINES = {
     "pipelined": [*FRONT_STEPS, "place-layers", "route-tensors"],
@@ -1222,7 +1222,7 @@ def test_all_passes_are_registered_by_module_name():
     passes = all_passes()
     assert sorted(passes) == [
         "autodiff", "channels-last", "decompose", "fold-constants", "form-layers",
-        "fuse-attention", "place-layers", "recompute-activations", "route-tensors",
+        "fuse-attention", "fuse-rotary", "place-layers", "recompute-activations", "route-tensors",
         "schedule-streams",
     ]  # fmt: skip
     for name, cls in passes.items():
@@ -1257,7 +1257,7 @@ def test_invalid_ir_from_a_pass_names_the_pipeline_or_the_pass(monkeypatch):
     with pytest.raises(CgcError) as info:
         compile_model(model, mode="weight_streaming", target="mesh4x4", batch_size=2)
     message = str(info.value)
-    assert "fuse-attention, decompose, fold-constants, channels-last, fold-constants" in message
+    assert "fuse-rotary, fuse-attention, decompose, fold-constants, channels-last" in message
     assert "(--print-ir-after-all verifies after each pass)" in message
     with pytest.raises(CgcError) as info:
         compile_model(

@@ -157,7 +157,7 @@ def test_compile_on_a_terminal_shows_its_passes(models, monkeypatch) -> None:
     drawn = frames(shown.output)
     assert drawn[0] == "compile import"
     total = len(drawn)
-    assert f"2/{total}" in drawn[1] and "fuse-attention" in drawn[1], drawn
+    assert f"2/{total}" in drawn[1] and "fuse-rotary" in drawn[1], drawn
     assert any("form-layers" in frame for frame in drawn), drawn
     assert f"{total}/{total} 100%" in drawn[-1] and "lower" in drawn[-1], drawn
     after = shown.output[shown.output.rindex(CLEAR) + len(CLEAR) :]

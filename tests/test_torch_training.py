@@ -186,6 +186,21 @@ def same_training(got, want, trained, reference) -> None:
     assert want[2] < want[0]
 
 
+def next_token_training_matches_eager(model, vocab: int, tokens: int, tmp_path) -> None:
+    """Three Adam steps of next-token prediction on ``model`` (its forward takes ids and
+    targets and returns the loss) in a ``cgc.torch`` session equal the same loop in eager."""
+    reference = copy.deepcopy(model)
+    data = torch.randint(0, vocab, (24, tokens + 1), generator=torch.Generator().manual_seed(1))
+    batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data.split(8)]
+
+    def adam(m):
+        return torch.optim.Adam(m.parameters(), lr=1e-2)
+
+    want = eager(reference, adam, batches)
+    got = on_cgc(model, adam, batches, tmp_path / "run")
+    same_training(got, want, model, reference)
+
+
 def warmup_cosine(optimizer):
     lr = torch.optim.lr_scheduler
     warmup = lr.LinearLR(optimizer, start_factor=0.5, total_iters=1)

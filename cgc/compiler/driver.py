@@ -55,6 +55,7 @@ from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass, fixed_masks
+from cgc.passes.fuse_rotary import fixed_tables
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.route_tensors import RouteTensorsPass
@@ -387,28 +388,34 @@ def _trained(
 
 
 def fold_lifted_constants(imported: ImportedModel, training: TrainingOptions | None) -> None:
-    """Folds an ONNX model's lifted constants: the weights a compile holds fixed that are no
-    parameters (``cgc.dialects.parameters``) nor buffers a training updates
-    (``fold_fixed_weights``). The import's IR dump shows the module after it."""
-    if not imported.opset:
-        return
-    trained = _trained(imported, training)
-    kept = parameter_weights(imported.module, imported.weights)
+    """Folds what a compile holds fixed (``fold_fixed_weights``): frozen weights (a PyTorch
+    model's buffers and lifted constants) and an ONNX model's weights that are no parameters
+    (``cgc.dialects.parameters``: its exporter's lifted constants), but no buffer a training
+    updates. The import's IR dump shows the module after it."""
+    kept = set()
     if training is not None:  # a training's buffers change each step, as parameters do
-        kept |= {update.buffer for update in imported.buffer_updates}
+        kept = {update.buffer for update in imported.buffer_updates}
+    lifted: Callable[[wse.WeightOp], bool] = lambda op: False  # noqa: E731
+    if imported.opset:
+        trained = _trained(imported, training)
+        parameters = parameter_weights(imported.module, imported.weights)
+        lifted = lambda op: not trained(op) and op.weight_name.data not in parameters  # noqa: E731
     fold_fixed_weights(
         imported.module,
         imported.weights,
-        lambda op: not trained(op) and op.weight_name.data not in kept,
+        lambda op: op.weight_name.data not in kept and (op.frozen is not None or lifted(op)),
     )
 
 
 def front(imported: ImportedModel, training: TrainingOptions | None) -> tuple[ModulePass, ...]:
-    """The passes every compile starts with; attention's masks are the weights the compile
-    holds fixed (all in an inference; in a training, those it does not train)."""
-    fuse = fixed_masks(imported.module, imported.weights, _trained(imported, training))
+    """The passes every compile starts with; rotary tables and attention's masks are the
+    weights the compile holds fixed (all in an inference; in a training, those it does not
+    train)."""
+    trained = _trained(imported, training)
+    rotary = fixed_tables(imported.module, imported.weights, trained)
+    fuse = fixed_masks(imported.module, imported.weights, trained)
     rest = (DecomposePass(), FoldConstantsPass(), ChannelsLastPass(), FoldConstantsPass())
-    return (fuse, *rest, FormLayersPass())
+    return (rotary, fuse, *rest, FormLayersPass())
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from xdsl.rewriter import Rewriter
 
 from cgc.dialects import wse
 from cgc.dialects.ir import dense_to_numpy, main_function
-from cgc.frontends.emitter import constant_op, evaluate, foldable, inlinable
+from cgc.frontends.emitter import constant_op, evaluate, foldable
 
 
 def fold_fixed_weights(
@@ -42,10 +42,14 @@ def fold_fixed_weights(
             array = _fixed_value(op, weights, fixed)
             if array is not None:
                 known[op.result] = array
-                if op.frozen is None or inlinable(array):
+                if op.frozen is None:  # a frozen weight stays, by its name
                     folded += _replace(op, [array], weights, known)
         elif op.operands and foldable(op) and all(v in known for v in op.operands):
-            folded += _replace(op, evaluate(op, [known[v] for v in op.operands]), weights, known)
+            values = evaluate(op, [known[v] for v in op.operands])
+            if _weight_view(op):  # fold-constants makes it a view of the weight, no copy
+                known[op.results[0]] = values[0]
+            else:
+                folded += _replace(op, values, weights, known)
         elif isinstance(op, wse.SelectOp) and (chosen := _chosen(op, known)) is not None:
             Rewriter.replace_op(op, [], [chosen])
             folded += 1
@@ -63,6 +67,13 @@ def _chosen(op: wse.SelectOp, known: dict[SSAValue, np.ndarray]) -> SSAValue | N
     return branch if branch.type == op.result.type else None
 
 
+def _weight_view(op: Operation) -> bool:
+    """Whether ``op`` reshapes or transposes a weight."""
+    return isinstance(op, wse.ReshapeOp | wse.TransposeOp) and isinstance(
+        op.operands[0].owner, wse.WeightOp
+    )
+
+
 def _fixed_value(
     op: wse.WeightOp, weights: dict[str, np.ndarray], fixed: Callable[[wse.WeightOp], bool]
 ) -> np.ndarray | None:
@@ -70,7 +81,7 @@ def _fixed_value(
     array = weights.get(op.weight_name.data)
     if array is None or op.perm is not None or array.shape != wse.tensor_shape(op.result):
         return None
-    return array if op.frozen is not None or fixed(op) else None
+    return array if fixed(op) else None
 
 
 def _replace(

@@ -14,7 +14,8 @@ as a model's learned tensors are read:
 * a per-channel scale or shift: a vector multiplied into or added onto an activation (a
   decomposed layer norm's or RMSNorm's scale, a bias);
 * a tensor added onto an activation or joined to one (a learned position table, ViT's class
-  token), unless it is a mask: one that holds values at or below ``MASK_FLOOR``.
+  token), unless it is a mask: one that holds values at or below ``MASK_FLOOR``; joined to
+  itself or to other stored tensors alone (a rotary table's halves) it is not.
 
 Scalars never are (0-d, or one element of any shape): no learned tensor of a real model is
 one number a whole activation is scaled or shifted by, and exporters lift every literal into
@@ -86,8 +87,22 @@ def _reads_as_parameter(op: Operation, operand: SSAValue, data: np.ndarray | Non
     if isinstance(op, wse.MulOp | wse.DivOp):
         return _per_channel(op, operand)
     if isinstance(op, wse.AddOp | wse.SubOp | wse.ConcatOp):
-        return not _is_mask(data)
+        return _with_activation(op, operand) and not _is_mask(data)
     return False
+
+
+def _with_activation(op: Operation, operand: SSAValue) -> bool:
+    """Whether ``op`` combines ``operand`` with a value computed at run time (not only
+    weights and constants, as a rotary table joined to itself is)."""
+    return any(v is not operand and not _stored(v) for v in op.operands)
+
+
+def _stored(value: SSAValue) -> bool:
+    """Whether ``value`` is a weight or a constant, through views."""
+    owner = value.owner
+    while isinstance(owner, VIEWS):
+        owner = owner.operands[0].owner
+    return isinstance(owner, wse.WeightOp | wse.ConstantOp)
 
 
 def _per_channel(op: wse.MulOp | wse.DivOp, operand: SSAValue) -> bool:

@@ -13,12 +13,14 @@ def all_passes() -> dict[str, type[ModulePass]]:
     from cgc.passes.fold_constants import FoldConstantsPass
     from cgc.passes.form_layers import FormLayersPass
     from cgc.passes.fuse_attention import FuseAttentionPass
+    from cgc.passes.fuse_rotary import FuseRotaryPass
     from cgc.passes.place_layers import PlaceLayersPass
     from cgc.passes.recompute_activations import RecomputeActivationsPass
     from cgc.passes.route_tensors import RouteTensorsPass
     from cgc.passes.schedule_streams import ScheduleStreamsPass
 
     passes: tuple[type[ModulePass], ...] = (
+        FuseRotaryPass,
         FuseAttentionPass,
         DecomposePass,
         FoldConstantsPass,

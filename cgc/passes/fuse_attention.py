@@ -601,6 +601,42 @@ def _merged_output(product: wse.MatmulOp) -> wse.ReshapeOp | None:
     return None
 
 
+class UngroupedKeys(RewritePattern):
+    """Rewrites a ``wse.attention`` whose keys and values are grouped-query repeats of fewer
+    heads (a frontend that lowered PyTorch's attention after transformers' ``repeat_kv``) to
+    read the heads before the repeat, as ``kv_heads``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.AttentionOp, rewriter: PatternRewriter, /) -> None:
+        key, value = _repeated_heads(op.key), _repeated_heads(op.value)
+        if key is None or value is None or key.group != value.group:
+            return
+        if key.sizes != value.sizes or key.group * key.sizes["H"] != op.kv_heads.value.data:
+            return
+        keys, values = (h.view(rewriter, op) for h in (key, value))
+        window = 0 if op.window is None else op.window.value.data
+        fused = wse.AttentionOp(
+            op.query, keys, values, op.sequence.value.data, op.heads.value.data,
+            key.sizes["H"], bool(op.causal.value.data), op.scale.value.data, window,
+            op.keys_per_sample, op.bias,
+        )  # fmt: skip
+        fused.location = op.location
+        rewriter.replace(op, [fused])
+
+
+def _repeated_heads(value: SSAValue) -> Heads | None:
+    """The heads a token-major key or value ``[B * S, H * D]`` repeats, if it is a view of a
+    grouped-query repeat."""
+    view = value.owner
+    if not isinstance(view, wse.ReshapeOp) or len(wse.tensor_shape(view.input)) != 4:
+        return None
+    try:
+        heads = _heads(view.input, TOKEN_MAJOR, "key")
+    except Refused:
+        return None
+    return heads if heads.group > 1 and heads.scale == 1 else None
+
+
 @dataclass(frozen=True)
 class AttentionCensus:
     """The attention blocks of a module: how many there are, how many run fused, and the
@@ -645,7 +681,8 @@ class FuseAttentionPass(ModulePass):
         return FuseAttention(kinds, self.blocking_masks)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier([self.pattern()])).rewrite_module(op)
+        patterns = GreedyRewritePatternApplier([self.pattern(), UngroupedKeys()])
+        PatternRewriteWalker(patterns).rewrite_module(op)
 
     def census(self, module: ModuleOp) -> AttentionCensus:
         """The attention blocks of ``module`` after this pass: each fused op, and each

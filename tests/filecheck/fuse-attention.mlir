@@ -214,3 +214,20 @@ func.func @window(%q: tensor<1x4x16xf32>) -> tensor<1x4x16xf32> {
 // CHECK-LABEL: func.func @window
 // CHECK:         wse.attention %{{.*}}, %{{.*}}, %{{.*}} {sequence = 4 : i64, heads = 2 : i64, kv_heads = 2 : i64, causal = true, scale = 1.000000e+00 : f64, window = 2 : i64}
 // CHECK-NOT:     wse.softmax
+
+// An attention that reads repeated key and value heads (PyTorch's attention lowered after
+// transformers' repeat_kv) reads the heads before the repeat, as its kv_heads.
+func.func @ungrouped(%q: tensor<4x32xf32>, %k: tensor<1x2x4x8xf32>) -> tensor<4x32xf32> {
+  %k5 = wse.reshape %k : tensor<1x2x4x8xf32> -> tensor<1x2x1x4x8xf32>
+  %kb = wse.broadcast_to %k5 : tensor<1x2x1x4x8xf32> -> tensor<1x2x2x4x8xf32>
+  %kg = wse.reshape %kb : tensor<1x2x2x4x8xf32> -> tensor<1x4x4x8xf32>
+  %kt = wse.transpose %kg {perm = array<i64: 0, 2, 1, 3>} : tensor<1x4x4x8xf32> -> tensor<1x4x4x8xf32>
+  %kf = wse.reshape %kt : tensor<1x4x4x8xf32> -> tensor<4x32xf32>
+  %a = wse.attention %q, %kf, %kf {sequence = 4 : i64, heads = 4 : i64, kv_heads = 4 : i64, causal = true, scale = 1.0 : f64} : (tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+  func.return %a : tensor<4x32xf32>
+}
+
+// CHECK-LABEL: func.func @ungrouped
+// CHECK:         %[[K:.*]] = wse.transpose %k {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x4x8xf32> -> tensor<1x4x2x8xf32>
+// CHECK-NEXT:    %[[KF:.*]] = wse.reshape %[[K]] : tensor<1x4x2x8xf32> -> tensor<4x16xf32>
+// CHECK:         wse.attention %q, %[[KF]], %{{.*}} {sequence = 4 : i64, heads = 4 : i64, kv_heads = 2 : i64, causal = true, scale = 1.000000e+00 : f64} : (tensor<4x32xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x32xf32>
