@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 import numpy as np
 
 from cgc.cli_options import (
+    chosen_settings,
     dynamic_sparsity_options,
     executor_options,
+    optimizer_choice,
+    optimizer_options,
     plan_options,
     sparsity_levels_options,
     sparsity_options,
@@ -33,8 +35,8 @@ from cgc.cli_options import (
 )
 from cgc.cli_sweep import sweep
 from cgc.errors import CgcError, CgcWarning
-from cgc.machine.files import LOCK, DirectoryLock, close_pipes, npz_bytes
-from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+from cgc.machine.files import DirectoryLock, close_pipes, npz_bytes
+from cgc.machine.optimizers import KEYWORDS
 from cgc.tools.paths import (
     Named,
     distinct_files,
@@ -42,10 +44,13 @@ from cgc.tools.paths import (
     input_text,
     load_npz,
     model_argument,
+    model_dir_files,
     model_file,
+    not_dumped_over,
     output_directory,
     output_file,
 )
+from cgc.tools.progress import step_reporter, steps_bar
 
 if TYPE_CHECKING:
     from xdsl.passes import ModulePass
@@ -163,25 +168,6 @@ def _outputs(
     distinct_files(inputs.items(), [*paths.items(), *files], trees)
 
 
-DUMPED = re.compile(r"\d{2}-.+\.mlir")
-"""The names ``--dump-ir`` writes in its directory: ``NN-<pass>.mlir``."""
-
-
-def _not_dumped_over(inputs: dict[str, str | None], directory: str) -> None:
-    """A CgcError if an input is a file ``--dump-ir`` may write over: named as a dump, in
-    ``directory`` (also through a symlink)."""
-    where = os.path.realpath(directory)
-    for option, path in inputs.items():
-        if path is None:
-            continue
-        real = os.path.realpath(path)
-        if os.path.dirname(real) == where and DUMPED.fullmatch(os.path.basename(real)):
-            raise CgcError(
-                f"{option} {path}: --dump-ir {directory} writes files of that name there, an "
-                "input it would destroy; copy it elsewhere first"
-            )
-
-
 def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
     """The target named by ``--target``/``--mesh`` with ``--set`` figures changed."""
     from cgc.machine.target import get_target, with_figures
@@ -241,13 +227,14 @@ def compile(
     weights = None if sparse["weights_path"] is None else _safetensors(sparse["weights_path"])
     if dump_ir is not None:
         output_directory(dump_ir, "--dump-ir")
-        _not_dumped_over(inputs, dump_ir)
+        not_dumped_over(inputs, dump_ir)
     if re.search(r"\.py(:[^/\\]*)?$", model):
         model = _torch_factory(model)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
     with contextlib.ExitStack() as stack:
         # the IR printed after every pass is progress enough, and would break the bar's line
-        on_pass = None if print_ir_after_all else _steps_bar(stack, "compile", estimates=False)
+        terminal = None if print_ir_after_all else _terminal()
+        on_pass = steps_bar(stack, "compile", terminal, estimates=False)
         artifact = compile_model(
             model,
             mode=mode,
@@ -319,7 +306,7 @@ def run(
     if not timing_only:
         art.require_weights(artifact)
     with contextlib.ExitStack() as stack:
-        on_step = _steps_bar(stack, "run")
+        on_step = steps_bar(stack, "run", _terminal())
         cluster = stack.enter_context(open_cluster(art, num_csx, not timing_only, _backend(where)))
         outputs, stats = cluster.infer(inputs, on_step)
     if output_path is not None:
@@ -336,37 +323,10 @@ def run(
         batched = has_batch_axis(art.manifest)
         click.echo(simulation_text(simulation, batched=batched, program=art.program), nl=False)
     else:
-        _print_run(outputs, stats, has_batch_axis(art.manifest))
+        from cgc.tools.report import run_lines
 
-
-def _print_run(outputs: dict[str, np.ndarray], stats, batched: bool) -> None:
-    """What a run with numbers made and cost; ``batched``: whether the model has a batch
-    axis (without one, a run is of the inputs' fixed shapes, whatever their leading dim)."""
-    for name, value in outputs.items():
-        click.echo(f"{name}: {value.dtype} {list(value.shape)}")
-    if batched:
-        what, rate = f"{stats.batch_size} samples", "samples/s"
-    else:
-        runs = stats.batch_size
-        what = f"{runs} run{'s' if runs != 1 else ''} of the fixed input shapes (no batch axis)"
-        rate = "runs/s"
-    click.echo(
-        f"simulated {what} on {stats.num_csx} x {stats.target} "
-        f"({stats.mode}): {stats.simulated_seconds * 1e6:.2f} us, "
-        f"{stats.samples_per_second:.4g} {rate}, PE utilization {stats.pe_utilization:.2%}, "
-        f"peak {stats.peak_pe_sram_bytes} bytes SRAM per PE"
-    )
-    if stats.pipeline and stats.pipeline["stages"]:
-        p = stats.pipeline
-        slowest = max(p["stages"], key=lambda stage: stage["service_seconds"])
-        bound = (
-            "its input link" if slowest["link_seconds"] > slowest["compute_seconds"] else "kernels"
-        )
-        click.echo(
-            f"pipeline: {p['steady_samples_per_second']:.4g} {rate} per system in the steady "
-            f"state, fill {p['fill_seconds'] * 1e6:.2f} us, drain {p['drain_seconds'] * 1e6:.2f} "
-            f"us; slowest stage {slowest['name']} (bound by {bound})"
-        )
+        for line in run_lines(outputs, stats, has_batch_axis(art.manifest)):
+            click.echo(line)
 
 
 PROGRAM_FIGURES = ("rows", "cols", "sram_bytes_per_pe", "colors")
@@ -386,56 +346,6 @@ def _retarget(art, figures: tuple[str, ...]) -> None:
             )
     target = with_figures(Target.from_json(art.manifest["target"]), figures)
     art.manifest["target"] = target.to_json()
-
-
-def _defaults(names: tuple[str, ...]) -> str:
-    """torch.optim's defaults of the settings ``names`` across the optimizers that have them:
-    the most common, then the others by optimizer."""
-    values = {
-        name: ",".join(f"{o.defaults[n]:g}" for n in names)
-        for name, o in OPTIMIZERS.items()
-        if names[0] in o.defaults
-    }
-    common = max(values.values(), key=list(values.values()).count)
-    others = [f"{name}: {v}" for name, v in values.items() if v != common]
-    return "; ".join([common, *others])
-
-
-optimizer_choice = click.option(
-    "--optimizer",
-    type=click.Choice(list(OPTIMIZERS)),
-    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
-)
-
-
-def optimizer_options(command: Callable) -> Callable:
-    """The optimizer's settings as options of ``command``, one per keyword of the table
-    (``cgc.machine.optimizers``); an option not given leaves the optimizer's default."""
-    for keyword, names in reversed(KEYWORDS.items()):
-        setting = SETTINGS[names[0]]
-        option = "--" + keyword.replace("_", "-")
-        if setting.flag:
-            command = click.option(option, is_flag=True, default=None, help=setting.help)(command)
-            continue
-        helps = " ".join(SETTINGS[n].help for n in names)
-        shape = f" As {','.join(n.upper() for n in names)}." if len(names) > 1 else ""
-        text = f"{helps}{shape}  [default: {_defaults(names)}]"
-        kind = str if len(names) > 1 else float
-        command = click.option(option, keyword, type=kind, help=text)(command)
-    return command
-
-
-def _chosen_settings(options: dict) -> dict:
-    """The optimizer settings given on the command line, as the API's keywords take them."""
-    chosen = {}
-    for keyword, value in options.items():
-        if value is not None and len(KEYWORDS[keyword]) > 1:
-            try:
-                value = tuple(float(part) for part in value.split(","))
-            except ValueError:
-                raise CgcError(f"--{keyword} {value}: expected numbers, e.g. 0.9,0.999") from None
-        chosen[keyword] = value
-    return chosen
 
 
 @main.command()
@@ -510,7 +420,7 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         "--eval-data": options["eval_path"],
         "--weights": options["weights_path"],
     }
-    files, trees = _model_dir_files(model_dir, timing_only, options)
+    files, trees = model_dir_files(model_dir, timing_only, options)
     _outputs({"--trace": trace, "--stats-json": stats_json}, inputs, files, trees)
     backend = _backend(options)
     if not timing_only and (data_path is None or model_dir is None):
@@ -537,7 +447,7 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         target=target,
         weights=None if weights_path is None else _safetensors(weights_path),
         **options,
-        **_chosen_settings(settings),
+        **chosen_settings(settings),
     )
     if timing_only:
         from cgc.tools.timing_only import simulate_training
@@ -549,47 +459,12 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         _train(artifact, data, loop, model_dir, evaluation, trace, chosen, backend)
 
 
-def _model_dir_files(
-    model_dir: str | None, timing_only: bool, options: dict
-) -> tuple[list[Named], list[Named]]:
-    """What ``cgc train`` writes in ``model_dir``: the files, and the checkpoints' directory
-    where the run replaces it (a new run deletes the old checkpoints, a checkpointing one
-    replaces a step saved again)."""
-    if model_dir is None:
-        return [], []
-    names = ["timing.jsonl"] if timing_only else ["metrics.jsonl", "weights.safetensors"]
-    files: list[Named] = [("--model-dir", str(Path(model_dir, n))) for n in [*names, LOCK]]
-    replaced = not timing_only and (not options["resume"] or options["checkpoint_every"])
-    trees: list[Named] = [("--model-dir", str(Path(model_dir, "checkpoints")))] if replaced else []
-    return files, trees
-
-
 def _backend(options: dict) -> Backend:
     """The executor the options name (taken out of ``options``)."""
     from cgc.runtime.executors import Backend
 
     keys = ("executor", "ray_address", "ray_placement")
     return Backend(*(options.pop(key) for key in keys))
-
-
-def _trained_line(artifact, chosen: bool) -> str:
-    """What a training trains, and which of the model's float initializers it leaves."""
-    from cgc.machine import dtypes
-
-    training = artifact.manifest["training"]
-    names = training["trainable"]
-    specs = artifact.weight_specs
-    count = sum(specs[n].size for n in names)
-    how = "chosen by --trainable" if chosen else "the model's parameters (default)"
-    line = f"training {count} parameters in {len(names)} tensors, {how}: {', '.join(names)}"
-    left = [
-        n
-        for n in training["initializers"]
-        if n not in names and n in specs and dtypes.is_float(specs[n].dtype)
-    ]
-    if left:
-        line += f"; frozen: {', '.join(left)} (--trainable and --frozen choose)"
-    return line
 
 
 def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool, backend: Backend):
@@ -599,9 +474,11 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool
 
     artifact.require_weights(artifact.manifest["source"])
     check_data(artifact, data)
-    click.echo(_trained_line(artifact, chosen))
+    from cgc.tools.report import trained_line
+
+    click.echo(trained_line(artifact, chosen))
     with contextlib.ExitStack() as stack:
-        on_step = _progress(stack, loop.steps)
+        on_step = step_reporter(stack, loop.steps, _terminal(), click.echo)
         traced = TRACED_STEPS if trace else 0
         result = run_training(
             artifact, data, loop, model_dir, on_step, _warn, evaluation, traced, backend
@@ -616,29 +493,9 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool
     click.echo(f"{final}wrote {model_dir}/metrics.jsonl and {model_dir}/weights.safetensors")
 
 
-def _progress(stack: contextlib.ExitStack, steps: int) -> Callable[[dict], None]:
-    """A progress bar on a terminal, a line per step otherwise."""
-    from cgc.tools.progress import ProgressBar, step_line
-
-    if sys.stdout.isatty():
-        bar = ProgressBar(steps, sys.stdout)
-        stack.callback(bar.close)
-        return bar
-    return lambda metrics: click.echo(step_line(metrics))
-
-
-def _steps_bar(
-    stack: contextlib.ExitStack, label: str, estimates: bool = True
-) -> Callable[[int, int, str], None] | None:
-    """On a terminal, a bar of the steps of a compile or a run (``StepsBar``), cleared when
-    ``stack`` closes; nothing otherwise (the command's output is the same either way)."""
-    if not sys.stdout.isatty():
-        return None
-    from cgc.tools.progress import StepsBar
-
-    bar = StepsBar(label, sys.stdout, estimates)
-    stack.callback(bar.close)
-    return bar.step
+def _terminal() -> TextIO | None:
+    """Standard output if it is a terminal (a progress bar's place)."""
+    return sys.stdout if sys.stdout.isatty() else None
 
 
 def _warn(message: str) -> None:

@@ -7,6 +7,9 @@ from collections.abc import Callable
 
 import click
 
+from cgc.errors import CgcError
+from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+
 
 def _options(command: Callable, options: tuple[Callable, ...]) -> Callable:
     for option in reversed(options):
@@ -160,3 +163,53 @@ def executor_options(command: Callable) -> Callable:
             ),
         ),
     )
+
+
+def _defaults(names: tuple[str, ...]) -> str:
+    """torch.optim's defaults of the settings ``names`` across the optimizers that have them:
+    the most common, then the others by optimizer."""
+    values = {
+        name: ",".join(f"{o.defaults[n]:g}" for n in names)
+        for name, o in OPTIMIZERS.items()
+        if names[0] in o.defaults
+    }
+    common = max(values.values(), key=list(values.values()).count)
+    others = [f"{name}: {v}" for name, v in values.items() if v != common]
+    return "; ".join([common, *others])
+
+
+optimizer_choice = click.option(
+    "--optimizer",
+    type=click.Choice(list(OPTIMIZERS)),
+    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
+)
+
+
+def optimizer_options(command: Callable) -> Callable:
+    """The optimizer's settings as options of ``command``, one per keyword of the table
+    (``cgc.machine.optimizers``); an option not given leaves the optimizer's default."""
+    for keyword, names in reversed(KEYWORDS.items()):
+        setting = SETTINGS[names[0]]
+        option = "--" + keyword.replace("_", "-")
+        if setting.flag:
+            command = click.option(option, is_flag=True, default=None, help=setting.help)(command)
+            continue
+        helps = " ".join(SETTINGS[n].help for n in names)
+        shape = f" As {','.join(n.upper() for n in names)}." if len(names) > 1 else ""
+        text = f"{helps}{shape}  [default: {_defaults(names)}]"
+        kind = str if len(names) > 1 else float
+        command = click.option(option, keyword, type=kind, help=text)(command)
+    return command
+
+
+def chosen_settings(options: dict) -> dict:
+    """The optimizer settings given on the command line, as the API's keywords take them."""
+    chosen = {}
+    for keyword, value in options.items():
+        if value is not None and len(KEYWORDS[keyword]) > 1:
+            try:
+                value = tuple(float(part) for part in value.split(","))
+            except ValueError:
+                raise CgcError(f"--{keyword} {value}: expected numbers, e.g. 0.9,0.999") from None
+        chosen[keyword] = value
+    return chosen

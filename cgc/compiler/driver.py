@@ -1,11 +1,13 @@
 """The compile driver: frontend, pass pipeline, mode choice, lowering, artifact.
 
-Pipelines (every pass dumps its result with ``--dump-ir``):
+Pipelines (every pass dumps its result with ``--dump-ir``), after the folding of an ONNX
+model's lifted constants and the front passes ``fuse-rotary, fuse-attention, decompose,
+fold-constants, channels-last, fold-constants, form-layers``:
 
-* pipelined: ``decompose, fold-constants, form-layers, place-layers, route-tensors``;
-* weight streaming: ``decompose, fold-constants, form-layers, schedule-streams``;
-* training (weight streaming): ``decompose, fold-constants, form-layers, autodiff,
-  fold-constants, schedule-streams{optimizer=...}``.
+* pipelined: ``place-layers, route-tensors``;
+* weight streaming: ``schedule-streams``;
+* training (weight streaming): ``autodiff, fold-constants, [recompute-activations,]
+  schedule-streams{optimizer=...}``.
 
 ``auto`` runs the placement and routing and keeps them if the model fits on the wafer;
 otherwise it compiles for weight streaming and records why.
@@ -30,10 +32,12 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from cgc.compiler.dumps import IRDumps, OnPass, Steps, pass_spec
 from cgc.compiler.fixed_weights import fold_fixed_weights
 from cgc.compiler.memory import MemoryPlan, Planner
 from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
-from cgc.dialects import context, print_module, verify, ws, wse
+from cgc.compiler.sparse_choice import checked_threshold, sparsity_record
+from cgc.dialects import context, print_module, verify, wse
 from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
 from cgc.dialects.lowering import lower
 from cgc.dialects.parameters import parameter_weights
@@ -44,7 +48,6 @@ from cgc.machine import optimizers
 from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.cost import LayerCost, Profile, profile, program_costs
-from cgc.machine.files import write_atomically
 from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
 from cgc.machine.sparsity import Sparsity, live_bytes
 from cgc.machine.target import Target, checked_batch, checked_systems, resolve
@@ -120,82 +123,6 @@ def training_options(
     return TrainingOptions(optimizer or "sgd", trainable, sparsity, **chosen)
 
 
-def pass_spec(p: ModulePass) -> str:
-    """``name{option=value ...}`` with only the options that differ from their defaults,
-    strings quoted and escaped so that the text parses back."""
-    args = []
-    for f in dataclasses.fields(p):
-        value = getattr(p, f.name)
-        if value != f.default:
-            args.append(f"{f.name}={_spec_value(value)}")
-    return p.name + ("{" + " ".join(args) + "}" if args else "")
-
-
-def _spec_value(value) -> str:
-    if isinstance(value, tuple):
-        return ",".join(_spec_value(v) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)
-
-
-class IRDumps:
-    """Writes ``NN-<pass>.mlir`` after every step and/or echoes the IR."""
-
-    def __init__(self, directory: str | os.PathLike | None, echo: Callable[[str], None] | None):
-        self.directory = Path(directory) if directory is not None else None
-        self.echo = echo
-        self.count = 0
-        if self.directory is not None:
-            if self.directory.exists() and not self.directory.is_dir():
-                raise CgcError(f"--dump-ir {self.directory}: exists and is not a directory")
-            self.directory.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def active(self) -> bool:
-        """Whether anyone reads the IR between passes."""
-        return self.directory is not None or self.echo is not None
-
-    def __call__(self, step: str, module: ModuleOp) -> None:
-        if not self.active:
-            return
-        text = print_module(module)
-        if self.directory is not None:
-            write_atomically(self.directory / f"{self.count:02d}-{step}.mlir", text.encode())
-        if self.echo is not None:
-            self.echo(f"// -----// IR Dump After {step} //----- //\n{text}")
-        self.count += 1
-
-
-OnPass = Callable[[int, int, str], None]
-"""Told of each step of a compile as it begins: its number, how many the compilation has (0
-while the model is imported: the passes are chosen after it) and its name."""
-
-
-class Steps:
-    """Counts the steps of one compilation (its import, its passes, its lowering) for
-    ``on_pass``; ``context`` follows every name (which memory-plan trial it is)."""
-
-    def __init__(self, on_pass: OnPass | None, context: str = ""):
-        self.on_pass = on_pass
-        self.context = context
-        self.number = 0
-        self.total = 0
-
-    def expect(self, passes: int) -> None:
-        """The compilation runs ``passes`` more passes, then its lowering."""
-        self.total = self.number + passes + 1
-
-    def begin(self, name: str) -> None:
-        """Step ``name`` begins."""
-        self.number += 1
-        if self.on_pass is not None:
-            total = max(self.total, self.number) if self.total else 0
-            self.on_pass(self.number, total, name + self.context)
-
-
 class Compilation:
     """One compile: the module as it moves through the pipeline, and what was decided."""
 
@@ -262,7 +189,13 @@ class Compilation:
             return None
         key = (request.sparsity, request.detect_sparsity)
         if key not in self.sparse:
-            found = _sparsity_record(request, self.imported, self.module)
+            found = sparsity_record(
+                request.sparsity,
+                request.detect_sparsity,
+                self.imported,
+                self.module,
+                request.training is not None,
+            )
             shapes = {name: spec.shape for name, spec in self.imported.weight_specs.items()}
             self.sparse[key] = found, sparse_weights(found, shapes, self.imported.weights)
         return self.sparse[key]
@@ -495,7 +428,7 @@ def compile_model(
         micro_batch_size,
         recompute,
         training.sparsity if training is not None else sparsity,
-        _checked_threshold(detect_sparsity, sparsity or (training and training.sparsity)),
+        checked_threshold(detect_sparsity, sparsity or (training and training.sparsity)),
     )
     dumps = IRDumps(dump_ir, print_ir_after_all)
     if mode == "weight_streaming" or training is not None:
@@ -783,39 +716,6 @@ def _training_entry(
     }
 
 
-def _sparsity_entry(
-    sparsity: Sparsity,
-    imported: ImportedModel,
-    candidates: Sequence[str],
-    trains: bool,
-    dense: set[str],
-) -> dict:
-    """The manifest's record of the sparse weights among ``candidates`` (by default not
-    those in ``dense``)."""
-    shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
-    sparse = sparsity.chosen(candidates, shapes, dense)
-    if not sparse:
-        kind = "trained " if trains else ""
-        raise CgcError(
-            f"--sparse-params: no {kind}weight is sparse"
-            + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
-        )
-    return sparsity.to_json(sparse)
-
-
-def _sparsity_record(request: Request, imported: ImportedModel, module: ModuleOp) -> dict:
-    """The manifest's sparsity record of ``request`` (which asks for sparse weights), among
-    the weights ``module`` trains, or else reads."""
-    trains = request.training is not None
-    kinds = ws.StreamGradientOp if trains else wse.WeightOp | ws.StreamWeightOp
-    candidates = sorted({op.weight_name.data for op in module.walk() if isinstance(op, kinds)})
-    dense = _embeddings(module) | (set(candidates) - _multiplied(module))
-    if request.sparsity is not None:
-        return _sparsity_entry(request.sparsity, imported, candidates, trains, dense)
-    assert request.detect_sparsity is not None
-    return _detected_entry(request.detect_sparsity, imported, candidates, dense)
-
-
 def _mark_sparse(c: Compilation, request: Request) -> int:
     """Records the live values of ``request``'s sparse weights in the module, for the
     placement; returns the bytes of SRAM they save against dense weights."""
@@ -826,71 +726,6 @@ def _mark_sparse(c: Compilation, request: Request) -> int:
     specs = c.imported.weight_specs
     set_module_sparse_weights(c.module, {name: w.live for name, w in sparse.items()})
     return sum(specs[n].nbytes * (w.size - w.live) // w.size for n, w in sparse.items())
-
-
-def _checked_threshold(threshold: float | None, sparsity: object) -> float | None:
-    """``--detect-sparsity``'s fraction of zeros, if in (0, 1] and alone."""
-    if threshold is None:
-        return None
-    if sparsity:
-        raise CgcError("--detect-sparsity and --sparsity both say which weights are sparse")
-    if not 0 < threshold <= 1:
-        raise CgcError(f"--detect-sparsity {threshold:g}: the fraction of zeros must be in (0, 1]")
-    return threshold
-
-
-def _detected_entry(
-    threshold: float, imported: ImportedModel, candidates: Sequence[str], dense: set[str]
-) -> dict:
-    """The record of the weights among ``candidates`` with at least ``threshold`` of zeros
-    (matrices not in ``dense``): their zeros are the dead values."""
-    shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
-    matrices = [n for n in candidates if len(shapes[n]) >= 2 and n not in dense]
-    unread = [n for n in matrices if n not in imported.weights]
-    if unread:
-        raise CgcError(
-            f"--detect-sparsity: weight '{unread[0]}' has no values to look at "
-            "(declared by shape: a params file or --no-weights)"
-        )
-    zeros = {n: 1 - np.count_nonzero(imported.weights[n]) / imported.weights[n].size
-             for n in matrices}  # fmt: skip
-    chosen = [n for n in matrices if zeros[n] >= threshold]
-    if not chosen:
-        most = max(zeros, key=zeros.__getitem__, default=None)
-        found = f"; the most: '{most}', {zeros[most]:.1%}" if most is not None else ""
-        raise CgcError(
-            f"--detect-sparsity {threshold:g}: no weight has that fraction of zeros{found}"
-        )
-    live = sum(np.count_nonzero(imported.weights[n]) for n in chosen)
-    if not live:
-        raise CgcError(f"--detect-sparsity: every value of {', '.join(chosen)} is zero")
-    size = sum(imported.weights[n].size for n in chosen)
-    return {"density": live / size, "init": "detected", "seed": 0, "weights": chosen}
-
-
-def _multiplied(module: ModuleOp) -> set[str]:
-    """The weights some matmul multiplies: the matrices sparsity makes sparse by default
-    (a position table added to the activations, a norm's scale, a bias stay dense)."""
-    found = set()
-    for op in module.walk():
-        if isinstance(op, wse.MatmulOp | wse.MatmulTransposeAOp):
-            for operand in op.operands:
-                owner = operand.owner
-                if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
-                    found.add(owner.weight_name.data)
-    return found
-
-
-def _embeddings(module: ModuleOp) -> set[str]:
-    """The weights that some gather reads rows of: embedding tables (and the LM heads tied
-    to them), which sparsity leaves dense by default."""
-    found = set()
-    for op in module.walk():
-        if isinstance(op, wse.GatherOp):
-            owner = op.operands[0].owner
-            if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
-                found.add(owner.weight_name.data)
-    return found
 
 
 def _check_memoryx(

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine.files import file_kind, open_pipe
+from cgc.machine.files import LOCK, file_kind, open_pipe
 
 
 def _one_line(error: BaseException) -> str:
@@ -345,3 +345,37 @@ def _exists(path: str, option: str) -> bool:
     except OSError as e:
         raise CgcError(f"{option} {path}: {_one_line(e).lower()}") from None
     return True
+
+
+DUMPED = re.compile(r"\d{2}-.+\.mlir")
+"""The names ``--dump-ir`` writes in its directory: ``NN-<pass>.mlir``."""
+
+
+def not_dumped_over(inputs: dict[str, str | None], directory: str) -> None:
+    """A CgcError if an input is a file ``--dump-ir`` may write over: named as a dump, in
+    ``directory`` (also through a symlink)."""
+    where = os.path.realpath(directory)
+    for option, path in inputs.items():
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if os.path.dirname(real) == where and DUMPED.fullmatch(os.path.basename(real)):
+            raise CgcError(
+                f"{option} {path}: --dump-ir {directory} writes files of that name there, an "
+                "input it would destroy; copy it elsewhere first"
+            )
+
+
+def model_dir_files(
+    model_dir: str | None, timing_only: bool, options: dict
+) -> tuple[list[Named], list[Named]]:
+    """What ``cgc train`` writes in ``model_dir``: the files, and the checkpoints' directory
+    where the run replaces it (a new run deletes the old checkpoints, a checkpointing one
+    replaces a step saved again)."""
+    if model_dir is None:
+        return [], []
+    names = ["timing.jsonl"] if timing_only else ["metrics.jsonl", "weights.safetensors"]
+    files: list[Named] = [("--model-dir", str(Path(model_dir, n))) for n in [*names, LOCK]]
+    replaced = not timing_only and (not options["resume"] or options["checkpoint_every"])
+    trees: list[Named] = [("--model-dir", str(Path(model_dir, "checkpoints")))] if replaced else []
+    return files, trees

@@ -4,6 +4,7 @@ left), a line per step otherwise (a log keeps every loss); and how ``cgc compile
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Callable
@@ -128,3 +129,30 @@ class StepsBar(ProgressBar):
         if self.drawn:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+
+
+def step_reporter(
+    stack: contextlib.ExitStack,
+    steps: int,
+    terminal: TextIO | None,
+    echo: Callable[[str], None],
+) -> Callable[[dict], None]:
+    """A progress bar on ``terminal`` (closed with ``stack``), or without one a line per
+    step to ``echo``."""
+    if terminal is not None:
+        bar = ProgressBar(steps, terminal)
+        stack.callback(bar.close)
+        return bar
+    return lambda metrics: echo(step_line(metrics))
+
+
+def steps_bar(
+    stack: contextlib.ExitStack, label: str, terminal: TextIO | None, estimates: bool = True
+) -> Callable[[int, int, str], None] | None:
+    """On ``terminal``, a bar of the steps of a compile or a run (``StepsBar``), cleared when
+    ``stack`` closes; nothing without one (the command's output is the same either way)."""
+    if terminal is None:
+        return None
+    bar = StepsBar(label, terminal, estimates)
+    stack.callback(bar.close)
+    return bar.step

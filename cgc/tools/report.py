@@ -6,8 +6,12 @@ per-system batch, stored in the manifest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from cgc.machine import dtypes
 from cgc.machine.artifact import Artifact
 from cgc.machine.bytecode import Program, Route
 from cgc.machine.target import Target
@@ -363,3 +367,51 @@ def simulation_text(
     )
     lines.append(f"assumed (not published): {assumed}")
     return "\n".join(lines) + "\n"
+
+
+def run_lines(outputs: Mapping[str, np.ndarray], stats: RunStats, batched: bool) -> list[str]:
+    """What a run with numbers made and cost; ``batched``: whether the model has a batch
+    axis (without one, a run is of the inputs' fixed shapes, whatever their leading dim)."""
+    lines = [f"{name}: {value.dtype} {list(value.shape)}" for name, value in outputs.items()]
+    if batched:
+        what, rate = f"{stats.batch_size} samples", "samples/s"
+    else:
+        runs = stats.batch_size
+        what = f"{runs} run{'s' if runs != 1 else ''} of the fixed input shapes (no batch axis)"
+        rate = "runs/s"
+    lines.append(
+        f"simulated {what} on {stats.num_csx} x {stats.target} "
+        f"({stats.mode}): {stats.simulated_seconds * 1e6:.2f} us, "
+        f"{stats.samples_per_second:.4g} {rate}, PE utilization {stats.pe_utilization:.2%}, "
+        f"peak {stats.peak_pe_sram_bytes} bytes SRAM per PE"
+    )
+    if stats.pipeline and stats.pipeline["stages"]:
+        p = stats.pipeline
+        slowest = max(p["stages"], key=lambda stage: stage["service_seconds"])
+        bound = (
+            "its input link" if slowest["link_seconds"] > slowest["compute_seconds"] else "kernels"
+        )
+        lines.append(
+            f"pipeline: {p['steady_samples_per_second']:.4g} {rate} per system in the steady "
+            f"state, fill {p['fill_seconds'] * 1e6:.2f} us, drain {p['drain_seconds'] * 1e6:.2f} "
+            f"us; slowest stage {slowest['name']} (bound by {bound})"
+        )
+    return lines
+
+
+def trained_line(artifact: Artifact, chosen: bool) -> str:
+    """What a training trains, and which of the model's float initializers it leaves."""
+    training = artifact.manifest["training"]
+    names = training["trainable"]
+    specs = artifact.weight_specs
+    count = sum(specs[n].size for n in names)
+    how = "chosen by --trainable" if chosen else "the model's parameters (default)"
+    line = f"training {count} parameters in {len(names)} tensors, {how}: {', '.join(names)}"
+    left = [
+        n
+        for n in training["initializers"]
+        if n not in names and n in specs and dtypes.is_float(specs[n].dtype)
+    ]
+    if left:
+        line += f"; frozen: {', '.join(left)} (--trainable and --frozen choose)"
+    return line
