@@ -10,6 +10,9 @@
 * Identity reshapes, transposes, broadcasts and casts disappear, a reshape of a reshape is
   one reshape, and a transpose of a transpose one transpose (the views of heads a frontend
   takes back and forth around fused attention cancel).
+* A slice of the last axis moves above a reshape that keeps the last axis: exporters split a
+  fused projection's ``[B*S, 3H]`` product as ``[B, S, 3H]`` and merge each part back to
+  ``[B*S, H]``, which then cancels, so the parts are never laid out as sequences.
 * An op made cheaper by a constant operand becomes the cheaper op, with the same bits:
   ``x ** 2`` a product ``x * x``, ``1 / x`` a reciprocal (exporters write RMS norms this way;
   a power costs a PE an exponential and a logarithm).
@@ -152,6 +155,35 @@ class CollapseReshapes(RewritePattern):
         rewriter.replace(op, [once], [once.result])
 
 
+class SliceBeforeReshape(RewritePattern):
+    """``slice(reshape(x))`` -> ``reshape(slice(x))`` when the reshape leaves the last axis as
+    it is and the slice takes only part of the last axis."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: wse.SliceOp, rewriter: PatternRewriter) -> None:
+        reshape = op.input.owner
+        if not isinstance(reshape, wse.ReshapeOp):
+            return
+        source, shaped = wse.tensor_shape(reshape.input), wse.tensor_shape(reshape.result)
+        if not source or not shaped or source[-1] != shaped[-1]:
+            return
+        starts, limits, strides = (list(a.get_values()) for a in (op.starts, op.limits, op.strides))
+        whole = [(0, size, 1) for size in shaped[:-1]]
+        if list(zip(starts[:-1], limits[:-1], strides[:-1], strict=True)) != whole:
+            return
+        keep = [0] * (len(source) - 1)
+        part = wse.SliceOp(
+            reshape.input,
+            [*keep, starts[-1]],
+            [*source[:-1], limits[-1]],
+            [*(1 for _ in keep), strides[-1]],
+        )
+        part.location = op.location
+        shaped_part = wse.ReshapeOp(part.result, wse.tensor_shape(op.result))
+        shaped_part.location = reshape.location
+        rewriter.replace(op, [part, shaped_part], [shaped_part.result])
+
+
 def _splat(value: SSAValue) -> float | None:
     """The one number an inline constant holds throughout, else None."""
     owner = value.owner
@@ -181,8 +213,9 @@ class ReduceStrength(RewritePattern):
 
 @dataclass(frozen=True)
 class FoldConstantsPass(ModulePass):
-    """Folds constants and weight views, removes identities and dead pure ops, and reduces
-    the strength of ops with a constant operand."""
+    """Folds constants and weight views, removes identities and dead pure ops, moves
+    last-axis slices above reshapes, and reduces the strength of ops with a constant
+    operand."""
 
     name = "fold-constants"
 
@@ -195,6 +228,7 @@ class FoldConstantsPass(ModulePass):
                     RemoveIdentity(),
                     ComposeTransposes(),
                     CollapseReshapes(),
+                    SliceBeforeReshape(),
                     ReduceStrength(),
                 ],
                 dce_enabled=True,

@@ -1,7 +1,8 @@
 // RUN: cgc opt %s -p fold-constants | filecheck %s
 
 // fold-constants folds constant-only primitives, turns reshapes and transposes of weights
-// into weight views, drops identities and dead pure ops, and never folds to inf or nan.
+// into weight views, drops identities and dead pure ops, moves last-axis slices above
+// reshapes, and never folds to inf or nan.
 
 func.func @chain() -> tensor<f32> {
   %a = wse.constant dense<[1.0, 2.0, -4.0]> : tensor<3xf32> loc("a")
@@ -181,3 +182,31 @@ func.func @transposes(%x: tensor<2x3x4x5xf32>) -> (tensor<2x3x4x5xf32>, tensor<4
 // CHECK-LABEL: func.func @transposes
 // CHECK-NEXT:    %[[D:.*]] = wse.transpose %x {perm = array<i64: 2, 3, 1, 0>} : tensor<2x3x4x5xf32> -> tensor<4x5x3x2xf32>
 // CHECK-NEXT:    func.return %x, %[[D]] : tensor<2x3x4x5xf32>, tensor<4x5x3x2xf32>
+
+// A fused projection's product, split into [B, S, 3H] and its parts merged back to [B*S, H]:
+// the slices move above the split, and the split and merge cancel. A slice that takes part of
+// another axis, or a reshape that changes the last axis, stays as it is.
+func.func @slices(%x: tensor<8x6xf32>) -> (tensor<8x2xf32>, tensor<8x2xf32>, tensor<2x2x2xf32>, tensor<4x2x3xf32>, tensor<2x8xf32>) {
+  %split = wse.reshape %x : tensor<8x6xf32> -> tensor<2x4x6xf32> loc("split")
+  %q = wse.slice %split {starts = array<i64: 0, 0, 0>, limits = array<i64: 2, 4, 2>, strides = array<i64: 1, 1, 1>} : tensor<2x4x6xf32> -> tensor<2x4x2xf32> loc("q")
+  %k = wse.slice %split {starts = array<i64: 0, 0, 2>, limits = array<i64: 2, 4, 6>, strides = array<i64: 1, 1, 2>} : tensor<2x4x6xf32> -> tensor<2x4x2xf32> loc("k")
+  %qm = wse.reshape %q : tensor<2x4x2xf32> -> tensor<8x2xf32> loc("q_merged")
+  %km = wse.reshape %k : tensor<2x4x2xf32> -> tensor<8x2xf32> loc("k_merged")
+  %rows = wse.slice %split {starts = array<i64: 0, 1, 0>, limits = array<i64: 2, 3, 2>, strides = array<i64: 1, 1, 1>} : tensor<2x4x6xf32> -> tensor<2x2x2xf32> loc("rows")
+  %narrow = wse.reshape %x : tensor<8x6xf32> -> tensor<4x2x6xf32> loc("narrow")
+  %part = wse.slice %narrow {starts = array<i64: 0, 0, 3>, limits = array<i64: 4, 2, 6>, strides = array<i64: 1, 1, 1>} : tensor<4x2x6xf32> -> tensor<4x2x3xf32> loc("part")
+  %wide = wse.reshape %x : tensor<8x6xf32> -> tensor<4x12xf32> loc("wide")
+  %cut = wse.slice %wide {starts = array<i64: 0, 0>, limits = array<i64: 2, 8>, strides = array<i64: 1, 1>} : tensor<4x12xf32> -> tensor<2x8xf32> loc("cut")
+  func.return %qm, %km, %rows, %part, %cut : tensor<8x2xf32>, tensor<8x2xf32>, tensor<2x2x2xf32>, tensor<4x2x3xf32>, tensor<2x8xf32>
+}
+
+// CHECK-LABEL: func.func @slices
+// CHECK-NEXT:    %[[SPLIT:.*]] = wse.reshape %x : tensor<8x6xf32> -> tensor<2x4x6xf32> loc("split")
+// CHECK-NEXT:    %[[Q:.*]] = wse.slice %x {starts = array<i64: 0, 0>, limits = array<i64: 8, 2>, strides = array<i64: 1, 1>} : tensor<8x6xf32> -> tensor<8x2xf32> loc("q")
+// CHECK-NEXT:    %[[K:.*]] = wse.slice %x {starts = array<i64: 0, 2>, limits = array<i64: 8, 6>, strides = array<i64: 1, 2>} : tensor<8x6xf32> -> tensor<8x2xf32> loc("k")
+// CHECK-NEXT:    %[[ROWS:.*]] = wse.slice %[[SPLIT]] {starts = array<i64: 0, 1, 0>, limits = array<i64: 2, 3, 2>, strides = array<i64: 1, 1, 1>} : tensor<2x4x6xf32> -> tensor<2x2x2xf32> loc("rows")
+// CHECK-NEXT:    %[[PART:.*]] = wse.slice %x {starts = array<i64: 0, 3>, limits = array<i64: 8, 6>, strides = array<i64: 1, 1>} : tensor<8x6xf32> -> tensor<8x3xf32> loc("part")
+// CHECK-NEXT:    %[[NARROW:.*]] = wse.reshape %[[PART]] : tensor<8x3xf32> -> tensor<4x2x3xf32> loc("narrow")
+// CHECK-NEXT:    %[[WIDE:.*]] = wse.reshape %x : tensor<8x6xf32> -> tensor<4x12xf32> loc("wide")
+// CHECK-NEXT:    %[[CUT:.*]] = wse.slice %[[WIDE]] {{.*}} loc("cut")
+// CHECK-NEXT:    func.return %[[Q]], %[[K]], %[[ROWS]], %[[NARROW]], %[[CUT]]
