@@ -10,8 +10,8 @@ import argparse
 import time
 import tracemalloc
 
-from cgc.machine import flows
-from cgc.machine.layout import Layout
+from cgc.machine.movement import flows
+from cgc.machine.movement.layout import Layout
 
 IM2COL = {"kernel": [3, 3], "strides": [1, 1], "pads": [1] * 4, "dilations": [1, 1], "group": 1,
           "channels_last": False}  # fmt: skip

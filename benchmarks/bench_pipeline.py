@@ -38,7 +38,7 @@ def models() -> dict:
 
 def measure(name: str, batch: int) -> dict:
     import cgc
-    from cgc.machine.target import Target
+    from cgc.machine.hardware.target import Target
     from cgc.tools.picture import stages
     from cgc.tools.pipeline_bound import artifact_bound, bound_lines
     from cgc.tools.report import pipeline_figures, pipeline_stages

@@ -65,7 +65,7 @@ def _step(name: str, systems: int | None, overrides: dict) -> dict:
 def _sweep(name: str) -> dict:
     from cgc.compiler.driver import training_options
     from cgc.compiler.sources import source_of
-    from cgc.machine.target import get_target
+    from cgc.machine.hardware.target import get_target
     from cgc.tools import scaling
 
     source = source_of(f"zoo:{name}", training=True)

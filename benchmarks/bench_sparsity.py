@@ -7,7 +7,7 @@ The sparse runs are at 90 % sparsity (density 0.1), the sparse weights chosen by
 * ``timing``: compile plus one timing-only training step of Cerebras-GPT 13B (what ``cgc train
   zoo:cerebras-gpt-13b --timing-only --steps 1`` does), dense and sparse. The sparse one must
   take at most ``TIMING_LIMIT`` times the dense one's wall time (its weights are too large for
-  masks: their tiles' live counts are drawn, ``cgc.machine.sparse_tiles``);
+  masks: their tiles' live counts are drawn, ``cgc.machine.sparse.tiles``);
 * ``numeric``: training steps with numbers of small models (the zoo's ``mlp_train`` and a
   two-block GPT), compiled first, then at least ``STEPS`` steps and ``MIN_SECONDS`` timed
   after one warm-up step, dense and sparse. A sparse step must take at most
@@ -63,7 +63,7 @@ def _timing(name: str, density: float | None) -> dict:
     """Compile and simulate one timing-only training step, as ``cgc train --timing-only``."""
     from cgc.compiler.driver import compile_model, training_options
     from cgc.frontends.params import load_params
-    from cgc.machine.sparsity import Sparsity
+    from cgc.machine.sparse.sparsity import Sparsity
     from cgc.runtime.simulation import simulate
 
     start = time.perf_counter()

@@ -29,13 +29,13 @@ from fidelity_parameters import sensitivity, sensitivity_lines
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc
-from cgc.machine.kernel import WAFER, Operand, Plan, Request
-from cgc.machine.layout import Layout
-from cgc.machine.plan_gemv import turn_traffic
-from cgc.machine.plan_matmul import Matmul
-from cgc.machine.plan_meshgemm import plan_meshgemm
-from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import route
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import route
+from cgc.machine.plans.gemv import turn_traffic
+from cgc.machine.plans.kernel import WAFER, Operand, Plan, Request
+from cgc.machine.plans.matmul import Matmul
+from cgc.machine.plans.meshgemm import plan_meshgemm
 from cgc.tools.utilization import KernelPlan, layer_kernels, program_kernels
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
@@ -386,7 +386,7 @@ def _gemv_reason(k: int, kernel: KernelPlan, published: float) -> str:
 
 def transfer_cycles(words: int, hops: int) -> float:
     """One flow of ``words`` wavelets from a PE to the one ``hops`` columns east, as cgc's
-    router counts it (``cgc.machine.traffic.route``)."""
+    router counts it (``cgc.machine.movement.traffic.route``)."""
     zero = np.zeros(1, dtype=np.int64)
     traffic = route(zero, zero, zero, zero + hops, np.array([words]), 1.0)
     return traffic.cycles

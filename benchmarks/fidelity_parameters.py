@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import cgc
-from cgc.machine.target import ASSUMED, Target, get_target, with_figures
+from cgc.machine.hardware.target import ASSUMED, Target, get_target, with_figures
 
 HEADLINE = "cerebras-gpt-1.3b"
 HEADLINE_BATCH = 528

@@ -37,7 +37,7 @@ DAY = 86400.0
 
 def _peak(systems: int = 1, clock: float | None = None) -> float:
     """The dense 16-bit peak of ``systems`` wse2 systems, FLOP/s."""
-    from cgc.machine.target import get_target
+    from cgc.machine.hardware.target import get_target
 
     target = get_target("wse2")
     if clock is not None:
@@ -48,9 +48,9 @@ def _peak(systems: int = 1, clock: float | None = None) -> float:
 def closed_form_rows() -> list[dict[str, Any]]:
     """The rows that need no simulation: peaks, the SwarmX tree, MemoryX's footprint."""
     from cgc.frontends.params import load_params, parameter_count
-    from cgc.machine import optimizers
-    from cgc.machine.streaming import Tree
-    from cgc.machine.target import get_target
+    from cgc.machine.hardware.target import get_target
+    from cgc.machine.timing.streaming import Tree
+    from cgc.machine.training import optimizers
 
     wse2 = get_target("wse2")
     gpt3 = parameter_count(load_params("zoo:gpt3-175b").model)
@@ -116,7 +116,7 @@ def _scaling(
 ) -> list[Any]:
     from cgc.compiler.driver import training_options
     from cgc.compiler.sources import source_of
-    from cgc.machine.target import get_target, with_figures
+    from cgc.machine.hardware.target import get_target, with_figures
     from cgc.tools import scaling
 
     source = source_of(f"zoo:{name}", training=True)
@@ -132,7 +132,7 @@ def _runs(point: Any) -> str:
 def _why_scaling(name: str, batch: int, points: list[Any]) -> str:
     """Where the efficiency at the last size goes: the runs per system, the bound, MFU, and the
     efficiency were MemoryX's update between steps (an assumed rate) about free."""
-    from cgc.machine.target import get_target
+    from cgc.machine.hardware.target import get_target
 
     one, many = points[0], points[-1]
     free = _scaling(name, [one.systems, many.systems], batch, (FREE_UPDATE,))[-1]
@@ -246,7 +246,7 @@ def _sparse_xl() -> list[Any]:
     """GPT-3 XL's step at 75 % and 90 % sparsity beside the dense one, on one system."""
     from cgc.compiler.driver import training_options
     from cgc.compiler.sources import source_of
-    from cgc.machine.target import get_target
+    from cgc.machine.hardware.target import get_target
     from cgc.tools import sparsity_study
 
     source = source_of("zoo:cerebras-gpt-1.3b", training=True)
@@ -704,7 +704,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         "simulations of the built-in models; `tests/test_validation.py` checks it. Sources of the",
         "published figures: the project's `reference/wse-hardware.md` (Cerebras' documents, the",
         "Cerebras-GPT paper, press on Andromeda). Unpublished figures cgc assumes are listed in",
-        "`cgc/machine/target.py` (`ASSUMED`); change them with `--set` to study what-ifs.",
+        "`cgc/machine/hardware/target.py` (`ASSUMED`); change them with `--set` to study what-ifs.",
         "",
         *HEADER,
     ]

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cgc.errors import CgcError, CgcWarning
-from cgc.machine.artifact import Artifact
+from cgc.machine.program.artifact import Artifact
 from cgc.version import __version__
 
 if TYPE_CHECKING:
-    from cgc.machine.optimizers import Choice
-    from cgc.machine.target import Target
+    from cgc.machine.hardware.target import Target
+    from cgc.machine.training.optimizers import Choice
     from cgc.runtime.cluster import RunStats
     from cgc.runtime.simulation import Simulation
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
@@ -93,11 +93,11 @@ def compile(
     ``seed`` or the largest (``sparsity_init="magnitude"``); ``detect_sparsity`` instead
     makes sparse the matrices with at least that fraction of zeros, their zeros dead. MemoryX
     streams a sparse weight's live values and their indices, and the wafer multiplies by
-    those alone (``cgc.machine.sparse_tiles``). ``weights`` replaces weights of the model by
+    those alone (``cgc.machine.sparse.tiles``). ``weights`` replaces weights of the model by
     name (the tensors of a ``weights.safetensors`` that ``train`` wrote, say).
     """
     from cgc.compiler.driver import compile_model
-    from cgc.machine.sparsity import Sparsity
+    from cgc.machine.sparse.sparsity import Sparsity
 
     if _is_torch(model):
         from cgc.frontends.torch import capture
@@ -214,16 +214,15 @@ def prepare_training(
 
     ``settings`` are the optimizer's, by torch.optim's keywords (``lr``, ``momentum``,
     ``dampening``, ``weight_decay``, ``nesterov``, ``betas``, ``eps``, ``amsgrad``: the table
-    ``cgc.machine.optimizers.KEYWORDS``); one left out or None takes the params file's, else
-    torch.optim's default for ``optimizer`` (``sgd``, ``adam`` or ``adamw``; default the params
-    file's, else ``sgd``). ``trainable`` (regular expressions matched in full against weight
-    names) chooses the weights trained; by default an ONNX model's parameters, the weights
-    it reads as a model reads its learned tensors, not the constants its exporter lifted into
-    initializers (``cgc.dialects.parameters``), and every float weight of another model.
-    ``frozen`` (likewise) holds weights fixed whatever ``trainable`` says. ``lr_schedule``
-    is ``constant``, ``cosine`` (towards 0 at ``steps``) or ``step`` (times ``lr_gamma``
-    every ``lr_step_size`` steps), after a linear warm-up of ``warmup_steps``;
-    ``max_grad_norm`` clips the gradients' global norm.
+    ``cgc.machine.training.optimizers.KEYWORDS``); one left out or None takes the params file's,
+    else torch.optim's default for ``optimizer`` (``sgd``, ``adam`` or ``adamw``; default the params
+    file's, else ``sgd``). ``trainable`` (regular expressions matched in full against weight names)
+    chooses the weights trained; by default an ONNX model's parameters, the weights it reads as a
+    model reads its learned tensors, not the constants its exporter lifted into initializers
+    (``cgc.dialects.parameters``), and every float weight of another model. ``frozen`` (likewise)
+    holds weights fixed whatever ``trainable`` says. ``lr_schedule`` is ``constant``, ``cosine``
+    (towards 0 at ``steps``) or ``step`` (times ``lr_gamma`` every ``lr_step_size`` steps), after a
+    linear warm-up of ``warmup_steps``; ``max_grad_norm`` clips the gradients' global norm.
     ``checkpoint_every`` writes ``model_dir/checkpoints/step-N/``; ``resume`` continues from
     the newest good one; ``shuffle`` visits each epoch's samples in an order drawn from
     ``seed``. A loss or gradients that are not finite stop the run at that step (a
@@ -235,7 +234,7 @@ def prepare_training(
     are ``compile``'s. ``sparsity`` (the fraction of zeros, in [0, 1)) makes the weights that
     ``sparse_params`` match (default: every trained matrix but the embeddings) sparse, their
     live values drawn from ``seed`` or, with ``sparsity_init="magnitude"``, the largest
-    initial ones (``cgc.machine.sparsity``). ``sparsity_schedule="dynamic"`` moves the masks
+    initial ones (``cgc.machine.sparse.sparsity``). ``sparsity_schedule="dynamic"`` moves the masks
     every ``sparsity_update_every`` steps (until ``sparsity_end_step``), dropping a
     ``sparsity_drop_fraction`` of the live values (``sparsity_decay``: ``constant`` or
     ``cosine``) and regrowing as many by ``sparsity_regrow``: ``gradient`` (RigL) or
@@ -244,8 +243,8 @@ def prepare_training(
     through its training."""
     from cgc.compiler.driver import TrainingOptions, compile_model, training_options
     from cgc.frontends.params import ModelParams, is_params_source, load_params
-    from cgc.machine.sparsity import Sparsity
-    from cgc.machine.target import resolve, with_swarmx_fanout
+    from cgc.machine.hardware.target import resolve, with_swarmx_fanout
+    from cgc.machine.sparse.sparsity import Sparsity
     from cgc.runtime.trainer import Evaluation, LoopOptions, schedule
 
     if isinstance(model, str | os.PathLike) and is_params_source(model):

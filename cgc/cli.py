@@ -35,8 +35,8 @@ from cgc.cli_options import (
 )
 from cgc.cli_sweep import sweep
 from cgc.errors import CgcError, CgcWarning
-from cgc.machine.files import DirectoryLock, close_pipes, npz_bytes
-from cgc.machine.optimizers import KEYWORDS
+from cgc.files import DirectoryLock, close_pipes, npz_bytes
+from cgc.machine.training.optimizers import KEYWORDS
 from cgc.tools.paths import (
     Named,
     distinct_files,
@@ -147,7 +147,7 @@ def _torch_factory(spec: str):
 
 
 def _write_atomically(path: str, data: bytes | Iterable[bytes]) -> None:
-    from cgc.machine.files import write_atomically
+    from cgc.files import write_atomically
 
     write_atomically(path, data)
 
@@ -170,7 +170,7 @@ def _outputs(
 
 def _targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
     """The target named by ``--target``/``--mesh`` with ``--set`` figures changed."""
-    from cgc.machine.target import get_target, with_figures
+    from cgc.machine.hardware.target import get_target, with_figures
 
     chosen = get_target(_target_name(target, mesh))
     return with_figures(chosen, figures) if figures else chosen
@@ -217,8 +217,8 @@ def compile(
     """Compile MODEL (an .onnx file, a params .yaml file, zoo:NAME, or file.py:factory, a
     function that returns a PyTorch module and its example inputs) into an artifact."""
     from cgc.compiler.driver import compile_model
-    from cgc.machine.sparsity import Sparsity
-    from cgc.machine.units import human_bytes
+    from cgc.machine.hardware.units import human_bytes
+    from cgc.machine.sparse.sparsity import Sparsity
     from cgc.tools.report import summary_text
 
     model = model_argument(model, "MODEL")
@@ -285,7 +285,7 @@ def run(
     artifact, inputs_path, output_path, num_csx, timing_only, figures, stats_json, trace, **where
 ) -> None:
     """Run ARTIFACT on the simulator."""
-    from cgc.machine.artifact import Artifact
+    from cgc.machine.program.artifact import Artifact
     from cgc.runtime.cluster import open_cluster
     from cgc.runtime.simulation import Simulation
     from cgc.runtime.trace import trace_json
@@ -335,7 +335,7 @@ PROGRAM_FIGURES = ("rows", "cols", "sram_bytes_per_pe", "colors")
 
 def _retarget(art, figures: tuple[str, ...]) -> None:
     """Changes figures of an artifact's target that do not shape its program (``--set``)."""
-    from cgc.machine.target import Target, with_figures
+    from cgc.machine.hardware.target import Target, with_figures
 
     if not figures:
         return
@@ -600,7 +600,7 @@ def _is_params(spec: str) -> bool:
 
 def _safetensors(path: str) -> dict[str, np.ndarray]:
     """The tensors of a .safetensors file (``--weights``)."""
-    from cgc.machine.artifact import weights_from_bytes
+    from cgc.machine.program.artifact import weights_from_bytes
 
     try:
         return weights_from_bytes(input_file(path, "--weights").read_bytes())
@@ -635,7 +635,7 @@ def _levels(text: str) -> list[float]:
 
 
 def _size(part: str) -> int:
-    from cgc.machine.target import checked_systems
+    from cgc.machine.hardware.target import checked_systems
 
     return checked_systems(int(part))
 
@@ -657,7 +657,7 @@ def inspect(artifact, disasm, as_json, ir, placement) -> None:
     """Show what ARTIFACT holds: manifest, placement (and where the compute bound goes) or
     stream schedule, bytecode. A params file or zoo:NAME is compiled for its training run
     first (weights declared, timing only)."""
-    from cgc.machine.artifact import Artifact
+    from cgc.machine.program.artifact import Artifact
     from cgc.tools.report import inspect_json, summary_text
 
     model_argument(artifact, "ARTIFACT")
@@ -744,7 +744,7 @@ def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnosti
     from xdsl.passes import PassPipeline
     from xdsl.utils.exceptions import ArgSpecParseError
 
-    from cgc.machine.target import get_target
+    from cgc.machine.hardware.target import get_target
     from cgc.passes import all_passes
 
     if mesh is not None and target is None:

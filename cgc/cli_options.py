@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from cgc.errors import CgcError
-from cgc.machine.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+from cgc.machine.training.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
 
 
 def _options(command: Callable, options: tuple[Callable, ...]) -> Callable:
@@ -104,7 +104,7 @@ def _which_sparse() -> tuple[Callable, ...]:
 
 
 def dynamic_sparsity_options(command: Callable) -> Callable:
-    """The settings of dynamic sparsity (``cgc.machine.sparsity``)."""
+    """The settings of dynamic sparsity (``cgc.machine.sparse.sparsity``)."""
     return _options(
         command,
         (
@@ -187,7 +187,7 @@ optimizer_choice = click.option(
 
 def optimizer_options(command: Callable) -> Callable:
     """The optimizer's settings as options of ``command``, one per keyword of the table
-    (``cgc.machine.optimizers``); an option not given leaves the optimizer's default."""
+    (``cgc.machine.training.optimizers``); an option not given leaves the optimizer's default."""
     for keyword, names in reversed(KEYWORDS.items()):
         setting = SETTINGS[names[0]]
         option = "--" + keyword.replace("_", "-")

@@ -42,7 +42,7 @@ def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_addres
     """Simulate every point of the grid in SPEC (a YAML file; see cgc.sweep), timing
     only, and write DIR/sweep.csv, DIR/sweep.json and DIR/scaling.png. A re-run with the same
     DIR computes only the points not finished yet."""
-    from cgc.machine.files import LOCK
+    from cgc.files import LOCK
     from cgc.sweep import JOURNAL, OUTPUTS, checked_options, load_spec, run_sweep, table_text
 
     checked_options(executor, jobs, ray_address)

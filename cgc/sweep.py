@@ -54,8 +54,7 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError
-from cgc.machine.artifact import Artifact
-from cgc.machine.files import (
+from cgc.files import (
     DirectoryLock,
     append_whole,
     permissions,
@@ -63,7 +62,8 @@ from cgc.machine.files import (
     write_atomically,
     writing,
 )
-from cgc.machine.target import MAX_BATCH, MAX_SYSTEMS, get_target, with_figures
+from cgc.machine.hardware.target import MAX_BATCH, MAX_SYSTEMS, get_target, with_figures
+from cgc.machine.program.artifact import Artifact
 from cgc.runtime.executors import LOCAL, RAY, checked_executor, connect
 from cgc.tools.paths import input_file, input_text
 from cgc.tools.progress import ProgressBar

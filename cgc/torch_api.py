@@ -34,14 +34,14 @@ import numpy as np
 import torch
 
 from cgc.errors import CgcError
+from cgc.files import append_whole, permissions, write_atomically, writing
 from cgc.frontends.torch import capture
 from cgc.frontends.torch.lowering import to_numpy
-from cgc.machine import optimizers
-from cgc.machine.artifact import Artifact, weights_to_bytes
-from cgc.machine.files import append_whole, permissions, write_atomically, writing
-from cgc.machine.optimizers import Schedule
-from cgc.machine.sparsity import Sparsity
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import Artifact, weights_to_bytes
+from cgc.machine.sparse.sparsity import Sparsity
+from cgc.machine.training import optimizers
+from cgc.machine.training.optimizers import Schedule
 from cgc.runtime.trainer import final_weights, metrics_before, strict_json
 
 __all__ = ["Module", "Optimizer", "Session", "dataloader", "module", "optimizer", "session"]
@@ -334,7 +334,7 @@ class Session:
             update_every=sparsity_update_every, drop_fraction=sparsity_drop_fraction,
             regrow=sparsity_regrow, decay=sparsity_decay, end_step=sparsity_end_step,
         )  # fmt: skip
-        """The sparsity of the trained weights (``cgc.machine.sparsity``), named by their
+        """The sparsity of the trained weights (``cgc.machine.sparse.sparsity``), named by their
         ``state_dict`` keys."""
         self.steps = 0
         """Steps taken, including those a resumed run skips."""

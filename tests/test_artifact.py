@@ -14,8 +14,9 @@ import pytest
 
 import cgc
 from cgc.errors import CgcError
+from cgc.files import npz_bytes
 from cgc.frontends import zoo
-from cgc.machine.artifact import (
+from cgc.machine.program.artifact import (
     FORMAT_VERSION,
     MAGIC,
     SECTIONS,
@@ -24,8 +25,7 @@ from cgc.machine.artifact import (
     weights_from_bytes,
     weights_to_bytes,
 )
-from cgc.machine.files import npz_bytes
-from cgc.machine.manifest import check_manifest
+from cgc.machine.program.manifest import check_manifest
 
 HEADER = struct.Struct("<8sII")
 ENTRY = struct.Struct("<16sQQ32s")

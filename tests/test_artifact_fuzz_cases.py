@@ -21,11 +21,11 @@ from test_artifact import ENTRY, HEADER
 import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
+from cgc.files import npz_bytes
 from cgc.frontends import zoo
-from cgc.machine.artifact import FORMAT_VERSION, MAGIC, Artifact, ArtifactError
-from cgc.machine.bytecode import Opcode, Program
-from cgc.machine.files import npz_bytes
-from cgc.machine.manifest import MAX_JSON_DEPTH, SCHEMA, json_depth, validate
+from cgc.machine.program.artifact import FORMAT_VERSION, MAGIC, Artifact, ArtifactError
+from cgc.machine.program.bytecode import Opcode, Program
+from cgc.machine.program.manifest import MAX_JSON_DEPTH, SCHEMA, json_depth, validate
 from cgc.runtime.cluster import Cluster
 from cgc.tools.report import inspect_json, summary_text
 

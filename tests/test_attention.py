@@ -14,9 +14,9 @@ from test_kernels import RECT, T, execute
 from cgc.dialects import parse_module, print_module, wse
 from cgc.errors import CgcError
 from cgc.machine import plans
-from cgc.machine.layout import Layout
+from cgc.machine.hardware.target import get_target
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import WAFER, Operand
-from cgc.machine.target import get_target
 from cgc.runtime import kernels
 from cgc.runtime.tiles import DistTensor
 

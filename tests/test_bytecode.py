@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from cgc.machine.bytecode import (
+from cgc.machine.program.bytecode import (
     KERNEL_BASE,
     MAGIC,
     NONE,

@@ -15,10 +15,10 @@ import pytest
 from conftest import mlp_train_data
 
 import cgc
+from cgc import files
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.machine import files
-from cgc.machine.optimizers import Schedule
+from cgc.machine.training.optimizers import Schedule
 from cgc.runtime import checkpoint
 from cgc.runtime.trainer import sample_indices
 

@@ -422,7 +422,7 @@ def test_internal_errors_exit_1_without_traceback(workdir, monkeypatch) -> None:
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("cgc.machine.artifact.Artifact.load", explode)
+    monkeypatch.setattr("cgc.machine.program.artifact.Artifact.load", explode)
     result = invoke("inspect", workdir / "whatever.cgc")
     assert result.exit_code == 1
     assert "internal error: RuntimeError: boom (rerun with --debug)" in result.output
@@ -551,7 +551,7 @@ def test_train_trace_into_a_missing_directory_fails_before_training(workdir, tmp
 
 
 def test_outputs_get_the_usual_permissions(workdir, tmp_path) -> None:
-    from cgc.machine.files import permissions
+    from cgc.files import permissions
 
     result = invoke(*train_args(workdir, tmp_path, "--checkpoint-every", 2))
     assert result.exit_code == 0, result.output

@@ -23,7 +23,7 @@ import test_cli
 from onnx import TensorProto, helper, numpy_helper
 from test_cli import invoke, one_line_error
 
-from cgc.machine.files import remove_stale_temporaries, write_atomically
+from cgc.files import remove_stale_temporaries, write_atomically
 from cgc.tools.progress import ProgressBar
 
 TARGET = "mesh16x16"

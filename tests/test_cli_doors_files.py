@@ -29,8 +29,8 @@ from test_cli import invoke, one_line_error
 from test_cli_doors import TARGET, fifo_reader, run_args
 
 import cgc
+from cgc import files
 from cgc import sweep as sweeping
-from cgc.machine import files
 from cgc.runtime import checkpoint
 
 static_dir = test_cli_doors.static_dir

@@ -17,9 +17,9 @@ from conftest import mlp_train_data
 from test_cli import invoke, one_line_error
 
 import cgc
+from cgc.files import LOCK
 from cgc.frontends import zoo
-from cgc.machine.files import LOCK
-from cgc.machine.target import MAX_BATCH
+from cgc.machine.hardware.target import MAX_BATCH
 
 TARGET = "mesh8x8"
 
@@ -189,7 +189,7 @@ def test_other_packages_warnings_are_not_printed_but_cgcs_are(models, tmp_path, 
 
 HOLDER = """\
 import sys, time
-from cgc.machine.files import DirectoryLock
+from cgc.files import DirectoryLock
 DirectoryLock(sys.argv[1], "the other run").acquire()
 print("locked", flush=True)
 time.sleep(600)

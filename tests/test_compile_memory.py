@@ -16,8 +16,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from cgc.machine.bytecode import Route
-from cgc.machine.target import Target, get_target
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.program.bytecode import Route
 from cgc.runtime.pipeline import SHOWN, Stage, simulate
 
 HEADROOM = 400 << 20

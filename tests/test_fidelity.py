@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cgc.machine.target import get_target
+from cgc.machine.hardware.target import get_target
 
 PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "fidelity.py"
 sys.path.insert(0, str(PATH.parent))  # its sibling, fidelity_parameters

@@ -1,4 +1,4 @@
-"""cgc.machine.flows: the traffic of every regular data movement, counted by digits, equals
+"""cgc.machine.movement.flows: the traffic of every regular data movement, counted by digits, equals
 the per-element oracle (traffic.gather_traffic on index arrays), and costs nothing like the
 element count on GPT-3-sized tensors."""
 
@@ -11,12 +11,13 @@ from math import prod
 import numpy as np
 import pytest
 
-from cgc.machine import flows, index_maps, plans, reference
-from cgc.machine.layout import Layout, grid_extent, matrix_dims
-from cgc.machine.plan_movement import most_taps, patch_taps
+from cgc.machine import plans, reference
+from cgc.machine.hardware.target import get_target
+from cgc.machine.movement import flows, index_maps
+from cgc.machine.movement.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic, gather_traffic, scattered_traffic
 from cgc.machine.plans import WAFER, Operand
-from cgc.machine.target import get_target
-from cgc.machine.traffic import NO_TRAFFIC, Traffic, gather_traffic, scattered_traffic
+from cgc.machine.plans.movement import most_taps, patch_taps
 
 SEEDS = range(40)
 DTYPES = ("float32", "float16", "int32")

@@ -27,12 +27,13 @@ from test_kernels import OTHER, close, execute
 
 import cgc
 from cgc.frontends import zoo
-from cgc.machine import flows, index_maps, plans, reference
-from cgc.machine.cost import Sram, Timing
-from cgc.machine.layout import Layout
+from cgc.machine import plans, reference
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.movement import flows, index_maps
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import NO_TRAFFIC, gather_traffic, scattered_traffic
 from cgc.machine.plans import STREAM, WAFER, Operand, Plan
-from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import NO_TRAFFIC, gather_traffic, scattered_traffic
+from cgc.machine.timing.cost import Sram, Timing
 
 SEEDS = range(30)
 

@@ -20,7 +20,7 @@ from cgc.compiler.driver import TrainingOptions, front
 from cgc.compiler.sources import source_of
 from cgc.dialects import parse_module
 from cgc.frontends import zoo
-from cgc.machine.ref_attention import CAUSAL, MASK_ROWS, OPEN, Mask, mask_kind
+from cgc.machine.reference.attention import CAUSAL, MASK_ROWS, OPEN, Mask, mask_kind
 from cgc.passes.fuse_attention import FuseAttentionPass, fixed_masks
 from cgc.tools.report import summary_text
 

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from cgc.machine.artifact import weights_to_bytes
+from cgc.machine.program.artifact import weights_to_bytes
 from cgc.tools import fuzz, fuzz_reference, fuzz_worker
 from cgc.tools import fuzz_mutators as mut
 from cgc.tools.fuzz_cases import DIR, Case, Fills, SetupFiles, Step, edge_inputs, npz
@@ -342,7 +342,7 @@ def test_an_ill_conditioned_output_is_judged_against_float64(tmp_path):
 
 
 def test_the_rechecksummed_artifact_passes_the_checksums():
-    from cgc.machine.artifact import Artifact, ArtifactError
+    from cgc.machine.program.artifact import Artifact, ArtifactError
 
     version, sections = 3, [(b"manifest", b"{}"), (b"bytecode", b"x"), (b"ir", b""),
                             (b"weights", b"")]  # fmt: skip

@@ -13,12 +13,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc
-from cgc.machine.kernel import RESIDENT, WAFER, Operand, Request
-from cgc.machine.layout import Layout
-from cgc.machine.plan_gemv import plan_gemv, turn_flight, turn_traffic
-from cgc.machine.plan_matmul import Matmul
-from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import NO_TRAFFIC, route
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import NO_TRAFFIC, route
+from cgc.machine.plans.gemv import plan_gemv, turn_flight, turn_traffic
+from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Request
+from cgc.machine.plans.matmul import Matmul
 from cgc.runtime.cluster import Cluster
 from cgc.tools.utilization import layer_kernels
 

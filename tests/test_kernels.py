@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from cgc.machine import plans
-from cgc.machine.layout import Layout
-from cgc.machine.plan_matmul import Matmul
+from cgc.machine.hardware.target import TRANSCENDENTAL_CYCLES, Target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Request
-from cgc.machine.target import TRANSCENDENTAL_CYCLES, Target
-from cgc.machine.traffic import NO_TRAFFIC, Traffic
+from cgc.machine.plans.matmul import Matmul
 from cgc.runtime import kernels
 from cgc.runtime.tiles import DistTensor
 

@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 from test_kernels import BROADCASTS, OTHER, RECT, SHAPES, SRC3, T, close, execute, poisoned
 
-from cgc.machine import dtypes, plans
-from cgc.machine.layout import Layout
+from cgc.machine import plans
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import TRANSCENDENTAL_CYCLES
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import NO_TRAFFIC, edge_traffic
 from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand
-from cgc.machine.target import TRANSCENDENTAL_CYCLES
-from cgc.machine.traffic import NO_TRAFFIC, edge_traffic
 from cgc.runtime import kernels
 
 RECTS = [RECT, (2, 1, 3, 6)]

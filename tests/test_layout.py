@@ -9,10 +9,10 @@ from math import ceil, prod
 import numpy as np
 import pytest
 
-import cgc.machine.traffic as traffic_module
-from cgc.machine.flows import regrid_traffic
-from cgc.machine.layout import Layout, grid_extent, matrix_dims
-from cgc.machine.traffic import NO_TRAFFIC, Traffic, edge_traffic, gather_traffic, route
+import cgc.machine.movement.traffic as traffic_module
+from cgc.machine.movement.flows import regrid_traffic
+from cgc.machine.movement.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic, edge_traffic, gather_traffic, route
 from cgc.runtime.tiles import DistTensor
 
 

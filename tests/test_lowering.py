@@ -17,7 +17,7 @@ from cgc.dialects.ir import main_function, module_target
 from cgc.dialects.lowering import layer_graph, layer_works, lower
 from cgc.frontends import zoo
 from cgc.machine import LayerCosts, get_target, layer_cost, program_costs
-from cgc.machine.bytecode import Opcode
+from cgc.machine.program.bytecode import Opcode
 
 CASES = {
     "mlp-pipelined": lambda: compile_model(

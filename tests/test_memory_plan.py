@@ -14,8 +14,8 @@ from conftest import token_batch
 import cgc
 from cgc.compiler.memory import divisors
 from cgc.frontends import zoo
-from cgc.machine.cost import program_peak
-from cgc.machine.target import get_target
+from cgc.machine.hardware.target import get_target
+from cgc.machine.timing.cost import program_peak
 from cgc.runtime.cluster import Cluster
 
 MESH = get_target("mesh8x8")

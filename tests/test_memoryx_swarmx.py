@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from cgc.errors import CgcError
-from cgc.machine import optimizers
-from cgc.machine.artifact import WeightSpec
-from cgc.machine.streaming import tree_depth
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import WeightSpec
+from cgc.machine.timing.streaming import tree_depth
+from cgc.machine.training import optimizers
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
 

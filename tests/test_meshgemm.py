@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cgc.machine.kernel import RESIDENT, WAFER, Operand, Plan, Request
-from cgc.machine.layout import Layout
-from cgc.machine.plan_matmul import Matmul, sram_overflow
-from cgc.machine.plan_meshgemm import (
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import NO_TRAFFIC, Routes, Traffic
+from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Plan, Request
+from cgc.machine.plans.matmul import Matmul, sram_overflow
+from cgc.machine.plans.meshgemm import (
     mesh_side,
     plan_meshgemm,
     ring_line,
@@ -18,8 +20,6 @@ from cgc.machine.plan_meshgemm import (
     shift_traffic,
     skew_traffic,
 )
-from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import NO_TRAFFIC, Routes, Traffic
 from cgc.runtime.tiles import DistTensor
 
 T = Target("t", 8, 8, 48 * 1024, 850e6)

@@ -28,10 +28,11 @@ from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
-from cgc.machine import dtypes, plans, reference
-from cgc.machine.layout import Layout
+from cgc.machine import plans, reference
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import get_target
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import WAFER, Operand
-from cgc.machine.target import get_target
 from cgc.passes.fold_constants import FoldConstantsPass
 from cgc.runtime import kernels
 from cgc.runtime.cluster import cast_input

@@ -18,7 +18,7 @@ from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends.onnx import import_model
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 ORT_OPSET = 21
 """The opset of the models compared with onnxruntime (which runs ONNX up to about 23)."""

@@ -38,9 +38,9 @@ from cgc.dialects.lowering import layer_works, lower
 from cgc.errors import CgcError, DoesNotFitError
 from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
-from cgc.machine.cost import program_costs
-from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import overlap
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.movement.traffic import overlap
+from cgc.machine.timing.cost import program_costs
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.channels_last import ChannelsLastPass, channels_to_front

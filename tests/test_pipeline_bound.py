@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import cgc
 from cgc.cli import main
 from cgc.frontends import zoo
-from cgc.machine.target import resolve
+from cgc.machine.hardware.target import resolve
 from cgc.tools.pipeline_bound import TERMS, StageTime, artifact_bound, decompose
 from cgc.tools.report import pipeline_figures, pipeline_stages
 

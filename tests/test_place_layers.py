@@ -1,7 +1,7 @@
 """The placement's shortcuts change what it asks, not what it answers.
 
 The pipelined placement times layers on candidate rectangles with the machine's exact cost
-(``cgc.machine.cost``), and most of its compile time is those timings. Its shortcuts skip
+(``cgc.machine.timing.cost``), and most of its compile time is those timings. Its shortcuts skip
 timings that cannot change its answer: lower bounds that rule a rectangle out untimed (every
 PE at peak, host I/O the same on any rectangle), rungs a wider rectangle already missed, and
 the layers that failed a width timed first. Each case places a model both ways, the search
@@ -25,8 +25,8 @@ from test_placement import MESHES, random_graph
 import cgc
 from cgc.dialects.lowering import LayerWork
 from cgc.frontends import zoo
-from cgc.machine.layout import Rect
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.movement.layout import Rect
 from cgc.passes import place_layers
 from cgc.passes.place_layers import Placer, Strips
 from cgc.tools.report import pipeline_figures

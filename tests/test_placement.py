@@ -26,11 +26,11 @@ from cgc.dialects import context, parse_module, print_module
 from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.machine.bytecode import Route
-from cgc.machine.layout import Layout
-from cgc.machine.packing import pack_runs
-from cgc.machine.target import get_target
-from cgc.machine.traffic import lane_ends, overlap
+from cgc.machine.hardware.target import get_target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import lane_ends, overlap
+from cgc.machine.program.bytecode import Route
+from cgc.passes.place_layers.packing import pack_runs
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.runtime.cluster import Cluster
 from cgc.runtime.pipeline import Stage, simulate

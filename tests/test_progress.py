@@ -16,7 +16,7 @@ import cgc.cli
 from cgc.cli import main
 from cgc.compiler.driver import TrainingOptions, compile_model
 from cgc.frontends import zoo
-from cgc.machine.artifact import Artifact
+from cgc.machine.program.artifact import Artifact
 from cgc.runtime.cluster import Cluster
 from cgc.tools.progress import StepsBar
 

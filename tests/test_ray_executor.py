@@ -25,8 +25,8 @@ from onnx import numpy_helper
 import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
+from cgc.files import npz_bytes
 from cgc.frontends import zoo
-from cgc.machine.files import npz_bytes
 
 TARGET = "mesh16x16"
 SAMPLES, BATCH = 40, 8

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 import cgc
 from cgc.cli import main
-from cgc.machine.kernel import STREAM, Operand
-from cgc.machine.layout import Layout
+from cgc.machine.hardware.target import resolve
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import plan
-from cgc.machine.target import resolve
+from cgc.machine.plans.kernel import STREAM, Operand
 from cgc.runtime.cluster import RECOMPUTED
 from cgc.tools.report import simulation_text
 from cgc.tools.utilization import KernelPlan, kernel_bound, step_utilization

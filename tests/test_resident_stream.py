@@ -12,12 +12,12 @@ from test_kernels import close, matmul_ref, poisoned
 
 import cgc
 from cgc.frontends import zoo
-from cgc.machine.cost import Sram, Timing
-from cgc.machine.kernel import RESIDENT, WAFER, Operand, Plan, Request
-from cgc.machine.layout import Layout
-from cgc.machine.plan_matmul import Matmul, sram_overflow
-from cgc.machine.target import Target, get_target
-from cgc.machine.traffic import Traffic
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import Traffic
+from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Plan, Request
+from cgc.machine.plans.matmul import Matmul, sram_overflow
+from cgc.machine.timing.cost import Sram, Timing
 from cgc.runtime import kernels
 
 T = Target("t", 8, 8, 48 * 1024, 850e6)

@@ -30,7 +30,8 @@ REPORT = textwrap.dedent(
             if any(m == p or m.startswith(p + ".") for p in FORBIDDEN)
         )
         with open({report!r}, "w") as f:
-            json.dump({{"forbidden": bad, "cgc_loaded": "cgc.machine.artifact" in sys.modules}}, f)
+            loaded = "cgc.machine.program.artifact" in sys.modules
+            json.dump({{"forbidden": bad, "cgc_loaded": loaded}}, f)
 
     atexit.register(report)
     """
@@ -68,7 +69,7 @@ def test_report_detects_forbidden_imports(tmp_path):
     report = tmp_path / "report.json"
     code = REPORT.format(forbidden=FORBIDDEN, report=str(report)) + textwrap.dedent(
         """
-        import cgc.machine.artifact
+        import cgc.machine.program.artifact
         import cgc.dialects.ir
         """
     )

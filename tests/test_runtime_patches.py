@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from cgc.machine import plans
-from cgc.machine.layout import Layout
+from cgc.machine.hardware.target import Target
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand
-from cgc.machine.ref_movement import (
+from cgc.machine.reference.movement import (
     channels_first,
     channels_first_rows,
     im2col_taps_first,
@@ -22,7 +23,6 @@ from cgc.machine.ref_movement import (
     taps_first_rows,
     windows,
 )
-from cgc.machine.target import Target
 from cgc.runtime import kernels
 from cgc.runtime.patches import Patches
 from cgc.runtime.tiles import DistTensor

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from cgc.machine import plans
-from cgc.machine.kernel import WAFER, Operand
-from cgc.machine.layout import Layout
-from cgc.machine.ref_math import erf
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.movement.layout import Layout
+from cgc.machine.plans.kernel import WAFER, Operand
+from cgc.machine.reference.arithmetic import erf
 from cgc.runtime import kernels
 from cgc.runtime.tiles import DistTensor
 

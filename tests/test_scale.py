@@ -13,7 +13,7 @@ import cgc
 from cgc.cli import main
 from cgc.compiler.driver import training_options
 from cgc.compiler.sources import source_of
-from cgc.machine.target import get_target
+from cgc.machine.hardware.target import get_target
 from cgc.tools import scaling
 
 MESH = get_target("mesh8x8")

@@ -16,13 +16,14 @@ import cgc
 from cgc.cli import main
 from cgc.errors import DoesNotFitError
 from cgc.frontends import zoo
-from cgc.machine import plans, sparse_tiles
-from cgc.machine.artifact import Artifact, weights_from_bytes, weights_to_bytes
-from cgc.machine.layout import Layout
+from cgc.machine import plans
+from cgc.machine.hardware.target import get_target, with_figures
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand
-from cgc.machine.sparse_tiles import SparseView, SparseWeight, TileGrid, tile_counts, with_mask
-from cgc.machine.sparsity import mask
-from cgc.machine.target import get_target, with_figures
+from cgc.machine.program.artifact import Artifact, weights_from_bytes, weights_to_bytes
+from cgc.machine.sparse import tiles as sparse_tiles
+from cgc.machine.sparse.sparsity import mask
+from cgc.machine.sparse.tiles import SparseView, SparseWeight, TileGrid, tile_counts, with_mask
 from cgc.runtime.cluster import Cluster
 
 

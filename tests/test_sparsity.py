@@ -18,9 +18,9 @@ import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
 from cgc.frontends import zoo, zoo_torch
-from cgc.machine.manifest import check_manifest
-from cgc.machine.sparsity import Sparsity, live_count, mask
-from cgc.machine.target import resolve
+from cgc.machine.hardware.target import resolve
+from cgc.machine.program.manifest import check_manifest
+from cgc.machine.sparse.sparsity import Sparsity, live_count, mask
 from cgc.runtime.memoryx import MemoryX
 
 TARGET = "mesh16x16"

@@ -1,5 +1,5 @@
 """Dynamic sparsity (RigL, SET): training equal to a PyTorch loop that moves the masks by
-its own implementation of the rule of ``cgc.machine.sparsity``; live counts that stay exact,
+its own implementation of the rule of ``cgc.machine.sparse.sparsity``; live counts that stay exact,
 masks found again by a resumed run, optimizer state kept over the live values only."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
 from cgc.frontends import zoo, zoo_torch
-from cgc.machine import optimizers
-from cgc.machine.sparsity import Sparsity, live_count, mask
+from cgc.machine.sparse.sparsity import Sparsity, live_count, mask
+from cgc.machine.training import optimizers
 from cgc.runtime import checkpoint
 from cgc.runtime.cluster import Cluster
 

@@ -13,7 +13,7 @@ import pytest
 from cgc.compiler.driver import training_options
 from cgc.compiler.sources import source_of
 from cgc.errors import CgcError
-from cgc.machine.target import get_target
+from cgc.machine.hardware.target import get_target
 from cgc.tools import sparsity_study
 from cgc.tools.sparsity_study import CAUSES, SLOW, SparsePoint, densities
 

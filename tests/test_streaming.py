@@ -1,4 +1,4 @@
-"""The weight-streaming timeline (cgc.machine.streaming): micro-batches back to back, the
+"""The weight-streaming timeline (cgc.machine.timing.streaming): micro-batches back to back, the
 steady state of training steps whose updates overlap the next step, and the shortcut over
 runs that repeat."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cgc.machine import streaming
-from cgc.machine.streaming import Layer, Tree
-from cgc.machine.target import get_target
+from cgc.machine.hardware.target import get_target
+from cgc.machine.timing import streaming
+from cgc.machine.timing.streaming import Layer, Tree
 
 T = get_target("wse2")
 

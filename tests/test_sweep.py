@@ -19,7 +19,7 @@ import cgc
 from cgc import sweep as sweeping
 from cgc.cli import main
 from cgc.frontends import zoo
-from cgc.machine.target import get_target, with_figures
+from cgc.machine.hardware.target import get_target, with_figures
 from cgc.version import __version__
 
 SPEC = """\

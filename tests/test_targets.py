@@ -16,7 +16,7 @@ from cgc.dialects import parse_module, print_module
 from cgc.dialects.ir import TARGET_ATTR, module_target, set_module_target
 from cgc.dialects.wse import TargetAttr
 from cgc.errors import CgcError
-from cgc.machine.target import (
+from cgc.machine.hardware.target import (
     FIGURES,
     MAX_SYSTEMS,
     RANGES,

@@ -21,7 +21,7 @@ from torch import nn
 
 import cgc
 from cgc.errors import CgcError
-from cgc.machine.sparsity import mask
+from cgc.machine.sparse.sparsity import mask
 from cgc.torch_api import schedule_of
 
 TARGET = "mesh16x16"

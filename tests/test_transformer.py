@@ -22,7 +22,7 @@ import pytest
 
 import cgc
 from cgc.frontends.params import ModelConfig, ModelParams, load_params
-from cgc.machine.artifact import Artifact
+from cgc.machine.program.artifact import Artifact
 from cgc.runtime.cluster import Cluster
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from safetensors.numpy import load_file
 import cgc
 from cgc.errors import CgcError
 from cgc.frontends import zoo
-from cgc.machine.artifact import Artifact
-from cgc.machine.cost import SimulationError, Sram, Timing
+from cgc.machine.hardware.target import Target
 from cgc.machine.plans import Plan
-from cgc.machine.target import Target
+from cgc.machine.program.artifact import Artifact
+from cgc.machine.timing.cost import SimulationError, Sram, Timing
 from cgc.runtime import trace
 from cgc.runtime.cluster import Cluster, system_tracks
 from cgc.runtime.trainer import LoopOptions

@@ -1,4 +1,4 @@
-"""cgc.machine.window_flows: im2col's traffic counted by tap ranges equals the per-element
+"""cgc.machine.movement.window_flows: im2col's traffic counted by tap ranges equals the per-element
 oracle (traffic.gather_traffic) and the general engine (flows.movement_traffic), wherever it
 applies; elsewhere the engine answers."""
 
@@ -10,10 +10,11 @@ from math import prod
 import numpy as np
 import pytest
 
-from cgc.machine import flows, reference, window_flows
-from cgc.machine.layout import Layout, grid_extent, matrix_dims
-from cgc.machine.traffic import Traffic, gather_traffic
-from cgc.machine.window_segments import collide
+from cgc.machine import reference
+from cgc.machine.movement import flows, window_flows
+from cgc.machine.movement.layout import Layout, grid_extent, matrix_dims
+from cgc.machine.movement.traffic import Traffic, gather_traffic
+from cgc.machine.movement.window_segments import collide
 
 SEEDS = range(60)
 

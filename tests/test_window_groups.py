@@ -1,4 +1,4 @@
-"""cgc.machine.window_flows on grouped convolutions and folded channels-first images: their
+"""cgc.machine.movement.window_flows on grouped convolutions and folded channels-first images: their
 im2col counted by tap ranges equals the per-element oracle (traffic.gather_traffic) and the
 general engine (flows.movement_traffic)."""
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from test_window_flows import count_afresh, counted, fields, oracle, random_attrs, random_layout
 
-from cgc.machine import flows, reference, window_flows
-from cgc.machine.layout import Layout
+from cgc.machine import reference
+from cgc.machine.movement import flows, window_flows
+from cgc.machine.movement.layout import Layout
 
 __all__ = ["count_afresh"]  # every test counts afresh
 

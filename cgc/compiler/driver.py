@@ -44,14 +44,14 @@ from cgc.dialects.parameters import parameter_weights
 from cgc.errors import CgcError, CgcWarning, DoesNotFitError
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelParams, optimizer_settings
-from cgc.machine import optimizers
-from cgc.machine.artifact import DECLARED, FORMAT_VERSION, Artifact
-from cgc.machine.bytecode import LayerInfo, Opcode, Program
-from cgc.machine.cost import LayerCost, Profile, profile, program_costs
-from cgc.machine.sparse_tiles import SparseWeight, sparse_weights
-from cgc.machine.sparsity import Sparsity, live_bytes
-from cgc.machine.target import Target, checked_batch, checked_systems, resolve
-from cgc.machine.units import human_bytes
+from cgc.machine.hardware.target import Target, checked_batch, checked_systems, resolve
+from cgc.machine.hardware.units import human_bytes
+from cgc.machine.program.artifact import DECLARED, FORMAT_VERSION, Artifact
+from cgc.machine.program.bytecode import LayerInfo, Opcode, Program
+from cgc.machine.sparse.sparsity import Sparsity, live_bytes
+from cgc.machine.sparse.tiles import SparseWeight, sparse_weights
+from cgc.machine.timing.cost import LayerCost, Profile, profile, program_costs
+from cgc.machine.training import optimizers
 from cgc.passes.autodiff import AutodiffPass, trains
 from cgc.passes.channels_last import ChannelsLastPass
 from cgc.passes.decompose import DecomposePass
@@ -71,12 +71,12 @@ MODES = ("pipelined", "weight_streaming", "auto")
 class TrainingOptions:
     """How a training artifact's steps update the weights: the optimizer MemoryX runs, the
     settings chosen for it by their API keywords (``lr``, ``betas``, ...: see
-    ``cgc.machine.optimizers``; a setting left out or None takes torch.optim's default for the
-    optimizer), and which initializers train: regular expressions matched in full against
+    ``cgc.machine.training.optimizers``; a setting left out or None takes torch.optim's default
+    for the optimizer), and which initializers train: regular expressions matched in full against
     their names (none: an ONNX model's parameters, ``cgc.dialects.parameters``, and every
     float weight of another model, that reach the loss), those never trained (``frozen``,
     likewise), and the ``sparsity`` of the trained weights, if any
-    (``cgc.machine.sparsity``)."""
+    (``cgc.machine.sparse.sparsity``)."""
 
     def __init__(
         self,
@@ -363,7 +363,7 @@ class Request:
     micro_batch_size: int | None
     recompute: bool | None
     sparsity: Sparsity | None = None
-    """The sparse weights (a training's are its options'; ``cgc.machine.sparsity``)."""
+    """The sparse weights (a training's are its options'; ``cgc.machine.sparse.sparsity``)."""
     detect_sparsity: float | None = None
     """Weights with at least this fraction of zeros are sparse, their zeros dead."""
 

@@ -14,7 +14,7 @@ from xdsl.passes import ModulePass
 
 from cgc.dialects import print_module
 from cgc.errors import CgcError
-from cgc.machine.files import write_atomically
+from cgc.files import write_atomically
 
 
 def pass_spec(p: ModulePass) -> str:

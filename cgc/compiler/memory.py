@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cgc.errors import CgcError
-from cgc.machine import streaming
-from cgc.machine.cost import LayerSram, Peak, Profile
-from cgc.machine.target import Target
-from cgc.machine.units import human_bytes
+from cgc.machine.hardware.target import Target
+from cgc.machine.hardware.units import human_bytes
+from cgc.machine.timing import streaming
+from cgc.machine.timing.cost import LayerSram, Peak, Profile
 
 Build = Callable[[int, bool, int | None], Profile]
 """``build(micro_batch, recompute, blocks)``: the SRAM profile (``cgc.machine.profile``) of the

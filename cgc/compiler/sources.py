@@ -24,7 +24,7 @@ from cgc.frontends import transformer
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx import import_model, import_onnx
 from cgc.frontends.params import ModelParams, is_params_source, load_params
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 
 class Source(abc.ABC):

@@ -13,7 +13,7 @@ from xdsl.dialects.builtin import ModuleOp
 from cgc.dialects import ws, wse
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel
-from cgc.machine.sparsity import Sparsity
+from cgc.machine.sparse.sparsity import Sparsity
 
 
 def _sparsity_entry(

@@ -19,7 +19,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from cgc.dialects import shapes, ws, wse
 from cgc.dialects.ir import dense_to_numpy
 from cgc.errors import DataError
-from cgc.machine import dtypes, reference
+from cgc.machine import reference
+from cgc.machine.hardware import dtypes
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Helpers for reading and building cgc's IR: the entry function, constants as arrays, the
 target, and an op builder that keeps source locations.
 
-The compiler records the whole target (``cgc.machine.target.Target``) in the module's
+The compiler records the whole target (``cgc.machine.hardware.target.Target``) in the module's
 ``wse.target`` attribute once (``set_module_target``); every pass reads it from there
 (``module_target``). The live values of the sparse weights, if any, are in its
 ``wse.sparse_weights`` attribute (``set_module_sparse_weights``), for the placement's SRAM.
@@ -25,8 +25,8 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
-from cgc.machine import dtypes
-from cgc.machine.target import Target, checked
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import Target, checked
 
 
 def main_function(module: ModuleOp) -> func.FuncOp:

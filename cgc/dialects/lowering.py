@@ -1,10 +1,10 @@
 """The IR in the machine's terms: every layer's work, and the whole module as one program.
 
-A layer's work is a one-layer program of the machine's bytecode (``cgc.machine.bytecode``)
+A layer's work is a one-layer program of the machine's bytecode (``cgc.machine.program.bytecode``)
 over registers of its own: the instructions the layer runs, with a ``FREE`` after the last use
 of every register that no later part of the module reads. A register the work reads but
 does not define arrives from another layer. This is what the passes ask the machine's cost
-API about (``cgc.machine.cost.layer_cost(work.program, 0, rect, target)``), without lowering
+API about (``cgc.machine.timing.cost.layer_cost(work.program, 0, rect, target)``), without lowering
 the module.
 
 ``lower`` joins the works into the program of the whole module, once, for the artifact:
@@ -28,8 +28,10 @@ from xdsl.ir import Operation, SSAValue
 from cgc.dialects import ws, wse
 from cgc.dialects.ir import dense_to_numpy, main_function
 from cgc.errors import CgcError
-from cgc.machine import dtypes
-from cgc.machine.bytecode import (
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import WAVELET_BYTES
+from cgc.machine.movement.layout import Rect
+from cgc.machine.program.bytecode import (
     PRIMITIVES,
     Instruction,
     LayerInfo,
@@ -38,8 +40,6 @@ from cgc.machine.bytecode import (
     Route,
     kernel_opcode,
 )
-from cgc.machine.layout import Rect
-from cgc.machine.target import WAVELET_BYTES
 
 
 def _weight_attrs(op: wse.WeightOp | ws.StreamWeightOp | ws.StreamGradientOp) -> dict:

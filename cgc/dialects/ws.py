@@ -39,7 +39,7 @@ from xdsl.irdl import (
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects.wse import i64_array
-from cgc.machine import optimizers
+from cgc.machine.training import optimizers
 
 
 def _weight_props(name: str, perm: Sequence[int] | None) -> dict[str, Attribute]:

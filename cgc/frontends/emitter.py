@@ -22,8 +22,9 @@ from xdsl.traits import Pure
 
 from cgc.dialects import wse
 from cgc.frontends.imported import TensorSpec
-from cgc.machine import dtypes, reference
-from cgc.machine.bytecode import PRIMITIVES
+from cgc.machine import reference
+from cgc.machine.hardware import dtypes
+from cgc.machine.program.bytecode import PRIMITIVES
 
 DROPOUT_ADVICE = (
     "random dropout cannot be reproduced; turn it off: model.eval() before export, or "

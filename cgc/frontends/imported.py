@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from cgc.machine.artifact import WeightSpec
+from cgc.machine.program.artifact import WeightSpec
 
 
 @dataclass(frozen=True)

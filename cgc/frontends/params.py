@@ -36,9 +36,9 @@ from typing import Any
 import yaml
 
 from cgc.errors import CgcError, CgcWarning
-from cgc.machine.files import special_kind
-from cgc.machine.sparsity import CHOSEN_INITS, DECAYS, DYNAMIC, REGROWS, SCHEDULES, Sparsity
-from cgc.machine.target import MAX_SYSTEMS
+from cgc.files import special_kind
+from cgc.machine.hardware.target import MAX_SYSTEMS
+from cgc.machine.sparse.sparsity import CHOSEN_INITS, DECAYS, DYNAMIC, REGROWS, SCHEDULES, Sparsity
 
 ZOO_PREFIX = "zoo:"
 """A command-line MODEL of the form ``zoo:NAME`` names a built-in params file."""
@@ -209,14 +209,14 @@ class ModelParams:
 
 @dataclass(frozen=True)
 class SparsityConfig:
-    """A params file's ``sparsity`` section (``cgc.machine.sparsity``)."""
+    """A params file's ``sparsity`` section (``cgc.machine.sparse.sparsity``)."""
 
     density: float
     param_name_patterns: tuple[str, ...]
     init: str
     schedule: str = "static"
     dynamic: tuple[tuple[str, Any], ...] = ()
-    """The dynamic settings the file gives (``cgc.machine.sparsity.DYNAMIC``), as (name,
+    """The dynamic settings the file gives (``cgc.machine.sparse.sparsity.DYNAMIC``), as (name,
     value) pairs."""
 
     def sparsity(self, seed: int) -> Sparsity:

@@ -49,8 +49,8 @@ from cgc.dialects import wse
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel, TensorSpec
 from cgc.frontends.params import ModelConfig, ModelParams
-from cgc.machine import dtypes
-from cgc.machine.artifact import WeightSpec
+from cgc.machine.hardware import dtypes
+from cgc.machine.program.artifact import WeightSpec
 
 TOKEN_DTYPE = "int32"
 """The element type of token ids and labels."""

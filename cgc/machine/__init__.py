@@ -1,19 +1,20 @@
 """The machine floor: what a target is and what work costs on it, on shapes alone.
 
 Everything else in cgc stands on this package, and it imports nothing of cgc above it (only
-``cgc.errors``). It holds:
+``cgc.errors`` and ``cgc.files``). Its rooms, each standing only on those listed before it:
 
-* ``target``: the target description and the named targets (``wse2``, ``wse3``, ``meshRxC``);
-* ``bytecode`` and ``artifact``: the program the compiler writes and the runtime reads;
-* ``layout`` and ``traffic``: how a tensor lies on the mesh and what moving it costs;
-* ``reference``: the numpy semantics of every primitive (``ref_math``, ``ref_movement``,
-  ``ref_indexing``);
+* ``hardware``: the target description and the named targets, element types, units;
+* ``training``: the optimizers MemoryX runs, their settings and defaults;
+* ``reference``: the numpy semantics of every primitive (``arithmetic``, ``movement``,
+  ``indexing``, ``attention``);
+* ``movement``: how a tensor lies on the mesh (``layout``) and what moving it costs
+  (``traffic``, ``index_maps``, ``flows``, ``window_flows``);
+* ``sparse``: sparse weights' patterns and their tile encoding;
 * ``plans``: every kernel's plan on a rectangle (layouts, work, traffic, scratch): the shared
-  vocabulary in ``kernel``, the families in ``plan_elementwise``, ``plan_matmul``,
-  ``plan_movement``;
-* ``cost``: the timing engine over a program, and the questions a compiler asks of it;
-* ``optimizers``: the optimizers MemoryX runs, their settings and defaults;
-* ``dtypes``, ``files``, ``units``: element types, safe file writes, figures for people.
+  vocabulary in ``kernel``, the families in ``elementwise``, ``matmul``, ``movement``, ...;
+* ``program``: the bytecode, the artifact file and its manifest;
+* ``timing``: the timing engine over a program and the questions a compiler asks of it
+  (``cost``), and the weight-streaming step (``streaming``).
 
 The public questions::
 
@@ -24,7 +25,8 @@ The public questions::
     program_peak(program, get_target("wse2")).bytes_per_pe   # the whole program's SRAM
 """
 
-from cgc.machine.cost import (
+from cgc.machine.hardware.target import Target, get_target
+from cgc.machine.timing.cost import (
     LayerCost,
     LayerCosts,
     Peak,
@@ -34,7 +36,6 @@ from cgc.machine.cost import (
     program_costs,
     program_peak,
 )
-from cgc.machine.target import Target, get_target
 
 __all__ = [
     "LayerCost",

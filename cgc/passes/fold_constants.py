@@ -41,8 +41,9 @@ from cgc.dialects import wse
 from cgc.dialects.gradients import is_float
 from cgc.dialects.ir import dense_to_numpy
 from cgc.errors import DataError
-from cgc.machine import dtypes, reference
-from cgc.machine.bytecode import PRIMITIVES
+from cgc.machine import reference
+from cgc.machine.hardware import dtypes
+from cgc.machine.program.bytecode import PRIMITIVES
 
 INLINE_LIMIT = 64
 """Constants of at most this many elements are written in the IR; larger ones are weights."""

@@ -18,7 +18,7 @@ by ``sqrt(c)`` each), and grouped-query attention's repeat of the key and value 
 not a reshape of token-major ``[B, S, H * D]`` (rotary embeddings applied after the split),
 the fused op reads it through a transpose back to token-major order. The pattern becomes
 ``wse.attention`` on the ``[B * S, H * D]`` views, whose kernel keeps the heads spread over the
-mesh's columns and streams keys and values over the sequence (``cgc.machine.plan_attention``),
+mesh's columns and streams keys and values over the sequence (``cgc.machine.plans.attention``),
 where the matmuls hold every head whole on each PE and move the heads' transposes over the
 fabric; the ops the pattern leaves unused are erased.
 
@@ -56,7 +56,7 @@ from xdsl.rewriter import InsertPoint
 
 from cgc.dialects import wse
 from cgc.dialects.ir import dense_to_numpy
-from cgc.machine.ref_attention import CAUSAL, OPEN, Mask, blocking, mask_kind
+from cgc.machine.reference.attention import CAUSAL, OPEN, Mask, blocking, mask_kind
 
 
 def _mask_candidates(module: ModuleOp) -> dict[str, tuple[wse.WeightOp, bool]]:

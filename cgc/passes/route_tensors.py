@@ -31,9 +31,9 @@ from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_target
 from cgc.dialects.lowering import layer_graph, layer_works, tensor_edges
 from cgc.errors import CgcError, DoesNotFitError
-from cgc.machine.layout import Rect
-from cgc.machine.target import Target
-from cgc.machine.traffic import Routes, busiest_links, lane_ends, overlap
+from cgc.machine.hardware.target import Target
+from cgc.machine.movement.layout import Rect
+from cgc.machine.movement.traffic import Routes, busiest_links, lane_ends, overlap
 
 
 @dataclass

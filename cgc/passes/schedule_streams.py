@@ -21,7 +21,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from cgc.dialects import ws, wse
 from cgc.dialects.ir import main_function, module_target
 from cgc.errors import CgcError
-from cgc.machine import optimizers
+from cgc.machine.training import optimizers
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,6 @@ ScheduleStreamsPass = make_dataclass(
 ScheduleStreamsPass.__module__ = __name__
 ScheduleStreamsPass.__doc__ = """Turns weights into MemoryX streams and closes a training
 step with the optimizer. Its options are ``optimizer`` and one per setting of
-``cgc.machine.optimizers.SETTINGS`` (``lr``, ``momentum``, ``betas``' ``beta1`` and ``beta2``,
-...); a setting left unset takes the optimizer's default, and only the optimizer's own
+``cgc.machine.training.optimizers.SETTINGS`` (``lr``, ``momentum``, ``betas``' ``beta1`` and
+``beta2``, ...); a setting left unset takes the optimizer's default, and only the optimizer's own
 settings go into the step."""

@@ -44,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from cgc.machine.artifact import weights_from_bytes, weights_to_bytes
-from cgc.machine.files import permissions, writing
-from cgc.machine.optimizers import Schedule
-from cgc.machine.sparsity import Sparsity
+from cgc.files import permissions, writing
+from cgc.machine.program.artifact import weights_from_bytes, weights_to_bytes
+from cgc.machine.sparse.sparsity import Sparsity
+from cgc.machine.training.optimizers import Schedule
 
 FORMAT = "cgc-checkpoint-1"
 STEP_DIR = re.compile(r"step-(\d+)")

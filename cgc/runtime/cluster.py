@@ -8,7 +8,7 @@ micro-batches), gives chunk ``c`` to system ``c mod K`` (an ``Executor`` of
   layers arrive on its rectangle over their routes, and a system's runs flow through the
   stages as ``cgc.runtime.pipeline`` times them (the slowest stage or link sets the rate);
 * weight streaming: layers run one after another on the wafer, their weights and gradients
-  streaming through SwarmX as ``cgc.machine.streaming`` times them; a training step ends with
+  streaming through SwarmX as ``cgc.machine.timing.streaming`` times them; a training step ends with
   SwarmX's last reduction and MemoryX's update.
 
 The timing never depends on the values: every run of the program costs the same, and systems
@@ -30,14 +30,16 @@ from typing import Any
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine import dtypes, sparsity, streaming
-from cgc.machine.artifact import Artifact
-from cgc.machine.bytecode import Opcode
-from cgc.machine.cost import LayerRecord, Sram
-from cgc.machine.optimizers import Footprint
-from cgc.machine.ref_indexing import first_bad
-from cgc.machine.streaming import Span
-from cgc.machine.target import Target, checked_systems
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import Target, checked_systems
+from cgc.machine.program.artifact import Artifact
+from cgc.machine.program.bytecode import Opcode
+from cgc.machine.reference.indexing import first_bad
+from cgc.machine.sparse import sparsity
+from cgc.machine.timing import streaming
+from cgc.machine.timing.cost import LayerRecord, Sram
+from cgc.machine.timing.streaming import Span
+from cgc.machine.training.optimizers import Footprint
 from cgc.runtime import pipeline
 from cgc.runtime.executors import LOCAL, Backend, connect
 from cgc.runtime.memoryx import MemoryX

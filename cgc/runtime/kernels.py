@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from cgc.machine import dtypes, plans, reference
+from cgc.machine import plans, reference
+from cgc.machine.hardware import dtypes
 from cgc.machine.plans import Attrs, Plan
 from cgc.runtime.patches import Patches
 from cgc.runtime.tiles import DistTensor

@@ -8,7 +8,7 @@ such as batch norm's running averages, and at the end of a step applies the opti
 (``optimizers``: SGD, Adam, AdamW with torch.optim's arithmetic), after an optional
 clipping of the gradients' global norm.
 
-A sparse weight (``cgc.machine.sparsity``) keeps its dead values at 0, and MemoryX keeps its
+A sparse weight (``cgc.machine.sparse.sparsity``) keeps its dead values at 0, and MemoryX keeps its
 gradient and optimizer state over its live positions only: vectors indexed by ``live``, the
 flat positions of the live values, so that they take memory in proportion to the live count.
 Every optimizer's arithmetic is elementwise, so the update of the live values is the dense
@@ -28,10 +28,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine import dtypes, optimizers, reference
-from cgc.machine.artifact import WeightSpec
-from cgc.machine.sparsity import Sparsity, live_bytes, live_count
-from cgc.machine.target import Target
+from cgc.machine import reference
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import WeightSpec
+from cgc.machine.sparse.sparsity import Sparsity, live_bytes, live_count
+from cgc.machine.training import optimizers
 
 
 class NonFiniteError(CgcError):
@@ -75,7 +77,7 @@ class MemoryX:
         self.state: dict[str, dict[str, np.ndarray]] = {}
         self.steps = 0
         self.masks: dict[str, np.ndarray] = {}
-        """The sparse weights' masks (``cgc.machine.sparsity``): their dead values stay 0."""
+        """The sparse weights' masks (``cgc.machine.sparse.sparsity``): their dead values stay 0."""
         self.live: dict[str, np.ndarray] = {}
         """Each sparse weight's live positions, flat and ascending: its gradient and its
         optimizer state are vectors over them."""
@@ -258,7 +260,7 @@ class MemoryX:
             raise NonFiniteError.at(step, ", ".join(found))
 
     def _move_masks(self, step: int, gradients: Mapping[str, np.ndarray]) -> None:
-        """The mask update of step ``step`` (``cgc.machine.sparsity``'s rule): drops and
+        """The mask update of step ``step`` (``cgc.machine.sparse.sparsity``'s rule): drops and
         regrows live values of every sparse weight, zeroing the dropped values and giving
         the regrown ones zero state; ``gradients``: the step's dense gradients."""
         assert self.sparsity is not None

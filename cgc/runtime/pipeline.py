@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cgc.machine.bytecode import Route
-from cgc.machine.streaming import Span
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.bytecode import Route
+from cgc.machine.timing.streaming import Span
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,10 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cgc.errors import CgcError
-from cgc.machine.artifact import Artifact, WeightSpec
-from cgc.machine.bytecode import Program
-from cgc.machine.cost import Sram
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import Artifact, WeightSpec
+from cgc.machine.program.bytecode import Program
+from cgc.machine.timing.cost import Sram
 from cgc.runtime.cluster import Cluster, OnStep, Run
 from cgc.runtime.executors import Backend
 from cgc.runtime.memoryx import MemoryX

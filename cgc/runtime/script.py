@@ -16,11 +16,11 @@ import copy
 import weakref
 from dataclasses import dataclass, replace
 
-from cgc.machine.bytecode import Instruction, Opcode, Program
-from cgc.machine.cost import Held, LayerRecord, Sram, Timing
-from cgc.machine.layout import Layout
+from cgc.machine.hardware.target import Target
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import Plan
-from cgc.machine.target import Target
+from cgc.machine.program.bytecode import Instruction, Opcode, Program
+from cgc.machine.timing.cost import Held, LayerRecord, Sram, Timing
 
 Answer = Plan | Layout | None
 """What the timing engine says about one instruction (``Timing.step``)."""

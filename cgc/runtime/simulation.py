@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgc.errors import CgcError
-from cgc.machine.artifact import Artifact
-from cgc.machine.streaming import Span
-from cgc.machine.target import ASSUMED, Target
+from cgc.machine.hardware.target import ASSUMED, Target
+from cgc.machine.program.artifact import Artifact
+from cgc.machine.timing.streaming import Span
 from cgc.runtime.cluster import Cluster, RunStats
 
 

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from cgc.machine.streaming import Tree
+from cgc.machine.timing.streaming import Tree
 
 Stream = TypeVar("Stream")
 

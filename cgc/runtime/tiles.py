@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from cgc.machine import dtypes
-from cgc.machine.layout import Layout
+from cgc.machine.hardware import dtypes
+from cgc.machine.movement.layout import Layout
 
 
 class Deferred(Protocol):

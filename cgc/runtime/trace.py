@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from cgc.machine.streaming import Span
+from cgc.machine.timing.streaming import Span
 
 
 def chrome_trace(spans: Sequence[Span]) -> dict:

@@ -26,15 +26,15 @@ from typing import Any, overload
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine.artifact import Artifact, weights_to_bytes
-from cgc.machine.files import (
+from cgc.files import (
     DirectoryLock,
     append_whole,
     remove_stale_temporaries,
     write_atomically,
 )
-from cgc.machine.optimizers import Schedule
-from cgc.machine.streaming import Span
+from cgc.machine.program.artifact import Artifact, weights_to_bytes
+from cgc.machine.timing.streaming import Span
+from cgc.machine.training.optimizers import Schedule
 from cgc.runtime import checkpoint
 from cgc.runtime.cluster import Cluster, open_cluster
 from cgc.runtime.executors import Backend

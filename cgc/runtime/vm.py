@@ -1,6 +1,6 @@
 """The bytecode VM: one system running a program's instructions for one chunk of samples.
 
-The machine floor's timing engine (``cgc.machine.cost.Timing``) accounts for every
+The machine floor's timing engine (``cgc.machine.timing.cost.Timing``) accounts for every
 instruction exactly as the compiler's cost queries do: where each tensor is, what each kernel
 costs, what each PE holds; a run that begins as an earlier run of the program began replays
 that run's answers (``cgc.runtime.script``). The VM adds the numbers: it keeps every
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cgc.errors import CgcError, DataError
-from cgc.machine.bytecode import Instruction, Opcode, Program
-from cgc.machine.cost import Held, LayerRecord, OnWafer, Resident, Sram, Streamed, Timing
-from cgc.machine.layout import Layout
+from cgc.machine.hardware.target import Target
+from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import Plan
-from cgc.machine.target import Target
+from cgc.machine.program.bytecode import Instruction, Opcode, Program
+from cgc.machine.timing.cost import Held, LayerRecord, OnWafer, Resident, Sram, Streamed, Timing
 from cgc.runtime import kernels
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.script import Recording, Replay, script_for

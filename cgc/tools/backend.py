@@ -21,7 +21,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from cgc.errors import NeedsInputValuesError
-from cgc.machine.artifact import Artifact
+from cgc.machine.program.artifact import Artifact
 from cgc.runtime.cluster import Cluster
 
 DEFAULT_MODE = "weight_streaming"

@@ -27,7 +27,7 @@ import onnx
 
 import cgc.tools.fuzz_mutators as mut
 from cgc.frontends import zoo
-from cgc.machine.artifact import weights_to_bytes
+from cgc.machine.program.artifact import weights_to_bytes
 
 DIR = "{dir}"
 """Stands for the case's directory in a step's arguments."""

@@ -18,7 +18,7 @@ The file checks, each a record of its own kind (``lost``, ``partial``) besides t
   output is partial); after an exit 0 each output is there and is what it says it is;
 - an output that is a FIFO, a device, a socket (or a directory, for a file) is still one after
   the command, whatever its exit: a command that wrote into it must not have replaced it;
-- no temporary (``cgc.machine.files.TEMPORARY``) is left anywhere in the case's directory;
+- no temporary (``cgc.files.TEMPORARY``) is left anywhere in the case's directory;
 - a model directory two trainings wrote ends as one run left it (metrics of steps 1..n,
   weights that load, checkpoints of that run's period), a sweep's directory with its tables.
 
@@ -50,8 +50,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
 
-from cgc.machine.artifact import weights_from_bytes
-from cgc.machine.files import TEMPORARY
+from cgc.files import TEMPORARY
+from cgc.machine.program.artifact import weights_from_bytes
 from cgc.tools.fuzz_cases import DIR, Case, Fills, Step, edge_inputs, inputs_for, manifest_of, npz
 from cgc.tools.fuzz_reference import compare
 

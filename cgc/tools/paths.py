@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from cgc.errors import CgcError
-from cgc.machine.files import LOCK, file_kind, open_pipe
+from cgc.files import LOCK, file_kind, open_pipe
 
 
 def _one_line(error: BaseException) -> str:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cgc.machine.artifact import Artifact
-from cgc.machine.files import write_atomically
-from cgc.machine.target import Target
+from cgc.files import write_atomically
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import Artifact
 from cgc.runtime.pipeline import simulate
 from cgc.tools.report import pipeline_stages
 

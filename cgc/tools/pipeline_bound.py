@@ -43,8 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cgc.machine.artifact import Artifact
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import Artifact
 from cgc.runtime.pipeline import Stage
 from cgc.tools.utilization import LABELS, KernelPlan, layer_kernels, wafer_terms
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from cgc.machine import dtypes
-from cgc.machine.artifact import Artifact
-from cgc.machine.bytecode import Program, Route
-from cgc.machine.target import Target
-from cgc.machine.units import human_bytes
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import Target
+from cgc.machine.hardware.units import human_bytes
+from cgc.machine.program.artifact import Artifact
+from cgc.machine.program.bytecode import Program, Route
 from cgc.runtime import pipeline
 from cgc.runtime.cluster import RunStats
 from cgc.runtime.simulation import Simulation

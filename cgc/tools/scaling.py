@@ -24,7 +24,7 @@ from typing import Any
 from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
-from cgc.machine.target import ASSUMED, Target, checked_systems
+from cgc.machine.hardware.target import ASSUMED, Target, checked_systems
 from cgc.runtime.cluster import Cluster, Run
 
 
@@ -242,7 +242,7 @@ def save_png(points: Sequence[Point], path: str | os.PathLike[str], title: str) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cgc.machine.files import write_atomically
+    from cgc.files import write_atomically
 
     systems = [p.systems for p in points]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)

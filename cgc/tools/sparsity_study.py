@@ -16,7 +16,7 @@ sparse one, the part that now dominates it: the weight stream (values and index 
 the gradient stream, MemoryX's update, kernels on no sparse weight (the weight gradient),
 or the sparse kernels' own cost and the term that binds them (the AXPYs and indices, the
 weights arriving, the dense partial sums, the activations' multicast: ``plan_sparse``), the
-last two from the layer's kernels planned again (``cgc.machine.cost.Timing``).
+last two from the layer's kernels planned again (``cgc.machine.timing.cost.Timing``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
-from cgc.machine.bytecode import Program
-from cgc.machine.sparsity import Sparsity
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.program.bytecode import Program
+from cgc.machine.sparse.sparsity import Sparsity
 from cgc.runtime.cluster import Cluster, Run, RunStats
 from cgc.tools.report import human_seconds
 from cgc.tools.scaling import (
@@ -482,7 +482,7 @@ def save_png(points: Sequence[SparsePoint], path: str | os.PathLike[str], title:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cgc.machine.files import write_atomically
+    from cgc.files import write_atomically
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
     shown = sorted({p.density for p in points})

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from cgc.errors import CgcError
-from cgc.machine.files import DirectoryLock, remove_stale_temporaries, write_atomically
+from cgc.files import DirectoryLock, remove_stale_temporaries, write_atomically
 from cgc.runtime.simulation import check_steps, simulate
 from cgc.runtime.trace import trace_json
 from cgc.runtime.trainer import TRACED_STEPS

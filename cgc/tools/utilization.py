@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cgc.machine.bytecode import Program
-from cgc.machine.cost import Sram, Timing
-from cgc.machine.kernel import Plan
-from cgc.machine.streaming import stream_limit
-from cgc.machine.target import Target
+from cgc.machine.hardware.target import Target
+from cgc.machine.plans.kernel import Plan
+from cgc.machine.program.bytecode import Program
+from cgc.machine.timing.cost import Sram, Timing
+from cgc.machine.timing.streaming import stream_limit
 from cgc.runtime.cluster import RECOMPUTED, RunStats
 
 BLOCK_INDEX = re.compile(r"\.\d+\.")

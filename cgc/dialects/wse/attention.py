@@ -5,7 +5,7 @@ after sample and each head's ``d`` dimensions side by side: the layout the weigh
 design keeps activations in (tokens along the wafer's rows, the hidden dimension along its
 columns), so that attention needs no transposes. A fused kernel computes the scores and the
 softmax on the fly and never stores the ``[sequence, sequence]`` probabilities; its gradient
-computes them again. Semantics: ``cgc.machine.ref_attention``.
+computes them again. Semantics: ``cgc.machine.reference.attention``.
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from cgc.errors import CgcError
-from cgc.machine import dtypes
-from cgc.machine.target import Target, target_from_figures
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import Target, target_from_figures
 
 # ---------------------------------------------------------------------------------------------
 # Element types and tensors
@@ -231,7 +231,7 @@ class RouteAttr(ParametrizedAttribute):
 @irdl_attr_definition
 class TargetAttr(Data[Target]):
     """``#wse.target<"NAME", rows = R, cols = C, ...>``: the whole machine a module is
-    compiled for (``cgc.machine.target.Target``), every figure written out.
+    compiled for (``cgc.machine.hardware.target.Target``), every figure written out.
 
     The driver sets it once, as the module's ``wse.target`` attribute, and every pass reads
     it. Written by hand, ``#wse.target<"NAME">`` is a named target (``wse2``, ``wse3``,

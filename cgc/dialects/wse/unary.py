@@ -36,7 +36,7 @@ from cgc.dialects.wse.types import (
     numpy_dtype,
     tensor_shape,
 )
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 
 class UnaryOp(IRDLOperation, abc.ABC):

@@ -24,7 +24,7 @@ from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.builders import affine, cast, clamp, dtype_of, less
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 Activation = Callable[[Importer, Node, SSAValue], SSAValue]
 """``f(im, node, x) -> y``: an activation's formula."""

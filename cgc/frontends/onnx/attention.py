@@ -17,7 +17,7 @@ from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.builders import add, cast, dtype_of, reshape, transpose
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 SOFTMAX_PRECISIONS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 """The ``softmax_precision`` codes Attention accepts."""

@@ -21,7 +21,7 @@ from cgc.dialects import wse
 from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.importer import Importer
 from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 # ---------------------------------------------------------------------------------------------
 # Element types

@@ -22,7 +22,7 @@ from cgc.frontends.onnx.builders import cast, clamp, dtype_of, less
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.model import dtype_attribute
 from cgc.frontends.onnx.nodes import Entry, Lazy, Node, NodeError, bad_attr
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 
 def entry_dtype(entry: Entry) -> np.dtype:

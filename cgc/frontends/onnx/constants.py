@@ -28,7 +28,7 @@ from cgc.frontends.onnx.nodes import (
     check_size,
     shape_of,
 )
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 
 def known(im: Importer, node: Node, array: np.ndarray) -> Lazy:

@@ -23,7 +23,7 @@ from cgc.frontends.emitter import DROPOUT_ADVICE
 from cgc.frontends.onnx.builders import cast, clamp, dtype_of, less, reshape
 from cgc.frontends.onnx.importer import Importer, OpImporter, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

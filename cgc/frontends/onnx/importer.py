@@ -44,8 +44,8 @@ from cgc.frontends.onnx.nodes import (
     check_size,
 )
 from cgc.frontends.onnx.validation import node_name, short_reason, validate, validate_shapes
-from cgc.machine import dtypes
-from cgc.machine.artifact import WeightSpec
+from cgc.machine.hardware import dtypes
+from cgc.machine.program.artifact import WeightSpec
 
 
 def import_onnx(

@@ -21,7 +21,7 @@ from cgc.dialects import wse
 from cgc.frontends.onnx.builders import along, as_scalar, cast, dtype_of, slice_axes, static_scalar
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 BOOL = wse.element_of_numpy("bool")
 

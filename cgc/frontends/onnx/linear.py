@@ -17,7 +17,7 @@ from cgc.dialects import wse
 from cgc.frontends.onnx.builders import broadcast, dtype_of, require_float, reshape, transpose
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 
 def scale_by(im: Importer, x: SSAValue, factor: float) -> SSAValue:

@@ -26,11 +26,11 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.errors import CgcError
+from cgc.files import special_kind
 from cgc.frontends.imported import TensorSpec
 from cgc.frontends.onnx.nodes import Entry, Lazy, bad_attr
 from cgc.frontends.onnx.validation import element_name, oversize, short_reason
-from cgc.machine import dtypes
-from cgc.machine.files import special_kind
+from cgc.machine.hardware import dtypes
 
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()

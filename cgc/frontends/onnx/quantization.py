@@ -21,7 +21,7 @@ from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.linear import matmul
 from cgc.frontends.onnx.model import dtype_attribute
 from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 INTEGER_RANGES = {
     "uint8": (0, 255),

@@ -23,7 +23,8 @@ from cgc.frontends.emitter import Emitter
 from cgc.frontends.onnx.builders import cast, dtype_of
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, shape_of
-from cgc.machine import dtypes, reference
+from cgc.machine import reference
+from cgc.machine.hardware import dtypes
 
 AXES_AS_INPUT = {"ReduceSum": 13}
 """The opset from which a reduction takes its axes as an input (18 for the others)."""

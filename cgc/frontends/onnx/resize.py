@@ -30,7 +30,7 @@ from cgc.frontends.onnx.builders import (
 )
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 TRANSFORMS = (
     "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",

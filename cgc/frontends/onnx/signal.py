@@ -23,7 +23,7 @@ from cgc.frontends.onnx.builders import cast, dtype_of, require_float, reshape, 
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.model import dtype_attribute
 from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

@@ -24,8 +24,8 @@ from onnx import AttributeProto, TensorProto, helper
 from onnx.onnx_cpp2py_export import checker as cpp_checker
 
 from cgc.errors import CgcError
-from cgc.machine import dtypes
-from cgc.machine.units import human_bytes
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.units import human_bytes
 
 MAX_TENSOR_BYTES = 2**40
 """The largest tensor cgc accepts (1 TiB). Bigger than any single tensor a model streamed from

@@ -3,7 +3,7 @@
 whose decomposition would spell it out and, on a symbolic batch, fail to.
 
 Without a mask, or with one known at compile time to be open, causal or a causal sliding window
-(``cgc.machine.ref_attention.mask_kind``), it is ``wse.attention`` on token-major views of
+(``cgc.machine.reference.attention.mask_kind``), it is ``wse.attention`` on token-major views of
 query, key and value (``[B * S, heads * d]``), its grouped-query heads kept grouped, on as many
 keys as queries or (not causal) on others. With another mask it is its arithmetic: the
 scores, the mask, the softmax and the weighted values.
@@ -22,7 +22,7 @@ from cgc.frontends.onnx.attention import attend, attention_scores
 from cgc.frontends.onnx.builders import dtype_of, reshape, transpose
 from cgc.frontends.onnx.nodes import NodeError, shape_of
 from cgc.frontends.torch.lowering import Lowering, register
-from cgc.machine.ref_attention import CAUSAL, OPEN, Mask, mask_kind
+from cgc.machine.reference.attention import CAUSAL, OPEN, Mask, mask_kind
 
 
 @register("aten.scaled_dot_product_attention.default")
@@ -57,7 +57,7 @@ def _scaled_dot_product_attention(
 
 
 def _mask_kind(lw: Lowering, mask: SSAValue | None, queries: int, keys: int) -> Mask | None:
-    """What ``mask`` keeps (``cgc.machine.ref_attention.mask_kind``) if it is absent or known
+    """What ``mask`` keeps (``cgc.machine.reference.attention.mask_kind``) if it is absent or known
     and broadcasts over the scores, else None."""
     if mask is None:
         return OPEN

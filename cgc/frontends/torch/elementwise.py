@@ -14,7 +14,7 @@ from cgc.frontends.onnx.activations import GELU_APPROXIMATIONS, gelu
 from cgc.frontends.onnx.builders import clamp, less, select
 from cgc.frontends.onnx.nodes import NodeError
 from cgc.frontends.torch.lowering import Lowering, OpLowering, numpy_dtype, register
-from cgc.machine import dtypes
+from cgc.machine.hardware import dtypes
 
 Operand = SSAValue | float | bool
 

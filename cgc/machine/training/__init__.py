@@ -1,0 +1,2 @@
+"""What MemoryX runs to train: the optimizers, their settings, defaults and state
+(``optimizers``)."""
