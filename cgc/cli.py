@@ -53,8 +53,6 @@ from cgc.tools.paths import (
 from cgc.tools.progress import step_reporter, steps_bar
 
 if TYPE_CHECKING:
-    from xdsl.passes import ModulePass
-
     from cgc.runtime.executors import Backend
 
 _SHAPE = re.compile(r"([^=]+)=(\d+(?:x\d+)*)")
@@ -698,33 +696,6 @@ def _draw_placement(art, path: str, where: str) -> None:
     click.echo(f"wrote {where}")
 
 
-def _pipeline_error(error: BaseException) -> str:
-    """xDSL's multi-line pipeline error as one line: the column, then the complaint."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    position = next((line for line in lines if line.startswith("pass-pipeline:")), None)
-    column = f"column {position.rsplit(':', 1)[-1]}: " if position else ""
-    return column + lines[-1]
-
-
-SPLIT_MARKER = "// -----"
-"""The line that separates the cases of a file read with --split-input-file."""
-
-
-def _split_cases(text: str) -> list[str]:
-    """The cases of ``text``, each padded with empty lines to its place in the file, so that
-    positions in messages are the file's."""
-    cases, start, lines = [], 0, text.splitlines(keepends=True)
-    current: list[str] = []
-    for number, line in enumerate(lines):
-        if line.strip() == SPLIT_MARKER:
-            cases.append("\n" * start + "".join(current))
-            start, current = number + 1, []
-        else:
-            current.append(line)
-    cases.append("\n" * start + "".join(current))
-    return cases
-
-
 @main.command()
 @click.argument("file", type=click.Path())
 @click.option("-p", "--pipeline", default="", help="Passes to run, e.g. 'decompose,form-layers'.")
@@ -732,7 +703,7 @@ def _split_cases(text: str) -> list[str]:
 @click.option("--target", help="Record this target in the module first (wse2, wse3, meshRxC).")
 @click.option("--mesh", help="With --target: its mesh resized to ROWSxCOLS.")
 @click.option(
-    "--split-input-file", is_flag=True, help=f"Take each part between '{SPLIT_MARKER}' lines alone."
+    "--split-input-file", is_flag=True, help="Take each part between '// -----' lines alone."
 )
 @click.option(
     "--verify-diagnostics",
@@ -741,52 +712,16 @@ def _split_cases(text: str) -> list[str]:
 )
 def opt(file, pipeline, output, target, mesh, split_input_file, verify_diagnostics) -> None:
     """Parse FILE.mlir, run cgc passes over it and print the result."""
-    from xdsl.passes import PassPipeline
-    from xdsl.utils.exceptions import ArgSpecParseError
-
     from cgc.machine.hardware.target import get_target
-    from cgc.passes import all_passes
+    from cgc.tools.opt_main import optimized
 
     if mesh is not None and target is None:
         raise CgcError("--mesh needs --target")
     _outputs({"-o": output}, {"FILE": file})
     chosen = get_target(_target_name(target, mesh)) if target is not None else None
     text = input_text(file, "FILE")
-    available = {name: _given(p) for name, p in all_passes().items()}
-    try:
-        passes = PassPipeline.parse_spec(available, pipeline).passes if pipeline else ()
-    except (ArgSpecParseError, ValueError) as e:
-        known = ", ".join(sorted(available))
-        raise CgcError(f"-p {pipeline}: {_pipeline_error(e)} (passes: {known})") from None
-    results = []
-    for case in _split_cases(text) if split_input_file else [text]:
-        try:
-            results.append(_optimized(case, file, passes, chosen))
-        except CgcError as e:
-            if not verify_diagnostics:
-                raise
-            results.append(f"error: {e}\n")
-    result = f"{SPLIT_MARKER}\n".join(results)
+    result = optimized(text, file, pipeline, chosen, split_input_file, verify_diagnostics)
     if output is not None:
         _write_atomically(output, result.encode())
     else:
         click.echo(result, nl=False)
-
-
-def _given(value: type[ModulePass]) -> Callable[[], type[ModulePass]]:
-    return lambda: value
-
-
-def _optimized(text: str, source: str, passes, target) -> str:
-    """The module of ``text`` after ``passes``, as text; with ``target`` recorded first."""
-    from cgc.dialects import context, parse_module, print_module, verify
-    from cgc.dialects.ir import set_module_target
-
-    module = parse_module(text, source)
-    if target is not None:
-        set_module_target(module, target)
-    ctx = context()
-    for p in passes:
-        p.apply(ctx, module)
-        verify(module, f"{source} after {p.name}")
-    return print_module(module)

@@ -1,13 +1,10 @@
 """The compile driver: frontend, pass pipeline, mode choice, lowering, artifact.
 
-Pipelines (every pass dumps its result with ``--dump-ir``), after the folding of an ONNX
-model's lifted constants and the front passes ``fuse-rotary, fuse-attention, decompose,
-fold-constants, channels-last, fold-constants, form-layers``:
-
-* pipelined: ``place-layers, route-tensors``;
-* weight streaming: ``schedule-streams``;
-* training (weight streaming): ``autodiff, fold-constants, [recompute-activations,]
-  schedule-streams{optimizer=...}``.
+The pipelines are specs (``cgc.compiler.pipelines.PIPELINES``), run by xDSL's
+``PassPipeline`` after the folding of an ONNX model's lifted constants: the ``front`` stage,
+then the path's (``pipelined``; ``weight_streaming``; ``training``, or
+``training_recomputing``); a callback dumps the IR after every pass (``--dump-ir``) and tells
+the progress of each.
 
 ``auto`` runs the placement and routing and keeps them if the model fits on the wafer;
 otherwise it compiles for weight streaming and records why.
@@ -32,9 +29,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from cgc.compiler.dumps import IRDumps, OnPass, Steps, pass_spec
+from cgc.compiler.dumps import IRDumps, OnPass, Steps
 from cgc.compiler.fixed_weights import fold_fixed_weights
 from cgc.compiler.memory import MemoryPlan, Planner
+from cgc.compiler.pipelines import pass_spec, pipeline, stage_passes, stage_spec
 from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
 from cgc.compiler.sparse_choice import checked_threshold, sparsity_record
 from cgc.dialects import context, print_module, verify, wse
@@ -53,15 +51,9 @@ from cgc.machine.sparse.tiles import SparseWeight, sparse_weights
 from cgc.machine.timing.cost import LayerCost, Profile, profile, program_costs
 from cgc.machine.training import optimizers
 from cgc.passes.autodiff import AutodiffPass, trains
-from cgc.passes.channels_last import ChannelsLastPass
-from cgc.passes.decompose import DecomposePass
-from cgc.passes.fold_constants import FoldConstantsPass
-from cgc.passes.form_layers import FormLayersPass
 from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass, fixed_masks
 from cgc.passes.fuse_rotary import fixed_tables
-from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.recompute_activations import RecomputeActivationsPass
-from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.version import __version__
 
@@ -157,17 +149,24 @@ class Compilation:
             verify(self.module, imported.source)
         dumps("import", self.module)
 
-    def run(self, *passes: ModulePass) -> None:
-        """Applies passes one by one, dumping after each."""
-        for p in passes:
-            self.steps.begin(p.name)
-            p.apply(self.ctx, self.module)
-            if isinstance(p, FuseAttentionPass):
-                self.attention = p.census(self.module)
+    def run(self, spec: str) -> None:
+        """Runs the pipeline ``spec``, dumping after each pass (``between_passes``)."""
+        pipeline(spec, self.between_passes).apply(self.ctx, self.module)
+
+    def between_passes(
+        self, done: ModulePass | None, module: ModuleOp, following: ModulePass | None
+    ) -> None:
+        """The pipeline's callback: records the pass ``done`` and dumps the IR after it, and
+        tells the progress that ``following`` begins."""
+        if done is not None:
+            if isinstance(done, FuseAttentionPass):
+                self.attention = done.census(module)
             if self.verify_each:
-                verify(self.module, f"{self.imported.source} after {p.name}")
-            self.applied.append(pass_spec(p))
-            self.dumps(p.name, self.module)
+                verify(module, f"{self.imported.source} after {done.name}")
+            self.applied.append(pass_spec(done))
+            self.dumps(done.name, module)
+        if following is not None:
+            self.steps.begin(following.name)
 
     def verify(self) -> None:
         """Checks the IR the pipeline produced (once). Only dumping verifies after every pass,
@@ -217,12 +216,17 @@ class Compilation:
         """Places the layers if the model fits; returns why not otherwise."""
         trial = self.module.clone()
         done: list[tuple[ModulePass, ModuleOp]] = []
+
+        def between_passes(
+            step: ModulePass | None, module: ModuleOp, following: ModulePass | None
+        ) -> None:
+            if step is not None:  # its IR is dumped if the placement succeeds
+                done.append((step, module.clone() if self.dumps.active else module))
+            if following is not None:
+                self.steps.begin(following.name)
+
         try:
-            steps: tuple[ModulePass, ...] = (PlaceLayersPass(), RouteTensorsPass())
-            for step in steps:
-                self.steps.begin(step.name)
-                step.apply(self.ctx, trial)
-                done.append((step, trial.clone() if self.dumps.active else trial))
+            pipeline(stage_spec("pipelined"), between_passes).apply(self.ctx, trial)
         except DoesNotFitError as e:
             return str(e)
         self.module = trial
@@ -341,14 +345,13 @@ def fold_lifted_constants(imported: ImportedModel, training: TrainingOptions | N
 
 
 def front(imported: ImportedModel, training: TrainingOptions | None) -> tuple[ModulePass, ...]:
-    """The passes every compile starts with; rotary tables and attention's masks are the
-    weights the compile holds fixed (all in an inference; in a training, those it does not
-    train)."""
+    """The passes of the ``front`` stage a compile configures: the fusions of rotary tables
+    and of attention, with the weights the compile holds fixed (all in an inference; in a
+    training, those it does not train)."""
     trained = _trained(imported, training)
     rotary = fixed_tables(imported.module, imported.weights, trained)
     fuse = fixed_masks(imported.module, imported.weights, trained)
-    rest = (DecomposePass(), FoldConstantsPass(), ChannelsLastPass(), FoldConstantsPass())
-    return (rotary, fuse, *rest, FormLayersPass())
+    return (rotary, fuse)
 
 
 @dataclass(frozen=True)
@@ -447,9 +450,8 @@ def _placed(request: Request, mode: str, dumps: IRDumps, on_pass: OnPass | None)
     imported = request.source.imported(request.per_system_batch)
     fold_lifted_constants(imported, None)
     c = Compilation(imported, request.target, dumps, steps)
-    passes = front(imported, None)
-    steps.expect(len(passes) + 2)  # and place-layers, route-tensors
-    c.run(*passes)
+    steps.expect(len(stage_passes("front")) + len(stage_passes("pipelined")))
+    c.run(stage_spec("front", *front(imported, None)))
     saved = _mark_sparse(c, request)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target
@@ -464,7 +466,7 @@ def _placed(request: Request, mode: str, dumps: IRDumps, on_pass: OnPass | None)
                 f"({human_bytes(held)}) exceed the SRAM of the whole wafer "
                 f"({human_bytes(tgt.sram_bytes)}); use --mode weight_streaming"
             )
-        c.run(PlaceLayersPass(), RouteTensorsPass())
+        c.run(stage_spec("pipelined"))
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
     if held > tgt.sram_bytes:
         why: str | None = too_many
@@ -498,17 +500,23 @@ def _streaming_compilation(
         per_system = request.per_system_batch or 1
         runs = request.num_csx * (per_system // (micro_batch or per_system))
         c.loss = loss_scale(imported, runs)
-    passes = front(imported, training)
-    # the passes after these: [autodiff, fold-constants, [recompute-activations]], schedule-streams
-    tail = 1 if training is None else 3 + bool(recompute)
-    steps.expect(len(passes) + tail)
-    c.run(*passes)
+    stage = "weight_streaming"
     if training is not None:
-        frozen = frozen_patterns(imported, training)
-        c.run(AutodiffPass(training.trainable, c.loss[0], frozen), FoldConstantsPass())
-        if recompute:
-            c.run(RecomputeActivationsPass(segments=imported.recompute_segments or ""))
-    c.run(ScheduleStreamsPass(**(training.step_options() if training else {})))
+        stage = "training_recomputing" if recompute else "training"
+    steps.expect(len(stage_passes("front")) + len(stage_passes(stage)))
+    c.run(stage_spec("front", *front(imported, training)))
+    if training is None:
+        c.run(stage_spec(stage))
+        return c
+    # the weights held fixed are those left after the front's folding
+    frozen = frozen_patterns(imported, training)
+    configured: list[ModulePass] = [
+        AutodiffPass(training.trainable, c.loss[0], frozen),
+        ScheduleStreamsPass(**training.step_options()),
+    ]
+    if recompute:
+        configured.append(RecomputeActivationsPass(segments=imported.recompute_segments or ""))
+    c.run(stage_spec(stage, *configured))
     return c
 
 

@@ -1,41 +1,18 @@
 """What a compile shows of its steps: the IR after each (``--dump-ir``,
-``--print-ir-after-all``), each pass's spec as the manifest's pipeline records it, and each
-step as it begins (a progress bar)."""
+``--print-ir-after-all``) and each step as it begins (a progress bar). The compilation's
+pipeline callback (``cgc.compiler.driver``) tells them of every pass."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
 from cgc.dialects import print_module
 from cgc.errors import CgcError
 from cgc.files import write_atomically
-
-
-def pass_spec(p: ModulePass) -> str:
-    """``name{option=value ...}`` with only the options that differ from their defaults,
-    strings quoted and escaped so that the text parses back."""
-    args = []
-    for f in dataclasses.fields(p):
-        value = getattr(p, f.name)
-        if value != f.default:
-            args.append(f"{f.name}={_spec_value(value)}")
-    return p.name + ("{" + " ".join(args) + "}" if args else "")
-
-
-def _spec_value(value) -> str:
-    if isinstance(value, tuple):
-        return ",".join(_spec_value(v) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)
 
 
 class IRDumps:
