@@ -31,6 +31,7 @@ from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
 from cgc.compiler.driver import TrainingOptions, compile_model
+from cgc.compiler.pipelines import pass_spec, pipeline
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import dense_to_numpy, main_function, module_target, set_module_target
@@ -40,6 +41,7 @@ from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
 from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.movement.traffic import overlap
+from cgc.machine.sparse.sparsity import Sparsity
 from cgc.machine.timing.cost import program_costs
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
@@ -1192,6 +1194,33 @@ def test_cgc_opt_invalid_ir_is_a_user_error(tmp_path):
     )
 
 
+def test_a_pass_spec_parses_back_to_the_pass():
+    """A manifest's specs replay: strings escaped, and floats with an exponent written as
+    xDSL's parser reads them (it takes ``5e-05`` for a name)."""
+    passes = (
+        AutodiffPass(('a\\.b"c',), 2.0**-17),
+        ScheduleStreamsPass(optimizer="adamw", lr=5e-05, eps=1e-08, amsgrad=True),
+    )
+    spec = ",".join(pass_spec(p) for p in passes)
+    assert "loss_scale=7.62939453125e-06" in spec and "lr=5.0e-05 " in spec
+    assert pipeline(spec).passes == passes
+
+
+def test_a_sparse_pipelined_compile_replays_its_sparse_weights(tmp_path):
+    """The sparse weights a pipelined compile places are in its manifest's pipeline, so that
+    ``cgc opt -p`` places the import as the compile did."""
+    artifact = compile_model(
+        zoo.MODELS["mlp"](), mode="pipelined", target="mesh16x16", batch_size=8,
+        sparsity=Sparsity(0.25), dump_ir=tmp_path,
+    )  # fmt: skip
+    spec = artifact.manifest["pipeline"]
+    assert ",form-layers,select-sparse-weights{density=0.25},place-layers," in spec
+    assert "wse.sparse_weights = {" in artifact.ir
+    result = CliRunner().invoke(cli, ["opt", str(tmp_path / "00-import.mlir"), "-p", spec])
+    assert result.exit_code == 0, result.output
+    assert result.output == artifact.ir
+
+
 def test_cgc_opt_bad_pipeline_says_why(tmp_path):
     path = tmp_path / "in.mlir"
     path.write_text("func.func @main() {\n  func.return\n}\n")
@@ -1223,7 +1252,7 @@ def test_all_passes_are_registered_by_module_name():
     assert sorted(passes) == [
         "autodiff", "channels-last", "decompose", "fold-constants", "form-layers",
         "fuse-attention", "fuse-rotary", "place-layers", "recompute-activations", "route-tensors",
-        "schedule-streams",
+        "schedule-streams", "select-sparse-weights",
     ]  # fmt: skip
     for name, cls in passes.items():
         assert cls.name == name

@@ -2,9 +2,9 @@
 
 The pipelines are specs (``cgc.compiler.pipelines.PIPELINES``), run by xDSL's
 ``PassPipeline`` after the folding of an ONNX model's lifted constants: the ``front`` stage,
-then the path's (``pipelined``; ``weight_streaming``; ``training``, or
-``training_recomputing``); a callback dumps the IR after every pass (``--dump-ir``) and tells
-the progress of each.
+then the path's (``pipelined``, after ``sparse`` if asked for a sparsity;
+``weight_streaming``; ``training`` or ``training_recomputing``); a callback dumps the IR
+after every pass (``--dump-ir``) and tells the progress of each.
 
 ``auto`` runs the placement and routing and keeps them if the model fits on the wafer;
 otherwise it compiles for weight streaming and records why.
@@ -36,7 +36,12 @@ from cgc.compiler.pipelines import pass_spec, pipeline, stage_passes, stage_spec
 from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
 from cgc.compiler.sparse_choice import checked_threshold, sparsity_record
 from cgc.dialects import context, print_module, verify, wse
-from cgc.dialects.ir import main_function, set_module_sparse_weights, set_module_target
+from cgc.dialects.ir import (
+    main_function,
+    module_sparse_weights,
+    set_module_sparse_weights,
+    set_module_target,
+)
 from cgc.dialects.lowering import lower
 from cgc.dialects.parameters import parameter_weights
 from cgc.errors import CgcError, CgcWarning, DoesNotFitError
@@ -55,6 +60,7 @@ from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass, fixed_
 from cgc.passes.fuse_rotary import fixed_tables
 from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
+from cgc.passes.select_sparse_weights import SelectSparseWeightsPass
 from cgc.version import __version__
 
 MODES = ("pipelined", "weight_streaming", "auto")
@@ -450,7 +456,8 @@ def _placed(request: Request, mode: str, dumps: IRDumps, on_pass: OnPass | None)
     imported = request.source.imported(request.per_system_batch)
     fold_lifted_constants(imported, None)
     c = Compilation(imported, request.target, dumps, steps)
-    steps.expect(len(stage_passes("front")) + len(stage_passes("pipelined")))
+    sparse = len(stage_passes("sparse")) if request.sparsity is not None else 0
+    steps.expect(len(stage_passes("front")) + sparse + len(stage_passes("pipelined")))
     c.run(stage_spec("front", *front(imported, None)))
     saved = _mark_sparse(c, request)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
@@ -726,14 +733,21 @@ def _training_entry(
 
 def _mark_sparse(c: Compilation, request: Request) -> int:
     """Records the live values of ``request``'s sparse weights in the module, for the
-    placement; returns the bytes of SRAM they save against dense weights."""
-    found = c.sparse_for(request)
-    if found is None:
-        return 0
-    sparse = found[1]
+    placement: those of a sparsity by the ``sparse`` stage, those detected by their values
+    (which the IR does not hold); returns the bytes of SRAM they save against dense
+    weights."""
+    if request.sparsity is not None:
+        chosen = SelectSparseWeightsPass(request.sparsity.density, request.sparsity.patterns)
+        c.run(stage_spec("sparse", chosen))
+        live = module_sparse_weights(c.module)
+    else:
+        found = c.sparse_for(request)
+        if found is None:
+            return 0
+        live = {name: w.live for name, w in found[1].items()}
+        set_module_sparse_weights(c.module, live)
     specs = c.imported.weight_specs
-    set_module_sparse_weights(c.module, {name: w.live for name, w in sparse.items()})
-    return sum(specs[n].nbytes * (w.size - w.live) // w.size for n, w in sparse.items())
+    return sum(specs[n].nbytes * (specs[n].size - k) // specs[n].size for n, k in live.items())
 
 
 def _check_memoryx(

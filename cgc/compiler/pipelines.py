@@ -2,10 +2,11 @@
 options are filled into them.
 
 Every compile runs the ``front`` stage on the imported model, then the stage of its path:
-``pipelined`` (placed on the wafer), ``weight_streaming`` (an inference streaming its
-weights), ``training`` or ``training_recomputing`` (a training, recomputing activations or
-not). A pass a request configures (the rotary tables and attention masks the compile holds
-fixed, the weights a training trains, the optimizer) gets its options by ``stage_spec``;
+``pipelined`` (placed on the wafer; after ``sparse`` when it is asked for a sparsity),
+``weight_streaming`` (an inference streaming its weights), ``training`` or
+``training_recomputing`` (a training, recomputing activations or not). A pass a request
+configures (the rotary tables and attention masks the compile holds fixed, the sparse
+weights, the weights a training trains, the optimizer) gets its options by ``stage_spec``;
 the others run with their defaults. The specs a compile ran, joined by commas, are its
 manifest's ``pipeline``, which ``cgc opt -p`` replays on the import's IR dump.
 """
@@ -25,6 +26,7 @@ PIPELINES: dict[str, str] = {
         "fuse-rotary,fuse-attention,decompose,fold-constants,channels-last,fold-constants,"
         "form-layers"
     ),
+    "sparse": "select-sparse-weights",
     "pipelined": "place-layers,route-tensors",
     "weight_streaming": "schedule-streams",
     "training": "autodiff,fold-constants,schedule-streams",

@@ -1,7 +1,8 @@
 """Which weights a compile makes sparse: those a ``Sparsity`` names (by default the matrices
 some matmul multiplies, not embedding tables), or with ``--detect-sparsity`` those with at
-least that fraction of zeros, among the weights the program trains or else reads; the
-manifest's record of them."""
+least that fraction of zeros, among the weights the program trains or else reads
+(``cgc.passes.select_sparse_weights``, whose pass records them in a pipelined compile's
+IR); the manifest's record of them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from cgc.dialects import ws, wse
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel
 from cgc.machine.sparse.sparsity import Sparsity
+from cgc.passes.select_sparse_weights import eligible_weights, no_sparse_weight
 
 
 def _sparsity_entry(
@@ -28,11 +29,7 @@ def _sparsity_entry(
     shapes = {name: spec.shape for name, spec in imported.weight_specs.items()}
     sparse = sparsity.chosen(candidates, shapes, dense)
     if not sparse:
-        kind = "trained " if trains else ""
-        raise CgcError(
-            f"--sparse-params: no {kind}weight is sparse"
-            + (f" (patterns {list(sparsity.patterns)})" if sparsity.patterns else "")
-        )
+        raise no_sparse_weight(sparsity, trains)
     return sparsity.to_json(sparse)
 
 
@@ -46,9 +43,7 @@ def sparsity_record(
     """The manifest's sparsity record of a compile that asks for sparse weights (the
     ``sparsity`` given, or those of at least ``detect_sparsity`` zeros), among the weights
     ``module`` trains (``trains``), or else reads."""
-    kinds = ws.StreamGradientOp if trains else wse.WeightOp | ws.StreamWeightOp
-    candidates = sorted({op.weight_name.data for op in module.walk() if isinstance(op, kinds)})
-    dense = _embeddings(module) | (set(candidates) - _multiplied(module))
+    candidates, dense = eligible_weights(module, trains)
     if sparsity is not None:
         return _sparsity_entry(sparsity, imported, candidates, trains, dense)
     assert detect_sparsity is not None
@@ -93,28 +88,3 @@ def _detected_entry(
         raise CgcError(f"--detect-sparsity: every value of {', '.join(chosen)} is zero")
     size = sum(imported.weights[n].size for n in chosen)
     return {"density": live / size, "init": "detected", "seed": 0, "weights": chosen}
-
-
-def _multiplied(module: ModuleOp) -> set[str]:
-    """The weights some matmul multiplies: the matrices sparsity makes sparse by default
-    (a position table added to the activations, a norm's scale, a bias stay dense)."""
-    found = set()
-    for op in module.walk():
-        if isinstance(op, wse.MatmulOp | wse.MatmulTransposeAOp):
-            for operand in op.operands:
-                owner = operand.owner
-                if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
-                    found.add(owner.weight_name.data)
-    return found
-
-
-def _embeddings(module: ModuleOp) -> set[str]:
-    """The weights that some gather reads rows of: embedding tables (and the LM heads tied
-    to them), which sparsity leaves dense by default."""
-    found = set()
-    for op in module.walk():
-        if isinstance(op, wse.GatherOp):
-            owner = op.operands[0].owner
-            if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
-                found.add(owner.weight_name.data)
-    return found

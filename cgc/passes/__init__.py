@@ -18,6 +18,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     from cgc.passes.recompute_activations import RecomputeActivationsPass
     from cgc.passes.route_tensors import RouteTensorsPass
     from cgc.passes.schedule_streams import ScheduleStreamsPass
+    from cgc.passes.select_sparse_weights import SelectSparseWeightsPass
 
     passes: tuple[type[ModulePass], ...] = (
         FuseRotaryPass,
@@ -26,6 +27,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
         FoldConstantsPass,
         ChannelsLastPass,
         FormLayersPass,
+        SelectSparseWeightsPass,
         AutodiffPass,
         RecomputeActivationsPass,
         PlaceLayersPass,

@@ -35,6 +35,10 @@ class CgcIR(OutputTarget):
         output.write(print_module(module))
 
 
+SPLIT_MARKER = "// -----"
+"""The line that separates the cases of a file read with ``--split-input-file``."""
+
+
 class CgcOptMain(xDSLOptMain):
     """xDSL's opt main with cgc's dialects and passes, reading ``text`` (the file ``source``)
     as cgc IR and printing it as cgc does; ``target``, if any, is recorded in every module
@@ -73,6 +77,19 @@ class CgcOptMain(xDSLOptMain):
 
     def get_input_stream(self) -> tuple[IO[bytes], str]:
         return io.BytesIO(self.text.encode()), "mlir"
+
+    def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
+        if not self.args.split_input_file:
+            return super().prepare_input()
+        # xDSL splits wherever the marker stands, also in a comment that quotes it (a
+        # FileCheck line expecting it in the output): cases end at lines of the marker alone
+        lines = self.text.splitlines(keepends=True)
+        markers = [n for n, line in enumerate(lines) if line.strip() == SPLIT_MARKER]
+        bounds = zip([-1, *markers], [*markers, len(lines)], strict=True)
+        cases: list[tuple[IO[bytes], int]] = [
+            (io.BytesIO("".join(lines[a + 1 : b]).encode()), a + 1) for a, b in bounds
+        ]
+        return cases, "mlir"
 
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
