@@ -16,7 +16,7 @@ from cgc.machine.movement import flows
 from cgc.machine.movement.index_maps import Structure, movement_map
 from cgc.machine.movement.layout import Layout, grid_extent, matrix_dims
 from cgc.machine.movement.traffic import Traffic, gather_traffic
-from cgc.machine.reference import movement as ref_movement
+from cgc.machine.reference import data_movement as ref_movement
 
 SEEDS = range(30)
 

@@ -14,7 +14,7 @@ from cgc.machine import plans
 from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import STREAM, WAFER, Operand
-from cgc.machine.reference.movement import (
+from cgc.machine.reference.data_movement import (
     channels_first,
     channels_first_rows,
     im2col_taps_first,

@@ -19,7 +19,7 @@ from math import prod
 import numpy as np
 
 from cgc.machine.plans import Attrs
-from cgc.machine.reference.movement import (
+from cgc.machine.reference.data_movement import (
     channels_first,
     channels_first_rows,
     im2col_taps_first,

@@ -15,7 +15,7 @@ gets a reason read from the numbers: it has no weights, its weights stay dense, 
 sparse one, the part that now dominates it: the weight stream (values and index metadata),
 the gradient stream, MemoryX's update, kernels on no sparse weight (the weight gradient),
 or the sparse kernels' own cost and the term that binds them (the AXPYs and indices, the
-weights arriving, the dense partial sums, the activations' multicast: ``plan_sparse``), the
+weights arriving, the dense partial sums, the activations' multicast: ``plans.sparse``), the
 last two from the layer's kernels planned again (``cgc.machine.timing.cost.Timing``).
 """
 

@@ -11,7 +11,7 @@ cycles are the layer record's, kernel by kernel as the timing engine plans them 
 (``program_kernels``): each plan's arithmetic (the model's FLOPs at peak, the rest padding of
 tiles and vector work below peak), its operands' arrival and the movement the arithmetic does
 not hide, named by the kernel: for the weight-streaming matmul the weights arriving through
-the edge and the partial-sum chain along the rows (``plan_matmul``, ``plan_sparse``), for the
+the edge and the partial-sum chain along the rows (``plans.matmul``, ``plans.sparse``), for the
 weight gradient the activations' multicast and the partial sums down the columns; then what
 the streams take beyond the wafer (``weight stream``, ``gradient stream``) and MemoryX's
 update. The step adds the time its timeline spends beyond its layers' (the SwarmX tree's
@@ -174,7 +174,7 @@ SPARSE_BINDS = {
     "the partial sums down the columns": "weight-gradient multicast",
     "the activations' multicast": "weight-gradient multicast",
 }
-"""The terms ``plan_sparse`` names (``Plan.detail["binds"]``), as ``kernel_bound`` names
+"""The terms ``plans.sparse`` names (``Plan.detail["binds"]``), as ``kernel_bound`` names
 them."""
 
 

@@ -33,7 +33,7 @@ Its traffic is then ``traffic.scattered_traffic``'s estimate. Every index map of
 layout (``layout.Layout.fold``) whose leading coordinates are progressions of digits, their
 row-major sum being one (``index_maps.matrix_coords``); a tile's repeats or a reflecting or
 edge pad of a folded layout's leading axes are estimated, and the plans relay such an operand
-unfolded first (``plan_movement``).
+unfolded first (``plans.movement``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from cgc.machine.movement.layout import Layout
-from cgc.machine.reference.movement import pad
+from cgc.machine.reference.data_movement import pad
 
 Attrs = Mapping[str, Any]
 """An op's attributes: plain JSON values."""

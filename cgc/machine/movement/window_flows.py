@@ -67,7 +67,7 @@ from cgc.machine.movement.window_segments import (
     progressions,
     source_rows,
 )
-from cgc.machine.reference.movement import window_counts
+from cgc.machine.reference.data_movement import window_counts
 
 
 def im2col_traffic(attrs: Attrs, src: Layout, dst: Layout) -> Traffic:

@@ -11,14 +11,14 @@ This module is the entry point: it holds the registry of kernels (``KERNELS``) a
 
 * ``kernel``: operands, costs, plans, requests, the ``Kernel`` base and the helpers kernels
   share (arrival, multicast, reshape traffic);
-* ``plan_elementwise``: elementwise ops (a broadcast operand is multicast) and reductions
+* ``elementwise``: elementwise ops (a broadcast operand is multicast) and reductions
   (local, then a chain along the mesh rows or columns);
-* ``plan_matmul``: the soonest of SUMMA, split-K SUMMA, MeshGEMM and (for a resident B) the
+* ``matmul``: the soonest of SUMMA, split-K SUMMA, MeshGEMM and (for a resident B) the
   streaming kernel fed from inside its columns; the weight-streaming kernel when B streams in
   from MemoryX;
-* ``plan_attention``: fused attention and its gradient as a ring over the mesh rows, rotary
+* ``attention``: fused attention and its gradient as a ring over the mesh rows, rotary
   embeddings;
-* ``plan_movement``: data movement (``flows`` counts the flows of the op's index map),
+* ``movement``: data movement (``flows`` counts the flows of the op's index map),
   pooling, col2im, gathers and scatters, scans and top-k.
 
 A kernel's cycles split three ways, in this order of precedence: its arithmetic (compute),

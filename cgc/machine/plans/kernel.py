@@ -2,8 +2,8 @@
 
 A kernel (``Kernel``) answers a ``Request`` (its operands and results on a rectangle of a
 target) with a ``Plan``: the layout each operand must have, the layouts of the results, and
-the ``Cost``. The families of kernels stand on this module (``plan_elementwise``,
-``plan_matmul``, ``plan_movement``); ``plans`` gathers them and answers the cached queries.
+the ``Cost``. The families of kernels stand on this module (``plans.elementwise``,
+``plans.matmul``, ``plans.movement``); ``plans`` gathers them and answers the cached queries.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The plans of matmul (SUMMA, split-K SUMMA, MeshGEMM or, for a resident B, the
 weight-streaming kernel on its own layout of B and, for a one-row result, MeshGEMV, whichever
 is sooner; the weight-streaming kernel when B streams in from MemoryX) and of the weight
-gradient's ``a^T @ b`` (their sparse forms: ``plan_sparse``; MeshGEMM: ``plan_meshgemm``;
-MeshGEMV: ``plan_gemv``).
+gradient's ``a^T @ b`` (their sparse forms: ``plans.sparse``; MeshGEMM: ``plans.meshgemm``;
+MeshGEMV: ``plans.gemv``).
 
 SUMMA: A keeps its columns split over the PE columns and B its rows over the PE rows; step
 ``s`` broadcasts the ``s``-th block of the contraction (the finer of the two splits) of A along

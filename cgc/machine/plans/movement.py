@@ -35,7 +35,7 @@ from cgc.machine.plans.kernel import (
     same_tiles,
     vector_cycles,
 )
-from cgc.machine.reference.movement import window_counts
+from cgc.machine.reference.data_movement import window_counts
 
 
 class Movement(Kernel):

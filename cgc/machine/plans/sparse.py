@@ -10,7 +10,7 @@ one the chain is taking (the overlap the dense kernel has too), so a column that
 weights in one chunk runs ahead into the next: the imbalance of the mask costs time only where
 it outlasts that slack, replayed chunk by chunk (``_chain``). The partial sums stay dense
 however sparse the weight, so where a column holds few of the weight's rows, the chain binds.
-The matmul takes this kernel or the dense one, whichever is sooner (``plan_matmul``).
+The matmul takes this kernel or the dense one, whichever is sooner (``plans.matmul``).
 
 Weight gradient (``sampled``): as ``MatmulTransposeA``, row ``m`` of the result at a time,
 but the PEs of column block ``j`` form only the live entries there (a dot product each and

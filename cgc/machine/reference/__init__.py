@@ -5,17 +5,17 @@ functions on logical arrays, and run the same functions on arrays of element ind
 where every element comes from (``-1`` marks a value made locally, such as padding); the
 compiler uses them to fold constants. Attributes arrive as plain Python values.
 
-This module is the entry point: it evaluates a primitive by mnemonic (``evaluate``,
+This package's front is the entry point: it evaluates a primitive by mnemonic (``evaluate``,
 ``evaluate_all``) and re-exports every public name of the modules it gathers:
 
-* ``ref_math``: the elementwise math (``erf``, ``sigmoid``, ``divide``, ``power``), the check
+* ``arithmetic``: the elementwise math (``erf``, ``sigmoid``, ``divide``, ``power``), the check
   of integer divisors (``DivisionByZero``), the tables ``UNARY``, ``BINARY`` and ``REDUCE``,
   the extremes of a type and ``cast``;
-* ``ref_movement``: data movement (``movement``, ``MOVEMENT``), sliding windows, im2col and
+* ``data_movement``: data movement (``movement``, ``MOVEMENT``), sliding windows, im2col and
   col2im, pooling, one-hot and the views of stored weights;
-* ``ref_indexing``: gathers, scatters, scans and top-k, and the checks of data-dependent
+* ``indexing``: gathers, scatters, scans and top-k, and the checks of data-dependent
   indices and class labels (``IndexOutOfRange``);
-* ``ref_attention``: fused attention, its gradient, and rotary position embeddings.
+* ``attention``: fused attention, its gradient, and rotary position embeddings.
 """
 
 from __future__ import annotations
@@ -44,19 +44,7 @@ from cgc.machine.reference.arithmetic import (
     sigmoid,
 )
 from cgc.machine.reference.attention import attention, attention_grad, rotary
-from cgc.machine.reference.indexing import (
-    IndexOutOfRange,
-    check_indices,
-    check_labels,
-    gather,
-    gather_elements,
-    gather_nd,
-    scan,
-    scatter_elements,
-    scatter_nd,
-    topk,
-)
-from cgc.machine.reference.movement import (
+from cgc.machine.reference.data_movement import (
     MOVEMENT,
     Attrs,
     argmax_pool,
@@ -75,6 +63,18 @@ from cgc.machine.reference.movement import (
     weight_unview,
     weight_view,
     windows,
+)
+from cgc.machine.reference.indexing import (
+    IndexOutOfRange,
+    check_indices,
+    check_labels,
+    gather,
+    gather_elements,
+    gather_nd,
+    scan,
+    scatter_elements,
+    scatter_nd,
+    topk,
 )
 
 __all__ = [

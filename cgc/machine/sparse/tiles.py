@@ -1,7 +1,7 @@
 """Sparse weights as the machine sees them: live values counted per weight-streaming tile,
 each tile streamed in the encoding that suits it, and what a PE pays for it.
 
-The weight-streaming matmul (``plan_sparse``) cuts a streamed weight ``[.., K, N]`` into
+The weight-streaming matmul (``plans.sparse``) cuts a streamed weight ``[.., K, N]`` into
 tiles of ``kb`` rows by ``nt`` columns: PE column ``c`` receives rows ``c*kb...`` of the
 output columns of chunk ``j``. MemoryX keeps every tile of a sparse weight in one of three
 encodings and streams it as such; it picks per tile the one that lets the PE finish the tile
@@ -21,7 +21,7 @@ column ``k``, into the partial sums of column ``n``): the vector op's cycles, pl
 ``INDEX_CYCLES`` to decode the index and point the op at its operands, plus per tile the
 encoding's fixed work (a control wavelet per column, a bitmap word per 32 positions). The
 columns of PEs then sum their partials along the row, chunk by chunk, so the imbalance of the
-mask between columns costs time (``plan_sparse`` says how much).
+mask between columns costs time (``plans.sparse`` says how much).
 
 Which values live comes from the mask where the timing can have it: a weight of at most
 ``MASK_LIMIT`` values whose mask is known (random masks from their seed; a magnitude or
@@ -48,7 +48,7 @@ from cgc.errors import CgcError
 from cgc.machine.hardware import dtypes
 from cgc.machine.hardware.target import WAVELET_BYTES
 from cgc.machine.movement.layout import grid_extent
-from cgc.machine.reference.movement import weight_view
+from cgc.machine.reference.data_movement import weight_view
 from cgc.machine.sparse.sparsity import live_count, mask
 
 MASK_LIMIT = 1 << 20
@@ -344,7 +344,7 @@ class SparseView:
 def stream_grid(shape: Sequence[int], width: int) -> TileGrid:
     """The tiles of a weight view of ``shape`` ``[.., K, N]`` streaming into a rectangle
     ``width`` PEs wide: ``K`` split over the columns, ``N`` in chunks of as many columns as
-    the output has on each PE (``plan_sparse``)."""
+    the output has on each PE (``plans.sparse``)."""
     *lead, rows, cols = shape
     kb = math.ceil(rows / grid_extent(rows, width))
     nt = math.ceil(cols / grid_extent(cols, width))
