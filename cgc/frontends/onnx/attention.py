@@ -353,7 +353,7 @@ def rotate(
 UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
 
-class Recurrence:
+class LinearAttentionInputs:
     """The per-token inputs of LinearAttention, in float32, sliced out of the packed
     ``(B, T, H * D)`` tensors."""
 
@@ -402,7 +402,7 @@ class Recurrence:
 
 
 def linear_attention_step(
-    im: Importer, r: Recurrence, state: SSAValue, step: int, scale: float
+    im: Importer, r: LinearAttentionInputs, state: SSAValue, step: int, scale: float
 ) -> tuple[SSAValue, SSAValue]:
     """One token of the recurrence: the new state and the output ``(B, 1, H_q * d_v)``."""
     b, hk, dk, dv = r.batch, r.kv_heads, r.d_k, r.d_v
@@ -435,7 +435,7 @@ def _linear_attention(im: Importer, node: Node) -> list:
     q_heads, kv_heads = int(q_heads), int(kv_heads)
     if q_heads <= 0 or kv_heads <= 0 or q_heads % kv_heads:
         raise NodeError(f"q_num_heads={q_heads} must be a positive multiple of {kv_heads}")
-    r = Recurrence(im, node, q_heads, kv_heads)
+    r = LinearAttentionInputs(im, node, q_heads, kv_heads)
     gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
     if gated != (r.decay is not None) or delta != (r.beta is not None):
         raise NodeError(f"update_rule={rule} takes {_rule_inputs(gated, delta)}")
