@@ -72,15 +72,9 @@ class StripSearch(LayerTimings):
         starts there."""
         fast = max(self.cycles(i, self.target.cols) for i in range(self.count))
         found = self.one_width_strips(fast)
-        return (
-            None
-            if found is None
-            else self.fastest_strips(fast, self.one_width_strips)
-            or (
-                found,
-                fast,
-            )
-        )
+        if found is None:
+            return None
+        return self.fastest_strips(fast, self.one_width_strips) or (found, fast)
 
     def fastest_strips(
         self, limit: float, within: Callable[[float], Strips | None]
