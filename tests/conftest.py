@@ -1,5 +1,5 @@
 """Shared fixtures: run an ONNX model through the frontend and onnxruntime and compare; a tiny
-params-file GPT for the timing and planning tests."""
+params-file GPT for the timing and planning tests; the model and data of the training tests."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from xdsl.printer import Printer
 from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import main_function
 from cgc.dialects.wse import WSE
+from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
 
 
@@ -106,6 +107,23 @@ def mlp_train_data(samples: int, seed: int, features: int = 64) -> dict[str, np.
         "x": rng.standard_normal((samples, features)).astype(np.float32),
         "labels": rng.integers(0, 10, samples),
     }
+
+
+def mlp_training_fixtures(samples: int, seed: int) -> tuple[object, object]:
+    """The ``model`` and ``data`` fixtures of a test module that trains
+    ``zoo.MODELS["mlp_train"]``: the model, and ``samples`` of its inputs and labels drawn from
+    ``seed``, each made once per module. A module binds them by name:
+    ``model, data = mlp_training_fixtures(SAMPLES, seed=11)``."""
+
+    @pytest.fixture(scope="module")
+    def model() -> onnx.ModelProto:
+        return zoo.MODELS["mlp_train"]()
+
+    @pytest.fixture(scope="module")
+    def data() -> dict[str, np.ndarray]:
+        return mlp_train_data(samples, seed=seed)
+
+    return model, data
 
 
 def random_feeds(imported: ImportedModel, seed: int = 0) -> dict[str, np.ndarray]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import mlp_train_data
+from conftest import mlp_training_fixtures
 
 import cgc
 from cgc import files
@@ -26,14 +26,7 @@ TARGET = "mesh16x16"
 SAMPLES, BATCH = 20, 8
 
 
-@pytest.fixture(scope="module")
-def model():
-    return zoo.MODELS["mlp_train"]()
-
-
-@pytest.fixture(scope="module")
-def data():
-    return mlp_train_data(SAMPLES, seed=2)
+model, data = mlp_training_fixtures(SAMPLES, seed=2)
 
 
 def train(model, data, directory, steps, **options):

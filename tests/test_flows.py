@@ -13,7 +13,7 @@ import pytest
 
 from cgc.machine import plans, reference
 from cgc.machine.hardware.target import get_target
-from cgc.machine.movement import flows, index_maps
+from cgc.machine.movement import flow_counts, flow_factors, flows, index_maps
 from cgc.machine.movement.layout import Layout, grid_extent, matrix_dims
 from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic, gather_traffic, scattered_traffic
 from cgc.machine.plans import WAFER, Operand
@@ -477,8 +477,9 @@ def test_cnn_im2col_is_exact_at_a_cost_independent_of_the_batch(batch, hops):
 # --------------------------------------------------------------------------- factors
 
 
-def unique_factor(vars_, at, counts) -> flows.Factor:
-    """``flows._factor`` as it was: ``np.unique`` over the mixed-radix codes of the columns."""
+def unique_factor(vars_, at, counts) -> flow_factors.Factor:
+    """``flow_factors.make_factor`` as it was: ``np.unique`` over the mixed-radix codes of the
+    columns."""
     order = np.argsort(vars_, kind="stable")
     at = np.asarray(at)[order]
     low = at.min(axis=1, keepdims=True)
@@ -487,7 +488,9 @@ def unique_factor(vars_, at, counts) -> flows.Factor:
     unique, inverse = np.unique(code, return_inverse=True)
     weights = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(unique))
     columns = np.array(np.unravel_index(unique, span)).reshape(len(span), -1) + low
-    return flows.Factor(tuple(int(vars_[i]) for i in order), columns.astype(flows.MESH), weights)
+    return flow_factors.Factor(
+        tuple(int(vars_[i]) for i in order), columns.astype(flow_counts.MESH), weights
+    )
 
 
 def random_entries(rng, runs: bool):
@@ -496,13 +499,13 @@ def random_entries(rng, runs: bool):
     vars_ = [int(v) for v in rng.permutation(4)[: int(rng.integers(1, 5))]]
     highs = rng.integers(1, 300, len(vars_))
     n = int(rng.integers(1, 400))
-    at = np.array([rng.integers(0, h, n) for h in highs], dtype=flows.MESH)
+    at = np.array([rng.integers(0, h, n) for h in highs], dtype=flow_counts.MESH)
     counts = rng.integers(1, 5, n).astype(np.float64)
     if runs:
         base = unique_factor(vars_, at, counts)
         copies = int(rng.integers(1, 6))
         shifts = rng.integers(-3, 4, (copies, len(vars_), 1))
-        at = np.concatenate([base.at + s for s in shifts], axis=1).astype(flows.MESH)
+        at = np.concatenate([base.at + s for s in shifts], axis=1).astype(flow_counts.MESH)
         at = at[np.argsort(np.argsort(vars_, kind="stable"))]  # back in the order of vars_
         counts = np.tile(base.counts, copies)
     return vars_, at, counts
@@ -515,10 +518,10 @@ def test_factor_equals_the_unique_of_its_codes(seed, dense, runs, monkeypatch):
     """The sorted runs (a stable sort and sums over runs) and the dense counts give the
     factor that ``np.unique`` gave, entry for entry and bit for bit."""
     if not dense:
-        monkeypatch.setattr(flows, "DENSE_LIMIT", 0)
+        monkeypatch.setattr(flow_factors, "DENSE_LIMIT", 0)
     rng = np.random.default_rng(seed)
     vars_, at, counts = random_entries(rng, runs)
-    got, want = flows._factor(vars_, at, counts), unique_factor(vars_, at, counts)
+    got, want = flow_factors.make_factor(vars_, at, counts), unique_factor(vars_, at, counts)
     assert got.vars == want.vars
     assert got.at.dtype == want.at.dtype and np.array_equal(got.at, want.at)
     assert got.counts.dtype == want.counts.dtype and np.array_equal(got.counts, want.counts)
@@ -544,7 +547,7 @@ def test_slices_equal_those_of_masks(seed):
 def test_peeled_windows_counted_by_sorting_stay_exact(seed, monkeypatch):
     """With no dense counting, every factor of peeled im2col and col2im is summed over sorted
     runs: still the oracle's traffic."""
-    monkeypatch.setattr(flows, "DENSE_LIMIT", 0)
+    monkeypatch.setattr(flow_factors, "DENSE_LIMIT", 0)
     rng = np.random.default_rng(seed)
     image, attrs = random_window(rng, group=True)
     image = (image[0] + 2, *image[1:])

@@ -27,7 +27,9 @@ from onnx import TensorProto, helper, numpy_helper
 from cgc.machine.program.artifact import weights_to_bytes
 from cgc.tools import fuzz, fuzz_reference, fuzz_worker
 from cgc.tools import fuzz_mutators as mut
+from cgc.tools.fuzz_artifacts import pack_artifact, unpack_artifact
 from cgc.tools.fuzz_cases import DIR, Case, Fills, SetupFiles, Step, edge_inputs, npz
+from cgc.tools.fuzz_seeds import seed_models
 
 SEED = 13
 COUNTS = {
@@ -346,8 +348,8 @@ def test_the_rechecksummed_artifact_passes_the_checksums():
 
     version, sections = 3, [(b"manifest", b"{}"), (b"bytecode", b"x"), (b"ir", b""),
                             (b"weights", b"")]  # fmt: skip
-    data = mut.pack_artifact(version, sections)
-    assert mut.unpack_artifact(data) == (version, sections)
+    data = pack_artifact(version, sections)
+    assert unpack_artifact(data) == (version, sections)
     with pytest.raises(ArtifactError) as error:  # gets past the checksums to the decoders
         Artifact.from_bytes(data)
     assert "checksum" not in str(error.value)
@@ -355,10 +357,10 @@ def test_the_rechecksummed_artifact_passes_the_checksums():
 
 def _fake_setup() -> SetupFiles:
     """Setup files good enough to make cases from (none is run)."""
-    models = mut.seed_models()
+    models = seed_models()
     arrays = {"x": np.zeros((4, 8), np.float32), "labels": np.zeros(4, np.int64)}
     manifest = {"mode": "pipelined", "inputs": [{"name": "x", "shape": [2, 8], "dtype": "f4"}]}
-    artifact = mut.pack_artifact(3, [
+    artifact = pack_artifact(3, [
         (b"manifest", json.dumps(manifest).encode()), (b"bytecode", b"code" * 4),
         (b"ir", b"module {}"), (b"weights", weights_to_bytes({"w": np.ones(4, "f4")})),
     ])  # fmt: skip
@@ -369,8 +371,8 @@ def _fake_setup() -> SetupFiles:
 
 
 def test_cases_are_deterministic():
-    first = [mut.mutate_model(m, random.Random(1))[1] for m in mut.seed_models().values()]
-    again = [mut.mutate_model(m, random.Random(1))[1] for m in mut.seed_models().values()]
+    first = [mut.mutate_model(m, random.Random(1))[1] for m in seed_models().values()]
+    again = [mut.mutate_model(m, random.Random(1))[1] for m in seed_models().values()]
     assert first == again
     setup = _fake_setup()
     for family in fuzz.FAMILIES:

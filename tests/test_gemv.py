@@ -154,7 +154,7 @@ def test_a_compiled_gemv_computes_the_product_in_the_time_it_plans():
 def test_the_placement_gives_a_gemv_the_rows_that_make_it_fastest():
     """[1, 16K] @ [16K, 16K] in float16 fits 720 x 720 on 16 rows, where it takes 200 times
     longer than on 256 (SUMMA, its blocks beyond its SRAM): the search of stage times starts
-    again below the first strips' time, and the ladder reaches past eight times the fewest
+    again below the first strips' time, and the candidate heights reach past eight times the fewest
     rows."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 16384])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 16384])

@@ -49,7 +49,8 @@ from cgc.passes.channels_last import ChannelsLastPass, channels_to_front
 from cgc.passes.decompose import DecomposePass
 from cgc.passes.fold_constants import INLINE_LIMIT, FoldConstantsPass
 from cgc.passes.form_layers import FormLayersPass
-from cgc.passes.place_layers import PlaceLayersPass, Placer
+from cgc.passes.place_layers import PlaceLayersPass
+from cgc.passes.place_layers.placer import Placer
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.runtime.cluster import Cluster
 
@@ -911,7 +912,7 @@ def test_place_layers_balances_the_stages():
     costs = program_costs(lower(module, tgt.whole), tgt)
     placer = Placer(layer_works(main_function(module), tgt.whole), tgt)
     placer.heights = [r[3] for r in (c.rect for c in costs)]
-    narrowest = [placer.cycles(i, placer._narrowest(i)) for i in range(len(costs))]
+    narrowest = [placer.cycles(i, placer.narrowest_width(i)) for i in range(len(costs))]
     slowest = max(c.cycles for c in costs)
     assert slowest < 0.6 * max(narrowest)
     assert sum(c.rect[2] * c.rect[3] for c in costs) > 0.5 * tgt.pes

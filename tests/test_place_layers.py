@@ -2,13 +2,13 @@
 
 The pipelined placement times layers on candidate rectangles with the machine's exact cost
 (``cgc.machine.timing.cost``), and most of its compile time is those timings. Its shortcuts skip
-timings that cannot change its answer: lower bounds that rule a rectangle out untimed (every
-PE at peak, host I/O the same on any rectangle), rungs a wider rectangle already missed, and
-the layers that failed a width timed first. Each case places a model both ways, the search
-with these shortcuts and without, and checks the same rectangles come out of fewer timings.
-One more shortcut skips the balanced widths when strips keep the time of the slowest layer on
-the whole width (no balance beats that): the strips' search then starts from that time, lower
-than it would, and may end elsewhere within its tolerance, which is what its test checks.
+timings that cannot change its answer: lower bounds that rule a rectangle out untimed (every PE
+at peak, host I/O the same on any rectangle), candidate heights a wider rectangle already
+missed, and the layers that failed a width timed first. Each case places a model both ways, the
+search with these shortcuts and without, and checks the same rectangles come out of fewer
+timings. One more shortcut skips the balanced widths when strips keep the time of the slowest
+layer on the whole width (no balance beats that): the strips' search then starts from that time,
+lower than it would, and may end elsewhere within its tolerance, which is what its test checks.
 
 The search's last step, strips of different widths, is checked against strips of one width.
 """
@@ -28,7 +28,10 @@ from cgc.frontends import zoo
 from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Rect
 from cgc.passes import place_layers
-from cgc.passes.place_layers import Placer, Strips
+from cgc.passes.place_layers import strips
+from cgc.passes.place_layers.layers import STAGE_TIME_TOLERANCE
+from cgc.passes.place_layers.placer import TRIM_SPLITS, Placer
+from cgc.passes.place_layers.strips import Strips
 from cgc.tools.report import pipeline_figures
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -36,25 +39,26 @@ LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 class Unpruned(Placer):
     """The search without the shortcuts that cannot change its answer: no lower bounds, no
-    rungs skipped for the times wider rectangles took, the layers timed in program order."""
+    candidate heights skipped for the times wider rectangles took, the layers timed in program
+    order."""
 
-    def _least_pes(self, index: int, limit: float) -> float:
+    def fewest_pes(self, index: int, limit: float) -> float:
         return 0.0
 
     @property
-    def killers(self) -> list[int]:
+    def timed_first(self) -> list[int]:
         return []
 
-    @killers.setter
-    def killers(self, value: list[int]) -> None:
+    @timed_first.setter
+    def timed_first(self, value: list[int]) -> None:
         pass
 
     @property
-    def rung_times(self) -> dict[tuple[int, int], dict[int, float]]:
+    def times_by_height(self) -> dict[tuple[int, int], dict[int, float]]:
         return {}
 
-    @rung_times.setter
-    def rung_times(self, value: dict[tuple[int, int], dict[int, float]]) -> None:
+    @times_by_height.setter
+    def times_by_height(self, value: dict[tuple[int, int], dict[int, float]]) -> None:
         pass
 
 
@@ -112,7 +116,7 @@ def test_shortcuts_place_models_as_the_full_search(model, target, monkeypatch):
 class Balanced(Placer):
     """The search that always runs the balance before the strips."""
 
-    def _strips_beating_balance(self) -> None:
+    def strips_at_whole_width_time(self) -> None:
         return None
 
 
@@ -123,13 +127,13 @@ def test_skipping_the_balance_stays_within_the_tolerance(seed, monkeypatch):
     target = f"mesh{rows}x{cols}"
     skipped, _ = slowest_stage(Placer, random_graph(seed), target, monkeypatch, 4)
     balanced, _ = slowest_stage(Balanced, random_graph(seed), target, monkeypatch, 4)
-    assert skipped <= balanced * (1 + place_layers.BALANCE_TOLERANCE)
+    assert skipped <= balanced * (1 + STAGE_TIME_TOLERANCE)
 
 
 class OneWidth(Placer):
     """The search without strips of different widths."""
 
-    def _mixed(self, found: tuple[Strips, float]) -> tuple[Strips, float]:
+    def mixed_width_strips(self, found: tuple[Strips, float]) -> tuple[Strips, float]:
         return found
 
 
@@ -165,27 +169,27 @@ def test_strips_of_different_widths_beat_one_width_on_random_graphs(seed, monkey
     target = f"mesh{rows}x{cols}"
     mixed, widths = slowest_stage(Placer, random_graph(seed), target, monkeypatch, 4)
     one, _ = slowest_stage(OneWidth, random_graph(seed), target, monkeypatch, 4)
-    assert mixed * (1 + place_layers.BALANCE_TOLERANCE) < one
+    assert mixed * (1 + STAGE_TIME_TOLERANCE) < one
     assert len(widths) > 1
 
 
 def test_layers_rise_for_their_lanes_where_strips_would_give_up(monkeypatch):
-    # ResNet-50's residual tensors skip layers: on its ladder's short rungs a layer at a
+    # ResNet-50's residual tensors skip layers: on its short candidate heights a layer at a
     # strip's end leaves a tensor to the next strip few lanes, and a stage time every layer
-    # keeps fails on those lanes unless their ends rise a rung
+    # keeps fails on those lanes unless their ends rise a candidate height
     model = onnx.load(str(LIGHT / "light_resnet50.onnx"))
     rates = {}
-    for raises in (0, place_layers.LANE_RAISES):
-        monkeypatch.setattr(place_layers, "LANE_RAISES", raises)
+    for raises in (0, strips.LANE_RAISES):
+        monkeypatch.setattr(strips, "LANE_RAISES", raises)
         artifact = cgc.compile(model, mode="pipelined", target="wse2")
         rates[raises] = pipeline_figures(artifact)["samples_per_second"]
-    assert rates[place_layers.LANE_RAISES] > 1.02 * rates[0]
+    assert rates[strips.LANE_RAISES] > 1.02 * rates[0]
 
 
 class Unsettled(Placer):
-    """The search without its last step: no layer leaves rows below its ladder's end."""
+    """The search without its last step: no layer leaves rows below its lowest candidate height."""
 
-    def _settled(self, rects: list[Rect]) -> list[Rect]:
+    def trimmed_rows(self, rects: list[Rect]) -> list[Rect]:
         return rects
 
 
@@ -216,24 +220,24 @@ def settling_cases():
 def test_layers_at_their_ladders_end_leave_the_rows_they_do_not_need(
     label, model, target, batch, monkeypatch
 ):
-    # ResNet-50's stem max pool and first 1x1 convolution sit on their ladders' lowest rungs
+    # ResNet-50's stem max pool and first 1x1 convolution sit on their lowest candidate heights
     # far below the stage time: they give up rows, and the stage time stays
     settled, rects = placed(Placer, model, target, monkeypatch, batch)
     unsettled, before = placed(Unsettled, model, target, monkeypatch, batch)
-    assert settled._strips_cycles(rects) <= unsettled._strips_cycles(before)
-    period = settled._strips_cycles(rects)
+    assert settled.placement_cycles(rects) <= unsettled.placement_cycles(before)
+    period = settled.placement_cycles(rects)
     fewer = 0
     for index, ((x, y, w, h), (*_, was)) in enumerate(zip(rects, before, strict=True)):
         assert h <= was
         fewer += h < was
-        if was != unsettled.ladders[index][0]:
+        if was != unsettled.height_choices[index][0]:
             assert h == was
             continue
-        finer = {-(-settled.bases[index] // k) for k in range(1, place_layers.SETTLE_SPLITS + 1)}
+        finer = {-(-settled.initial_heights[index] // k) for k in range(1, TRIM_SPLITS + 1)}
         below = [r for r in finer if r < h]
         if below:
             rows = max(below)
             trial = [*rects[:index], (x, y, w, rows), *rects[index + 1 :]]
             cost = settled.cost(index, (0, 0, w, rows))
-            assert not settled.fits(cost) or settled._strips_cycles(trial) > period
+            assert not settled.fits(cost) or settled.placement_cycles(trial) > period
     assert fewer or label != "resnet50"

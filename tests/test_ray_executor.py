@@ -19,7 +19,7 @@ import pytest
 import ray
 import threadpoolctl
 from click.testing import CliRunner
-from conftest import mlp_train_data
+from conftest import mlp_train_data, mlp_training_fixtures
 from onnx import numpy_helper
 
 import cgc
@@ -72,14 +72,7 @@ def two_blas_threads():
         yield
 
 
-@pytest.fixture(scope="module")
-def model():
-    return zoo.MODELS["mlp_train"]()
-
-
-@pytest.fixture(scope="module")
-def data():
-    return mlp_train_data(SAMPLES, seed=11)
+model, data = mlp_training_fixtures(SAMPLES, seed=11)
 
 
 def compiled(mode: str, width: str = "mlp"):

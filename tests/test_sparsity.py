@@ -11,13 +11,13 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from conftest import mlp_train_data
+from conftest import mlp_training_fixtures
 from onnx import TensorProto, helper, numpy_helper
 
 import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
-from cgc.frontends import zoo, zoo_torch
+from cgc.frontends import zoo_torch
 from cgc.machine.hardware.target import resolve
 from cgc.machine.program.manifest import check_manifest
 from cgc.machine.sparse.sparsity import Sparsity, live_count, mask
@@ -27,14 +27,7 @@ TARGET = "mesh16x16"
 SAMPLES, BATCH, STEPS = 16, 8, 5
 
 
-@pytest.fixture(scope="module")
-def model():
-    return zoo.MODELS["mlp_train"]()
-
-
-@pytest.fixture(scope="module")
-def data():
-    return mlp_train_data(SAMPLES, seed=5)
+model, data = mlp_training_fixtures(SAMPLES, seed=5)
 
 
 # -- masks ---------------------------------------------------------------------------------

@@ -13,13 +13,13 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from conftest import mlp_train_data
+from conftest import mlp_training_fixtures
 from onnx import numpy_helper
 
 import cgc
 from cgc.cli import main
 from cgc.errors import CgcError
-from cgc.frontends import zoo, zoo_torch
+from cgc.frontends import zoo_torch
 from cgc.machine.sparse.sparsity import Sparsity, live_count, mask
 from cgc.machine.training import optimizers
 from cgc.runtime import checkpoint
@@ -32,14 +32,7 @@ KIND = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.A
 STATE = ("momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
 
-@pytest.fixture(scope="module")
-def model():
-    return zoo.MODELS["mlp_train"]()
-
-
-@pytest.fixture(scope="module")
-def data():
-    return mlp_train_data(SAMPLES, seed=5)
+model, data = mlp_training_fixtures(SAMPLES, seed=5)
 
 
 # -- the rule, in PyTorch ------------------------------------------------------------------

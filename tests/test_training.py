@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import mlp_train_data
+from conftest import mlp_train_data, mlp_training_fixtures
 from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file
 
@@ -24,14 +24,7 @@ TARGET = "mesh16x16"
 SAMPLES, BATCH, STEPS = 40, 8, 6
 
 
-@pytest.fixture(scope="module")
-def model():
-    return zoo.MODELS["mlp_train"]()
-
-
-@pytest.fixture(scope="module")
-def data():
-    return mlp_train_data(SAMPLES, seed=11)
+model, data = mlp_training_fixtures(SAMPLES, seed=11)
 
 
 def torch_reference(

@@ -93,7 +93,7 @@ def module_sparse_weights(module: ModuleOp) -> dict[str, int]:
     return counts
 
 
-class Emitter:
+class LocatedInserter:
     """Creates ops through ``insert`` (a rewriter's or builder's insert), giving each the
     location of the op being rewritten, so that diagnostics still name the source node."""
 

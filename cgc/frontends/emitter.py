@@ -4,7 +4,7 @@ compile time, and turns arrays into constants (inline when small, else frozen we
 side store).
 
 The ONNX importer and the PyTorch lowering are both emitters, so the helpers of
-``cgc.frontends.onnx.builders`` serve both.
+``cgc.frontends.builders`` and the formulas of ``cgc.frontends.formulas`` serve both.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from cgc.dialects import ws, wse
 from cgc.dialects.gradients import is_float, rule_for
-from cgc.dialects.ir import Emitter, main_function
+from cgc.dialects.ir import LocatedInserter, main_function
 from cgc.errors import CgcError
 
 
@@ -146,7 +146,9 @@ class Differentiator:
         assert isinstance(yielded, wse.YieldOp)
         for index, result in seeded:
             producer = yielded.values[index].owner
-            emit = Emitter(builder.insert, producer if isinstance(producer, Operation) else layer)
+            emit = LocatedInserter(
+                builder.insert, producer if isinstance(producer, Operation) else layer
+            )
             if result is loss:
                 g = emit.constant(self.seed, wse.element_type(loss))
             else:
@@ -157,7 +159,7 @@ class Differentiator:
             _accumulate(cot, yielded.values[index], g, emit)
         inner = self.inner[layer]
         for op in reversed(list(body.ops)):
-            self._vjp(op, cot, inner, Emitter(builder.insert, op))
+            self._vjp(op, cot, inner, LocatedInserter(builder.insert, op))
         outputs = [(v, cot[a]) for a, v in zip(body.args, layer.inputs, strict=True) if a in cot]
         builder.insert(wse.YieldOp(*[g for _, g in outputs]))
         saved = self._capture(layer, grad_block, arg_for)
@@ -174,7 +176,7 @@ class Differentiator:
         for (value, _), result in zip(outputs, grad_layer.results, strict=True):
             self.partials.setdefault(value, []).append(result)
 
-    def _vjp(self, op: Operation, cot: dict, inner: set[SSAValue], emit: Emitter) -> None:
+    def _vjp(self, op: Operation, cot: dict, inner: set[SSAValue], emit: LocatedInserter) -> None:
         if isinstance(op, wse.YieldOp) or not op.results or op.results[0] not in cot:
             return
         g = cot[op.results[0]]
@@ -262,7 +264,7 @@ def _inside(op: Operation, ancestor: Operation) -> bool:
     return False
 
 
-def _accumulate(cot: dict[SSAValue, SSAValue], value: SSAValue, g: SSAValue, emit: Emitter):
+def _accumulate(cot: dict[SSAValue, SSAValue], value: SSAValue, g: SSAValue, emit: LocatedInserter):
     cot[value] = emit(wse.AddOp(cot[value], g)) if value in cot else g
 
 

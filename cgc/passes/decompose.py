@@ -36,29 +36,29 @@ from xdsl.pattern_rewriter import (
 )
 
 from cgc.dialects import wse
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 
 
-def _shifted(emit: Emitter, x: SSAValue, axis: int) -> SSAValue:
+def _shifted(emit: LocatedInserter, x: SSAValue, axis: int) -> SSAValue:
     """``x - max(x)``; the max only keeps exp in range, and carries no gradient."""
     peak = emit(wse.StopGradientOp(emit(wse.ReduceMaxOp(x, [axis], True))))
     return emit(wse.SubOp(x, peak))
 
 
-def softmax(emit: Emitter, x: SSAValue, axis: int) -> SSAValue:
+def softmax(emit: LocatedInserter, x: SSAValue, axis: int) -> SSAValue:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
     e = emit(wse.ExpOp(_shifted(emit, x, axis)))
     return emit(wse.DivOp(e, emit(wse.ReduceSumOp(e, [axis], True))))
 
 
-def log_softmax(emit: Emitter, x: SSAValue, axis: int) -> SSAValue:
+def log_softmax(emit: LocatedInserter, x: SSAValue, axis: int) -> SSAValue:
     """``(x - max) - log(sum(exp(x - max)))`` along ``axis``."""
     s = _shifted(emit, x, axis)
     total = emit(wse.ReduceSumOp(emit(wse.ExpOp(s)), [axis], True))
     return emit(wse.SubOp(s, emit(wse.LogOp(total))))
 
 
-def layer_norm(emit: Emitter, op: wse.LayerNormOp) -> SSAValue:
+def layer_norm(emit: LocatedInserter, op: wse.LayerNormOp) -> SSAValue:
     """Normalization over the trailing axes from ``op.axis``."""
     x = op.input
     axes = list(range(op.axis.value.data, len(wse.tensor_shape(x))))
@@ -70,7 +70,7 @@ def layer_norm(emit: Emitter, op: wse.LayerNormOp) -> SSAValue:
     return y if op.bias is None else emit(wse.AddOp(y, op.bias))
 
 
-def batch_norm(emit: Emitter, op: wse.BatchNormOp) -> SSAValue:
+def batch_norm(emit: LocatedInserter, op: wse.BatchNormOp) -> SSAValue:
     """Inference batch normalization with the statistics broadcast along axis 1."""
     x = op.input
     shape = wse.tensor_shape(x)
@@ -88,7 +88,7 @@ def batch_norm(emit: Emitter, op: wse.BatchNormOp) -> SSAValue:
     return emit(wse.AddOp(emit(wse.MulOp(centered, channel(gain))), channel(op.bias)))
 
 
-def cross_entropy(emit: Emitter, op: wse.SoftmaxCrossEntropyOp) -> SSAValue:
+def cross_entropy(emit: LocatedInserter, op: wse.SoftmaxCrossEntropyOp) -> SSAValue:
     """ONNX SoftmaxCrossEntropyLoss from primitives."""
     scores, labels = op.scores, op.labels
     shape = wse.tensor_shape(scores)
@@ -125,7 +125,7 @@ def cross_entropy(emit: Emitter, op: wse.SoftmaxCrossEntropyOp) -> SSAValue:
     return emit(wse.DivOp(total, emit(wse.ReduceSumOp(weight, axes, False))))
 
 
-def convolution(emit: Emitter, op: wse.ConvOp) -> SSAValue:
+def convolution(emit: LocatedInserter, op: wse.ConvOp) -> SSAValue:
     """A grouped convolution as ``im2col`` and one batched matmul."""
     x, filt = op.input, op.filter
     n = wse.tensor_shape(x)[0]
@@ -155,11 +155,11 @@ def convolution(emit: Emitter, op: wse.ConvOp) -> SSAValue:
 
 
 def _replace(
-    op: Operation, rewriter: PatternRewriter, build: Callable[[Emitter], SSAValue]
+    op: Operation, rewriter: PatternRewriter, build: Callable[[LocatedInserter], SSAValue]
 ) -> None:
     """Replaces ``op`` by the value ``build`` emits before it (each new op at ``op``'s
     location): the boilerplate shared by the patterns below."""
-    value = build(Emitter(rewriter.insert, op))
+    value = build(LocatedInserter(rewriter.insert, op))
     rewriter.replace_all_uses_with(op.results[0], value)
     rewriter.erase(op)
 

@@ -272,7 +272,7 @@ def _repeated(value: SSAValue) -> SSAValue | None:
 
 
 @dataclass(frozen=True)
-class Term:
+class ScoreTerm:
     """A term the scores get at run time: ``value`` added, or where ``value`` (a condition)
     blocks (is false; ``inverted``: true), ``fill``."""
 
@@ -302,11 +302,11 @@ class Bias:
     scores: wse.MatmulOp
     scale: float
     mask: Mask
-    terms: tuple[Term, ...] = ()
+    terms: tuple[ScoreTerm, ...] = ()
 
 
 @dataclass(frozen=True)
-class Block:
+class AttentionBlock:
     """An attention block matched: its heads, what its scores go through, and the product of
     the probabilities and the values it replaces."""
 
@@ -349,7 +349,7 @@ class FuseAttention(RewritePattern):
         owner = value.owner
         return owner if isinstance(owner, wse.SoftmaxOp) else None
 
-    def block(self, product: wse.MatmulOp) -> Block:
+    def block(self, product: wse.MatmulOp) -> AttentionBlock:
         """The block whose output ``product`` is; ``Refused`` says why it is none."""
         softmax = self.softmax_of(product)
         assert softmax is not None
@@ -362,7 +362,7 @@ class FuseAttention(RewritePattern):
         query = _heads(bias.scores.lhs, (*lead, "S", "D"), "query")
         key = _heads(bias.scores.rhs, (*lead, "D", "S"), "key")
         value = _heads(product.rhs, (*lead, "S", "D"), "value")
-        block = Block(query, key, value, bias, product)
+        block = AttentionBlock(query, key, value, bias, product)
         _check_sizes(block)
         if bias.terms:
             block = replace(block, bias_shape=_bias_shape(block))
@@ -373,7 +373,7 @@ class FuseAttention(RewritePattern):
         to the scores. A factor below one after a mask would shrink the mask's blocking
         values, so a mask counts only where what follows it scales by at least one, and a
         term only where nothing scales it."""
-        scale, mask, terms = 1.0, OPEN, list[Term]()
+        scale, mask, terms = 1.0, OPEN, list[ScoreTerm]()
         while True:
             value = _through_leading(value)
             owner = value.owner
@@ -400,17 +400,17 @@ class FuseAttention(RewritePattern):
                 terms.append(term)
             mask = mask.meet(added)
 
-    def _masked(self, op: wse.AddOp) -> tuple[Mask, SSAValue, Term | None]:
+    def _masked(self, op: wse.AddOp) -> tuple[Mask, SSAValue, ScoreTerm | None]:
         for mask, other in ((op.rhs, op.lhs), (op.lhs, op.rhs)):
             kind = self.kind(mask, False)
             if kind is not None:
                 return kind, other, None
         for bias, other in ((op.rhs, op.lhs), (op.lhs, op.rhs)):
             if _leads_to_scores(other) and not _leads_to_scores(bias):
-                return OPEN, other, Term(bias, wse.tensor_shape(op.result))
+                return OPEN, other, ScoreTerm(bias, wse.tensor_shape(op.result))
         raise Refused(_unknown_mask(op.rhs, op.lhs))
 
-    def _selected(self, op: wse.SelectOp) -> tuple[Mask, SSAValue, Term | None]:
+    def _selected(self, op: wse.SelectOp) -> tuple[Mask, SSAValue, ScoreTerm | None]:
         dtype = np.dtype(wse.numpy_dtype(wse.element_type(op.result)))
         for fill, scores, inverted in ((op.false_value, op.true_value, False),
                                        (op.true_value, op.false_value, True)):  # fmt: skip
@@ -421,7 +421,7 @@ class FuseAttention(RewritePattern):
                     return kind, scores, None
                 if wse.element_type(op.cond) != i1:
                     raise Refused(_unknown_mask(op.cond))
-                return OPEN, scores, Term(op.cond, wse.tensor_shape(op.result), fill, inverted)
+                return OPEN, scores, ScoreTerm(op.cond, wse.tensor_shape(op.result), fill, inverted)
         raise Refused("a select before the softmax fills with no value that blocks a score")
 
     def kind(self, mask: SSAValue, inverted: bool) -> Mask | None:
@@ -482,7 +482,7 @@ def _guarded(select: wse.SelectOp) -> SSAValue | None:
     return None
 
 
-def _check_sizes(block: Block) -> None:
+def _check_sizes(block: AttentionBlock) -> None:
     """Refuses heads that disagree."""
     q, k, v = block.query.sizes, block.key.sizes, block.value.sizes
     if k != v or block.key.group != block.value.group:
@@ -500,7 +500,7 @@ def _check_sizes(block: Block) -> None:
         raise Refused(f"the output {list(out)} is not the query's heads")
 
 
-def _bias_shape(block: Block) -> tuple[int, ...]:
+def _bias_shape(block: AttentionBlock) -> tuple[int, ...]:
     """The four axes the sum of the run-time terms of ``block`` is read in."""
     q, keys = block.query.sizes, block.key.sizes["S"]
     full = (q["B"], q["H"], q["S"], keys)
@@ -508,7 +508,7 @@ def _bias_shape(block: Block) -> tuple[int, ...]:
     return tuple(int(n) for n in np.broadcast_shapes(*shapes))
 
 
-def _four_axes(term: Term, full: tuple[int, ...]) -> tuple[int, ...]:
+def _four_axes(term: ScoreTerm, full: tuple[int, ...]) -> tuple[int, ...]:
     """The axes ``[B or 1, H or 1, Sq or 1, Sk]`` of a term's values, which broadcast over
     scores of ``term.scores``."""
     shape, scores = wse.tensor_shape(term.value), term.scores
@@ -529,7 +529,7 @@ def _shape(sizes: Mapping[str, int]) -> str:
     return "[" + ", ".join(f"{axis}={sizes[axis]}" for axis in ("B", "H", "S", "D")) + "]"
 
 
-def _fuse(block: Block, rewriter: PatternRewriter) -> None:
+def _fuse(block: AttentionBlock, rewriter: PatternRewriter) -> None:
     """Replaces ``block``'s output by ``wse.attention`` on token-major views."""
     product, q, k = block.product, block.query.sizes, block.key.sizes
     location = block.bias.scores.location
@@ -558,7 +558,7 @@ def _fuse(block: Block, rewriter: PatternRewriter) -> None:
     rewriter.replace(product, [heads, back, shaped])
 
 
-def _emit_bias(block: Block, rewriter: PatternRewriter, at: Operation) -> SSAValue | None:
+def _emit_bias(block: AttentionBlock, rewriter: PatternRewriter, at: Operation) -> SSAValue | None:
     """Inserts before ``at`` the sum of ``block``'s run-time terms in its four axes."""
     if block.bias_shape is None:
         return None

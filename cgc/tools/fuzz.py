@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import cgc.tools.fuzz_mutators as mut
+from cgc.tools.fuzz_artifacts import mutate_artifact
 from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step, options_case
 from cgc.tools.fuzz_files import alias_case, concurrent_case, fulldisk_case, special_case
 from cgc.tools.fuzz_hostile import factory_case, yaml_case
@@ -86,7 +87,7 @@ def onnx_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
 def artifact_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
     """A compiled seed artifact, mutated behind its checksums, through ``inspect`` and ``run``."""
     name = rng.choice(sorted(setup.artifacts))
-    data, what = mut.mutate_artifact(setup.artifacts[name], rng)
+    data, what = mutate_artifact(setup.artifacts[name], rng)
     flags = rng.sample(["--json", "--disasm", "--ir"], rng.randint(0, 2))
     files = {"model.cgc": data, "inputs.npz": setup.inputs[name]}
     run = ["run", f"{DIR}/model.cgc", "--inputs", f"{DIR}/inputs.npz"]

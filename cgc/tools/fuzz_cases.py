@@ -28,6 +28,8 @@ import onnx
 import cgc.tools.fuzz_mutators as mut
 from cgc.frontends import zoo
 from cgc.machine.program.artifact import weights_to_bytes
+from cgc.tools.fuzz_artifacts import unpack_artifact
+from cgc.tools.fuzz_seeds import TINY_PARAMS, seed_models
 
 DIR = "{dir}"
 """Stands for the case's directory in a step's arguments."""
@@ -295,7 +297,7 @@ def npz(arrays: dict[str, Any], compress: bool = False) -> bytes:
 
 def manifest_of(artifact: bytes) -> dict[str, Any]:
     """The manifest of a well-formed artifact."""
-    _, sections = mut.unpack_artifact(artifact)
+    _, sections = unpack_artifact(artifact)
     manifest: dict[str, Any] = json.loads(dict(sections)[b"manifest"])
     return manifest
 
@@ -320,7 +322,7 @@ class SetupFiles:
     @classmethod
     def build(cls, where: Path, run: Runner) -> SetupFiles:
         """Writes the seeds to ``where`` and compiles them there with ``run``."""
-        models = mut.seed_models()
+        models = seed_models()
         train = zoo.mlp(in_features=8, hidden=(8,), classes=4, with_loss=True)
         rng = np.random.default_rng(2)
         samples: dict[str, np.ndarray] = {"x": rng.standard_normal((32, 8)).astype(np.float32),
@@ -497,7 +499,7 @@ def _model(d: Draw, train: bool = False) -> str:
     rng = d.rng
     r = rng.random()
     if r < 0.1:
-        text, what = mut.mutate_params(mut.TINY_PARAMS, rng)
+        text, what = mut.mutate_params(TINY_PARAMS, rng)
         d.files["model.yaml"] = text.encode()
         d.notes.append(what)
         return f"{DIR}/model.yaml"

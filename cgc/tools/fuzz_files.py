@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import cgc.tools.fuzz_mutators as mut
 from cgc.tools.fuzz_cases import DIR, Case, Fills, SetupFiles, Step, npz
+from cgc.tools.fuzz_seeds import TINY_PARAMS
 
 TRAIN = ["--batch-size", "8"]
 """The training options every case shares: the setup's data holds 32 samples."""
@@ -202,7 +202,7 @@ def _placement_onto_artifact(f: Files, setup: SetupFiles) -> tuple[str, list[Ste
 
 
 def _png_onto_params(f: Files, setup: SetupFiles) -> tuple[str, list[Step]]:
-    model = f.put("model.yaml", mut.TINY_PARAMS.encode())
+    model = f.put("model.yaml", TINY_PARAMS.encode())
     option = f.rng.choice(["--png", "--json", "--csv"])
     return f"scale {option} onto the params file", [
         Step(["scale", model, "--num-csx", "1", option, f.again("model.yaml")])
@@ -285,7 +285,7 @@ def _model_dir_to(f: Files, setup: SetupFiles, out: str) -> tuple[list[str], Fil
 
 def _scale_to(option: str) -> Callable[[Files, SetupFiles, str], tuple[list[str], Fills | None]]:
     def make(f: Files, setup: SetupFiles, out: str) -> tuple[list[str], Fills | None]:
-        model = f.put("tiny.yaml", mut.TINY_PARAMS.encode())
+        model = f.put("tiny.yaml", TINY_PARAMS.encode())
         return ["scale", model, "--num-csx", "1", option, f"{DIR}/{out}"], None
 
     return make

@@ -1,7 +1,7 @@
 """The fuzzer's hostile-content families: files that are well-formed enough to be read, and
 then attack the reader.
 
-- ``yaml``: params files (from ``fuzz_mutators.TINY_PARAMS``) and sweep specs with control
+- ``yaml``: params files (from ``fuzz_seeds.TINY_PARAMS``) and sweep specs with control
   characters, invalid UTF-8, byte-order marks, CRLF, tabs, very long lines, deep nesting,
   aliases that expand exponentially ("billion laughs"), integers and floats past any
   machine's, tags that would build Python objects, duplicate keys, several documents; as the
@@ -21,8 +21,8 @@ import json
 import random
 from collections.abc import Callable
 
-import cgc.tools.fuzz_mutators as mut
 from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step
+from cgc.tools.fuzz_seeds import TINY_PARAMS
 
 # ------------------------------------------------------------------------------- yaml
 
@@ -194,7 +194,7 @@ def yaml_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
         args = ["sweep", f"{DIR}/spec.yaml", "-o", f"{DIR}/sw", "--jobs", "1"]
         return Case(index, "yaml", f"sweep spec: {what}", [Step(args)], files,
                     inputs=["spec.yaml"])  # fmt: skip
-    files["model.yaml"], what = hostile_yaml(mut.TINY_PARAMS, rng)
+    files["model.yaml"], what = hostile_yaml(TINY_PARAMS, rng)
     model = f"{DIR}/model.yaml"
     outputs = []
     if use == "compile":

@@ -50,7 +50,7 @@ def _elem(dtype: str) -> int:
 
 
 @dataclass
-class Node:
+class OneOpModel:
     """The one-op model being built: its node's inputs, outputs, constants and attributes."""
 
     op: str
@@ -70,20 +70,20 @@ class Node:
         self.names.append(name)
 
 
-def _binary(node: Node) -> None:
+def _binary(node: OneOpModel) -> None:
     node.names.append("b")
     if node.op == "Mod":
         node.attrs["fmod"] = 1 if node.dtype == "float32" else node.rng.choice([0, 1])
 
 
-def _arg(node: Node) -> None:
+def _arg(node: OneOpModel) -> None:
     rng = node.rng
     node.attrs = {"axis": rng.choice([1, -1, 0]), "keepdims": rng.choice([0, 1]),
                   "select_last_index": rng.choice([0, 1])}  # fmt: skip
     node.outputs = [("y", TensorProto.INT64)]
 
 
-def _topk(node: Node) -> None:
+def _topk(node: OneOpModel) -> None:
     rng = node.rng
     node.constant("k", [rng.randint(1, 6)], "int64")
     node.attrs = {"axis": rng.choice([1, -1]), "largest": rng.choice([0, 1]), "sorted": 1}
@@ -91,7 +91,7 @@ def _topk(node: Node) -> None:
     node.notes.append(f"k={numpy_helper.to_array(node.inits[-1])[0]}")
 
 
-def _clip(node: Node) -> None:
+def _clip(node: OneOpModel) -> None:
     """Bounds of edge values (a NaN one too), the lower above the upper sometimes, each left
     out sometimes."""
     rng = node.rng
@@ -108,14 +108,14 @@ def _clip(node: Node) -> None:
         node.names.pop()
 
 
-def _cast(node: Node) -> None:
+def _cast(node: OneOpModel) -> None:
     to = node.rng.choice([d for d in ALL if d != node.dtype])
     node.attrs["to"] = _elem(to)
     node.outputs = [("y", _elem(to))]
     node.notes.append(f"to {to}")
 
 
-def _reduce(node: Node) -> None:
+def _reduce(node: OneOpModel) -> None:
     """Over one axis, the other or both. An integer sum of edge values overflows, where ONNX
     says nothing and onnxruntime saturates: integers are reduced after a cast from a type
     half as wide, whose sums fit."""
@@ -132,7 +132,7 @@ def _reduce(node: Node) -> None:
         node.notes.append(f"of a cast from {node.source}")
 
 
-BUILDERS: dict[str, Callable[[Node], None]] = {
+BUILDERS: dict[str, Callable[[OneOpModel], None]] = {
     **{op: _binary for op in BINARY}, "ArgMax": _arg, "ArgMin": _arg, "TopK": _topk,
     "Clip": _clip, "Cast": _cast, "ReduceSum": _reduce, "ReduceMean": _reduce,
 }  # fmt: skip
@@ -144,7 +144,7 @@ def onnx_edge_model(op: str, dtype: str, rng: random.Random) -> tuple[onnx.Model
     and its description."""
     if op == "Gather":
         return _gather(dtype, rng)
-    node = Node(op, dtype, rng, outputs=[("y", _elem(dtype))])
+    node = OneOpModel(op, dtype, rng, outputs=[("y", _elem(dtype))])
     BUILDERS.get(op, lambda node: None)(node)
     nodes = []
     if node.source:

@@ -12,17 +12,17 @@ from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import wse
 from cgc.dialects.gradients.base import Grads, Rule
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 
 
-def _attention(op: wse.AttentionOp, emit: Emitter, g: SSAValue) -> Grads:
+def _attention(op: wse.AttentionOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     inputs = [op.query, op.key, op.value, *([] if op.bias is None else [op.bias])]
     grad = wse.AttentionGradOp([*inputs, op.result, g], op)
     emit(grad)
     return list(grad.results)
 
 
-def _rotary(op: wse.RotaryOp, emit: Emitter, g: SSAValue) -> Grads:
+def _rotary(op: wse.RotaryOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     heads, inverse = op.heads.value.data, bool(op.inverse.value.data)
     return [emit(wse.RotaryOp(g, op.cos, op.sin, heads, not inverse)), None, None]
 

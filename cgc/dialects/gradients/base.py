@@ -1,8 +1,8 @@
 """The vocabulary every family of vector-Jacobian products builds on.
 
-A rule, ``rule(op, emit, g) -> grads``, takes the op, an ``Emitter`` that builds the backward
-ops where the op stands, and the gradient ``g`` of the op's first result; it gives one gradient
-per operand, ``None`` where none flows (indices, conditions, the operand of
+A rule, ``rule(op, emit, g) -> grads``, takes the op, a ``LocatedInserter`` that builds the
+backward ops where the op stands, and the gradient ``g`` of the op's first result; it gives one
+gradient per operand, ``None`` where none flows (indices, conditions, the operand of
 ``wse.stop_gradient``). Gradients flow only through floats (``is_float``); an operand that
 numpy broadcasting stretched gets the sum of its copies' gradients (``unbroadcast``). An op, or
 a case of one, without a rule is a ``CgcError`` naming the node (``not_differentiable``).
@@ -18,7 +18,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Float6
 from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import wse
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 from cgc.errors import CgcError
 
 Grads = list[SSAValue | None]
@@ -35,7 +35,7 @@ def is_float(value: SSAValue) -> bool:
     )
 
 
-def unbroadcast(emit: Emitter, g: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+def unbroadcast(emit: LocatedInserter, g: SSAValue, shape: tuple[int, ...]) -> SSAValue:
     """Sums ``g`` over the axes along which a value of ``shape`` was broadcast."""
     gshape = wse.tensor_shape(g)
     if gshape == shape:

@@ -18,17 +18,17 @@ from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import wse
 from cgc.dialects.gradients.base import Grads, Rule, unbroadcast
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 
 
-def _same_shape(op: Operation, emit: Emitter, grads: Sequence[SSAValue]) -> Grads:
+def _same_shape(op: Operation, emit: LocatedInserter, grads: Sequence[SSAValue]) -> Grads:
     """Unbroadcasts one gradient per operand."""
     return [
         unbroadcast(emit, g, wse.tensor_shape(v)) for g, v in zip(grads, op.operands, strict=True)
     ]
 
 
-def _binary(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+def _binary(op: Operation, emit: LocatedInserter, g: SSAValue) -> Grads:
     a, b = op.operands
     y = op.results[0]
     if isinstance(op, wse.AddOp):
@@ -53,7 +53,7 @@ def _binary(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
     )
 
 
-def _unary(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+def _unary(op: Operation, emit: LocatedInserter, g: SSAValue) -> Grads:
     x, y = op.operands[0], op.results[0]
     elt = wse.element_type(x)
 
@@ -86,7 +86,7 @@ def _unary(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
     return [rules[type(op)]()]
 
 
-def _math(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+def _math(op: Operation, emit: LocatedInserter, g: SSAValue) -> Grads:
     """The trigonometric and hyperbolic functions and their inverses; the rounding functions
     and sign are flat almost everywhere (gradient 0, as in torch)."""
     x, y = op.operands[0], op.results[0]
@@ -122,11 +122,11 @@ def _math(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
     return [emit(wse.BroadcastToOp(const(0), wse.tensor_shape(x)))]  # sign, floor, ceil, round
 
 
-def _stop(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+def _stop(op: Operation, emit: LocatedInserter, g: SSAValue) -> Grads:
     return [None]
 
 
-def _select(op: wse.SelectOp, emit: Emitter, g: SSAValue) -> Grads:
+def _select(op: wse.SelectOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     zero = emit.constant(0, wse.element_type(g))
     on_true = emit(wse.SelectOp(op.cond, g, zero))
     on_false = emit(wse.SelectOp(op.cond, zero, g))
@@ -137,7 +137,7 @@ def _select(op: wse.SelectOp, emit: Emitter, g: SSAValue) -> Grads:
     ]
 
 
-def _kept(emit: Emitter, op: wse.ReduceOp, g: SSAValue) -> SSAValue:
+def _kept(emit: LocatedInserter, op: wse.ReduceOp, g: SSAValue) -> SSAValue:
     """A reduction's gradient broadcast back to the input's shape."""
     shape = wse.tensor_shape(op.input)
     kept = tuple(1 if i in op.axis_list else d for i, d in enumerate(shape))
@@ -147,7 +147,7 @@ def _kept(emit: Emitter, op: wse.ReduceOp, g: SSAValue) -> SSAValue:
 _DIFFERENTIABLE_REDUCTIONS = (wse.ReduceSumOp, wse.ReduceMeanOp, wse.ReduceMaxOp, wse.ReduceMinOp)
 
 
-def _reduce(op: wse.ReduceOp, emit: Emitter, g: SSAValue) -> Grads:
+def _reduce(op: wse.ReduceOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     spread = _kept(emit, op, g)
     shape, elt = wse.tensor_shape(op.input), wse.element_type(op.input)
     if isinstance(op, wse.ReduceSumOp):
@@ -166,7 +166,7 @@ def _reduce(op: wse.ReduceOp, emit: Emitter, g: SSAValue) -> Grads:
     return [emit(wse.MulOp(spread, emit(wse.DivOp(hit, ties))))]
 
 
-def _reduce_prod(op: wse.ReduceProdOp, emit: Emitter, g: SSAValue) -> Grads:
+def _reduce_prod(op: wse.ReduceProdOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """The product of the other elements, as the exclusive running products from both ends
     (exact where elements are zero, unlike ``y / x``)."""
     x, axes = op.input, sorted(op.axis_list)
@@ -184,12 +184,12 @@ def _reduce_prod(op: wse.ReduceProdOp, emit: Emitter, g: SSAValue) -> Grads:
     return [emit(wse.MulOp(others, _kept(emit, op, g)))]
 
 
-def _swap_last(emit: Emitter, v: SSAValue) -> SSAValue:
+def _swap_last(emit: LocatedInserter, v: SSAValue) -> SSAValue:
     rank = len(wse.tensor_shape(v))
     return emit(wse.TransposeOp(v, [*range(rank - 2), rank - 1, rank - 2]))
 
 
-def _matmul(op: wse.MatmulOp, emit: Emitter, g: SSAValue) -> Grads:
+def _matmul(op: wse.MatmulOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     a, b = op.lhs, op.rhs
     ga = emit(wse.MatmulOp(g, _swap_last(emit, b)))
     gb = emit(wse.MatmulTransposeAOp(a, g))

@@ -17,25 +17,25 @@ from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import wse
 from cgc.dialects.gradients.base import Grads, Rule, not_differentiable
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 
 
 def scatter_add(
-    emit: Emitter, shape: Sequence[int], indices: SSAValue, updates: SSAValue
+    emit: LocatedInserter, shape: Sequence[int], indices: SSAValue, updates: SSAValue
 ) -> SSAValue:
     """Zeros of ``shape`` with ``updates`` added at ``indices`` (ScatterND)."""
     zeros = emit(wse.BroadcastToOp(emit.constant(0, wse.element_type(updates)), shape))
     return emit(wse.ScatterNDOp(zeros, indices, updates, "add"))
 
 
-def _wrapped(emit: Emitter, indices: SSAValue, size: int) -> SSAValue:
+def _wrapped(emit: LocatedInserter, indices: SSAValue, size: int) -> SSAValue:
     """Negative indices counted from the end."""
     elt = wse.element_type(indices)
     negative = emit(wse.GreaterOp(emit.constant(0, elt), indices))
     return emit(wse.SelectOp(negative, emit(wse.AddOp(indices, emit.constant(size, elt))), indices))
 
 
-def _gather(op: wse.GatherOp, emit: Emitter, g: SSAValue) -> Grads:
+def _gather(op: wse.GatherOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """Each gathered slice's gradient added back to the slice it came from (embeddings:
     repeated tokens sum)."""
     data, axis = wse.tensor_shape(op.data), op.axis.value.data
@@ -51,21 +51,23 @@ def _gather(op: wse.GatherOp, emit: Emitter, g: SSAValue) -> Grads:
     return [emit(wse.TransposeOp(front, back)), None]
 
 
-def _gather_elements(op: wse.GatherElementsOp, emit: Emitter, g: SSAValue) -> Grads:
+def _gather_elements(op: wse.GatherElementsOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     data, axis = wse.tensor_shape(op.data), op.axis.value.data
     zeros = emit(wse.BroadcastToOp(emit.constant(0, wse.element_type(g)), data))
     indices = _wrapped(emit, op.indices, data[axis])
     return [emit(wse.ScatterElementsOp(zeros, indices, g, axis, "add")), None]
 
 
-def _gather_nd(op: wse.GatherNDOp, emit: Emitter, g: SSAValue) -> Grads:
+def _gather_nd(op: wse.GatherNDOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     if op.batch_dims.value.data:
         raise not_differentiable(op, "gather_nd with batch_dims")
     data = wse.tensor_shape(op.data)
     return [scatter_add(emit, data, op.indices, g), None]
 
 
-def _scatter(op: wse.ScatterElementsOp | wse.ScatterNDOp, emit: Emitter, g: SSAValue) -> Grads:
+def _scatter(
+    op: wse.ScatterElementsOp | wse.ScatterNDOp, emit: LocatedInserter, g: SSAValue
+) -> Grads:
     """``data`` keeps the gradient where it was not overwritten (all of it for ``add``); the
     updates get the gradient at the places they went to."""
     reduction = op.reduction.data
@@ -88,13 +90,13 @@ def _scatter(op: wse.ScatterElementsOp | wse.ScatterNDOp, emit: Emitter, g: SSAV
     return [kept, None, picked]
 
 
-def _cumsum(op: wse.CumSumOp, emit: Emitter, g: SSAValue) -> Grads:
+def _cumsum(op: wse.CumSumOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """Each element adds to the running sums after it (before it, run in reverse)."""
     axis, exclusive = op.axis.value.data, bool(op.exclusive.value.data)
     return [emit(wse.CumSumOp(g, axis, exclusive, not op.reverse.value.data))]
 
 
-def _topk(op: wse.TopKOp, emit: Emitter, g: SSAValue) -> Grads:
+def _topk(op: wse.TopKOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """The values' gradients go back to the elements they were taken from."""
     shape, axis = wse.tensor_shape(op.input), op.axis.value.data
     zeros = emit(wse.BroadcastToOp(emit.constant(0, wse.element_type(g)), shape))

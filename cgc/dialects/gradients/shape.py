@@ -16,10 +16,10 @@ from xdsl.ir import Operation, SSAValue
 
 from cgc.dialects import wse
 from cgc.dialects.gradients.base import Grads, Rule, not_differentiable, unbroadcast
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 
 
-def _shape_op(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
+def _shape_op(op: Operation, emit: LocatedInserter, g: SSAValue) -> Grads:
     x = op.operands[0]
     shape = wse.tensor_shape(x)
     if isinstance(op, wse.ReshapeOp):
@@ -32,11 +32,11 @@ def _shape_op(op: Operation, emit: Emitter, g: SSAValue) -> Grads:
     return [emit(wse.CastOp(g, wse.element_type(x)))]
 
 
-def _reverse(op: wse.ReverseOp, emit: Emitter, g: SSAValue) -> Grads:
+def _reverse(op: wse.ReverseOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     return [emit(wse.ReverseOp(g, list(op.axes.get_values())))]
 
 
-def _tile(op: wse.TileOp, emit: Emitter, g: SSAValue) -> Grads:
+def _tile(op: wse.TileOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """The sum of the gradients of every copy."""
     shape, repeats = wse.tensor_shape(op.input), list(op.repeats.get_values())
     split = [d for r, n in zip(repeats, shape, strict=True) for d in (r, n)]
@@ -45,7 +45,7 @@ def _tile(op: wse.TileOp, emit: Emitter, g: SSAValue) -> Grads:
     return [summed]
 
 
-def _along(emit: Emitter, v: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
+def _along(emit: LocatedInserter, v: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
     """``v[start:stop]`` along ``axis``."""
     shape = wse.tensor_shape(v)
     starts = [start if i == axis else 0 for i in range(len(shape))]
@@ -53,7 +53,9 @@ def _along(emit: Emitter, v: SSAValue, axis: int, start: int, stop: int) -> SSAV
     return emit(wse.SliceOp(v, starts, limits, [1] * len(shape)))
 
 
-def _zeros_around(emit: Emitter, v: SSAValue, axis: int, before: int, after: int) -> SSAValue:
+def _zeros_around(
+    emit: LocatedInserter, v: SSAValue, axis: int, before: int, after: int
+) -> SSAValue:
     """``v`` with zeros before and after it along ``axis``."""
     if not before and not after:
         return v
@@ -63,7 +65,7 @@ def _zeros_around(emit: Emitter, v: SSAValue, axis: int, before: int, after: int
     return emit(wse.PadOp(v, low, high))
 
 
-def _pad(op: wse.PadOp, emit: Emitter, g: SSAValue) -> Grads:
+def _pad(op: wse.PadOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """Axis by axis in reverse (numpy pads them in order): the middle part, plus what each
     padded element read, put back where it read it."""
     mode, shape = op.mode.data, wse.tensor_shape(op.input)
@@ -74,7 +76,11 @@ def _pad(op: wse.PadOp, emit: Emitter, g: SSAValue) -> Grads:
 
 
 def _unpad_axis(
-    op: wse.PadOp, emit: Emitter, g: SSAValue, axis: int, geometry: tuple[int, int, int, str]
+    op: wse.PadOp,
+    emit: LocatedInserter,
+    g: SSAValue,
+    axis: int,
+    geometry: tuple[int, int, int, str],
 ) -> SSAValue:
     """The gradient of the padding of ``axis``: ``geometry`` is the axis's length, the pads
     before and after it, and the mode."""
@@ -103,7 +109,7 @@ def _unpad_axis(
     return total
 
 
-def _slice(op: wse.SliceOp, emit: Emitter, g: SSAValue) -> Grads:
+def _slice(op: wse.SliceOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """Each element back at the place it was taken from, zeros elsewhere, axis by axis."""
     shape = wse.tensor_shape(op.input)
     starts = op.starts.get_values()
@@ -114,7 +120,9 @@ def _slice(op: wse.SliceOp, emit: Emitter, g: SSAValue) -> Grads:
     return [g]
 
 
-def _unslice_axis(emit: Emitter, g: SSAValue, axis: int, n: int, start: int, step: int) -> SSAValue:
+def _unslice_axis(
+    emit: LocatedInserter, g: SSAValue, axis: int, n: int, start: int, step: int
+) -> SSAValue:
     """``g`` (the elements ``start, start + step, ...`` along ``axis``) spread over ``n``."""
     shape = list(wse.tensor_shape(g))
     taken = shape[axis]
@@ -127,7 +135,7 @@ def _unslice_axis(emit: Emitter, g: SSAValue, axis: int, n: int, start: int, ste
     return _zeros_around(emit, g, axis, start, n - start - taken)
 
 
-def _concat(op: wse.ConcatOp, emit: Emitter, g: SSAValue) -> Grads:
+def _concat(op: wse.ConcatOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     axis, out = op.axis.value.data, wse.tensor_shape(op.result)
     grads: Grads = []
     offset = 0

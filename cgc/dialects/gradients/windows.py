@@ -17,7 +17,7 @@ from xdsl.ir import Operation, SSAValue
 from cgc.dialects import wse
 from cgc.dialects.gradients.base import Grads, Rule
 from cgc.dialects.gradients.indexing import scatter_add
-from cgc.dialects.ir import Emitter
+from cgc.dialects.ir import LocatedInserter
 
 
 def _window_args(
@@ -32,13 +32,13 @@ def _window_args(
     )
 
 
-def _im2col(op: wse.Im2ColOp, emit: Emitter, g: SSAValue) -> Grads:
+def _im2col(op: wse.Im2ColOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     image = wse.tensor_shape(op.input)
     group, last = op.group.value.data, op.is_channels_last
     return [emit(wse.Col2ImOp(g, image, *_window_args(op), group, last))]
 
 
-def _col2im(op: wse.Col2ImOp, emit: Emitter, g: SSAValue) -> Grads:
+def _col2im(op: wse.Col2ImOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     return [
         emit(
             wse.Im2ColOp(
@@ -51,14 +51,14 @@ def _col2im(op: wse.Col2ImOp, emit: Emitter, g: SSAValue) -> Grads:
     ]
 
 
-def _channels_front(emit: Emitter, v: SSAValue, channels_last: bool) -> SSAValue:
+def _channels_front(emit: LocatedInserter, v: SSAValue, channels_last: bool) -> SSAValue:
     """``v`` as (C, N, *spatial), from (N, C, *spatial) or (N, *spatial, C)."""
     rank = len(wse.tensor_shape(v))
     perm = [rank - 1, 0, *range(1, rank - 1)] if channels_last else [1, 0, *range(2, rank)]
     return emit(wse.TransposeOp(v, perm))
 
 
-def _avg_pool(op: wse.AvgPoolOp, emit: Emitter, g: SSAValue) -> Grads:
+def _avg_pool(op: wse.AvgPoolOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """Each output's gradient, over its window's count, spread over the window's taps."""
     x, elt = op.input, wse.element_type(g)
     args, last = _window_args(op), op.is_channels_last
@@ -77,7 +77,7 @@ def _avg_pool(op: wse.AvgPoolOp, emit: Emitter, g: SSAValue) -> Grads:
     return [emit(wse.Col2ImOp(patches, wse.tensor_shape(x), *args, c, last))]
 
 
-def _max_pool(op: wse.MaxPoolOp, emit: Emitter, g: SSAValue) -> Grads:
+def _max_pool(op: wse.MaxPoolOp, emit: LocatedInserter, g: SSAValue) -> Grads:
     """Each output's gradient goes to its window's first maximum (torch's rule)."""
     x, last = op.input, op.is_channels_last
     rank = len(wse.tensor_shape(x))

@@ -3,8 +3,9 @@
 ``importer`` holds the machinery (the ``Importer``, its conversion loop, values known at compile
 time, the registry), ``model`` the reading of a model and its interface (opset, element types,
 initializers, input and output shapes), ``nodes`` what op importers read and raise about a
-node, ``builders`` the small helpers the op importers share (building IR, reading attributes
-and compile-time inputs); each family module registers the importers of its ONNX ops.
+node, ``attributes`` the readers of attributes and compile-time inputs the op families share;
+each family module registers the importers of its ONNX ops. What they build IR with they share
+with the PyTorch frontend: ``cgc.frontends.builders`` and ``cgc.frontends.formulas``.
 """
 
 from cgc.frontends.imported import ImportedModel, TensorSpec

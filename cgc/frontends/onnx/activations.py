@@ -20,10 +20,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.emitter import Emitter
-from cgc.frontends.onnx.builders import affine, cast, clamp, dtype_of, less
+from cgc.frontends.builders import NodeError, affine, cast, clamp, dtype_of, less, shape_of
+from cgc.frontends.formulas import GELU_APPROXIMATIONS, gelu
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 Activation = Callable[[Importer, Node, SSAValue], SSAValue]
@@ -183,33 +183,12 @@ def _swish(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     return im.emit(wse.MulOp(x, im.emit(wse.SigmoidOp(scaled))))
 
 
-GELU_TANH_CUBIC = 0.044715
-
-
 @activation("Gelu")
 def _gelu(im: Importer, node: Node, x: SSAValue) -> SSAValue:
     approximate = node.attr("approximate", "none")
     if approximate not in GELU_APPROXIMATIONS:
         raise bad_attr("approximate", approximate, " (none or tanh)")
     return gelu(im, x, approximate)
-
-
-GELU_APPROXIMATIONS = ("none", "tanh")
-
-
-def gelu(im: Emitter, x: SSAValue, approximate: str) -> SSAValue:
-    """``0.5 * x * (1 + erf(x / sqrt(2)))``, or with ``approximate="tanh"``
-    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))``."""
-    if approximate == "none":
-        inner = im.emit(wse.MulOp(x, im.scalar(1 / math.sqrt(2), x)))
-        curve = im.emit(wse.ErfOp(inner))
-    else:
-        cube = im.emit(wse.MulOp(im.emit(wse.MulOp(x, x)), x))
-        inner = im.emit(wse.AddOp(x, im.emit(wse.MulOp(cube, im.scalar(GELU_TANH_CUBIC, x)))))
-        inner = im.emit(wse.MulOp(inner, im.scalar(math.sqrt(2 / math.pi), x)))
-        curve = im.emit(wse.TanhOp(inner))
-    half = im.emit(wse.MulOp(x, im.scalar(0.5, x)))
-    return im.emit(wse.MulOp(half, im.emit(wse.AddOp(curve, im.scalar(1, x)))))
 
 
 @activation("Shrink")

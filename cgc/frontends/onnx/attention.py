@@ -13,10 +13,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.emitter import Emitter
-from cgc.frontends.onnx.builders import add, cast, dtype_of, reshape, transpose
+from cgc.frontends.builders import NodeError, add, cast, dtype_of, reshape, shape_of, transpose
+from cgc.frontends.formulas import attend, attention_scores
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 SOFTMAX_PRECISIONS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
@@ -228,29 +228,6 @@ def with_past(im: Importer, node: Node, k: SSAValue, v: SSAValue) -> tuple:
     return k, v, past
 
 
-def grouped(im: Emitter, x: SSAValue, kv_heads: int, per_head: int) -> SSAValue:
-    """``(B, H_q, ...)`` as ``(B, H_kv, H_q / H_kv, ...)`` so that query head ``h`` meets key
-    head ``h // (H_q / H_kv)``."""
-    batch, _, *rest = shape_of(x)
-    return reshape(im, x, [batch, kv_heads, per_head, *rest])
-
-
-def attention_scores(im: Emitter, q: SSAValue, k: SSAValue, scale: float) -> SSAValue:
-    """``(Q * sqrt(scale)) @ (K * sqrt(scale))^T`` per head, ``(B, H_q, S_q, S_kv)``; grouped
-    query heads share their key head through broadcasting."""
-    batch, q_heads, queries, _ = shape_of(q)
-    kv_heads, keys = shape_of(k)[1], shape_of(k)[2]
-    root = im.const(np.array(np.sqrt(scale), dtype=dtype_of(q)))
-    q = im.emit(wse.MulOp(q, root))
-    k_t = transpose(im, im.emit(wse.MulOp(k, root)), [0, 1, 3, 2])
-    groups = q_heads // kv_heads
-    if groups == 1:
-        return im.emit(wse.MatmulOp(q, k_t))
-    k_t = reshape(im, k_t, [batch, kv_heads, 1, *shape_of(k_t)[2:]])
-    raw = im.emit(wse.MatmulOp(grouped(im, q, kv_heads, groups), k_t))
-    return reshape(im, raw, [batch, q_heads, queries, keys])
-
-
 def soft_cap(im: Importer, scores: SSAValue, cap: float) -> SSAValue:
     """``cap * tanh(scores / cap)``; the scores themselves when ``cap`` is not positive."""
     if cap <= 0:
@@ -288,17 +265,6 @@ def _attention(im: Importer, node: Node) -> list:
         y = reshape(im, y, [batch, queries, q_heads * shape_of(v)[3]])
     debug = (raw, capped, scores, weights)[mode]
     return [y, k, v, cast(im, debug, dtype)]
-
-
-def attend(im: Emitter, weights: SSAValue, v: SSAValue, groups: int) -> SSAValue:
-    """``weights @ V`` per head, the key/value heads shared by their query-head groups."""
-    batch, q_heads, queries, _ = shape_of(weights)
-    kv_heads = shape_of(v)[1]
-    if groups == 1:
-        return im.emit(wse.MatmulOp(weights, v))
-    v = reshape(im, v, [batch, kv_heads, 1, *shape_of(v)[2:]])
-    y = im.emit(wse.MatmulOp(grouped(im, weights, kv_heads, groups), v))
-    return reshape(im, y, [batch, q_heads, queries, shape_of(v)[-1]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +353,7 @@ def rotate(
 UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
 
-class Recurrence:
+class LinearAttentionInputs:
     """The per-token inputs of LinearAttention, in float32, sliced out of the packed
     ``(B, T, H * D)`` tensors."""
 
@@ -436,7 +402,7 @@ class Recurrence:
 
 
 def linear_attention_step(
-    im: Importer, r: Recurrence, state: SSAValue, step: int, scale: float
+    im: Importer, r: LinearAttentionInputs, state: SSAValue, step: int, scale: float
 ) -> tuple[SSAValue, SSAValue]:
     """One token of the recurrence: the new state and the output ``(B, 1, H_q * d_v)``."""
     b, hk, dk, dv = r.batch, r.kv_heads, r.d_k, r.d_v
@@ -469,7 +435,7 @@ def _linear_attention(im: Importer, node: Node) -> list:
     q_heads, kv_heads = int(q_heads), int(kv_heads)
     if q_heads <= 0 or kv_heads <= 0 or q_heads % kv_heads:
         raise NodeError(f"q_num_heads={q_heads} must be a positive multiple of {kv_heads}")
-    r = Recurrence(im, node, q_heads, kv_heads)
+    r = LinearAttentionInputs(im, node, q_heads, kv_heads)
     gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
     if gated != (r.decay is not None) or delta != (r.beta is not None):
         raise NodeError(f"update_rule={rule} takes {_rule_inputs(gated, delta)}")

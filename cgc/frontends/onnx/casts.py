@@ -18,10 +18,10 @@ from onnx import TensorProto
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import cast, clamp, dtype_of, less
+from cgc.frontends.builders import NodeError, cast, clamp, dtype_of, less
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.model import dtype_attribute
-from cgc.frontends.onnx.nodes import Entry, Lazy, Node, NodeError, bad_attr
+from cgc.frontends.onnx.nodes import Entry, Lazy, Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 

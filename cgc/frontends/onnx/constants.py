@@ -16,18 +16,11 @@ import numpy as np
 from onnx import numpy_helper
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import dtype_of, static_ints, static_scalar
+from cgc.frontends.builders import NodeError, axis_of, dtype_of, shape_of
+from cgc.frontends.onnx.attributes import static_ints, static_scalar
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.model import dtype_attribute
-from cgc.frontends.onnx.nodes import (
-    Lazy,
-    Node,
-    NodeError,
-    axis_of,
-    bad_attr,
-    check_size,
-    shape_of,
-)
+from cgc.frontends.onnx.nodes import Lazy, Node, bad_attr, check_size
 from cgc.machine.hardware import dtypes
 
 

@@ -19,10 +19,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.builders import NodeError, cast, clamp, dtype_of, less, reshape, shape_of
 from cgc.frontends.emitter import DROPOUT_ADVICE
-from cgc.frontends.onnx.builders import cast, clamp, dtype_of, less, reshape
 from cgc.frontends.onnx.importer import Importer, OpImporter, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import DataError, NeedsInputValuesError
+from cgc.frontends.builders import NodeError, node_list
 from cgc.frontends.emitter import Emitter, loc, registrar
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx.model import SUPPORTED_DTYPES, ModelInterface, load_model
@@ -38,7 +39,6 @@ from cgc.frontends.onnx.nodes import (
     Entry,
     Lazy,
     Node,
-    NodeError,
     NotConstantError,
     attribute_value,
     check_size,
@@ -302,17 +302,6 @@ class Importer(Emitter, ModelInterface):
             ty = TensorType(wse.element_of_numpy(array.dtype), array.shape)
             return self.emit(wse.WeightOp(lazy.name, ty))
         return self.const(array, lazy.name, lazy.loc)
-
-
-NAMES_LISTED = 6
-"""How many nodes of one unsupported op an error names before it counts the rest."""
-
-
-def node_list(names: list[str]) -> str:
-    """``node a``, ``nodes a, b`` or ``nodes a, b, ... and 12 more``."""
-    shown = ", ".join(names[:NAMES_LISTED])
-    more = f" and {len(names) - NAMES_LISTED} more" if len(names) > NAMES_LISTED else ""
-    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
 
 
 def _is_graph_input(value: SSAValue) -> TypeGuard[BlockArgument]:

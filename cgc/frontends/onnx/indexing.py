@@ -18,9 +18,19 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import along, as_scalar, cast, dtype_of, slice_axes, static_scalar
+from cgc.frontends.builders import (
+    NodeError,
+    along,
+    as_scalar,
+    axis_of,
+    cast,
+    dtype_of,
+    shape_of,
+    slice_axes,
+)
+from cgc.frontends.onnx.attributes import static_scalar
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 BOOL = wse.element_of_numpy("bool")

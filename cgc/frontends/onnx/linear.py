@@ -14,9 +14,17 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import broadcast, dtype_of, require_float, reshape, transpose
+from cgc.frontends.builders import (
+    NodeError,
+    broadcast,
+    dtype_of,
+    require_float,
+    reshape,
+    shape_of,
+    transpose,
+)
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 
@@ -185,7 +193,7 @@ def reduce_sum(im: Importer, x: SSAValue, axes: Sequence[int]) -> SSAValue:
     return im.emit(wse.ReduceSumOp(x, axes, False))
 
 
-class Term:
+class EinsumOperand:
     """An operand of an einsum and the letter of each of its axes."""
 
     def __init__(self, value: SSAValue, letters: list[str]):
@@ -197,7 +205,7 @@ class Term:
         return shape_of(self.value)[self.letters.index(letter)]
 
 
-def take_diagonals(im: Importer, term: Term) -> Term:
+def take_diagonals(im: Importer, term: EinsumOperand) -> EinsumOperand:
     """Every repeated letter of a term reduced to its diagonal."""
     while len(set(term.letters)) < len(term.letters):
         letters = term.letters
@@ -206,18 +214,18 @@ def take_diagonals(im: Importer, term: Term) -> Term:
         second = letters.index(letter, first + 1)
         value = diagonal(im, term.value, first, second)
         rest = [c for i, c in enumerate(letters) if i not in (first, second)]
-        term = Term(value, [*rest, letter])
+        term = EinsumOperand(value, [*rest, letter])
     return term
 
 
-def sum_out(im: Importer, term: Term, keep: set[str]) -> Term:
+def sum_out(im: Importer, term: EinsumOperand, keep: set[str]) -> EinsumOperand:
     """The term summed over its letters outside ``keep``."""
     axes = [i for i, c in enumerate(term.letters) if c not in keep]
     letters = [c for c in term.letters if c in keep]
-    return Term(reduce_sum(im, term.value, axes), letters)
+    return EinsumOperand(reduce_sum(im, term.value, axes), letters)
 
 
-def contract(im: Importer, a: Term, b: Term, keep: set[str]) -> Term:
+def contract(im: Importer, a: EinsumOperand, b: EinsumOperand, keep: set[str]) -> EinsumOperand:
     """The product of two terms summed over the shared letters outside ``keep``, as one
     batched matmul: (batch, a-only, shared) x (batch, shared, b-only); without shared letters
     an elementwise product."""
@@ -239,10 +247,12 @@ def contract(im: Importer, a: Term, b: Term, keep: set[str]) -> Term:
     rhs = reshape(im, rhs, [*lead, k, n] if lead else [k, n])
     product = im.emit(wse.MatmulOp(lhs, rhs))
     letters = batch + left + right
-    return Term(reshape(im, product, [sizes[c] for c in letters]), letters)
+    return EinsumOperand(reshape(im, product, [sizes[c] for c in letters]), letters)
 
 
-def _product(im: Importer, a: Term, b: Term, groups: tuple, sizes: dict[str, int]) -> Term:
+def _product(
+    im: Importer, a: EinsumOperand, b: EinsumOperand, groups: tuple, sizes: dict[str, int]
+) -> EinsumOperand:
     """Two terms with no letter to sum over multiplied elementwise (broadcasting): the result
     has the batch letters, then ``a``'s own, then ``b``'s own."""
     batch, left, right = groups
@@ -250,10 +260,12 @@ def _product(im: Importer, a: Term, b: Term, groups: tuple, sizes: dict[str, int
     mine, theirs = [sizes[c] for c in left], [sizes[c] for c in right]
     lhs = reshape(im, _arranged(im, a, batch + left, sizes), [*lead, *mine, *[1] * len(right)])
     rhs = reshape(im, _arranged(im, b, batch + right, sizes), [*lead, *[1] * len(left), *theirs])
-    return Term(im.emit(wse.MulOp(lhs, rhs)), batch + left + right)
+    return EinsumOperand(im.emit(wse.MulOp(lhs, rhs)), batch + left + right)
 
 
-def _arranged(im: Importer, term: Term, order: list[str], sizes: dict[str, int]) -> SSAValue:
+def _arranged(
+    im: Importer, term: EinsumOperand, order: list[str], sizes: dict[str, int]
+) -> SSAValue:
     """The term's axes in ``order``, broadcast to the common sizes."""
     value = transpose(im, term.value, [term.letters.index(c) for c in order])
     return broadcast(im, value, [sizes[c] for c in order])
@@ -263,7 +275,8 @@ def einsum(im: Importer, equation: str, values: list[SSAValue]) -> SSAValue:
     """An einsum of ``values``: diagonals, reductions and pairwise batched matmuls."""
     parsed, output = parse_einsum(equation, [len(shape_of(v)) for v in values])
     terms = [
-        take_diagonals(im, Term(v, letters)) for v, letters in zip(values, parsed, strict=True)
+        take_diagonals(im, EinsumOperand(v, letters))
+        for v, letters in zip(values, parsed, strict=True)
     ]
     for i, term in enumerate(terms):
         elsewhere = {c for j, t in enumerate(terms) if j != i for c in t.letters}

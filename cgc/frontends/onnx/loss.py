@@ -9,14 +9,13 @@ classes) pick nothing and weigh nothing.
 
 from __future__ import annotations
 
-import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.emitter import Emitter
-from cgc.frontends.onnx.builders import dtype_of
+from cgc.frontends.builders import NodeError, dtype_of, shape_of
+from cgc.frontends.formulas import class_mask
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -44,22 +43,6 @@ def loss_inputs(im: Importer, node: Node) -> tuple[SSAValue, SSAValue, SSAValue 
     if weights is not None and shape_of(weights) != (shape[1],):
         raise NodeError(f"the weights must have shape ({shape[1]},), got {shape_of(weights)}")
     return scores, labels, weights
-
-
-def class_mask(im: Emitter, labels: SSAValue, classes: int, ignore_index: int | None):
-    """(N, C, d1, ...) booleans: true at each sample's label, nowhere for an ignored one. A
-    label outside the classes that is not ``ignore_index`` is an error when it runs, as
-    onnxruntime's losses make it (the one-hot of a loss's labels checks them)."""
-    label_shape = shape_of(labels)
-    rank = len(label_shape) + 1
-    boolean = wse.element_of_numpy(np.dtype(bool))
-    hot = im.emit(wse.OneHotOp(labels, classes, boolean, labels=True, ignore_index=ignore_index))
-    mask = hot if rank == 2 else im.emit(wse.TransposeOp(hot, [0, rank - 1, *range(1, rank - 1)]))
-    if ignore_index is None or not 0 <= ignore_index < classes:
-        return mask  # an ignored label out of the classes is a row of zeros already
-    spread = im.emit(wse.ReshapeOp(labels, (label_shape[0], 1, *label_shape[1:])))
-    ignored = im.emit(wse.EqualOp(spread, im.const(np.array(ignore_index, dtype_of(labels)))))
-    return im.emit(wse.AndOp(mask, im.emit(wse.NotOp(ignored))))
 
 
 def picked(im: Importer, mask: SSAValue, values: SSAValue) -> SSAValue:

@@ -1,7 +1,7 @@
-"""What an op importer reads and raises about a node besides the ``Importer``: the node and its
-attributes (``Node``), the errors of a node (``NodeError``, ``NotConstantError`` and
-``bad_attr``), the reader of axis attributes, and what a tensor name stands for while the graph
-is imported (an ``Entry``: an SSA value, or a ``Lazy`` constant not yet used).
+"""What an op importer reads and raises about an ONNX node besides the ``Importer``: the node
+and its attributes (``Node``), the errors of an ONNX node beyond the frontends' ``NodeError``
+(``NotConstantError``, ``bad_attr`` and ``check_size``), and what a tensor name stands for while
+the graph is imported (an ``Entry``: an SSA value, or a ``Lazy`` constant not yet used).
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ from onnx import helper
 from xdsl.dialects.builtin import NameLoc
 from xdsl.ir import SSAValue
 
-from cgc.dialects import wse
+from cgc.frontends.builders import NodeError
 from cgc.frontends.onnx.validation import oversize
-
-
-class NodeError(Exception):
-    """A problem with one node; the importer prefixes the file, node and op."""
 
 
 class NotConstantError(NodeError):
@@ -44,12 +40,6 @@ def check_size(what: str, shape: Sequence[int], dtype: np.dtype | str) -> None:
     checked before the tensor is allocated."""
     if why := oversize(shape, dtype):
         raise NodeError(f"{what} of {why}")
-
-
-def axis_of(axis: int, rank: int, what: str = "axis") -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise NodeError(f"attribute {what}={axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
 
 
 def attribute_value(attr: onnx.AttributeProto) -> Any:
@@ -102,7 +92,3 @@ class Lazy:
 
 
 Entry = SSAValue | Lazy
-
-
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    return wse.tensor_shape(value)

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import NamedTuple
 
 import numpy as np
 from onnx import TensorProto
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.emitter import Emitter
-from cgc.frontends.onnx.builders import affine, along, cast, dtype_of, reshape
+from cgc.frontends.builders import (
+    NodeError,
+    affine,
+    along,
+    axis_of,
+    cast,
+    dtype_of,
+    shape_of,
+)
+from cgc.frontends.formulas import per_channel, running_average, square, standardize, top_k
 from cgc.frontends.onnx.importer import Importer, OpImporter, register
 from cgc.frontends.onnx.model import dtype_attribute
-from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
-from cgc.frontends.onnx.reduction import square, top_k
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -43,36 +49,6 @@ STASH_DTYPES = ("float32", "float64", "float16", "bfloat16")
 def stash_dtype(node: Node, default: int = TensorProto.FLOAT) -> np.dtype:
     """The float type that ``stash_type`` names."""
     return dtype_attribute("stash_type", node.attr("stash_type", default), STASH_DTYPES)
-
-
-class Standardized(NamedTuple):
-    """``x`` standardized over some axes, with its statistics (keeping the reduced axes)."""
-
-    normed: SSAValue
-    """``(x - mean) / sqrt(var + epsilon)``."""
-    mean: SSAValue
-    var: SSAValue
-    """The population variance."""
-    inv_std: SSAValue
-    """``1 / sqrt(var + epsilon)``."""
-
-
-def standardize(im: Emitter, x: SSAValue, axes: Sequence[int], epsilon: float) -> Standardized:
-    """Standardizes ``x`` over ``axes``."""
-    mean = im.emit(wse.ReduceMeanOp(x, list(axes), True))
-    centered = im.emit(wse.SubOp(x, mean))
-    var = im.emit(wse.ReduceMeanOp(square(im, centered), list(axes), True))
-    std = im.emit(wse.SqrtOp(im.emit(wse.AddOp(var, im.scalar(epsilon, var)))))
-    inv_std = im.emit(wse.ReciprocalOp(std))
-    return Standardized(im.emit(wse.MulOp(centered, inv_std)), mean, var, inv_std)
-
-
-def per_channel(im: Emitter, value: SSAValue, rank: int, like: SSAValue) -> SSAValue:
-    """A parameter of shape (C,) (or (C, D1, ...)) shaped to broadcast against an input of
-    ``rank`` along axis 1, converted to ``like``'s element type."""
-    shape = shape_of(value)
-    value = reshape(im, value, (*shape, *([1] * (rank - 1 - len(shape)))))
-    return cast(im, value, dtype_of(like))
 
 
 def input_rank(x: SSAValue, at_least: int, what: str) -> int:
@@ -226,12 +202,6 @@ def as_statistic(im: Importer, value: SSAValue, like: SSAValue) -> SSAValue:
     """A batch statistic in the shape and element type of the running one, ``like``."""
     value = cast(im, value, dtype_of(like))
     return im.emit(wse.ReshapeOp(value, shape_of(like)))
-
-
-def running_average(im: Emitter, old: SSAValue, new: SSAValue, momentum: float) -> SSAValue:
-    """``old * momentum + new * (1 - momentum)``."""
-    kept = im.emit(wse.MulOp(old, im.scalar(momentum, old)))
-    return im.emit(wse.AddOp(kept, im.emit(wse.MulOp(new, im.scalar(1 - momentum, new)))))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,16 +15,18 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import (
+from cgc.frontends.builders import (
+    NodeError,
     along,
     as_scalar,
     int_list,
+    shape_of,
     slice_axes,
-    static_ints,
     unique_axes,
 )
+from cgc.frontends.onnx.attributes import static_ints
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
 

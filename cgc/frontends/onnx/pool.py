@@ -18,10 +18,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import dtype_of, mul, reshape
+from cgc.frontends.builders import NodeError, dtype_of, mul, reshape, shape_of
 from cgc.frontends.onnx.conv import auto_pads
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 SEPARABLE_FROM = 3
 """Pooling windows over this many spatial axes or more run as one 1-D pass per axis."""

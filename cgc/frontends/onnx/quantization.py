@@ -15,12 +15,22 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import add_channel_bias, broadcast, cast, clamp, dtype_of, reshape
+from cgc.frontends.builders import (
+    NodeError,
+    add_channel_bias,
+    axis_of,
+    broadcast,
+    cast,
+    clamp,
+    dtype_of,
+    reshape,
+    shape_of,
+)
 from cgc.frontends.onnx.conv import conv_kernel, convolution
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.linear import matmul
 from cgc.frontends.onnx.model import dtype_attribute
-from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 INTEGER_RANGES = {

@@ -19,6 +19,18 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.builders import (
+    NodeError,
+    add,
+    affine,
+    clamp,
+    dtype_of,
+    mul,
+    require_float,
+    reshape,
+    shape_of,
+    transpose,
+)
 from cgc.frontends.onnx.activations import (
     elu,
     hard_sigmoid,
@@ -27,18 +39,8 @@ from cgc.frontends.onnx.activations import (
     softsign,
     thresholded_relu,
 )
-from cgc.frontends.onnx.builders import (
-    add,
-    affine,
-    clamp,
-    dtype_of,
-    mul,
-    require_float,
-    reshape,
-    transpose,
-)
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 # ---------------------------------------------------------------------------------------------
 # Helpers

@@ -19,10 +19,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.emitter import Emitter
-from cgc.frontends.onnx.builders import cast, dtype_of
+from cgc.frontends.builders import NodeError, axis_of, cast, dtype_of, shape_of
+from cgc.frontends.formulas import arg_extreme, square, top_k
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, shape_of
+from cgc.frontends.onnx.nodes import Node
 from cgc.machine import reference
 from cgc.machine.hardware import dtypes
 
@@ -30,11 +30,6 @@ AXES_AS_INPUT = {"ReduceSum": 13}
 """The opset from which a reduction takes its axes as an input (18 for the others)."""
 
 Step = Callable[[Importer, SSAValue], SSAValue]
-
-
-def square(im: Emitter, x: SSAValue) -> SSAValue:
-    """``x * x``."""
-    return im.emit(wse.MulOp(x, x))
 
 
 def absolute(im: Importer, x: SSAValue) -> SSAValue:
@@ -148,31 +143,6 @@ def _reduce(im: Importer, node: Node) -> list:
     axes = reduction_axes(im, node, len(shape_of(x)))
     keepdims = bool(node.attr("keepdims", 1))
     return [reduce_value(im, node.op_type, x, axes, keepdims)]
-
-
-def top_k(im: Importer, x: SSAValue, axis: int, k: int, largest: bool) -> list[SSAValue]:
-    """The ``k`` largest (or smallest) values along ``axis`` and their int64 indices; among
-    equal values the lower index comes first."""
-    return im.emit_all(wse.TopKOp(x, axis, k, largest))
-
-
-def arg_extreme(im: Importer, x: SSAValue, axis: int, largest: bool, last: bool) -> SSAValue:
-    """The int64 index of the largest (or smallest) value along ``axis``, keeping the axis;
-    the first one among equals, or the last one with ``last``.
-
-    A NaN is the extreme both ways, as in numpy and torch (argmax and argmin of ``[1, nan]``
-    are 1): top-k ranks NaN above every number, so the smallest float is the largest of
-    ``-x``. onnxruntime's ArgMax and ArgMin skip NaN unless it comes first, and which index
-    they then give depends on the type and length (its vectorized paths: ArgMin of float32
-    ``[2, nan, 2, -1, 1]`` is 4); the ONNX frontend follows numpy, not that."""
-    if not largest and dtypes.is_float(dtype_of(x)):
-        x, largest = im.emit(wse.NegOp(x)), True
-    if not last:
-        return top_k(im, x, axis, 1, largest)[1]
-    flipped = im.emit(wse.ReverseOp(x, [axis]))
-    index = top_k(im, flipped, axis, 1, largest)[1]
-    top = im.const(np.array(shape_of(x)[axis] - 1, dtype=np.int64))
-    return im.emit(wse.SubOp(top, index))
 
 
 @register("ArgMax", "ArgMin")

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from math import prod
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import int_list, static_ints, unique_axes
+from cgc.frontends.builders import NodeError, int_list, shape_of, unique_axes
+from cgc.frontends.onnx.attributes import static_ints
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 
 @register("Flatten")

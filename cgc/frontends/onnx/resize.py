@@ -19,17 +19,19 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import (
+from cgc.frontends.builders import (
+    NodeError,
     cast,
     clamp,
     dtype_of,
     reshape,
     select,
-    string_attr,
+    shape_of,
     working_dtype,
 )
+from cgc.frontends.onnx.attributes import string_attr
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 TRANSFORMS = (

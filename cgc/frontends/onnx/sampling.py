@@ -19,7 +19,8 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import (
+from cgc.frontends.builders import (
+    NodeError,
     add,
     affine,
     broadcast,
@@ -30,12 +31,13 @@ from cgc.frontends.onnx.builders import (
     mul,
     reshape,
     select,
-    string_attr,
+    shape_of,
     sub,
     working_dtype,
 )
+from cgc.frontends.onnx.attributes import string_attr
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, shape_of
+from cgc.frontends.onnx.nodes import Node
 
 # ---------------------------------------------------------------------------------------------
 # Taps

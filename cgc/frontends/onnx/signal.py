@@ -19,10 +19,18 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import cast, dtype_of, require_float, reshape, transpose
+from cgc.frontends.builders import (
+    NodeError,
+    cast,
+    dtype_of,
+    require_float,
+    reshape,
+    shape_of,
+    transpose,
+)
 from cgc.frontends.onnx.importer import Importer, register
 from cgc.frontends.onnx.model import dtype_attribute
-from cgc.frontends.onnx.nodes import Node, NodeError, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 from cgc.machine.hardware import dtypes
 
 # ---------------------------------------------------------------------------------------------

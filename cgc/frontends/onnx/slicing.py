@@ -13,16 +13,18 @@ from __future__ import annotations
 import numpy as np
 
 from cgc.dialects import shapes, wse
-from cgc.frontends.onnx.builders import (
+from cgc.frontends.builders import (
+    NodeError,
+    axis_of,
     dtype_of,
     int_list,
+    shape_of,
     slice_axes,
-    static_ints,
-    static_scalar,
     unique_axes,
 )
+from cgc.frontends.onnx.attributes import static_ints, static_scalar
 from cgc.frontends.onnx.importer import Importer, register
-from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
+from cgc.frontends.onnx.nodes import Node, bad_attr
 
 
 @register("Concat")

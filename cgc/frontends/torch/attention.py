@@ -17,10 +17,9 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
+from cgc.frontends.builders import NodeError, dtype_of, reshape, shape_of, transpose
 from cgc.frontends.emitter import DROPOUT_ADVICE
-from cgc.frontends.onnx.attention import attend, attention_scores
-from cgc.frontends.onnx.builders import dtype_of, reshape, transpose
-from cgc.frontends.onnx.nodes import NodeError, shape_of
+from cgc.frontends.formulas import attend, attention_scores
 from cgc.frontends.torch.lowering import Lowering, register
 from cgc.machine.reference.attention import CAUSAL, OPEN, Mask, mask_kind
 

@@ -10,9 +10,8 @@ import torch
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.activations import GELU_APPROXIMATIONS, gelu
-from cgc.frontends.onnx.builders import clamp, less, select
-from cgc.frontends.onnx.nodes import NodeError
+from cgc.frontends.builders import NodeError, clamp, less, select
+from cgc.frontends.formulas import GELU_APPROXIMATIONS, gelu
 from cgc.frontends.torch.lowering import Lowering, OpLowering, numpy_dtype, register
 from cgc.machine.hardware import dtypes
 

@@ -11,9 +11,18 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import broadcast, cast, dtype_of, reshape, select, slice_axes
-from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
-from cgc.frontends.onnx.reduction import top_k
+from cgc.frontends.builders import (
+    NodeError,
+    axis_of,
+    broadcast,
+    cast,
+    dtype_of,
+    reshape,
+    select,
+    shape_of,
+    slice_axes,
+)
+from cgc.frontends.formulas import top_k
 from cgc.frontends.torch.lowering import Lowering, register
 
 SCATTER_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
@@ -160,7 +169,7 @@ def _topk(
 ) -> tuple:
     scalar = not shape_of(x)
     value = _lift(lw, x)
-    values, indices = top_k(lw, value, _axis(value, dim), k, largest)  # type: ignore[arg-type]
+    values, indices = top_k(lw, value, _axis(value, dim), k, largest)
     return _restore(lw, values, scalar), _restore(lw, indices, scalar)
 
 
@@ -175,7 +184,7 @@ def _sort(
     value = _lift(lw, x)
     axis = _axis(value, dim)
     n = shape_of(value)[axis]
-    values, indices = top_k(lw, value, axis, n, descending)  # type: ignore[arg-type]
+    values, indices = top_k(lw, value, axis, n, descending)
     return _restore(lw, values, scalar), _restore(lw, indices, scalar)
 
 

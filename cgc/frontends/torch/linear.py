@@ -8,8 +8,15 @@ from collections.abc import Sequence
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import add, add_channel_bias, mul, reshape, transpose
-from cgc.frontends.onnx.nodes import NodeError, shape_of
+from cgc.frontends.builders import (
+    NodeError,
+    add,
+    add_channel_bias,
+    mul,
+    reshape,
+    shape_of,
+    transpose,
+)
 from cgc.frontends.torch.lowering import Lowering, register
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.loss import class_mask
-from cgc.frontends.onnx.nodes import NodeError, shape_of
+from cgc.frontends.builders import NodeError, shape_of
+from cgc.frontends.formulas import class_mask
 from cgc.frontends.torch.lowering import Lowering, register
 
 REDUCTIONS = ("none", "mean", "sum")

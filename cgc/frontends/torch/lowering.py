@@ -29,12 +29,10 @@ from xdsl.utils.exceptions import VerifyException
 
 from cgc.dialects import wse
 from cgc.errors import CgcError, DataError
+from cgc.frontends.builders import NodeError, cast, dtype_of, node_list
 from cgc.frontends.emitter import DROPOUT_ADVICE, Emitter, loc, registrar
+from cgc.frontends.formulas import running_average
 from cgc.frontends.imported import BufferUpdate, ImportedModel, TensorSpec
-from cgc.frontends.onnx.builders import cast, dtype_of
-from cgc.frontends.onnx.importer import node_list
-from cgc.frontends.onnx.nodes import NodeError
-from cgc.frontends.onnx.normalization import running_average
 
 Lowered = Any
 """What a node lowers to: an SSA value, a Python number, None, or a tuple of these."""

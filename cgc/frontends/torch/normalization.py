@@ -8,17 +8,18 @@ from math import prod
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import (
+from cgc.frontends.builders import (
+    NodeError,
     affine,
+    axis_of,
     broadcast,
     cast,
     dtype_of,
     reshape,
+    shape_of,
     unique_axes,
 )
-from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
-from cgc.frontends.onnx.normalization import Standardized, per_channel, standardize
-from cgc.frontends.onnx.reduction import arg_extreme
+from cgc.frontends.formulas import Standardized, arg_extreme, per_channel, standardize
 from cgc.frontends.torch.lowering import Lowering, OpLowering, register
 
 REDUCTIONS = {
@@ -264,7 +265,7 @@ def _argmax(lw: Lowering, x: SSAValue, dim: int | None = None, keepdim: bool = F
     largest = "argmax" in str(lw.node.target)
     shape = shape_of(x)
     value, axis = _arg_axis(lw, x, dim)
-    index = arg_extreme(lw, value, axis, largest, False)  # type: ignore[arg-type]
+    index = arg_extreme(lw, value, axis, largest, False)
     if dim is None or not shape:
         return reshape(lw, index, [1] * len(shape) if keepdim else [])
     return index if keepdim else reshape(lw, index, _without(shape, axis))
@@ -283,7 +284,7 @@ def _max_dim(lw: Lowering, x: SSAValue, dim: int, keepdim: bool = False) -> tupl
     value, axis = _arg_axis(lw, x, dim)
     op = wse.ReduceMaxOp if largest else wse.ReduceMinOp
     values = lw.emit(op(value, [axis], True))
-    index = arg_extreme(lw, value, axis, largest, False)  # type: ignore[arg-type]
+    index = arg_extreme(lw, value, axis, largest, False)
     kept = [1 if i == axis else d for i, d in enumerate(shape)]
     target = kept if keepdim else _without(shape, axis) if shape else []
     return reshape(lw, values, target), reshape(lw, index, target)

@@ -12,8 +12,16 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
-from cgc.frontends.onnx.builders import broadcast, cast, reshape, slice_axes, transpose
-from cgc.frontends.onnx.nodes import NodeError, axis_of, shape_of
+from cgc.frontends.builders import (
+    NodeError,
+    axis_of,
+    broadcast,
+    cast,
+    reshape,
+    shape_of,
+    slice_axes,
+    transpose,
+)
 from cgc.frontends.torch.lowering import Lowering, register
 
 

@@ -2,7 +2,7 @@
 
 The columns of a factor's entries are numbered by a mixed-radix code over the span of each
 row (``codes``); equal columns are told apart by counting over the range of the codes where
-it is small (``flows._dense``), and otherwise by a stable sort, which runs in linear time
+it is small (``flow_factors.dense``), and otherwise by a stable sort, which runs in linear time
 over the few sorted runs factors arrive in (the shifts of one sorted factor, the sorted parts
 of a sum), where ``np.unique`` sorted every time anew (``sorted_sums``).
 """

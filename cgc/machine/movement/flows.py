@@ -6,20 +6,20 @@ digits. A flow is a pair (source element, destination PE), counted once however 
 needs the element: the semantics of ``traffic.gather_traffic``, the per-element oracle, which
 this module reproduces exactly.
 
-Counting (``_flows``). The four PE coordinates of a flow (source row and column, destination
-row and column) are ``Block`` s of coordinates. Union-find on the digits that each coordinate
-ties together splits the digits into independent components; each component is enumerated
-alone (an axis, a matrix row or column: never the whole tensor), giving a ``Factor``: distinct
-flows per combination of the PE coordinates it touches. The flows between two PEs are the
-product of the factors: a ``Term``. A component too large to enumerate (an im2col's samples
+Counting (``_flows``). The four PE coordinates of a flow (source row and column, destination row
+and column) are ``Block`` s of coordinates. Union-find on the digits that each coordinate ties
+together splits the digits into independent components; each component is enumerated alone (an
+axis, a matrix row or column: never the whole tensor), giving a ``Factor`` (``flow_factors``):
+distinct flows per combination of the PE coordinates it touches. The flows between two PEs are
+the product of the factors: a ``Term``. A component too large to enumerate (an im2col's samples
 and channels tied to its windows), or cheaper to count so, is split by peeling a digit that the
 source element determines: its values fall into classes by where tile ends cut the rest of the
-coordinates (``index_maps.phase_classes``, in closed form: at most ``W + 1`` classes for a
-digit whose coordinate's other terms span ``W``, however many values), and within a class the
-flows are those of one representative shifted by whole PEs (``_peel``). The flows are then a
-sum of terms.
+coordinates (``index_maps.phase_classes``, in closed form: at most ``W + 1`` classes for a digit
+whose coordinate's other terms span ``W``, however many values), and within a class the flows
+are those of one representative shifted by whole PEs (``_peel``). The flows are then a sum of
+terms.
 
-Routing (``_Fabric``). ``Traffic`` follows from the terms without multiplying them out: the
+Routing (``flow_routing``). ``Traffic`` follows from the terms without multiplying them out: the
 load of a link is a prefix sum times a suffix sum of marginals (a difference array where one
 factor holds both ends of a leg), PE loads and hops come from two-coordinate marginals, and
 the longest path from a max-plus over the factors. The work is linear in the factors' sizes
@@ -41,13 +41,29 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache, reduce
+from functools import lru_cache
 from itertools import product
 from math import prod
 
 import numpy as np
 
-from cgc.machine.movement.flow_counts import MESH, RawFactor, codes, decode, run_starts, sorted_sums
+from cgc.machine.movement.flow_counts import MESH, RawFactor, codes, run_starts
+from cgc.machine.movement.flow_factors import (
+    DC,
+    DR,
+    SC,
+    SR,
+    Factor,
+    FactorIds,
+    Term,
+    canonical,
+    dense,
+    make_factor,
+    merge_terms,
+    outer,
+    scalar_factor,
+)
+from cgc.machine.movement.flow_routing import routed_traffic
 from cgc.machine.movement.index_maps import (
     Affine,
     Attrs,
@@ -64,14 +80,12 @@ from cgc.machine.movement.index_maps import (
     phase_count,
 )
 from cgc.machine.movement.layout import Layout
-from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic, cross_distance, scattered_traffic
+from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic, scattered_traffic
 
 ENUMERATION_LIMIT = 1 << 20
 """Digit combinations one component may enumerate at once."""
 WORK_LIMIT = 1 << 24
 """Digit combinations the enumerations of one index map may add up to."""
-SR, SC, DR, DC = range(4)
-"""The PE coordinates of a flow: source row, source column, destination row and column."""
 TERM_LIMIT = 1024
 """Terms a sum of flows may hold."""
 PEEL_OVERHEAD = 1 << 14
@@ -81,178 +95,9 @@ CONVOLUTION_LIMIT = 1 << 20
 """Entries a factor may have once it takes in the shifts of a peeled class; beyond, the
 shifts stay a factor of their own, one term per place they apply to."""
 
-DENSE_FACTOR = 16
-"""Counting distinct integers with an array over their range rather than by sorting them
-pays while the range is at most this many times their number..."""
-DENSE_LIMIT = 1 << 21
-"""... and the array stays this small."""
-
 
 class TooLarge(Exception):
     """Counting exactly would enumerate more than the limits allow."""
-
-
-# --------------------------------------------------------------------------- factors
-
-
-@dataclass(frozen=True, eq=False)
-class Factor:
-    """Flow counts over some PE coordinates (``vars``, ascending): ``counts[k]`` flows at the
-    mesh coordinates ``at[:, k]`` (``MESH`` integers; distinct columns, positive counts)."""
-
-    vars: tuple[int, ...]
-    at: np.ndarray
-    counts: np.ndarray
-
-    @property
-    def size(self) -> int:
-        return len(self.counts)
-
-    @cached_property
-    def total(self) -> float:
-        return float(self.counts.sum())
-
-    def coords(self, var: int) -> np.ndarray:
-        """The mesh coordinate ``var`` of every entry."""
-        row: np.ndarray = self.at[self.vars.index(var)]
-        return row
-
-    def same(self, other: Factor) -> bool:
-        return self is other or (
-            self.vars == other.vars
-            and np.array_equal(self.at, other.at)
-            and np.array_equal(self.counts, other.counts)
-        )
-
-
-Term = tuple[Factor, ...]
-"""Flows as a product of factors over disjoint PE coordinates."""
-
-
-def _factor(vars_: Sequence[int], at: np.ndarray, counts: np.ndarray) -> Factor:
-    """The factor of entries ``at`` (columns, repeats allowed) weighing ``counts``."""
-    order = np.argsort(vars_, kind="stable")
-    ordered = tuple(int(vars_[i]) for i in order)
-    if not len(counts):
-        return Factor(ordered, np.zeros((len(order), 0), MESH), counts)
-    if not ordered:
-        return _scalar(float(np.sum(counts)))
-    at = np.asarray(at)
-    if ordered != tuple(vars_):
-        at = at[order]
-    code, span, low = codes(at)
-    if _dense(prod(span), code.size):
-        weights = np.bincount(code, weights=counts, minlength=prod(span))
-        unique = np.flatnonzero(weights != 0)
-        return Factor(ordered, decode(unique, span, low), weights[unique])
-    firsts, weights = sorted_sums(code, counts)
-    return Factor(ordered, at[:, firsts].astype(MESH, copy=False), weights)
-
-
-def _dense(span: int, n: int) -> bool:
-    """Whether to tell ``n`` integers in ``range(span)`` apart with an array over the range."""
-    return span <= min(DENSE_FACTOR * n + (1 << 16), DENSE_LIMIT)
-
-
-def _scalar(count: float) -> Factor:
-    return Factor((), np.zeros((0, 1), MESH), np.array([count]))
-
-
-def _marginal(f: Factor, var: int) -> Factor:
-    """``f`` summed over coordinate ``var``."""
-    if var not in f.vars:
-        return f
-    keep = [i for i, v in enumerate(f.vars) if v != var]
-    return _factor([f.vars[i] for i in keep], f.at[keep], f.counts)
-
-
-def _outer(factors: Sequence[Factor]) -> Factor:
-    """The product of factors over disjoint coordinates, as one factor."""
-    at, counts = np.zeros((0, 1), MESH), np.ones(1)
-    vars_: tuple[int, ...] = ()
-    for f in factors:
-        at = np.concatenate([np.repeat(at, f.size, axis=1), np.tile(f.at, counts.size)])
-        counts = np.outer(counts, f.counts).reshape(-1)
-        vars_ = (*vars_, *f.vars)
-    return _factor(vars_, at, counts)
-
-
-def _canonical(term: Sequence[Factor]) -> Term:
-    """The term with its scalars folded into one factor and its factors in order."""
-    scale = prod(f.total for f in term if not f.vars)
-    factors = sorted((f for f in term if f.vars), key=lambda f: f.vars)
-    if not factors:
-        return (_scalar(scale),)
-    if scale != 1:
-        first = factors[0]
-        factors[0] = Factor(first.vars, first.at, first.counts * scale)
-    return tuple(factors)
-
-
-def _merge(terms: Sequence[Term]) -> list[Term]:
-    """The same sum with the terms that differ from a first one in the same one factor (or
-    in none) added up in that factor: each term joins the earliest group it can, found by
-    hashing (hundreds of peeled terms would make comparing every pair dear)."""
-    ids = _Ids()
-    firsts: list[Term] = []
-    positions: list[int | None] = []
-    parts: list[list[Factor]] = []
-    keys: dict[tuple[object, ...], list[int]] = {}
-    for term in terms:
-        prints = tuple(map(ids, term))
-        masks = [
-            (k, *(f.vars for f in term), *prints[:k], *prints[k + 1 :]) for k in range(len(term))
-        ]
-        found = [
-            (g, k)
-            for k, mask in enumerate(masks)
-            for g in keys.get(mask, ())
-            if positions[g] in (None, k)
-        ]
-        if found:
-            g, k = min(found)
-            positions[g] = k
-            parts[g].append(term[k])
-            continue
-        for mask in masks:
-            keys.setdefault(mask, []).append(len(firsts))
-        firsts.append(term)
-        positions.append(None)
-        parts.append([])
-    merged = []
-    for first, position, rest in zip(firsts, positions, parts, strict=True):
-        if position is None:
-            merged.append(first)
-        else:
-            k = position
-            merged.append((*first[:k], _sum([first[k], *rest]), *first[k + 1 :]))
-    return merged
-
-
-class _Ids:
-    """A number for every distinct factor, equal for equal factors."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, list[tuple[Factor, int]]] = {}
-        self.count = 0
-
-    def __call__(self, f: Factor) -> int:
-        alike = self.seen.setdefault(hash((f.vars, f.at.tobytes(), f.counts.tobytes())), [])
-        for other, number in alike:
-            if f.same(other):
-                return number
-        self.count += 1
-        alike.append((f, self.count))
-        return self.count
-
-
-def _sum(parts: Sequence[Factor]) -> Factor:
-    """Factors over the same coordinates, added up."""
-    return _factor(
-        parts[0].vars,
-        np.concatenate([f.at for f in parts], axis=1),
-        np.concatenate([f.counts for f in parts]),
-    )
 
 
 # --------------------------------------------------------------------------- counting
@@ -347,7 +192,7 @@ def _flows(part: _Part, sizes: Sequence[int], budget: _Budget) -> list[Term]:
             sums = [(table,)] if table.size else []
         else:
             raise TooLarge
-        terms = [_canonical((*t, *s)) for t in terms for s in sums]
+        terms = [canonical((*t, *s)) for t in terms for s in sums]
         if len(terms) > TERM_LIMIT:
             raise TooLarge
     return terms
@@ -369,7 +214,7 @@ def _enumerate(part: _Part, sizes: Sequence[int]) -> Factor:
         rows = _distinct_rows([np.broadcast_to(k(grid), shape)[valid] for k in part.keys], count)
         count = len(rows)
     at = [np.broadcast_to(b(grid), shape)[valid][rows] for _, b in part.pes]
-    return _factor(part.vars, np.array(at, MESH).reshape(len(at), count), np.ones(count))
+    return make_factor(part.vars, np.array(at, MESH).reshape(len(at), count), np.ones(count))
 
 
 def _injective(part: _Part, sizes: Sequence[int]) -> bool:
@@ -390,7 +235,7 @@ def _distinct_rows(columns: Sequence[np.ndarray], n: int) -> np.ndarray:
             span = n
         code = code * radix + (column - low)
         span *= radix
-    if not _dense(span, n):
+    if not dense(span, n):
         first: np.ndarray = np.unique(code, return_index=True)[1]
         return first
     # a scatter keeps one position per code (any one: equal keys have equal PE coordinates)
@@ -427,13 +272,13 @@ def _peel(part: _Part, sizes: Sequence[int], budget: _Budget, peeling: _Peeling)
     classes = [(c, _flows(part.fix(c.digit, c.value), sizes, budget)) for c in peeling.classes]
     # the shifted factors of terms alike elsewhere merge into one, which for many classes
     # is as large as the mesh times one value's flows: past the limit, shifts stay apart
-    ids, piles = _Ids(), Counter[tuple[int, ...]]()
+    ids, piles = FactorIds(), Counter[tuple[int, ...]]()
     for c, sums in classes:
         for t in sums:
             piles[tuple(ids(f) for f in t if not set(f.vars) & set(c.vars))] += _convolution(t, c)
     apart = max(piles.values(), default=0) > CONVOLUTION_LIMIT
     terms = [s for c, sums in classes for t in sums for s in _shifted(t, c, apart)]
-    terms = _merge(terms)
+    terms = merge_terms(terms)
     if len(terms) > TERM_LIMIT:
         raise TooLarge
     return terms
@@ -473,11 +318,11 @@ def _shifted(term: Term, c: _Class, apart: bool) -> list[Term]:
     """The flows of all the values of class ``c``, from those of its representative: in one
     factor with the shifts unless ``apart`` or that factor would pass the limit."""
     if not c.vars:
-        return [_canonical((*term, _scalar(float(c.counts.sum()))))]
+        return [canonical((*term, scalar_factor(float(c.counts.sum()))))]
     touched = [f for f in term if set(f.vars) & set(c.vars)]
     rest = [f for f in term if not set(f.vars) & set(c.vars)]
     if not apart and _convolution(term, c) <= CONVOLUTION_LIMIT:
-        return [_canonical((*rest, _convolved(_outer(touched), c)))]
+        return [canonical((*rest, _convolved(outer(touched), c)))]
     return _cut(touched, rest, c)
 
 
@@ -491,7 +336,7 @@ def _convolved(f: Factor, c: _Class) -> Factor:
     at = np.tile(f.at, c.counts.size)
     for i, var in enumerate(c.vars):
         at[f.vars.index(var)] += np.repeat(c.shifts[i].astype(MESH), f.size)
-    return _factor(f.vars, at, np.outer(c.counts, f.counts).reshape(-1))
+    return make_factor(f.vars, at, np.outer(c.counts, f.counts).reshape(-1))
 
 
 def _cut(touched: Sequence[Factor], rest: Sequence[Factor], c: _Class) -> list[Term]:
@@ -503,8 +348,8 @@ def _cut(touched: Sequence[Factor], rest: Sequence[Factor], c: _Class) -> list[T
     terms = []
     for combination in product(*pieces):
         where = {v: x for at, _ in combination for v, x in at.items()}
-        moved = _factor(c.vars, c.shifts + np.array([[where[v]] for v in c.vars]), c.counts)
-        terms.append(_canonical((*rest, *(f for _, f in combination), moved)))
+        moved = make_factor(c.vars, c.shifts + np.array([[where[v]] for v in c.vars]), c.counts)
+        terms.append(canonical((*rest, *(f for _, f in combination), moved)))
     return terms
 
 
@@ -525,193 +370,12 @@ def _slices(f: Factor, vars_: Sequence[int]) -> list[tuple[dict[int, int], Facto
     for k, pick in enumerate(np.split(order, starts[1:])):
         where = dict(zip(vars_, values[:, k].tolist(), strict=True))
         part = (
-            Factor(kept, rest[:, pick], f.counts[pick]) if kept else _scalar(f.counts[pick].sum())
+            Factor(kept, rest[:, pick], f.counts[pick])
+            if kept
+            else scalar_factor(f.counts[pick].sum())
         )
         slices.append((where, part))
     return slices
-
-
-# --------------------------------------------------------------------------- routing
-
-Axis = tuple[tuple[int, ...], int, int]
-"""An axis of a dense array: the PE coordinates it indexes (equal where several), its first
-mesh row or column, its length."""
-NO_AXIS: Axis = ((), 0, 1)
-
-
-def _project(f: Factor, axes: Sequence[Axis]) -> np.ndarray:
-    """``f`` summed onto dense ``axes`` (of length 1 where ``f`` has none of an axis's
-    coordinates), keeping the entries whose coordinates on each axis agree."""
-    keep: np.ndarray | None = None
-    flat = np.zeros(f.size, dtype=np.int64)
-    shape: list[int] = []
-    for vars_, origin, extent in axes:
-        mine = [f.coords(v) for v in vars_ if v in f.vars]
-        shape.append(extent if mine else 1)
-        if not mine:
-            continue
-        for other in mine[1:]:
-            agree = other == mine[0]
-            keep = agree if keep is None else keep & agree
-        flat *= extent
-        flat += mine[0]
-        flat -= origin
-    counts = f.counts
-    if keep is not None:
-        flat, counts = flat[keep], counts[keep]
-    summed = np.bincount(flat, weights=counts, minlength=prod(shape))
-    return summed.reshape(shape)
-
-
-class _Fabric:
-    """Link, ramp and hop counts of flows given as terms, over a box of the mesh (routed along
-    the source row, then down the destination column, as ``traffic.Routes``)."""
-
-    def __init__(self, row0: int, col0: int, rows: int, cols: int):
-        self.row0, self.col0 = row0, col0
-        self.along_rows = np.zeros((2, rows, cols))
-        """Eastward and westward loads: ``[_, row, column the link leaves eastward]``."""
-        self.along_cols = np.zeros((2, cols, rows))
-        """Southward and northward loads: ``[_, column, row the link leaves southward]``."""
-        self.sent = np.zeros((rows, cols))
-        self.received = np.zeros((rows, cols))
-        self.hops = 0.0
-        self.longest = 0
-
-    def add(self, term: Term) -> None:
-        """Adds the flows of ``term``, each count over only the rows and columns it spans (a
-        term of a peeled class lies on a few PE rows of a wafer-wide box)."""
-        box = _Window.of(term)
-        rows = [_marginal(f, DR) for f in term]
-        cols = [_marginal(f, SC) for f in term]
-        east, south = self._at(box, (SR,), (SC, DC)), self._at(box, (DC,), (SR, DR))
-        self.along_rows[(0, *east)] += box.legs(rows, SR, SC, DC)
-        self.along_rows[(1, *east)] += box.legs(rows, SR, DC, SC)
-        self.along_cols[(0, *south)] += box.legs(cols, DC, SR, DR)
-        self.along_cols[(1, *south)] += box.legs(cols, DC, DR, SR)
-        staying = box.plane(term, (SR, DR), (SC, DC))
-        on = self._at(box, (SR, DR), (SC, DC))
-        self.sent[self._at(box, (SR,), (SC,))] += box.plane(term, (SR,), (SC,))
-        self.sent[on] -= staying
-        self.received[self._at(box, (DR,), (DC,))] += box.plane(term, (DR,), (DC,))
-        self.received[on] -= staying
-        self.hops += box.distance(term, SR, DR) + box.distance(term, SC, DC)
-        self.longest = max(self.longest, _longest(term))
-
-    def _at(
-        self, box: _Window, first: tuple[int, ...], second: tuple[int, ...]
-    ) -> tuple[slice, slice]:
-        """Where an array of the window over the coordinates ``first`` and then ``second``
-        lies in the fabric's arrays over the same (mesh rows or columns) axes."""
-        base = {SR: self.row0, DR: self.row0, SC: self.col0, DC: self.col0}
-        (rows, r0, height), (cols, c0, width) = box.axis(*first), box.axis(*second)
-        r0, c0 = r0 - base[rows[0]], c0 - base[cols[0]]
-        return slice(r0, r0 + height), slice(c0, c0 + width)
-
-    def traffic(self, words: float) -> Traffic:
-        """The traffic of everything added, ``words`` wavelets per element."""
-        if not self.longest:
-            return NO_TRAFFIC
-        link = max(float(self.along_rows.max()), float(self.along_cols.max()))
-        return Traffic(
-            wavelet_hops=self.hops * words,
-            max_link=link * words,
-            max_inject=float(self.sent.max()) * words,
-            max_eject=float(self.received.max()) * words,
-            max_hops=self.longest,
-        )
-
-
-@dataclass(frozen=True)
-class _Window:
-    """The mesh rows and columns that a term's flows start or end on: ``spans`` gives the
-    first value and the count of the values of each PE coordinate (an axis over several
-    coordinates, such as a leg's two ends, covers them all)."""
-
-    spans: dict[int, tuple[int, int]]
-
-    @classmethod
-    def of(cls, term: Term) -> _Window:
-        low = {v: int(f.coords(v).min()) for f in term for v in f.vars}
-        return cls({v: (low[v], int(f.coords(v).max()) - low[v] + 1) for f in term for v in f.vars})
-
-    def axis(self, *vars_: int) -> Axis:
-        """The dense axis along which the coordinates ``vars_`` run: all their values."""
-        low = min(self.spans[v][0] for v in vars_)
-        high = max(sum(self.spans[v]) for v in vars_)
-        return (vars_, low, high - low)
-
-    def legs(self, factors: Sequence[Factor], line: int, start: int, end: int) -> np.ndarray:
-        """``[line, x]``: the flows on mesh line ``line`` (a row or column) whose leg from
-        ``start`` to ``end`` crosses the link between ``x`` and ``x + 1``: ``start <= x <
-        end`` (eastward or southward when ``start`` is where the leg begins, westward or
-        northward when it is where the leg ends); ``factors`` are summed over the
-        coordinate the leg does not depend on."""
-        across = self.axis(line)
-        first = next(f for f in factors if start in f.vars)
-        last = next(f for f in factors if end in f.vars)
-        if first is last:
-            load = self._joint_legs(first, line, start, end)
-        else:
-            both = self.axis(start, end)
-            before = np.cumsum(_project(first, [across, ((start,), *both[1:])]), axis=1)
-            ends = _project(last, [across, ((end,), *both[1:])])
-            load = before * (ends.sum(axis=1, keepdims=True) - np.cumsum(ends, axis=1))
-        for f in factors:
-            if f is not first and f is not last:
-                load = load * _project(f, [across, NO_AXIS])
-        return load
-
-    def _joint_legs(self, f: Factor, line: int, start: int, end: int) -> np.ndarray:
-        """``legs`` of a factor holding both ends: a difference array along the line."""
-        _, origin, length = self.axis(start, end)
-        a, b = f.coords(start) - origin, f.coords(end) - origin
-        pick = a < b
-        if line in f.vars:
-            lines, height = f.coords(line)[pick] - self.spans[line][0], self.spans[line][1]
-        else:
-            lines, height = np.zeros(int(pick.sum()), dtype=np.int64), 1
-        width = length + 1
-        weights = f.counts[pick]
-        ups = np.bincount(lines * width + a[pick], weights, minlength=height * width)
-        downs = np.bincount(lines * width + b[pick], weights, minlength=height * width)
-        return np.cumsum((ups - downs).reshape(height, width), axis=1)[:, :length]
-
-    def plane(self, term: Term, rows: tuple[int, ...], cols: tuple[int, ...]) -> np.ndarray:
-        """``[row, col]``: the flows whose coordinates ``rows`` all equal ``row`` and whose
-        ``cols`` all equal ``col``."""
-        axes = [self.axis(*rows), self.axis(*cols)]
-        return reduce(np.multiply, [_project(f, axes) for f in term])
-
-    def distance(self, term: Term, u: int, v: int) -> float:
-        """The sum over flows of ``|u - v|``."""
-        fu = next(f for f in term if u in f.vars)
-        fv = next(f for f in term if v in f.vars)
-        scale = prod(f.total for f in term if f is not fu and f is not fv)
-        if fu is fv:
-            return scale * float(np.sum(fu.counts * np.abs(fu.coords(u) - fu.coords(v))))
-        both = self.axis(u, v)
-        a = _project(fu, [((u,), *both[1:])])
-        b = _project(fv, [((v,), *both[1:])])
-        return scale * cross_distance(a, b)
-
-
-def _longest(term: Term) -> int:
-    """The most hops of a flow of ``term``: ``|dr - sr| + |dc - sc|`` is the largest of four
-    signed sums, and a sum over disjoint factors is largest where each part is."""
-    best = 0
-    for row_sign, col_sign in product((1, -1), repeat=2):
-        weight = {SR: -row_sign, DR: row_sign, SC: -col_sign, DC: col_sign}
-        best = max(best, sum(_highest(f, weight) for f in term if f.vars))
-    return best
-
-
-def _highest(f: Factor, weight: dict[int, int]) -> int:
-    """The largest weighted sum of an entry's coordinates."""
-    total = np.zeros(f.size, dtype=np.int64)
-    for v in f.vars:
-        total += weight[v] * f.coords(v)
-    return int(total.max())
 
 
 # --------------------------------------------------------------------------- traffic
@@ -741,17 +405,7 @@ def _exact_traffic(problem: Structure) -> Traffic | None:
         terms = [t for s in sources for t in _flows(_problem(index_map, s), sizes, budget)]
     except TooLarge:
         return None
-    return _routed(terms, [index_map.dst, *(s.layout for s in sources)])
-
-
-def _routed(terms: Sequence[Term], grids: Sequence[Layout]) -> Traffic:
-    """The traffic of flows ``terms`` among ``grids``: a destination, then the sources."""
-    row0, col0 = min(g.row0 for g in grids), min(g.col0 for g in grids)
-    rows, cols = max(g.row0 + g.h for g in grids), max(g.col0 + g.w for g in grids)
-    fabric = _Fabric(row0, col0, rows - row0, cols - col0)
-    for term in terms:
-        fabric.add(term)
-    return fabric.traffic(grids[1].words_per_element)
+    return routed_traffic(terms, [index_map.dst, *(s.layout for s in sources)])
 
 
 def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
@@ -775,7 +429,7 @@ def movement_traffic(name: str, attrs: Attrs, sources: Sequence[Layout], out: La
 def terms_traffic(raw: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]) -> Traffic:
     """The traffic of flows counted elsewhere (``window_flows``) as a sum of products of raw
     factors, among ``grids`` (a destination, then the sources), routed as the engine's own."""
-    return _routed([_canonical([_factor(*f) for f in term]) for term in raw], grids)
+    return routed_traffic([canonical([make_factor(*f) for f in term]) for term in raw], grids)
 
 
 def _problem(index_map: IndexMap, source: Source) -> _Part:

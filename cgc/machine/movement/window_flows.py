@@ -48,14 +48,8 @@ from typing import Any
 import numpy as np
 
 from cgc.machine.movement.flow_counts import RawFactor, run_starts
-from cgc.machine.movement.flows import (
-    DC,
-    DR,
-    ENUMERATION_LIMIT,
-    SC,
-    SR,
-    movement_traffic,
-)
+from cgc.machine.movement.flow_factors import DC, DR, SC, SR
+from cgc.machine.movement.flows import ENUMERATION_LIMIT, movement_traffic
 from cgc.machine.movement.index_maps import Attrs, relative_places
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic

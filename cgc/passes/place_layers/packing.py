@@ -14,7 +14,7 @@ import numpy as np
 from cgc.machine.movement.layout import Rect
 
 
-def pack(
+def pack_strips(
     sizes: Sequence[tuple[int, int]], rows: int, cols: int, aligned: bool = True
 ) -> list[Rect] | None:
     """Rectangles of ``(width, height)`` in order, stacked into vertical strips: down the

@@ -1,12 +1,13 @@
-"""Small helpers the op importers build WSE IR with, and the readers of attributes and
-compile-time inputs that several op families share.
+"""What both frontends build WSE IR with, beyond the ``Emitter``: the helpers that emit the
+common ops, and the errors of a node.
 
-The helpers that build ops emit them through ``Emitter.emit`` (so they carry the current
-node's location and fold when their operands are known at compile time; the ONNX importer
-and the PyTorch lowering are both emitters) and leave out an op
-that would change nothing: a cast to the type a value already has, a reshape or broadcast to
-its own shape, an identity transpose. Numbers given where a tensor is expected become rank-0
-constants of the other operand's element type.
+The helpers emit through ``Emitter.emit`` (so they carry the current node's location and fold
+when their operands are known at compile time; the ONNX importer and the PyTorch lowering are
+both emitters) and leave out an op that would change nothing: a cast to the type a value
+already has, a reshape or broadcast to its own shape, an identity transpose. Numbers given
+where a tensor is expected become rank-0 constants of the other operand's element type. A
+problem with one node (an ONNX node, or an ATen op of an exported program) is a ``NodeError``,
+which the frontend prefixes with the file, node and op.
 """
 
 from __future__ import annotations
@@ -19,9 +20,39 @@ from xdsl.ir import SSAValue
 
 from cgc.dialects import wse
 from cgc.frontends.emitter import Emitter
-from cgc.frontends.onnx.importer import Importer
-from cgc.frontends.onnx.nodes import Node, NodeError, axis_of, bad_attr, shape_of
 from cgc.machine.hardware import dtypes
+
+# ---------------------------------------------------------------------------------------------
+# Nodes and their errors
+# ---------------------------------------------------------------------------------------------
+
+
+class NodeError(Exception):
+    """A problem with one node; the frontend prefixes the file, node and op."""
+
+
+def axis_of(axis: int, rank: int, what: str = "axis") -> int:
+    """``axis`` of a rank-``rank`` tensor counted from 0 (a negative one from the end)."""
+    if not -rank <= axis < max(rank, 1):
+        raise NodeError(f"attribute {what}={axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    """The shape of a tensor value."""
+    return wse.tensor_shape(value)
+
+
+NAMES_LISTED = 6
+"""How many nodes of one unsupported op an error names before it counts the rest."""
+
+
+def node_list(names: list[str]) -> str:
+    """``node a``, ``nodes a, b`` or ``nodes a, b, ... and 12 more``."""
+    shown = ", ".join(names[:NAMES_LISTED])
+    more = f" and {len(names) - NAMES_LISTED} more" if len(names) > NAMES_LISTED else ""
+    return f"node{'s' if len(names) > 1 else ''} {shown}{more}"
+
 
 # ---------------------------------------------------------------------------------------------
 # Element types
@@ -60,7 +91,7 @@ def working_dtype(dtype: np.dtype) -> np.dtype:
 
 
 # ---------------------------------------------------------------------------------------------
-# Shapes
+# Shapes and axes
 # ---------------------------------------------------------------------------------------------
 
 
@@ -115,40 +146,12 @@ def slice_axes(
     return im.emit(wse.SliceOp(x, starts, limits, strides))
 
 
-# ---------------------------------------------------------------------------------------------
-# Attributes and compile-time inputs
-# ---------------------------------------------------------------------------------------------
-
-
-def string_attr(node: Node, name: str, default: str, choices: Sequence[str]) -> str:
-    """A string attribute that must be one of ``choices``."""
-    value = node.attr(name, default)
-    if value not in choices:
-        raise bad_attr(name, value, f" (expected one of {', '.join(choices)})")
-    return value
-
-
 def int_list(array: np.ndarray | Sequence[int]) -> list[int]:
     """The elements of an integer array (any rank) as Python ints."""
     values = np.asarray(array)
     if values.dtype.kind not in "biuf":
         raise NodeError(f"expected integers, got {values.dtype} values")
     return [int(v) for v in np.ravel(values)]
-
-
-def static_ints(im: Importer, node: Node, index: int) -> list[int]:
-    """A compile-time integer input as a list of Python ints."""
-    return int_list(im.static(node, index))
-
-
-def static_scalar(im: Importer, node: Node, index: int) -> np.generic:
-    """A compile-time input of exactly one element."""
-    array = np.asarray(im.static(node, index))
-    if array.size != 1:
-        raise NodeError(
-            f"input '{node.proto.input[index]}' must hold one value, got shape {array.shape}"
-        )
-    return array.ravel()[0]
 
 
 def unique_axes(axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
