@@ -99,10 +99,12 @@ def test_no_cycle_between_parts():
 
 
 def test_no_cycle_between_modules():
-    # A package counts as its __init__: a module that imports a name through its package
-    # (`from cgc.machine.plans import Plan`) depends on the __init__, and an __init__ that
-    # imports that module back is a real cycle (one of them runs half-initialized), so the
-    # package's node is the right one for both edges.
+    # The edges are import statements; a package's node is its __init__. A module importing a
+    # name through its package (`from cgc.machine.plans import Plan`) uses the __init__, and
+    # an __init__ importing that module back is a real cycle (one of the two would run
+    # half-initialized), so it counts. Python loading a package before its submodules is no
+    # edge: the submodule uses none of the __init__'s names, and an __init__ importing its own
+    # submodules is no cycle.
     assert sorted(sorted(cycle) for cycle in nx.simple_cycles(GRAPH)) == []
 
 
