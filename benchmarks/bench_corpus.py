@@ -54,8 +54,8 @@ links bound the model at 0.053 of its compute bound, however it is placed).
     python benchmarks/bench_corpus.py --rows results.json     (the table of an earlier run)
 
 The rows of ``--out`` also hold what the table leaves out: the step's time by term
-(``cgc.tools.utilization``: model FLOPs, other data movement, weight stream, ...), the stage
-that sets the pipeline's period, every error, and each stage's wall time.
+(``cgc.machine.timing.utilization``: model FLOPs, other data movement, weight stream, ...),
+the stage that sets the pipeline's period, every error, and each stage's wall time.
 
 ``--models`` takes architectures (``gpt2``: its case of each ``--size``) or case names
 (``gpt2-6x512``, ``llama-1b``: that case whatever ``--size``). ``--out`` writes the rows as a
@@ -134,7 +134,7 @@ class Row:
     ws_mfu: float | None = None
     ws_micro_batches: int | None = None
     ws_shares: dict[str, float] = field(default_factory=dict)
-    """The step's time by term (``cgc.tools.utilization``), shares adding up to one."""
+    """The step's time by term (``cgc.machine.timing.utilization``), shares adding up to one."""
     twin_ratio: float | None = None
     """``ws_step_seconds`` over the params-file twin's."""
     pipelined_batch: int = 0
@@ -208,7 +208,7 @@ def _streaming(row: Row, model: Any, batch: int, onnx_path: Path | None, **optio
     """The weight-streaming compile (``options`` are ``cgc.compile``'s), its attention record
     and one timing-only batch."""
     import cgc
-    from cgc.tools.utilization import step_utilization
+    from cgc.machine.timing.utilization import step_utilization
 
     with tempfile.TemporaryDirectory() as dumps:
 
@@ -241,8 +241,8 @@ def _pipelined(row: Row, model: Any, batch: int, **options: Any) -> None:
     """The pipelined compile (``options`` are ``cgc.compile``'s): throughput over the compute
     bound, the wafer's share placed."""
     import cgc
+    from cgc.machine.timing.pipeline import pipeline_figures, pipeline_stages
     from cgc.tools.picture import stages
-    from cgc.tools.report import pipeline_figures, pipeline_stages
 
     artifact = _timed(
         row,

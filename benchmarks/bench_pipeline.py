@@ -7,8 +7,8 @@ over the model's FLOPs per sample), their ratio, one sample's latency, the stage
 utilization, the share of PEs placed, the routing colors used, the slowest stage (and whether
 its kernels or its busiest input link bound it), the slowest stage's time over the mean stage's
 (plain, and weighted by the stages' PEs), and the compile time; then where each
-model's compute bound goes (``cgc.tools.pipeline_bound``: all PEs times the period, by term,
-and the stages that lose the most). Each model compiles in a fresh process.
+model's compute bound goes (``cgc.machine.timing.pipeline_bound``: all PEs times the period,
+by term, and the stages that lose the most). Each model compiles in a fresh process.
 
     python benchmarks/bench_pipeline.py [--only NAME] [--batch 1]
 """
@@ -39,9 +39,10 @@ def models() -> dict:
 def measure(name: str, batch: int) -> dict:
     import cgc
     from cgc.machine.hardware.target import Target
+    from cgc.machine.timing.pipeline import pipeline_figures, pipeline_stages
+    from cgc.machine.timing.pipeline_bound import artifact_bound
     from cgc.tools.picture import stages
-    from cgc.tools.pipeline_bound import artifact_bound, bound_lines
-    from cgc.tools.report import pipeline_figures, pipeline_stages
+    from cgc.tools.report import bound_lines
 
     model = models()[name]()
     symbolic = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param

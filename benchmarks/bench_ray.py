@@ -64,8 +64,8 @@ def main() -> None:
     import ray
 
     import cgc
-    from cgc.runtime.cluster import open_cluster
     from cgc.runtime.executors import Backend
+    from cgc.runtime.launch import open_cluster
 
     text = PARAMS.format(
         hidden=args.hidden, layers=args.layers, filter=4 * args.hidden, seq=args.seq,

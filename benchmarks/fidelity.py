@@ -4,8 +4,8 @@ cgc's timing-only simulator beside the figure.
 
 Each set-up is what a user would build: an ONNX model made with ``onnx.helper``, compiled with
 ``cgc.compile`` for a mesh of the paper's size, its kernels' cycles read back as the timing
-engine plans them (``cgc.tools.utilization``). The planner picks the GEMM algorithm alone, so
-SUMMA and MeshGEMM are also timed through their plan functions (``Matmul._plan_summa``,
+engine plans them (``cgc.machine.timing.utilization``). The planner picks the GEMM algorithm
+alone, so SUMMA and MeshGEMM are also timed through their plan functions (``Matmul._plan_summa``,
 ``plan_meshgemm``). A band passes when cgc lands in it, a number when cgc is within 15 %;
 each disagreement says which term of cgc's cost binds. The last section lists the figures cgc
 assumes and how a training step moves when each is halved or doubled.
@@ -36,7 +36,7 @@ from cgc.machine.plans.gemv import turn_traffic
 from cgc.machine.plans.kernel import WAFER, Operand, Plan, Request
 from cgc.machine.plans.matmul import Matmul
 from cgc.machine.plans.meshgemm import plan_meshgemm
-from cgc.tools.utilization import KernelPlan, layer_kernels, program_kernels
+from cgc.machine.timing.utilization import KernelPlan, layer_kernels, program_kernels
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
 TOLERANCE = 0.15

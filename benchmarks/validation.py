@@ -15,7 +15,7 @@ with the per-layer figures that explain the difference (``cgc.tools.sparsity_stu
 The section on model FLOPs utilization sets out, for a weight-streaming training step of
 Cerebras-GPT 1.3B on one system and of 13B on its default systems, the step's MFU, where its
 time goes by term and each layer group's share, MFU and bound, as ``cgc run --timing-only``
-reports them (``cgc.tools.utilization``), and says from those figures what binds each.
+reports them (``cgc.machine.timing.utilization``), and says from those figures what binds each.
 
     python benchmarks/validation.py            # a few minutes on 2 cores
     python benchmarks/validation.py --only sparsity   # that section alone, the rest kept
@@ -371,7 +371,7 @@ the params file's), each at its params file's global batch."""
 def _also_streamed(program: Any) -> dict[str, dict[str, list[str]]]:
     """Per group of a repeated block's layers, its layers that also stream weights of no
     block (a position table a block's first layer adds, say), and those weights."""
-    from cgc.tools.utilization import BLOCK_INDEX, group_name
+    from cgc.machine.timing.utilization import BLOCK_INDEX, group_name
 
     out: dict[str, dict[str, list[str]]] = {}
     for layer in program.layers:
@@ -390,9 +390,9 @@ def mfu_row(name: str, systems: int | None) -> dict[str, Any]:
     per step (``layer_groups``) and the weights its layers stream from outside their block."""
     import cgc
     from cgc.frontends.params import load_params, parameter_count
-    from cgc.runtime.cluster import RECOMPUTED
-    from cgc.tools.report import layer_groups, simulation_json
-    from cgc.tools.utilization import runs_per_step
+    from cgc.machine.timing.run_stats import RECOMPUTED
+    from cgc.machine.timing.utilization import layer_groups, runs_per_step
+    from cgc.tools.report import simulation_json
 
     params = load_params(f"zoo:{name}")
     artifact = cgc.prepare_training(params, num_csx=systems)[0]
@@ -536,7 +536,7 @@ def _ms(seconds: float) -> str:
 
 def _mfu_why(row: dict[str, Any]) -> str:
     """What binds a step, in words, every figure from the row."""
-    from cgc.runtime.cluster import RECOMPUTED
+    from cgc.machine.timing.run_stats import RECOMPUTED
 
     use, short = row["utilization"], _short(row)
     shares, groups = use["shares"], use["layers"]
@@ -622,7 +622,7 @@ def _mfu_section(rows: list[dict[str, Any]]) -> list[str]:
     each step's time goes, and what binds it."""
     import textwrap
 
-    from cgc.tools.utilization import LABELS, TERMS
+    from cgc.machine.timing.utilization import LABELS, TERMS
 
     def wrap(text: str) -> list[str]:
         return textwrap.wrap(text, 90, break_long_words=False, break_on_hyphens=False)
@@ -631,7 +631,7 @@ def _mfu_section(rows: list[dict[str, Any]]) -> list[str]:
         "cgc's timing-only training step of "
         + " and of ".join(_setup(row) for row in rows)
         + ", as `cgc run ART --timing-only` and `cgc train MODEL --timing-only` report them "
-        "(`cgc.tools.utilization`; `--stats-json` holds the same figures under "
+        "(`cgc.machine.timing.utilization`; `--stats-json` holds the same figures under "
         "`utilization`). A layer's time is its longest part per run (the wafer's compute, "
         "its weight stream, its gradient stream) times the runs, plus MemoryX's update of its "
         "weights; its MFU is its model FLOPs over that time at the cluster's peak (a "

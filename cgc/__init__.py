@@ -26,9 +26,8 @@ from cgc.version import __version__
 
 if TYPE_CHECKING:
     from cgc.machine.hardware.target import Target
+    from cgc.machine.timing.run_stats import RunStats, Simulation
     from cgc.machine.training.optimizers import Choice
-    from cgc.runtime.cluster import RunStats
-    from cgc.runtime.simulation import Simulation
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
 
 __all__ = [
@@ -148,8 +147,8 @@ def run_with_stats(
     ``executor="ray"`` runs each system as a Ray actor (``pip install 'cgc[ray]'``) on the
     cluster at ``ray_address`` (default: a local instance), its actors packed on few nodes
     or spread (``ray_placement``): the same outputs and statistics, bit for bit."""
-    from cgc.runtime.cluster import run as run_cluster
     from cgc.runtime.executors import Backend
+    from cgc.runtime.launch import run as run_cluster
 
     return run_cluster(artifact, inputs, num_csx, Backend(executor, ray_address, ray_placement))
 

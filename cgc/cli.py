@@ -284,8 +284,8 @@ def run(
 ) -> None:
     """Run ARTIFACT on the simulator."""
     from cgc.machine.program.artifact import Artifact
-    from cgc.runtime.cluster import open_cluster
-    from cgc.runtime.simulation import Simulation
+    from cgc.machine.timing.run_stats import Simulation
+    from cgc.runtime.launch import open_cluster
     from cgc.runtime.trace import trace_json
     from cgc.tools.report import has_batch_axis, simulation_json, simulation_text
 

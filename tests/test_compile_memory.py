@@ -18,7 +18,7 @@ import pytest
 
 from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.program.bytecode import Route
-from cgc.runtime.pipeline import SHOWN, Stage, simulate
+from cgc.machine.timing.pipeline import SHOWN, Stage, simulate
 
 HEADROOM = 400 << 20
 """Bytes of address space the child may use beyond what a batch of 8 used."""

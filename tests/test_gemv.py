@@ -19,8 +19,8 @@ from cgc.machine.movement.traffic import NO_TRAFFIC, route
 from cgc.machine.plans.gemv import plan_gemv, turn_flight, turn_traffic
 from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Request
 from cgc.machine.plans.matmul import Matmul
+from cgc.machine.timing.utilization import layer_kernels
 from cgc.runtime.cluster import Cluster
-from cgc.tools.utilization import layer_kernels
 
 T = Target("t", 8, 8, 48 * 1024, 850e6)
 

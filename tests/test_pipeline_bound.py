@@ -1,4 +1,4 @@
-"""Where a pipelined artifact's compute bound goes (``cgc.tools.pipeline_bound``): all PEs
+"""Where a pipelined artifact's compute bound goes (``cgc.machine.timing.pipeline_bound``): all PEs
 times the period adds up by term to one, its model FLOPs are the throughput over the bound,
 each stage's part is its area's share of the mesh, a slow stage shows as waiting, and
 ``cgc inspect`` says it in text and JSON."""
@@ -14,8 +14,8 @@ import cgc
 from cgc.cli import main
 from cgc.frontends import zoo
 from cgc.machine.hardware.target import resolve
-from cgc.tools.pipeline_bound import TERMS, StageTime, artifact_bound, decompose
-from cgc.tools.report import pipeline_figures, pipeline_stages
+from cgc.machine.timing.pipeline import pipeline_figures, pipeline_stages
+from cgc.machine.timing.pipeline_bound import TERMS, StageTime, artifact_bound, decompose
 
 BATCH = 4
 

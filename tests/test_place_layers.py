@@ -27,12 +27,12 @@ from cgc.dialects.lowering import LayerWork
 from cgc.frontends import zoo
 from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Rect
+from cgc.machine.timing.pipeline import pipeline_figures
 from cgc.passes import place_layers
 from cgc.passes.place_layers import strips
 from cgc.passes.place_layers.layers import STAGE_TIME_TOLERANCE
 from cgc.passes.place_layers.placer import TRIM_SPLITS, Placer
 from cgc.passes.place_layers.strips import Strips
-from cgc.tools.report import pipeline_figures
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 

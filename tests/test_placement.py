@@ -30,10 +30,10 @@ from cgc.machine.hardware.target import get_target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import lane_ends, overlap
 from cgc.machine.program.bytecode import Route
+from cgc.machine.timing.pipeline import Stage, simulate
 from cgc.passes.place_layers.packing import pack_runs
 from cgc.passes.route_tensors import RouteTensorsPass
 from cgc.runtime.cluster import Cluster
-from cgc.runtime.pipeline import Stage, simulate
 from cgc.tools.report import inspect_json, summary_text
 
 MESHES = [(8, 8), (6, 10), (12, 5), (16, 16), (4, 24)]

@@ -1,6 +1,7 @@
-"""Model FLOPs utilization of a weight-streaming step (``cgc.tools.utilization``): per layer
-it is the layer's FLOPs over its time at the cluster's peak, its time adds up by term, the
-binding term of the streaming matmul follows its shapes, and the report and its JSON say it."""
+"""Model FLOPs utilization of a weight-streaming step (``cgc.machine.timing.utilization``):
+per layer it is the layer's FLOPs over its time at the cluster's peak, its time adds up by
+term, the binding term of the streaming matmul follows its shapes, and the report and its JSON
+say it."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from cgc.machine.hardware.target import resolve
 from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import plan
 from cgc.machine.plans.kernel import STREAM, Operand
-from cgc.runtime.cluster import RECOMPUTED
+from cgc.machine.timing.run_stats import RECOMPUTED
+from cgc.machine.timing.utilization import KernelPlan, kernel_bound, step_utilization
 from cgc.tools.report import simulation_text
-from cgc.tools.utilization import KernelPlan, kernel_bound, step_utilization
 
 
 @pytest.fixture(scope="module")

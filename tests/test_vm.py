@@ -24,8 +24,9 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.plans import Plan
 from cgc.machine.program.artifact import Artifact
 from cgc.machine.timing.cost import SimulationError, Sram, Timing
+from cgc.machine.timing.run_stats import system_tracks
 from cgc.runtime import trace
-from cgc.runtime.cluster import Cluster, system_tracks
+from cgc.runtime.cluster import Cluster
 from cgc.runtime.trainer import LoopOptions
 from cgc.runtime.trainer import train as run_training
 

@@ -14,7 +14,9 @@ Everything else in cgc stands on this package, and it imports nothing of cgc abo
   vocabulary in ``kernel``, the families in ``elementwise``, ``matmul``, ``movement``, ...;
 * ``program``: the bytecode, the artifact file and its manifest;
 * ``timing``: the timing engine over a program and the questions a compiler asks of it
-  (``cost``), and the weight-streaming step (``streaming``).
+  (``cost``), the weight-streaming step and the pipelined timeline (``streaming``,
+  ``pipeline``), a run's statistics on K systems (``run_stats``) and where its time goes
+  (``utilization``, ``pipeline_bound``): the models both the simulator and ``cgc inspect`` ask.
 
 The public questions::
 

@@ -1,30 +1,24 @@
-"""K simulated systems, MemoryX and SwarmX running one artifact, and what a run costs.
+"""K simulated systems, MemoryX and SwarmX running one artifact.
 
 The ``Cluster`` splits the samples into chunks of the compiled batch (a training step's
 micro-batches), gives chunk ``c`` to system ``c mod K`` (an ``Executor`` of
-``cgc.runtime.vm`` per chunk), and turns the layer records into time:
+``cgc.runtime.vm`` per chunk), sums the gradients through SwarmX into MemoryX, and hands the
+layer records of the runs to the timing model of the floor (``cgc.machine.timing.run_stats``),
+which makes them into each system's timeline and the run's statistics.
 
-* pipelined: every layer is a pipeline stage on its own rectangle; a layer's inputs from other
-  layers arrive on its rectangle over their routes, and a system's runs flow through the
-  stages as ``cgc.runtime.pipeline`` times them (the slowest stage or link sets the rate);
-* weight streaming: layers run one after another on the wafer, their weights and gradients
-  streaming through SwarmX as ``cgc.machine.timing.streaming`` times them; a training step ends with
-  SwarmX's last reduction and MemoryX's update.
+The timing never depends on the values: every run of the program costs the same. A
+timing-only cluster (``numerics=False``) runs the program once, on shapes, whatever the number
+of systems and samples: it needs no inputs and no weight data.
 
-The timing never depends on the values: every run of the program costs the same, and systems
-that run as many chunks share one timeline (one track in a trace). A timing-only cluster
-(``numerics=False``) runs the program once, on shapes, whatever the number of systems and
-samples: it needs no inputs and no weight data.
-
-``open_cluster`` makes the cluster of an executor (``cgc.runtime.executors``): this class runs the
-systems one after another in this process; on Ray (``cgc.runtime.ray_cluster``) they are
-actors, with the same numbers and the same timing.
+This class runs the systems one after another in this process; on Ray
+(``cgc.runtime.ray_cluster``) they are actors, with the same numbers and the same timing;
+``cgc.runtime.launch`` opens the one an executor asks for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,14 +28,12 @@ from cgc.machine.hardware import dtypes
 from cgc.machine.hardware.target import Target, checked_systems
 from cgc.machine.program.artifact import Artifact
 from cgc.machine.program.bytecode import Opcode
+from cgc.machine.program.mode import Mode
 from cgc.machine.reference.indexing import first_bad
 from cgc.machine.sparse import sparsity
-from cgc.machine.timing import streaming
 from cgc.machine.timing.cost import LayerRecord, Sram
-from cgc.machine.timing.streaming import Span
+from cgc.machine.timing.run_stats import RunStats, RunTiming
 from cgc.machine.training.optimizers import Footprint
-from cgc.runtime import pipeline
-from cgc.runtime.executors import LOCAL, Backend, connect
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.swarmx import SwarmX
 from cgc.runtime.vm import Executor, OnLayer, System
@@ -49,104 +41,6 @@ from cgc.runtime.vm import Executor, OnLayer, System
 OnStep = Callable[[int, int, str], None]
 """Told of each layer of each run of a cluster's call as it begins: its number among the
 layers of all the runs (from 1), their count, and its name and run."""
-
-RECOMPUTED = ".recompute"
-"""The name suffix of the layers that compute forward activations again for the backward
-pass: their FLOPs are not the model's."""
-
-
-@dataclass
-class RunStats:
-    """What a run or a training step cost on the simulated cluster."""
-
-    mode: str
-    target: str
-    num_csx: int
-    batch_size: int
-    per_system_batch: int
-    """The samples the busiest system takes."""
-    simulated_seconds: float
-    clock_hz: float
-    pe_utilization: float
-    peak_pe_sram_bytes: int
-    layers: list[dict[str, Any]] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    wavelet_hops: float = 0.0
-    pipeline: dict[str, Any] | None = None
-    """Pipelined mode: the pipeline's rate, fill and drain, stages and routes."""
-    micro_batches: int = 1
-    """Runs of the program each system makes per training step (or batch)."""
-    micro_batch: int = 1
-    """The samples of one run of the program."""
-    model_flops: float = 0.0
-    """The model's FLOPs in the run, over all systems (recomputed activations left out)."""
-    peak_flops_per_second: float = 0.0
-    """The cluster's peak in the model's compute type."""
-    tokens_per_sample: int | None = None
-    memoryx: Footprint | None = None
-    memoryx_capacity_bytes: int = 0
-    bound: str | None = None
-    """Weight streaming: what bounds the run (``streaming.BOUNDS``)."""
-    update_seconds: float = 0.0
-
-    @property
-    def simulated_cycles(self) -> int:
-        """The run's length in cycles of the wafer clock."""
-        return round(self.simulated_seconds * self.clock_hz)
-
-    @property
-    def samples_per_second(self) -> float:
-        """Samples processed per simulated second."""
-        return self.batch_size / self.simulated_seconds if self.simulated_seconds else 0.0
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        """Tokens processed per simulated second, for a model of sequences."""
-        if self.tokens_per_sample is None:
-            return None
-        return self.samples_per_second * self.tokens_per_sample
-
-    @property
-    def mfu(self) -> float:
-        """Model FLOPs utilization: the model's FLOPs per second over the cluster's peak."""
-        if not self.simulated_seconds or not self.peak_flops_per_second:
-            return 0.0
-        return self.model_flops / self.simulated_seconds / self.peak_flops_per_second
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``--stats-json`` object."""
-        out: dict[str, Any] = {
-            "mode": self.mode,
-            "target": self.target,
-            "num_csx": self.num_csx,
-            "batch_size": self.batch_size,
-            "per_system_batch": self.per_system_batch,
-            "micro_batch": self.micro_batch,
-            "micro_batches": self.micro_batches,
-            "simulated_cycles": self.simulated_cycles,
-            "simulated_seconds": self.simulated_seconds,
-            "samples_per_second": self.samples_per_second,
-            "tokens_per_second": self.tokens_per_second,
-            "model_flops": self.model_flops,
-            "mfu": self.mfu,
-            "pe_utilization": self.pe_utilization,
-            "peak_pe_sram_bytes": self.peak_pe_sram_bytes,
-            "wavelet_hops": self.wavelet_hops,
-            "bound": self.bound,
-            "memoryx_update_seconds": self.update_seconds,
-            "layers": self.layers,
-        }
-        if self.memoryx is not None:
-            out["memoryx"] = {
-                "weights_bytes": self.memoryx.weights,
-                "gradients_bytes": self.memoryx.gradients,
-                "optimizer_state_bytes": self.memoryx.optimizer_state,
-                "total_bytes": self.memoryx.total,
-                "capacity_bytes": self.memoryx_capacity_bytes,
-            }
-        if self.pipeline is not None:
-            out["pipeline"] = self.pipeline
-        return out
 
 
 @dataclass(frozen=True)
@@ -171,24 +65,6 @@ class Run:
             executor.optimizer,
             executor.system.sram.peak,
         )
-
-
-def system_tracks(runs_per_system: Sequence[int]) -> dict[int, str]:
-    """One track name per distinct number of runs, naming the systems that made them: systems
-    that run as often share a timeline (``system 0``, ``systems 0-3``)."""
-    groups: dict[int, list[int]] = {}
-    for system, runs in enumerate(runs_per_system):
-        groups.setdefault(runs, []).append(system)
-    names = {}
-    for runs, members in groups.items():
-        contiguous = members == list(range(members[0], members[-1] + 1))
-        if len(members) == 1:
-            names[runs] = f"system {members[0]}"
-        elif contiguous:
-            names[runs] = f"systems {members[0]}-{members[-1]}"
-        else:
-            names[runs] = "systems " + ", ".join(map(str, members))
-    return names
 
 
 def cast_input(name: str, array: np.ndarray, dtype: str) -> np.ndarray:
@@ -239,7 +115,7 @@ class Cluster:
         self.manifest = manifest
         self.program = artifact.program
         self.target = Target.from_json(manifest["target"])
-        self.mode = manifest["mode"]
+        self.mode = Mode(manifest["mode"])
         self.num_csx = checked_systems(manifest["num_csx"] if num_csx is None else num_csx)
         self.numerics = numerics
         if numerics:
@@ -260,6 +136,17 @@ class Cluster:
         self.micro_batches: int = manifest.get("micro_batches", 1)
         self.timed_runs: list[Run] = list(timed or [])
         """A timing-only cluster's runs of the program: the first, and the steady second."""
+        self.timing = RunTiming(
+            self.program,
+            self.target,
+            self.mode,
+            self.num_csx,
+            self.batch,
+            self.micro_batches,
+            manifest.get("tokens_per_sample"),
+            self.memoryx.specs,
+        )
+        """What the runs cost."""
 
     @property
     def global_batch(self) -> int:
@@ -324,7 +211,7 @@ class Cluster:
             self.target,
             self.systems[system],
             self.memoryx,
-            deliver=self.mode == "pipelined",
+            deliver=self.mode == Mode.PIPELINED,
             on_layer=on_layer,
         )
         executor.run(chunk)
@@ -337,7 +224,7 @@ class Cluster:
         wanted = min(runs, 2)
         while len(self.timed_runs) < wanted:
             told = self._told(on_step, len(self.timed_runs), wanted)
-            pipelined = self.mode == "pipelined"
+            pipelined = self.mode == Mode.PIPELINED
             executor = Executor(self.program, self.target, self.systems[0], None, pipelined, told)
             executor.run(())
             self.timed_runs.append(Run.of(executor))
@@ -502,54 +389,9 @@ class Cluster:
 
     def _stats(self, runs: Sequence[Run], chunks: int, training: bool) -> RunStats:
         """The statistics of ``chunks`` chunks run as ``runs`` (``_runs``)."""
-        per_system = [len(range(k, chunks, self.num_csx)) for k in range(self.num_csx)]
-        records = runs[0].records if runs else []
-        timelines = {
-            count: self._timeline(records, track, count, training)
-            for count, track in system_tracks(per_system).items()
-            if count
-        }
-        seconds = max((end for end, _ in timelines.values()), default=0.0)
-        # MemoryX and SwarmX serve every system at once: their spans appear once
-        spans = list(dict.fromkeys(s for _, group in timelines.values() for s in group))
-        flops = 2 * chunks * sum(r.fmacs for r in records)
-        utilization = flops / (self._peak_flops() * seconds * self.num_csx) if seconds else 0.0
-        figures = streaming_figures = None
-        if self.mode == "pipelined" and runs:
-            figures = self._pipeline_figures(records, per_system[0])
-        elif runs:
-            streaming_figures = self._streaming(records, per_system[0], training)
-        stats = RunStats(
-            mode=self.mode,
-            target=self.target.name,
-            num_csx=self.num_csx,
-            batch_size=chunks * self.batch,
-            per_system_batch=max(per_system, default=0) * self.batch,
-            simulated_seconds=seconds,
-            clock_hz=self.target.clock_hz,
-            pe_utilization=utilization,
-            peak_pe_sram_bytes=max((r.sram_peak for r in (*runs, *self.timed_runs)), default=0),
-            layers=self._layer_summary(records, streaming_figures),
-            spans=spans,
-            wavelet_hops=chunks * sum(r.wavelet_hops for r in records),
-            pipeline=figures,
-            micro_batches=self.micro_batches,
-            micro_batch=self.batch,
-            model_flops=chunks * sum(r.flops for r in records if not r.name.endswith(RECOMPUTED)),
-            peak_flops_per_second=self.num_csx * self._peak_flops(),
-            tokens_per_sample=self.manifest.get("tokens_per_sample"),
-            memoryx=self._footprint(training),
-            memoryx_capacity_bytes=self.target.memoryx_capacity_bytes,
-        )
-        if streaming_figures is not None:
-            stats.bound = streaming_figures.bound
-            stats.update_seconds = streaming_figures.update_seconds
-        return stats
-
-    def _peak_flops(self) -> float:
-        """One system's peak FLOP rate in the type of the program's matmuls."""
-        flops = self.target.peak_flops_per_pe_per_cycle(self.program.compute_dtype)
-        return self.target.pes * flops * self.target.clock_hz
+        sram_peak = max((r.sram_peak for r in (*runs, *self.timed_runs)), default=0)
+        records = runs[0].records if runs else None
+        return self.timing.stats(records, chunks, training, sram_peak, self._footprint(training))
 
     def _footprint(self, training: bool) -> Footprint:
         """What MemoryX holds for this artifact's runs."""
@@ -559,130 +401,3 @@ class Cluster:
         config = {k: v for k, v in optimizer.items() if k != "optimizer"}
         trained = self.manifest["training"]["trainable"]
         return self.memoryx.footprint(trained, optimizer["optimizer"], config)
-
-    def _layer_summary(
-        self, records: Sequence[LayerRecord], streamed: streaming.Timeline | None
-    ) -> list[dict[str, Any]]:
-        summary: list[dict[str, Any]] = [
-            {
-                "name": r.name,
-                "cycles": r.cycles,
-                "flops": r.flops,
-                "stream_in_bytes": r.stream_in_bytes,
-                "stream_out_bytes": r.stream_out_bytes,
-            }
-            for r in records
-        ]
-        if streamed is not None:
-            for entry, times in zip(summary, streamed.layers, strict=True):
-                entry.update({k: v for k, v in times.to_json().items() if k != "name"})
-        return summary
-
-    def _timeline(
-        self, records: Sequence[LayerRecord], track: str, runs: int, training: bool
-    ) -> tuple[float, list[Span]]:
-        """One system's timeline of ``runs`` runs: its end and its spans."""
-        if self.mode == "pipelined":
-            timeline = self._pipeline(records, runs)
-            return timeline.seconds, timeline.spans(track)
-        streamed = self._streaming(records, runs, training, track)
-        return streamed.seconds, streamed.spans
-
-    def _pipeline_figures(self, records: Sequence[LayerRecord], runs: int) -> dict[str, Any]:
-        """System 0's pipeline: rate, fill and drain, every stage and route."""
-        timeline = self._pipeline(records, runs)
-        period = timeline.period_seconds
-        return {
-            "samples": runs * self.batch,
-            "period_seconds": period,
-            "steady_samples_per_second": 1 / period if period else 0.0,
-            "fill_seconds": timeline.fill_seconds,
-            "drain_seconds": timeline.drain_seconds,
-            "stages": pipeline.stage_figures(timeline, self.target, self.batch),
-            "routes": pipeline.route_figures(timeline, self.target, self.batch),
-        }
-
-    def _pipeline(self, records: Sequence[LayerRecord], runs: int) -> pipeline.Timeline:
-        """One system's samples through the placed stages."""
-        if not runs or not self.program.layers:
-            return pipeline.simulate([], self.target, 0, self.batch)
-        stages = [
-            pipeline.Stage(
-                record.name,
-                record.cycles,
-                record.host_in_bytes + record.host_out_bytes,
-                layer.routes,
-            )
-            for record, layer in zip(records, self.program.layers, strict=True)
-        ]
-        return pipeline.simulate(stages, self.target, runs * self.batch, self.batch)
-
-    def _streaming(
-        self, records: Sequence[LayerRecord], runs: int, training: bool, track: str = ""
-    ) -> streaming.Timeline:
-        """One system's runs through the weight-streaming timeline."""
-        updates = self._update_parameters() if training else {}
-        layers = [
-            streaming.Layer(
-                r.name,
-                r.cycles,
-                r.host_in_bytes,
-                r.host_out_bytes,
-                r.stream_in_bytes,
-                r.stream_out_bytes,
-                updates.get(index, 0),
-            )
-            for index, r in enumerate(records)
-        ]
-        return streaming.simulate(layers, self.target, self.swarmx, runs, training, track)
-
-    def _update_parameters(self) -> dict[int, int]:
-        """Per layer, the parameters of the trained weights it is the first to stream
-        (MemoryX updates each once per step, in the order the next step needs them; a sparse
-        weight's live ones)."""
-        trained = {
-            ins.attrs["name"]
-            for ins in self.program.instructions
-            if ins.opcode == Opcode.STREAM_GRADIENT
-        }
-        first: dict[str, int] = {}
-        for index, span in enumerate(self.program.layer_spans):
-            for position in span:
-                ins = self.program.instructions[position]
-                if ins.opcode == Opcode.STREAM_WEIGHT and ins.attrs["name"] in trained:
-                    first.setdefault(ins.attrs["name"], index)
-        counts: dict[int, int] = {}
-        sparse = self.program.sparse
-        for name, index in first.items():
-            size = sparse[name].live if name in sparse else self.memoryx.specs[name].size
-            counts[index] = counts.get(index, 0) + size
-        return counts
-
-
-def open_cluster(
-    artifact: Artifact,
-    num_csx: int | None = None,
-    numerics: bool = True,
-    backend: Backend | None = None,
-) -> Cluster:
-    """A cluster running ``artifact`` where ``backend`` says: in this process, or with numbers
-    on Ray, its systems and MemoryX actors (``cgc.runtime.ray_cluster``). A timing-only run
-    stays here: it is one run of the program on shapes, whatever K."""
-    backend = backend or Backend()
-    if backend.executor == LOCAL or not numerics:
-        return Cluster(artifact, num_csx, numerics)
-    connect(backend.address)  # without Ray: the one-line error naming the extra
-    from cgc.runtime.ray_cluster import RayCluster
-
-    return RayCluster(artifact, num_csx, backend)
-
-
-def run(
-    artifact: Artifact,
-    inputs: Mapping[str, np.ndarray],
-    num_csx: int | None = None,
-    backend: Backend | None = None,
-) -> tuple[dict[str, np.ndarray], RunStats]:
-    """Runs an artifact on the simulator; returns ``(outputs, stats)``."""
-    with open_cluster(artifact, num_csx, backend=backend) as cluster:
-        return cluster.infer(inputs)

@@ -43,6 +43,7 @@ from cgc.errors import CgcError
 from cgc.machine.hardware.target import Target
 from cgc.machine.program.artifact import Artifact, WeightSpec
 from cgc.machine.program.bytecode import Program
+from cgc.machine.program.mode import Mode
 from cgc.machine.timing.cost import Sram
 from cgc.runtime.cluster import Cluster, OnStep, Run
 from cgc.runtime.executors import Backend
@@ -77,14 +78,14 @@ class SystemActor(_Actor):
         self,
         program: Program,
         target: Target,
-        mode: str,
+        mode: Mode,
         specs: dict[str, WeightSpec],
         threads: dict[str, int],
     ):
         super().__init__(threads)
         self.program = program
         self.target = target
-        self.deliver = mode == "pipelined"
+        self.deliver = mode == Mode.PIPELINED
         self.system = System(Sram(target))
         self.weights = MemoryX({}, target, specs)
         """Streams the weights of the step from the object store's copy."""

@@ -36,8 +36,9 @@ from cgc.machine.program.artifact import Artifact, weights_to_bytes
 from cgc.machine.timing.streaming import Span
 from cgc.machine.training.optimizers import Schedule
 from cgc.runtime import checkpoint
-from cgc.runtime.cluster import Cluster, open_cluster
+from cgc.runtime.cluster import Cluster
 from cgc.runtime.executors import Backend
+from cgc.runtime.launch import open_cluster
 
 
 class MetricLines(Sequence[dict]):

@@ -241,6 +241,7 @@ def _run(sample: Sample) -> Outcome:
     from cgc.errors import CgcError
     from cgc.frontends.torch import capture
     from cgc.frontends.torch.lowering import to_numpy
+    from cgc.machine.program.mode import Mode
     from cgc.runtime.cluster import Cluster
 
     def outcome(status: str, reason: str = "") -> Outcome:
@@ -266,7 +267,7 @@ def _run(sample: Sample) -> Outcome:
         return outcome("out of scope", why)
     # compile_model takes the program as it is (its annotation leaves exported programs out;
     # its sources take them): cgc.compile would decompose it again
-    artifact = compile_model(program, target="mesh8x8", mode="pipelined")  # type: ignore[arg-type]
+    artifact = compile_model(program, target="mesh8x8", mode=Mode.PIPELINED)  # type: ignore[arg-type]
     feeds = _feeds(program, tensors, to_numpy)
     got = Cluster(artifact).infer(feeds)[0]
     return outcome(*_compare(sample.dtype, got, pytree.tree_leaves(expected), to_numpy))

@@ -22,9 +22,10 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from cgc.errors import NeedsInputValuesError
 from cgc.machine.program.artifact import Artifact
+from cgc.machine.program.mode import Mode
 from cgc.runtime.cluster import Cluster
 
-DEFAULT_MODE = "weight_streaming"
+DEFAULT_MODE = Mode.WEIGHT_STREAMING
 DEFAULT_TARGET = "mesh8x8"
 MAX_ARTIFACTS = 16
 """Artifacts a representation keeps (the oldest goes first): one per input signature and

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import cgc.tools.fuzz_mutators as mut
+from cgc.machine.program.mode import Mode
 from cgc.tools.fuzz_artifacts import mutate_artifact
 from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step, options_case
 from cgc.tools.fuzz_files import alias_case, concurrent_case, fulldisk_case, special_case
@@ -74,7 +75,9 @@ def onnx_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
         data, what = mut.mutate_model(setup.models[name], rng)
     files = {"model.onnx": data, "w.bin": bytes(range(256)) * 8}
     compile_args = ["compile", f"{DIR}/model.onnx", "-o", f"{DIR}/model.cgc"]
-    compile_args += rng.choice([[], [], ["--mode", "weight_streaming"], ["--mode", "pipelined"]])
+    compile_args += rng.choice(
+        [[], [], ["--mode", Mode.WEIGHT_STREAMING], ["--mode", Mode.PIPELINED]]
+    )
     run_args = ["run", f"{DIR}/model.cgc", "--inputs", f"{DIR}/inputs.npz"]
     steps = [
         Step(compile_args),

@@ -28,6 +28,7 @@ import onnx
 import cgc.tools.fuzz_mutators as mut
 from cgc.frontends import zoo
 from cgc.machine.program.artifact import weights_to_bytes
+from cgc.machine.program.mode import Mode
 from cgc.tools.fuzz_artifacts import unpack_artifact
 from cgc.tools.fuzz_seeds import TINY_PARAMS, seed_models
 
@@ -330,12 +331,12 @@ class SetupFiles:
         files = {f"{n}.onnx": models[n].SerializeToString() for n in ("mlp", "conv")}
         files |= {"train.onnx": train.SerializeToString(), "data.npz": npz(samples)}
         steps = [
-            Step(["compile", f"{DIR}/mlp.onnx", "-o", f"{DIR}/mlp.cgc", "--mode", "pipelined",
+            Step(["compile", f"{DIR}/mlp.onnx", "-o", f"{DIR}/mlp.cgc", "--mode", Mode.PIPELINED,
                   "--dump-ir", f"{DIR}/ir"]),
             Step(["compile", f"{DIR}/conv.onnx", "-o", f"{DIR}/conv_ws.cgc", "--mode",
-                  "weight_streaming"]),
+                  Mode.WEIGHT_STREAMING]),
             Step(["compile", f"{DIR}/conv.onnx", "-o", f"{DIR}/conv_sparse.cgc", "--mode",
-                  "weight_streaming", "--sparsity", "0.75", "--sparse-params", ".*"]),
+                  Mode.WEIGHT_STREAMING, "--sparsity", "0.75", "--sparse-params", ".*"]),
             Step(["train", f"{DIR}/train.onnx", "--data", f"{DIR}/data.npz", "--model-dir",
                   f"{DIR}/run", "--batch-size", "8", "--steps", "2"]),
         ]  # fmt: skip

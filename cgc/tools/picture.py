@@ -18,8 +18,8 @@ import numpy as np
 from cgc.files import write_atomically
 from cgc.machine.hardware.target import Target
 from cgc.machine.program.artifact import Artifact
-from cgc.runtime.pipeline import simulate
-from cgc.tools.report import pipeline_stages
+from cgc.machine.program.mode import Mode
+from cgc.machine.timing.pipeline import pipeline_stages, simulate
 
 LABELS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 """One character per layer in the text map (layers beyond these share ``*``)."""
@@ -39,7 +39,7 @@ class Stage:
 def stages(artifact: Artifact) -> list[Stage]:
     """The layers of a pipelined artifact with their regions and utilizations."""
     m = artifact.manifest
-    if m["mode"] != "pipelined":
+    if m["mode"] != Mode.PIPELINED:
         raise ValueError("only a pipelined artifact places its layers on their own regions")
     target = Target.from_json(m["target"])
     batch = m["micro_batch"] or 1

@@ -1,7 +1,10 @@
-"""What an artifact holds, for people (``cgc inspect``) and for tools (``--json``).
+"""What an artifact holds, for people (``cgc inspect``) and for tools (``--json``), and what a
+run or a timing-only simulation cost, for people.
 
 Per-layer figures come from the compiler's timing-only simulation of one chunk of the
-per-system batch, stored in the manifest.
+per-system batch, stored in the manifest; the estimates of ``cgc inspect`` are the floor's
+timing models (``cgc.machine.timing``), which the simulator asks too: inspecting an artifact
+imports no part of the runtime.
 """
 
 from __future__ import annotations
@@ -16,18 +19,17 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.hardware.units import human_bytes
 from cgc.machine.program.artifact import Artifact
 from cgc.machine.program.bytecode import Program, Route
-from cgc.runtime import pipeline
-from cgc.runtime.cluster import RunStats
-from cgc.runtime.simulation import Simulation
-from cgc.runtime.swarmx import SwarmX
-from cgc.tools.pipeline_bound import artifact_bound, bound_lines
-from cgc.tools.utilization import (
+from cgc.machine.program.mode import Mode
+from cgc.machine.timing.pipeline import pipeline_figures, pipeline_stages
+from cgc.machine.timing.pipeline_bound import BOUND_LABELS, TERMS, WORST, artifact_bound
+from cgc.machine.timing.run_stats import RunStats, Simulation
+from cgc.machine.timing.streaming import Tree
+from cgc.machine.timing.utilization import (
+    LABELS,
+    PARTS,
     StepUtilization,
-    group_name,
-    runs_per_step,
-    shares_line,
+    layer_groups,
     step_utilization,
-    stream_bound,
 )
 
 
@@ -63,32 +65,9 @@ def _target(artifact: Artifact) -> Target:
     return Target.from_json(artifact.manifest["target"])
 
 
-def pipeline_stages(artifact: Artifact) -> list[pipeline.Stage]:
-    """A pipelined artifact's layers as stages, with the compiler's costs."""
-    return [
-        pipeline.Stage(layer["name"], layer["cycles"], layer["host_bytes"], info.routes)
-        for layer, info in zip(artifact.manifest["layers"], artifact.program.layers, strict=True)
-    ]
-
-
-def pipeline_figures(artifact: Artifact) -> dict:
-    """Throughput of a pipelined artifact (its slowest stage or link) against the compute
-    bound, and the latency of one sample through it."""
-    target, batch = _target(artifact), _batch(artifact)
-    timeline = pipeline.simulate(pipeline_stages(artifact), target, 1, batch)
-    flops = sum(layer["flops"] for layer in artifact.manifest["layers"]) / batch
-    peak = target.pes * target.peak_flops_per_pe_per_cycle() * target.clock_hz
-    period = timeline.period_seconds
-    return {
-        "samples_per_second": 1 / period if period else 0.0,
-        "bound_samples_per_second": peak / flops if flops else 0.0,
-        "latency_seconds": timeline.fill_seconds,
-    }
-
-
 def inspect_json(artifact: Artifact) -> dict:
     """The ``cgc inspect --json`` object; a pipelined artifact's has where its compute bound
-    goes (``compute_bound``: ``cgc.tools.pipeline_bound``)."""
+    goes (``compute_bound``: ``cgc.machine.timing.pipeline_bound``)."""
     m = artifact.manifest
     target, batch = _target(artifact), _batch(artifact)
     out: dict = {
@@ -110,7 +89,7 @@ def inspect_json(artifact: Artifact) -> dict:
         "outputs": m["outputs"],
         "pipeline_passes": m["pipeline"],
     }
-    if m["mode"] == "pipelined":
+    if m["mode"] == Mode.PIPELINED:
         stages = pipeline_stages(artifact)
         out["layers"] = [
             {
@@ -133,13 +112,12 @@ def inspect_json(artifact: Artifact) -> dict:
         if bound is not None:
             out["compute_bound"] = bound.to_json()
     else:
-        swarmx = SwarmX(m["num_csx"], target)
+        tree = Tree(m["num_csx"], target)
         out["layers"] = [
             {
                 "name": layer["name"],
                 "weight_bytes": layer["weight_bytes"],
-                "stream_seconds": swarmx.link_seconds(layer["stream_in_bytes"])
-                + (swarmx.latency_seconds if layer["stream_in_bytes"] else 0.0),
+                "stream_seconds": tree.stream_seconds(layer["stream_in_bytes"]),
                 "compute_seconds": target.seconds(layer["cycles"]),
                 "cycles_by_part": _parts(layer),
             }
@@ -184,6 +162,27 @@ def _attention_lines(census: dict | None) -> list[str]:
     return [line]
 
 
+def bound_lines(data: Mapping[str, Any]) -> list[str]:
+    """The ``cgc inspect`` block of a ``compute_bound`` object (``PipelineBound.to_json``):
+    a line per term with its share, and the stages that lose the most with what binds
+    them."""
+    if not data["period_seconds"]:
+        return []
+    width = max(len(label) for _, label in TERMS)
+    lines = [
+        "where the compute bound goes (shares of all PEs x the period; model FLOPs at peak "
+        "= throughput / bound):"
+    ]
+    for key, share in data["shares"].items():
+        lines.append(f"  {BOUND_LABELS[key]:<{width}}  {share:7.2%}")
+    worst = sorted(data["stages"], key=lambda s: -s["loss"])[:WORST]
+    for stage in worst:
+        bound = stage["bound"]
+        binding = f" ({BOUND_LABELS[bound]} {stage['shares'][bound]:.2%})" if bound else ""
+        lines.append(f"  loses {stage['loss']:6.2%}: {stage['name']}{binding}")
+    return lines
+
+
 def summary_text(artifact: Artifact) -> str:
     """A readable summary: manifest, then the placement or the stream schedule."""
     m = artifact.manifest
@@ -201,7 +200,7 @@ def summary_text(artifact: Artifact) -> str:
         *_attention_lines(m.get("attention")),
     ]
     width = max((len(layer["name"]) for layer in info["layers"]), default=4)
-    if m["mode"] == "pipelined":
+    if m["mode"] == Mode.PIPELINED:
         lines.append("placement (x, y, columns x rows):")
         for layer in info["layers"]:
             x, y, w, h = layer["region"]
@@ -249,40 +248,18 @@ def summary_text(artifact: Artifact) -> str:
     return "\n".join(lines) + "\n"
 
 
-PARTS = (
-    ("compute_seconds", "compute"),
-    ("weight_stream_seconds", "weights"),
-    ("gradient_stream_seconds", "gradients"),
-    ("swarmx_seconds", "SwarmX"),
-    ("memoryx_update_seconds", "update"),
-)
-
-
-def layer_groups(stats: RunStats, every_layer: bool) -> list[dict]:
-    """The weight-streaming per-layer figures of one step (the layers' runs times the
-    micro-batches, MemoryX's update once), the layers of repeated blocks added up under one
-    name (``h.*.attn.q_proj``) unless ``every_layer``."""
-    groups: dict[str, dict] = {}
-    runs = runs_per_step(stats)
-    for layer in stats.layers:
-        if "compute_seconds" not in layer:
-            continue
-        key = group_name(layer["name"], every_layer)
-        group = groups.setdefault(key, {"name": key, "count": 0, **{k: 0.0 for k, _ in PARTS}})
-        group["count"] += 1
-        for part, _ in PARTS:
-            group[part] += (1 if part == "memoryx_update_seconds" else runs) * layer[part]
-    for group in groups.values():
-        group["bound"] = stream_bound(group)
-    return list(groups.values())
-
-
 def human_seconds(value: float) -> str:
     """A duration in the unit that reads best."""
     for unit, size in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if value >= size:
             return f"{value / size:.3g} {unit}"
     return f"{value * 1e9:.3g} ns" if value else "0"
+
+
+def shares_line(step: StepUtilization) -> str:
+    """The step's time by term, largest first: ``model FLOPs 63%, ...``."""
+    ordered = sorted(step.shares.items(), key=lambda kv: -abs(kv[1]))
+    return ", ".join(f"{LABELS[key]} {share:.1%}" for key, share in ordered)
 
 
 def _layer_lines(groups: list[dict], step: StepUtilization | None, what: str) -> list[str]:
@@ -312,7 +289,7 @@ def _layer_lines(groups: list[dict], step: StepUtilization | None, what: str) ->
 def simulation_json(sim: Simulation, program: Program | None = None) -> dict[str, Any]:
     """The ``--stats-json`` object of a timing-only simulation, with (weight streaming) its
     ``utilization``: the step's MFU and time by term, and per layer group its FLOPs, share,
-    MFU and bound (``cgc.tools.utilization``)."""
+    MFU and bound (``cgc.machine.timing.utilization``)."""
     out = sim.to_json()
     step = step_utilization(sim.stats, program, sim.target)
     if step is not None:
@@ -330,7 +307,8 @@ def simulation_text(
     each layer's MFU and what binds it, the step's time by what it is lost to, the memory,
     and the assumptions it rests on; ``batched``: whether the model has a batch axis
     (without one, a batch is a run of the inputs' fixed shapes); ``program``: the
-    simulated program, whose kernels name the wafer's terms (``cgc.tools.utilization``)."""
+    simulated program, whose kernels name the wafer's terms
+    (``cgc.machine.timing.utilization``)."""
     stats = sim.stats
     what, whats = ("training step", "training steps") if sim.training else ("batch", "batches")
     size = f"{stats.batch_size} samples" if batched else "the fixed input shapes (no batch axis)"
@@ -346,7 +324,7 @@ def simulation_text(
         f"peak SRAM per PE: {human_bytes(stats.peak_pe_sram_bytes)}",
     ]
     # a pipelined run holds its weights on the wafer: MemoryX and SwarmX play no part in it
-    on_wafer = stats.mode == "pipelined"
+    on_wafer = stats.mode == Mode.PIPELINED
     if stats.memoryx is not None and not on_wafer:
         mx = stats.memoryx
         lines.append(

@@ -35,7 +35,15 @@ from cgc.errors import CgcError
 from cgc.machine.hardware.target import Target
 from cgc.machine.program.bytecode import Program
 from cgc.machine.sparse.sparsity import Sparsity
-from cgc.runtime.cluster import Cluster, Run, RunStats
+from cgc.machine.timing.run_stats import RunStats
+from cgc.machine.timing.utilization import (
+    group_name,
+    layer_kernels,
+    layer_seconds,
+    runs_per_step,
+    stream_bound,
+)
+from cgc.runtime.cluster import Cluster, Run
 from cgc.tools.report import human_seconds
 from cgc.tools.scaling import (
     assumed_line,
@@ -44,13 +52,6 @@ from cgc.tools.scaling import (
     per_system_batches,
     study_json,
     table_lines,
-)
-from cgc.tools.utilization import (
-    group_name,
-    layer_kernels,
-    layer_seconds,
-    runs_per_step,
-    stream_bound,
 )
 
 MOST_LEVELS = 16

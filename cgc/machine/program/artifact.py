@@ -51,6 +51,7 @@ from cgc.machine.program.bytecode import (
     opcode_name,
 )
 from cgc.machine.program.manifest import DTYPES, Schema, check_manifest, parse_json, shown, validate
+from cgc.machine.program.mode import Mode
 from cgc.machine.sparse.tiles import SparseWeight, sparse_weights
 from cgc.machine.training import optimizers
 
@@ -154,10 +155,9 @@ class Artifact:
             )
 
     @property
-    def mode(self) -> str:
-        """``pipelined`` or ``weight_streaming``."""
-        mode: str = self.manifest["mode"]
-        return mode
+    def mode(self) -> Mode:
+        """How the program runs (``pipelined`` or ``weight_streaming``)."""
+        return Mode(self.manifest["mode"])
 
     def to_bytes(self) -> bytes:
         """The file contents; equal artifacts give equal bytes."""

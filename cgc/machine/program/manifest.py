@@ -32,6 +32,7 @@ import numpy as np
 from cgc.errors import CgcError
 from cgc.machine.hardware import dtypes
 from cgc.machine.hardware.target import MAX_SYSTEMS
+from cgc.machine.program.mode import Mode
 from cgc.machine.sparse.sparsity import DECAYS, DYNAMIC, INITS, REGROWS, SCHEDULES, Sparsity
 from cgc.machine.training import optimizers
 
@@ -205,7 +206,7 @@ SCHEMA: Schema = {
         "format_version": _POSITIVE,
         "cgc_version": {"type": "string"},
         "source": {"type": "string"},
-        "mode": {"type": "string", "enum": ["pipelined", "weight_streaming"]},
+        "mode": {"type": "string", "enum": list(Mode)},
         "mode_reason": {"type": "string"},
         # its figures and their ranges are the target's own (cgc.machine.hardware.target.checked)
         "target": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},

@@ -76,6 +76,11 @@ class Tree:
         """Time of flight through every level of the tree."""
         return (self.depth + 1) * self.target.swarmx_hop_seconds
 
+    def stream_seconds(self, nbytes: float) -> float:
+        """From the first of ``nbytes`` leaving MemoryX to the last arriving at a system, on
+        an idle tree (no bytes: no time)."""
+        return self.link_seconds(nbytes) + (self.latency_seconds if nbytes else 0.0)
+
 
 @dataclass(frozen=True)
 class Layer:

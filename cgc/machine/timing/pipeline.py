@@ -16,16 +16,22 @@ computes its first samples and its last, not all of them (a batch can have billi
 memory by the stages, not the samples). The fill is the first sample's latency through the
 pipeline, the drain the time from the last sample's start to the end; in between the slowest
 stage sets the rate.
+
+The simulator times a system's runs with the layer records it made
+(``cgc.machine.timing.run_stats``); ``cgc inspect`` times a compiled artifact with the costs
+its manifest holds (``pipeline_stages``, ``pipeline_figures``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cgc.machine.hardware.target import Target
+from cgc.machine.program.artifact import Artifact
 from cgc.machine.program.bytecode import Route
 from cgc.machine.timing.streaming import Span
 
@@ -156,7 +162,7 @@ def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) 
     )
 
 
-def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
+def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict[str, Any]]:
     """Per stage and sample: its service time and what bounds it, and how busy the stage
     was over the whole run."""
     total = timeline.seconds
@@ -175,7 +181,7 @@ def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
     return out
 
 
-def route_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
+def route_figures(timeline: Timeline, target: Target, batch: int) -> list[dict[str, Any]]:
     """Per route: its tensor's wavelets per sample and its busiest link's share of the whole
     run's cycles."""
     cycles = timeline.seconds * target.clock_hz
@@ -196,3 +202,27 @@ def route_figures(timeline: Timeline, target: Target, batch: int) -> list[dict]:
                 }
             )
     return out
+
+
+def pipeline_stages(artifact: Artifact) -> list[Stage]:
+    """A pipelined artifact's layers as stages, with the compiler's costs."""
+    return [
+        Stage(layer["name"], layer["cycles"], layer["host_bytes"], info.routes)
+        for layer, info in zip(artifact.manifest["layers"], artifact.program.layers, strict=True)
+    ]
+
+
+def pipeline_figures(artifact: Artifact) -> dict[str, float]:
+    """Throughput of a pipelined artifact (its slowest stage or link) against the compute
+    bound, and the latency of one sample through it."""
+    target = Target.from_json(artifact.manifest["target"])
+    batch = artifact.manifest["micro_batch"] or 1
+    timeline = simulate(pipeline_stages(artifact), target, 1, batch)
+    flops = sum(layer["flops"] for layer in artifact.manifest["layers"]) / batch
+    peak = target.pes * target.peak_flops_per_pe_per_cycle() * target.clock_hz
+    period = timeline.period_seconds
+    return {
+        "samples_per_second": 1 / period if period else 0.0,
+        "bound_samples_per_second": peak / flops if flops else 0.0,
+        "latency_seconds": timeline.fill_seconds,
+    }

@@ -5,9 +5,9 @@ Definitions (per sample, in the steady state, on one system of ``pes`` PEs):
 
 - The ideal time is the model's FLOPs over every PE at peak: ``ideal = F / (pes x peak)``,
   with ``peak`` one PE's FLOP/s (``Target.peak_flops_per_pe_per_cycle() x clock``), as
-  ``cgc.tools.report.pipeline_figures`` counts the bound.
+  ``cgc.machine.timing.pipeline.pipeline_figures`` counts the bound.
 - The actual time is the pipeline's period ``P``: the slowest stage's service time
-  (``cgc.runtime.pipeline``). A stage's service time ``s`` is its busy time per sample, the
+  (``cgc.machine.timing.pipeline``). A stage's service time ``s`` is its busy time per sample, the
   longer of its kernels plus its host I/O (``Stage.service_seconds``) and its busiest input
   link, over the batch of a run.
 - The whole is every PE held for a period, ``pes x P`` (PE-seconds per sample), so that
@@ -21,7 +21,7 @@ The terms (``TERMS``), as shares of the whole, add up to one:
 - ``waiting``: stage imbalance, for each stage ``area x (P - s)``: its PEs waiting on the
   slowest stage.
 - each stage's busy ``area x s``, split by the same per-kernel terms as weight streaming
-  (``cgc.tools.utilization.wafer_terms``, ``split``: the timing engine plans the layer's
+  (``cgc.machine.timing.utilization.wafer_terms``, ``split``: the timing engine plans the layer's
   kernels again alone on its rectangle, its inputs delivered there, ``layer_kernels``):
   ``model_flops``, the layer's model FLOPs at peak ``F_stage / peak``; ``arithmetic``, the
   rest of its kernels' arithmetic cycles (padding of tiles, tile granularity, vector work
@@ -45,8 +45,9 @@ from typing import Any
 
 from cgc.machine.hardware.target import Target
 from cgc.machine.program.artifact import Artifact
-from cgc.runtime.pipeline import Stage
-from cgc.tools.utilization import LABELS, KernelPlan, layer_kernels, wafer_terms
+from cgc.machine.program.mode import Mode
+from cgc.machine.timing.pipeline import Stage
+from cgc.machine.timing.utilization import LABELS, KernelPlan, layer_kernels, wafer_terms
 
 TERMS = (
     ("model_flops", "model FLOPs at peak"),
@@ -191,9 +192,9 @@ def stage_time(
 
 def artifact_bound(artifact: Artifact, stages: Sequence[Stage]) -> PipelineBound | None:
     """Where a pipelined artifact's compute bound goes; ``stages``: its layers as pipeline
-    stages (``cgc.tools.report.pipeline_stages``). None for another mode."""
+    stages (``cgc.machine.timing.pipeline.pipeline_stages``). None for another mode."""
     manifest, program = artifact.manifest, artifact.program
-    if manifest["mode"] != "pipelined":
+    if manifest["mode"] != Mode.PIPELINED:
         return None
     target = Target.from_json(manifest["target"])
     batch = manifest["micro_batch"] or 1
@@ -208,24 +209,3 @@ def artifact_bound(artifact: Artifact, stages: Sequence[Stage]) -> PipelineBound
         times.append(stage_time(stage, layer["flops"], w * h, known[key], target, batch))
     peak = target.peak_flops_per_pe_per_cycle() * target.clock_hz
     return decompose(times, target.pes, peak)
-
-
-def bound_lines(data: Mapping[str, Any]) -> list[str]:
-    """The ``cgc inspect`` block of a ``compute_bound`` object (``PipelineBound.to_json``):
-    a line per term with its share, and the stages that lose the most with what binds
-    them."""
-    if not data["period_seconds"]:
-        return []
-    width = max(len(label) for _, label in TERMS)
-    lines = [
-        "where the compute bound goes (shares of all PEs x the period; model FLOPs at peak "
-        "= throughput / bound):"
-    ]
-    for key, share in data["shares"].items():
-        lines.append(f"  {BOUND_LABELS[key]:<{width}}  {share:7.2%}")
-    worst = sorted(data["stages"], key=lambda s: -s["loss"])[:WORST]
-    for stage in worst:
-        bound = stage["bound"]
-        binding = f" ({BOUND_LABELS[bound]} {stage['shares'][bound]:.2%})" if bound else ""
-        lines.append(f"  loses {stage['loss']:6.2%}: {stage['name']}{binding}")
-    return lines

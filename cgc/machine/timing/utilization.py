@@ -29,8 +29,8 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.plans.kernel import Plan
 from cgc.machine.program.bytecode import Program
 from cgc.machine.timing.cost import Sram, Timing
+from cgc.machine.timing.run_stats import RECOMPUTED, RunStats
 from cgc.machine.timing.streaming import stream_limit
-from cgc.runtime.cluster import RECOMPUTED, RunStats
 
 BLOCK_INDEX = re.compile(r"\.\d+\.")
 """The index of a repeated block in a layer name (``h.3.attn.q_proj``)."""
@@ -75,12 +75,13 @@ def runs_per_step(stats: RunStats) -> int:
 def layer_seconds(layer: Mapping[str, Any], runs: int) -> float:
     """A streamed layer's time in a step: its longest part per run (compute, weight or
     gradient stream) times the runs, plus MemoryX's update of its weights."""
-    parts = (
+    parts: tuple[float, ...] = (
         layer["compute_seconds"],
         layer["weight_stream_seconds"],
         layer["gradient_stream_seconds"],
     )
-    return runs * max(parts) + layer["memoryx_update_seconds"]
+    update: float = layer["memoryx_update_seconds"]
+    return runs * max(parts) + update
 
 
 def stream_bound(layer: Mapping[str, Any]) -> str:
@@ -92,6 +93,35 @@ def stream_bound(layer: Mapping[str, Any]) -> str:
         "gradient stream": layer["gradient_stream_seconds"],
     }
     return max(parts, key=parts.__getitem__)
+
+
+PARTS = (
+    ("compute_seconds", "compute"),
+    ("weight_stream_seconds", "weights"),
+    ("gradient_stream_seconds", "gradients"),
+    ("swarmx_seconds", "SwarmX"),
+    ("memoryx_update_seconds", "update"),
+)
+"""A streamed layer's parts in a step, by key (``LayerTime.to_json``'s) and label."""
+
+
+def layer_groups(stats: RunStats, every_layer: bool) -> list[dict[str, Any]]:
+    """The weight-streaming per-layer figures of one step (the layers' runs times the
+    micro-batches, MemoryX's update once), the layers of repeated blocks added up under one
+    name (``h.*.attn.q_proj``) unless ``every_layer``."""
+    groups: dict[str, dict[str, Any]] = {}
+    runs = runs_per_step(stats)
+    for layer in stats.layers:
+        if "compute_seconds" not in layer:
+            continue
+        key = group_name(layer["name"], every_layer)
+        group = groups.setdefault(key, {"name": key, "count": 0, **{k: 0.0 for k, _ in PARTS}})
+        group["count"] += 1
+        for part, _ in PARTS:
+            group[part] += (1 if part == "memoryx_update_seconds" else runs) * layer[part]
+    for group in groups.values():
+        group["bound"] = stream_bound(group)
+    return list(groups.values())
 
 
 @dataclass(frozen=True)
@@ -148,7 +178,7 @@ def program_kernels(program: Program, target: Target) -> list[tuple[float, list[
 
 def kernel_terms(kernel: KernelPlan, split: bool = False) -> dict[str, float]:
     """A kernel's cycles by term (``TERMS``): its arithmetic, and its arrival and movement
-    named by its algorithm. ``split`` (pipelined mode, ``cgc.tools.pipeline_bound``) parts
+    named by its algorithm. ``split`` (pipelined mode, ``cgc.machine.timing.pipeline_bound``) parts
     the other kernels' data movement: their operands' arrival (``arrival``), and their
     movement, the broadcasts and reductions of a mesh algorithm (``collectives``: SUMMA's
     panels, split-k's reduction, attention's ring) or else ``data_movement``."""
@@ -306,7 +336,9 @@ def _figures(
     )
 
 
-def _grouped(layers: Sequence[Utilization], stats: RunStats, every_layer: bool):
+def _grouped(
+    layers: Sequence[Utilization], stats: RunStats, every_layer: bool
+) -> list[Utilization]:
     """The layers added up by ``group_name``; a group's bound is the one binding most of
     its time."""
     groups: dict[str, list[Utilization]] = {}
@@ -355,9 +387,3 @@ def step_utilization(
     return StepUtilization(
         stats.mfu, step, shares, grouped, "system I/O" if limit == "weight stream" else limit
     )
-
-
-def shares_line(step: StepUtilization) -> str:
-    """The step's time by term, largest first: ``model FLOPs 63%, ...``."""
-    ordered = sorted(step.shares.items(), key=lambda kv: -abs(kv[1]))
-    return ", ".join(f"{LABELS[key]} {share:.1%}" for key, share in ordered)
