@@ -28,7 +28,7 @@ from cgc.machine.program.artifact import weights_to_bytes
 from cgc.tools import fuzz, fuzz_reference, fuzz_worker
 from cgc.tools import fuzz_mutators as mut
 from cgc.tools.fuzz_artifacts import pack_artifact, unpack_artifact
-from cgc.tools.fuzz_cases import DIR, Case, Fills, SetupFiles, Step, edge_inputs, npz
+from cgc.tools.fuzz_cases import DIR, Fills, FuzzCase, SetupFiles, Step, edge_inputs, npz
 from cgc.tools.fuzz_seeds import seed_models
 
 SEED = 13
@@ -143,13 +143,13 @@ def leak() -> None:
     sys.exit(2)
 
 
-def _run(tmp_path: Path, case: Case, timeout: float = 20.0) -> list[dict]:
+def _run(tmp_path: Path, case: FuzzCase, timeout: float = 20.0) -> list[dict]:
     case.write(tmp_path / "case")
     return fuzz_worker.run_case(CliRunner(), fake, tmp_path / "case", case, timeout)
 
 
 def test_a_changed_input_is_lost_whatever_the_exit(tmp_path):
-    case = Case(0, "t", "", [Step(["overwrite", f"{DIR}/m.onnx"])], {"m.onnx": b"model"},
+    case = FuzzCase(0, "t", "", [Step(["overwrite", f"{DIR}/m.onnx"])], {"m.onnx": b"model"},
                 inputs=["m.onnx"])  # fmt: skip
     results = _run(tmp_path, case)
     assert results[0]["exit"] == 0
@@ -157,43 +157,43 @@ def test_a_changed_input_is_lost_whatever_the_exit(tmp_path):
 
 
 def test_a_file_changed_or_written_by_a_command_that_failed(tmp_path):
-    old = Case(0, "t", "", [Step(["fail-writing", f"{DIR}/out.cgc"])], {"out.cgc": b"old"})
+    old = FuzzCase(0, "t", "", [Step(["fail-writing", f"{DIR}/out.cgc"])], {"out.cgc": b"old"})
     assert fuzz.classify(_run(tmp_path / "old", old)).category == "lost"
     step = Step(["fail-writing", f"{DIR}/out.cgc"], outputs=[("out.cgc", "artifact")])
-    assert fuzz.classify(_run(tmp_path / "new", Case(0, "t", "", [step]))).category == "partial"
+    assert fuzz.classify(_run(tmp_path / "new", FuzzCase(0, "t", "", [step]))).category == "partial"
 
 
 def test_an_output_missing_or_of_another_kind_after_exit_0_is_wrong(tmp_path):
     missing = Step(["read", f"{DIR}/in"], outputs=[("out.cgc", "artifact")])
-    results = _run(tmp_path / "a", Case(0, "t", "", [missing], {"in": b""}))
+    results = _run(tmp_path / "a", FuzzCase(0, "t", "", [missing], {"in": b""}))
     assert fuzz.classify(results).signature == "silently wrong: exit N without its output out.cgc"
     other = Step(["overwrite", f"{DIR}/out.npz"], outputs=[("out.npz", "npz")])
-    assert fuzz.classify(_run(tmp_path / "b", Case(0, "t", "", [other]))).category == "wrong"
+    assert fuzz.classify(_run(tmp_path / "b", FuzzCase(0, "t", "", [other]))).category == "wrong"
 
 
 def test_a_special_file_an_output_replaced_is_lost_even_after_exit_0(tmp_path):
     step = Step(["replace", f"{DIR}/out.npz"], outputs=[("out.npz", "npz")])
-    case = Case(0, "t", "", [step], specials={"out.npz": ("device", "/dev/null")})
+    case = FuzzCase(0, "t", "", [step], specials={"out.npz": ("device", "/dev/null")})
     results = _run(tmp_path, case)
     assert results[0]["exit"] == 0
     assert fuzz.classify(results).message == "out.npz, a device replaced or removed (exit 0)"
 
 
 def test_a_temporary_left_behind_is_partial(tmp_path):
-    results = _run(tmp_path, Case(0, "t", "", [Step(["litter", f"{DIR}/run"])]))
+    results = _run(tmp_path, FuzzCase(0, "t", "", [Step(["litter", f"{DIR}/run"])]))
     verdict = fuzz.classify(results)
     assert verdict.category == "partial" and "run/.weights.safetensors" in verdict.message
 
 
 def test_a_line_past_click_on_descriptor_2_counts(tmp_path):
-    results = _run(tmp_path, Case(0, "t", "", [Step(["leak"])]))
+    results = _run(tmp_path, FuzzCase(0, "t", "", [Step(["leak"])]))
     assert "a guard failed" in results[0]["leaked"]
     assert fuzz.classify(results).signature.startswith("exit 2 with 2-line message")
 
 
 def test_a_fifo_no_one_writes_is_a_hang_not_a_wedged_worker(tmp_path):
     """SIGALRM interrupts the blocking open of a FIFO in the main thread."""
-    case = Case(0, "t", "", [Step(["read", f"{DIR}/pipe"])], specials={"pipe": ("fifo", "")},
+    case = FuzzCase(0, "t", "", [Step(["read", f"{DIR}/pipe"])], specials={"pipe": ("fifo", "")},
                 timeout=1.0)  # fmt: skip
     start = time.monotonic()
     results = _run(tmp_path, case)
@@ -205,7 +205,7 @@ def test_a_write_past_the_size_limit_fails_and_the_limit_is_restored(tmp_path):
     before = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as the worker does
     try:
-        case = Case(0, "t", "", [Step(["write", f"{DIR}/big", "10000"])], fsize=1024)
+        case = FuzzCase(0, "t", "", [Step(["write", f"{DIR}/big", "10000"])], fsize=1024)
         results = _run(tmp_path, case)
     finally:
         signal.signal(signal.SIGXFSZ, previous)
@@ -249,7 +249,7 @@ def test_a_model_dir_two_runs_wrote_ends_as_one_run_left_it(tmp_path, steps, che
 
 
 def test_a_case_makes_its_special_files_and_its_replay_makes_them_again(tmp_path):
-    case = Case(0, "special", "d", [Step(["run", f"{DIR}/a"], background=True),
+    case = FuzzCase(0, "special", "d", [Step(["run", f"{DIR}/a"], background=True),
                                     Step(["run", f"{DIR}/b"], delay=0.5)],
                 files={"in.npz": b"x"}, fsize=1000,
                 specials={"p": ("fifo", ""), "s": ("socket", ""), "n": ("device", "/dev/null"),

@@ -16,7 +16,7 @@ from cgc.machine.hardware.target import resolve
 from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import plan
 from cgc.machine.plans.kernel import STREAM, Operand
-from cgc.machine.timing.run_stats import RECOMPUTED
+from cgc.machine.program.bytecode import RECOMPUTED_SUFFIX
 from cgc.machine.timing.utilization import KernelPlan, kernel_bound, step_utilization
 from cgc.tools.report import simulation_text
 
@@ -49,7 +49,7 @@ def test_a_layers_mfu_is_its_flops_over_its_time_at_the_targets_peak(trained):
             layer["gradient_stream_seconds"],
         )
         seconds = runs * longest + layer["memoryx_update_seconds"]
-        flops = 0.0 if layer["name"].endswith(RECOMPUTED) else chunks * layer["flops"]
+        flops = 0.0 if layer["name"].endswith(RECOMPUTED_SUFFIX) else chunks * layer["flops"]
         assert u.seconds == pytest.approx(seconds)
         assert u.flops == pytest.approx(flops)
         assert u.mfu == pytest.approx(flops / (seconds * 2 * peak))

@@ -62,7 +62,7 @@ def test_repeating_runs_take_their_period_exactly(seed, training, runs, streams,
         assert len(fast.spans) <= len(slow.spans)
 
 
-def track_extents(timeline: streaming.Timeline) -> dict[tuple[str, str], float]:
+def track_extents(timeline: streaming.StreamingTimeline) -> dict[tuple[str, str], float]:
     """When each track's first span starts and its last ends."""
     extents = {}
     for track in {x.track for x in timeline.spans}:

@@ -37,6 +37,7 @@ from cgc.dialects import ws, wse
 from cgc.dialects.gradients import is_float, rule_for
 from cgc.dialects.ir import LocatedInserter, main_function
 from cgc.errors import CgcError
+from cgc.machine.program.bytecode import GRADIENT_SUFFIX
 
 
 def trains(
@@ -164,7 +165,7 @@ class Differentiator:
         builder.insert(wse.YieldOp(*[g for _, g in outputs]))
         saved = self._capture(layer, grad_block, arg_for)
         grad_layer = wse.LayerOp(
-            f"{layer.layer_name.data}.grad",
+            layer.layer_name.data + GRADIENT_SUFFIX,
             args,
             [g.type for _, g in outputs],
             Region(grad_block),

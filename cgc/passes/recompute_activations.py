@@ -32,9 +32,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function
 from cgc.errors import CgcError
-
-GRAD = ".grad"
-RECOMPUTE = ".recompute"
+from cgc.machine.program.bytecode import GRADIENT_SUFFIX, RECOMPUTED_SUFFIX
 
 
 def _segments(
@@ -44,7 +42,7 @@ def _segments(
     found: dict[str, list[wse.LayerOp]] = {}
     for layer in layers:
         name = layer.layer_name.data
-        if name.endswith((GRAD, RECOMPUTE)):
+        if name.endswith((GRADIENT_SUFFIX, RECOMPUTED_SUFFIX)):
             continue
         match = pattern.match(name)
         if match is not None and match.group(0):
@@ -74,7 +72,7 @@ def _recompute(block: Block, forward: list[wse.LayerOp], backward: list[wse.Laye
     mapping: dict[SSAValue, SSAValue] = {}
     for layer in copied:
         clone = layer.clone(value_mapper=dict(mapping))
-        clone.properties["name"] = StringAttr(layer.layer_name.data + RECOMPUTE)
+        clone.properties["name"] = StringAttr(layer.layer_name.data + RECOMPUTED_SUFFIX)
         Rewriter.insert_op(clone, InsertPoint.before(first))
         mapping.update(zip(layer.results, clone.results, strict=True))
     for old, new in mapping.items():
@@ -101,14 +99,14 @@ class RecomputeActivationsPass(ModulePass):
             raise CgcError(f"recompute-activations: segments {self.segments!r}: {e}") from None
         block = main_function(op).body.block
         layers = [o for o in block.ops if isinstance(o, wse.LayerOp)]
-        if any(layer.layer_name.data.endswith(RECOMPUTE) for layer in layers):
+        if any(layer.layer_name.data.endswith(RECOMPUTED_SUFFIX) for layer in layers):
             raise CgcError("recompute-activations: the module already recomputes activations")
         by_name = {layer.layer_name.data: layer for layer in layers}
         for forward in _segments(layers, pattern).values():
             backward = [
-                by_name[f"{layer.layer_name.data}{GRAD}"]
+                by_name[f"{layer.layer_name.data}{GRADIENT_SUFFIX}"]
                 for layer in forward
-                if f"{layer.layer_name.data}{GRAD}" in by_name
+                if f"{layer.layer_name.data}{GRADIENT_SUFFIX}" in by_name
             ]
             if backward:
                 _recompute(block, forward, backward)

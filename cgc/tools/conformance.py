@@ -44,7 +44,7 @@ HELPER_OPS = {"Constant"}
 
 
 @dataclass
-class Case:
+class ConformanceCase:
     """One node test: a model and its data sets of inputs and expected outputs."""
 
     name: str
@@ -88,7 +88,7 @@ def _non_tensor(value: onnx.ValueInfoProto) -> bool:
     return t.tensor_type.elem_type == onnx.TensorProto.STRING
 
 
-def out_of_scope(case: Case) -> str | None:
+def out_of_scope(case: ConformanceCase) -> str | None:
     """Why the case is out of scope, or None if it is in scope."""
     graph = case.model.graph
     if not case.data_sets or any(_non_tensor(v) for v in [*graph.input, *graph.output]):
@@ -110,7 +110,7 @@ def out_of_scope(case: Case) -> str | None:
     return None
 
 
-def _random_dropout(case: Case, node: onnx.NodeProto) -> bool:
+def _random_dropout(case: ConformanceCase, node: onnx.NodeProto) -> bool:
     """A Dropout in training mode with a non-zero ratio draws random masks."""
     if len(node.input) < 3 or not node.input[2]:
         return False
@@ -126,7 +126,7 @@ def _random_dropout(case: Case, node: onnx.NodeProto) -> bool:
 USER_CACHE = Path.home() / ".cache" / "cgc"
 
 
-def load_cases(root: Path = USER_CACHE) -> list[Case]:
+def load_cases(root: Path = USER_CACHE) -> list[ConformanceCase]:
     """Every node case of the installed onnx, from the cache under ``root`` (written on first
     use, in a folder named after the onnx version)."""
     cache = root / f"onnx-node-{onnx.__version__}"
@@ -178,14 +178,14 @@ def _tensor(value) -> onnx.TensorProto | None:
     return None
 
 
-def _read_case(cache: Path, entry: dict) -> Case:
+def _read_case(cache: Path, entry: dict) -> ConformanceCase:
     folder = cache / entry["name"]
     model = onnx.load(folder / "model.onnx")
     data_sets = []
     for i in range(entry["data_sets"]):
         data = folder / f"test_data_set_{i}"
         data_sets.append((_read_tensors(data, "input"), _read_tensors(data, "output")))
-    return Case(entry["name"], model, data_sets, entry["rtol"], entry["atol"])
+    return ConformanceCase(entry["name"], model, data_sets, entry["rtol"], entry["atol"])
 
 
 def _read_tensors(folder: Path, kind: str) -> list[np.ndarray]:
@@ -198,7 +198,7 @@ def _read_tensors(folder: Path, kind: str) -> list[np.ndarray]:
     return tensors
 
 
-def run_case(case: Case) -> list[str]:
+def run_case(case: ConformanceCase) -> list[str]:
     """Runs every data set of ``case`` through cgc; raises on any mismatch. Returns the graph
     inputs whose values had to be fixed at compile time (because shapes depend on them)."""
     from cgc.tools.backend import CgcBackend
@@ -231,7 +231,7 @@ def write_case_list(path: Path, notes: dict[str, str]) -> None:
 
 
 def supported_ops_markdown(
-    cases: Sequence[Case],
+    cases: Sequence[ConformanceCase],
     failures: dict[str, str],
     fixed: dict[str, str],
     lists: tuple[str, str],
@@ -239,7 +239,7 @@ def supported_ops_markdown(
     """The coverage table: per op under test, opsets seen, in-scope cases passing, and how
     many of those pass only with inputs fixed at compile time; ``lists`` names the files of
     ``failures`` and ``fixed``."""
-    rows: dict[str, list[Case]] = defaultdict(list)
+    rows: dict[str, list[ConformanceCase]] = defaultdict(list)
     scoped = [c for c in cases if out_of_scope(c) is None]
     op_of = {c.name: c.op for c in cases}
     for case in scoped:
@@ -282,7 +282,7 @@ def supported_ops_markdown(
     return "\n".join(lines) + "\n"
 
 
-def outcomes_of(cases: Iterable[Case]) -> tuple[dict[str, str], dict[str, str]]:
+def outcomes_of(cases: Iterable[ConformanceCase]) -> tuple[dict[str, str], dict[str, str]]:
     """Runs the in-scope cases: ``name -> why`` for each that fails, and ``name -> inputs`` for
     each that passes with inputs fixed at compile time."""
     failures, fixed = {}, {}

@@ -52,7 +52,7 @@ from typing import Any
 import cgc.tools.fuzz_mutators as mut
 from cgc.machine.program.mode import Mode
 from cgc.tools.fuzz_artifacts import mutate_artifact
-from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step, options_case
+from cgc.tools.fuzz_cases import DIR, FuzzCase, SetupFiles, Step, options_case
 from cgc.tools.fuzz_files import alias_case, concurrent_case, fulldisk_case, special_case
 from cgc.tools.fuzz_hostile import factory_case, yaml_case
 from cgc.tools.fuzz_numeric import numeric_case
@@ -62,7 +62,7 @@ CATEGORIES = ("clean", "success", "internal", "wrong", "lost", "partial", "hang"
 # ------------------------------------------------------------------------------- case makers
 
 
-def onnx_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def onnx_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """A (mutated) seed model: compile it, run it on random inputs, compare with onnxruntime.
     The first case of each seed model is the seed itself, a control for the oracle."""
     names = sorted(setup.models)
@@ -84,10 +84,10 @@ def onnx_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
         Step([*run_args, "--output", f"{DIR}/outputs.npz"], make_inputs="model.cgc",
              compare_with="model.onnx"),
     ]  # fmt: skip
-    return Case(index, "onnx", f"{name}.onnx: {what}", steps, files, ["sub"])
+    return FuzzCase(index, "onnx", f"{name}.onnx: {what}", steps, files, ["sub"])
 
 
-def artifact_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def artifact_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """A compiled seed artifact, mutated behind its checksums, through ``inspect`` and ``run``."""
     name = rng.choice(sorted(setup.artifacts))
     data, what = mutate_artifact(setup.artifacts[name], rng)
@@ -98,10 +98,10 @@ def artifact_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
     if rng.random() < 0.2:
         run = ["run", f"{DIR}/model.cgc", "--timing-only"]
     steps = [Step(["inspect", f"{DIR}/model.cgc", *flags]), Step(run, after_success=False)]
-    return Case(index, "artifact", f"{name}: {what}", steps, files)
+    return FuzzCase(index, "artifact", f"{name}: {what}", steps, files)
 
 
-Maker = Callable[[int, random.Random, SetupFiles], Case]
+Maker = Callable[[int, random.Random, SetupFiles], FuzzCase]
 MAKERS: dict[str, Maker] = {
     "onnx": onnx_case,
     "artifact": artifact_case,
@@ -123,7 +123,7 @@ FAMILIES = tuple(
 """The families this machine can run: all, unless torch is missing."""
 
 
-def make_case(family: str, index: int, seed: int, setup: SetupFiles) -> Case:
+def make_case(family: str, index: int, seed: int, setup: SetupFiles) -> FuzzCase:
     """Case ``index`` of ``family`` in the run with ``seed``."""
     return MAKERS[family](index, random.Random(f"{seed}:{family}:{index}"), setup)
 
@@ -286,7 +286,7 @@ class Report:
         }  # fmt: skip
 
 
-def _keep(case: Case, case_dir: Path, keep: Path, verdict: Verdict, results: list) -> None:
+def _keep(case: FuzzCase, case_dir: Path, keep: Path, verdict: Verdict, results: list) -> None:
     """Writes a bad case's files as they were before it ran (and the inputs the worker made
     for it) to ``keep``, with a replay script that makes its special files, and its
     records."""
@@ -337,7 +337,7 @@ def run_fuzz(
     return report
 
 
-def _one(case: Case, case_dir: Path, worker: Worker, report: Report, keep: str | None) -> None:
+def _one(case: FuzzCase, case_dir: Path, worker: Worker, report: Report, keep: str | None) -> None:
     start = time.monotonic()
     case.write(case_dir)
     results = worker.run(str(case_dir), case)

@@ -87,13 +87,13 @@ class Step:
 
 
 SPECIAL_KINDS = ("fifo", "socket", "device", "symlink", "hardlink")
-"""Kinds of ``Case.specials``: a named pipe, a Unix socket, a character device (its target a
+"""Kinds of ``FuzzCase.specials``: a named pipe, a Unix socket, a character device (its target a
 ``/dev`` file; made in the case's directory, so that a command replacing or removing it harms
 nothing else), a symbolic link to its target, a hard link of it (both relative)."""
 
 
 @dataclass
-class Case:
+class FuzzCase:
     """A test case: files to write into a fresh directory and the commands to run there."""
 
     id: int
@@ -161,7 +161,7 @@ def _quote(arg: str) -> str:
 
 
 def _remake(kind: str, path: str, target: str) -> str:
-    """The shell line that makes a special file of ``Case.specials`` at ``path`` (quoted)
+    """The shell line that makes a special file of ``FuzzCase.specials`` at ``path`` (quoted)
     unless it is there."""
     if kind == "hardlink":
         return f'ln -f "$D"/{_quote(target)} {path}'
@@ -180,7 +180,7 @@ def _remake(kind: str, path: str, target: str) -> str:
 
 
 def _make_special(root: Path, name: str, kind: str, target: str) -> None:
-    """One of ``Case.specials``. A device is a node of its own when the fuzzer may make one
+    """One of ``FuzzCase.specials``. A device is a node of its own when the fuzzer may make one
     (as root, which could otherwise have a faulty command replace ``/dev/null``), else a
     symlink to the real one, which a user who may not make nodes may not replace either."""
     if kind not in SPECIAL_KINDS:
@@ -303,7 +303,7 @@ def manifest_of(artifact: bytes) -> dict[str, Any]:
     return manifest
 
 
-Runner = Callable[[str, Case], list[dict[str, Any]]]
+Runner = Callable[[str, FuzzCase], list[dict[str, Any]]]
 
 
 @dataclass
@@ -340,7 +340,7 @@ class SetupFiles:
             Step(["train", f"{DIR}/train.onnx", "--data", f"{DIR}/data.npz", "--model-dir",
                   f"{DIR}/run", "--batch-size", "8", "--steps", "2"]),
         ]  # fmt: skip
-        case = Case(0, "setup", "the fuzzer's setup", steps, files)
+        case = FuzzCase(0, "setup", "the fuzzer's setup", steps, files)
         case.write(where)
         results = run(str(where), case)
         if len(results) != len(steps) or any(r.get("exit") != 0 for r in results):
@@ -645,10 +645,10 @@ COMMANDS: dict[str, Callable[[Draw], list[str]]] = {
 }  # fmt: skip
 
 
-def options_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def options_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """One command with random option values and good or bad files."""
     draw = Draw(rng, setup)
     command = rng.choice(sorted(COMMANDS))
     args = COMMANDS[command](draw)
     what = "; ".join(draw.notes) or "valid options"
-    return Case(index, "options", f"{command}: {what}", [Step(args)], draw.files, ["adir"])
+    return FuzzCase(index, "options", f"{command}: {what}", [Step(args)], draw.files, ["adir"])

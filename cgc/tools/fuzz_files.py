@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cgc.tools.fuzz_cases import DIR, Case, Fills, SetupFiles, Step, npz
+from cgc.tools.fuzz_cases import DIR, Fills, FuzzCase, SetupFiles, Step, npz
 from cgc.tools.fuzz_seeds import TINY_PARAMS
 
 TRAIN = ["--batch-size", "8"]
@@ -68,10 +68,10 @@ class Files:
     def case(
         self, index: int, family: str, what: str, steps: list[Step], fsize: int | None = None,
         timeout: float | None = None,
-    ) -> Case:  # fmt: skip
+    ) -> FuzzCase:  # fmt: skip
         """The case of these files."""
         description = f"{what} ({', '.join(self.notes)})" if self.notes else what
-        return Case(
+        return FuzzCase(
             index, family, description, steps, self.files, self.dirs, self.specials,
             self.inputs, fsize, timeout,
         )  # fmt: skip
@@ -223,7 +223,7 @@ ALIASES: dict[str, tuple[float, AliasMaker]] = {
 """The ways to alias an input, by weight (scale's, which simulates for seconds, rarest)."""
 
 
-def alias_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def alias_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """A command whose output names one of its inputs (or another of its outputs)."""
     f = Files(rng)
     _, make = ALIASES[_draw(rng, {name: w for name, (w, _) in ALIASES.items()})]
@@ -357,7 +357,7 @@ READ_SUFFIXES = [".onnx", ".yaml", ".py", ".cgc", ".npz", ".npz", ".safetensors"
 """What the special family's readers take: models, artifacts, arrays, weights, IR."""
 
 
-def special_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def special_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """A special file where a command reads or writes a file."""
     f = Files(rng)
     special = rng.choice(SPECIALS)
@@ -400,7 +400,7 @@ def _old_output(f: Files, setup: SetupFiles, name: str, output: Output) -> None:
     f.notes.append("over an older output")
 
 
-def fulldisk_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def fulldisk_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """A command whose write fails part-way: a small file-size limit (over an older output,
     sometimes), ``/dev/full``, or a name too long for the file system."""
     f = Files(rng)
@@ -432,7 +432,7 @@ def _training(rng: random.Random) -> tuple[list[str], Fills]:
     return args, Fills("train", "run", steps, every)
 
 
-def concurrent_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def concurrent_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """Two trainings, or two sweeps, into one directory at once: one as a process in the
     background, the other in the worker once the first has begun to write (its first line of
     metrics, its first point), after a further delay drawn from the seed."""

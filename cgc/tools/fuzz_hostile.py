@@ -21,7 +21,7 @@ import json
 import random
 from collections.abc import Callable
 
-from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step
+from cgc.tools.fuzz_cases import DIR, FuzzCase, SetupFiles, Step
 from cgc.tools.fuzz_seeds import TINY_PARAMS
 
 # ------------------------------------------------------------------------------- yaml
@@ -183,7 +183,7 @@ SPEC = "models: [mlp.onnx]\nmeasure: inference\ntargets: [mesh8x8]\nnum_csx: [1]
 """A sweep spec of one cheap point, the seed of the hostile specs."""
 
 
-def yaml_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def yaml_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """A hostile params file or sweep spec where a command reads one."""
     use = rng.choices(["compile", "train", "scale", "inspect", "spec", "sweep model"],
                       [5, 1, 0.5, 1, 1.5, 0.5])[0]  # fmt: skip
@@ -192,7 +192,7 @@ def yaml_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
         files["mlp.onnx"] = setup.models["mlp"].SerializeToString()
         files["spec.yaml"], what = hostile_yaml(SPEC, rng)
         args = ["sweep", f"{DIR}/spec.yaml", "-o", f"{DIR}/sw", "--jobs", "1"]
-        return Case(index, "yaml", f"sweep spec: {what}", [Step(args)], files,
+        return FuzzCase(index, "yaml", f"sweep spec: {what}", [Step(args)], files,
                     inputs=["spec.yaml"])  # fmt: skip
     files["model.yaml"], what = hostile_yaml(TINY_PARAMS, rng)
     model = f"{DIR}/model.yaml"
@@ -210,7 +210,7 @@ def yaml_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
         files["spec.yaml"] = json.dumps({"models": ["model.yaml"], "num_csx": [1]}).encode()
         args = ["sweep", f"{DIR}/spec.yaml", "-o", f"{DIR}/sw", "--jobs", "1"]
     step = Step(args, outputs=outputs)
-    return Case(index, "yaml", f"{use}: {what}", [step], files, inputs=["model.yaml"])
+    return FuzzCase(index, "yaml", f"{use}: {what}", [step], files, inputs=["model.yaml"])
 
 
 # ------------------------------------------------------------------------------- factory
@@ -299,7 +299,7 @@ MODULE_LEVEL: dict[str, str] = {
 """Files that fail before the factory is called, by what is appended to the head."""
 
 
-def factory_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def factory_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """``cgc compile file.py:factory`` of a misbehaving (or merely noisy) factory."""
     planted = None
     if rng.random() < 0.25:
@@ -315,5 +315,5 @@ def factory_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
     step = Step(args, outputs=[("out.cgc", "artifact")], planted=planted, user_lines=[USER_LINE])
     described = what + ("" if name == "factory" else ", the wrong name asked for")
     files = {"f.py": source.encode()}
-    return Case(index, "factory", f"{described} ({'a model' if gives else 'no model'})", [step],
+    return FuzzCase(index, "factory", f"{described} ({'a model' if gives else 'no model'})", [step],
                 files, inputs=["f.py"])  # fmt: skip

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from cgc.tools.fuzz_cases import DIR, Case, SetupFiles, Step, edge_values
+from cgc.tools.fuzz_cases import DIR, FuzzCase, SetupFiles, Step, edge_values
 
 INTS = ["int8", "int16", "int32", "int64", "uint8"]
 ALL = [*INTS, "float32"]
@@ -241,7 +241,7 @@ def torch_edge_module(op: str, dtype: str, rng: random.Random) -> tuple[str, str
     return source, f"torch: {expression} on {dtype}"
 
 
-def numeric_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
+def numeric_case(index: int, rng: random.Random, setup: SetupFiles) -> FuzzCase:
     """One op on edge values, compiled and run, and compared with its reference."""
     edge_seed = rng.randrange(1 << 30)
     if importlib.util.find_spec("torch") is not None and rng.random() < 0.25:
@@ -262,4 +262,4 @@ def numeric_case(index: int, rng: random.Random, setup: SetupFiles) -> Case:
         Step(run, make_inputs="model.cgc", edge_seed=edge_seed, compare_with=reference,
              exact=True),
     ]  # fmt: skip
-    return Case(index, "numeric", f"{what} (edge inputs {edge_seed})", steps, files)
+    return FuzzCase(index, "numeric", f"{what} (edge inputs {edge_seed})", steps, files)

@@ -52,7 +52,16 @@ from typing import IO, Any
 
 from cgc.files import TEMPORARY
 from cgc.machine.program.artifact import weights_from_bytes
-from cgc.tools.fuzz_cases import DIR, Case, Fills, Step, edge_inputs, inputs_for, manifest_of, npz
+from cgc.tools.fuzz_cases import (
+    DIR,
+    Fills,
+    FuzzCase,
+    Step,
+    edge_inputs,
+    inputs_for,
+    manifest_of,
+    npz,
+)
 from cgc.tools.fuzz_reference import compare
 
 Record = dict[str, Any]
@@ -93,7 +102,7 @@ def serve(conn: Connection, mem_cap: int, timeout: float) -> None:
         conn.send(run_case(CliRunner(), command, Path(case_dir), case, timeout))
 
 
-def run_case(runner: Any, command: Any, root: Path, case: Case, timeout: float) -> list[Record]:
+def run_case(runner: Any, command: Any, root: Path, case: FuzzCase, timeout: float) -> list[Record]:
     """The records of one case's commands and checks, under a SIGALRM after its timeout:
     a last ``{"died": "hang"}`` when it went off."""
     results: list[Record] = []
@@ -117,7 +126,7 @@ def run_case(runner: Any, command: Any, root: Path, case: Case, timeout: float) 
 class CaseRun:
     """One case's commands in the worker, and the checks of its files."""
 
-    def __init__(self, runner: Any, command: Any, root: Path, case: Case) -> None:
+    def __init__(self, runner: Any, command: Any, root: Path, case: FuzzCase) -> None:
         self.runner, self.command, self.root, self.case = runner, command, root, case
         self.watch = not any(step.background for step in case.steps)
         """Compare the files before and after each command (not while another runs)."""
@@ -501,7 +510,7 @@ class Worker:
         if not self.conn.poll(300) or self.conn.recv() != "ready":
             raise RuntimeError("the fuzz worker did not start")
 
-    def run(self, case_dir: str, case: Case) -> list[Record]:
+    def run(self, case_dir: str, case: FuzzCase) -> list[Record]:
         """The records; a last ``{"died": ...}`` when the case killed or hung the worker."""
         self.conn.send((case_dir, case))
         try:

@@ -26,7 +26,7 @@ LABELS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 
 
 @dataclass(frozen=True)
-class Stage:
+class PlacedLayer:
     """One layer of a pipelined placement."""
 
     name: str
@@ -36,7 +36,7 @@ class Stage:
     """FLOPs per sample over the peak of the stage's PEs during one slowest-stage period."""
 
 
-def stages(artifact: Artifact) -> list[Stage]:
+def stages(artifact: Artifact) -> list[PlacedLayer]:
     """The layers of a pipelined artifact with their regions and utilizations."""
     m = artifact.manifest
     if m["mode"] != Mode.PIPELINED:
@@ -51,7 +51,9 @@ def stages(artifact: Artifact) -> list[Stage]:
         x, y, w, h = layer["rect"]
         capacity = w * h * peak * period
         used = layer["flops"] / batch
-        result.append(Stage(layer["name"], (x, y, w, h), used / capacity if capacity else 0.0))
+        result.append(
+            PlacedLayer(layer["name"], (x, y, w, h), used / capacity if capacity else 0.0)
+        )
     return result
 
 

@@ -69,8 +69,8 @@ from cgc.machine.movement.index_maps import (
     Attrs,
     Block,
     Coord,
+    IndexedSource,
     IndexMap,
-    Source,
     Structure,
     gives_axes,
     identity,
@@ -415,7 +415,7 @@ def regrid_traffic(src: Layout, dst: Layout) -> Traffic:
     if (src.rect, src.fold) == (dst.rect, dst.fold):
         return NO_TRAFFIC
     coords = tuple(map(identity, range(len(dst.shape))))
-    return map_traffic(IndexMap(dst.shape, dst, coords, (Source(src, coords),)))
+    return map_traffic(IndexMap(dst.shape, dst, coords, (IndexedSource(src, coords),)))
 
 
 def movement_traffic(name: str, attrs: Attrs, sources: Sequence[Layout], out: Layout) -> Traffic:
@@ -432,7 +432,7 @@ def terms_traffic(raw: Sequence[Sequence[RawFactor]], grids: Sequence[Layout]) -
     return routed_traffic([canonical([make_factor(*f) for f in term]) for term in raw], grids)
 
 
-def _problem(index_map: IndexMap, source: Source) -> _Part:
+def _problem(index_map: IndexMap, source: IndexedSource) -> _Part:
     """Counting the flows from one source."""
     sizes = index_map.digits
     src, dst = source.layout, index_map.dst

@@ -366,7 +366,7 @@ def _ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class Source:
+class IndexedSource:
     """A tensor read by an index map: ``coords`` give each of its axes."""
 
     layout: Layout
@@ -382,7 +382,7 @@ class IndexMap:
     digits: tuple[int, ...]
     dst: Layout
     dst_coords: tuple[Coord, ...]
-    sources: tuple[Source, ...]
+    sources: tuple[IndexedSource, ...]
 
 
 class _Digits:
@@ -410,12 +410,12 @@ def movement_map(name: str, attrs: Attrs, sources: Sequence[Layout], out: Layout
         return pool_map(sources[0], out, attrs)
     if name == "im2col":
         digits, patches, image = _im2col_digits(sources[0].shape, attrs)
-        return IndexMap(digits, out, patches, (Source(sources[0], image),))
+        return IndexMap(digits, out, patches, (IndexedSource(sources[0], image),))
     if name == "col2im":
         digits, patches, image = _im2col_digits(out.shape, attrs)
-        return IndexMap(digits, out, image, (Source(sources[0], patches),))
+        return IndexMap(digits, out, image, (IndexedSource(sources[0], patches),))
     maps = tuple(
-        Source(src, _axis_coords(name, attrs, k, [s.shape for s in sources], out.shape))
+        IndexedSource(src, _axis_coords(name, attrs, k, [s.shape for s in sources], out.shape))
         for k, src in enumerate(sources)
     )
     return IndexMap(out.shape, out, tuple(map(identity, range(len(out.shape)))), maps)
@@ -466,7 +466,7 @@ def reshape_map(src: Layout, dst: Layout) -> IndexMap:
     src_axes, dst_axes = _reshape_axes(src), _reshape_axes(dst)
     places = _places(src_axes, dst_axes)
     digits = tuple(high // low for low, high in pairwise(places))
-    source = Source(src, _radix_coords(src_axes, places))
+    source = IndexedSource(src, _radix_coords(src_axes, places))
     return IndexMap(digits, dst, _radix_coords(dst_axes, places), (source,))
 
 
@@ -522,7 +522,7 @@ def pool_map(src: Layout, out: Layout, attrs: Attrs) -> IndexMap:
     else:
         reads = (sample, channel, *image)
         result = (sample, channel, *map(identity, outs))
-    return IndexMap(tuple(digits.sizes), out, result, (Source(src, reads),))
+    return IndexMap(tuple(digits.sizes), out, result, (IndexedSource(src, reads),))
 
 
 def _windows(

@@ -149,6 +149,13 @@ class Route:
         )  # fmt: skip
 
 
+GRADIENT_SUFFIX = ".grad"
+"""A backward layer's name: its forward layer's name with this suffix (autodiff)."""
+RECOMPUTED_SUFFIX = ".recompute"
+"""A layer run again in the backward pass: its name with this suffix
+(recompute-activations); its FLOPs are not the model's."""
+
+
 @dataclass(frozen=True)
 class LayerInfo:
     """A layer: its name, rectangle ``(x, y, w, h)``, the weights it uses and the routes of

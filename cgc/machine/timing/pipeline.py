@@ -65,7 +65,7 @@ rest follow the same recurrence (its spans summarize them)."""
 
 
 @dataclass(frozen=True)
-class Timeline:
+class PipelineTimeline:
     """When every stage starts and finishes the first ``SHOWN`` samples and the last."""
 
     stages: list[Stage]
@@ -128,7 +128,7 @@ def sampled(samples: int) -> np.ndarray:
     return np.unique(np.append(head, samples - 1)) if samples else head
 
 
-def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) -> Timeline:
+def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) -> PipelineTimeline:
     """The timeline of ``samples`` samples through ``stages`` (in program order: producers
     first) whose costs are for runs of ``batch`` samples.
 
@@ -150,7 +150,7 @@ def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) 
     shown = min(samples, SHOWN)
     # columns: the shown samples, the one after them and the last (none without samples)
     rest, last = (min(shown, count.size - 1), -1) if samples else (slice(0), slice(0))
-    return Timeline(
+    return PipelineTimeline(
         list(stages),
         samples,
         start[:, :shown],
@@ -162,7 +162,7 @@ def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) 
     )
 
 
-def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict[str, Any]]:
+def stage_figures(timeline: PipelineTimeline, target: Target, batch: int) -> list[dict[str, Any]]:
     """Per stage and sample: its service time and what bounds it, and how busy the stage
     was over the whole run."""
     total = timeline.seconds
@@ -181,7 +181,7 @@ def stage_figures(timeline: Timeline, target: Target, batch: int) -> list[dict[s
     return out
 
 
-def route_figures(timeline: Timeline, target: Target, batch: int) -> list[dict[str, Any]]:
+def route_figures(timeline: PipelineTimeline, target: Target, batch: int) -> list[dict[str, Any]]:
     """Per route: its tensor's wavelets per sample and its busiest link's share of the whole
     run's cycles."""
     cycles = timeline.seconds * target.clock_hz

@@ -19,14 +19,13 @@ from typing import Any
 
 from cgc.machine.hardware.target import ASSUMED, Target
 from cgc.machine.program.artifact import WeightSpec
-from cgc.machine.program.bytecode import Opcode, Program
+from cgc.machine.program.bytecode import RECOMPUTED_SUFFIX, Opcode, Program
 from cgc.machine.program.mode import Mode
 from cgc.machine.timing import pipeline, streaming
 from cgc.machine.timing.cost import LayerRecord
 from cgc.machine.timing.streaming import Span, Tree
 from cgc.machine.training.optimizers import Footprint
 
-RECOMPUTED = ".recompute"
 """The name suffix of the layers that compute forward activations again for the backward
 pass: their FLOPs are not the model's."""
 
@@ -255,7 +254,8 @@ class RunTiming:
             pipeline=figures,
             micro_batches=self.micro_batches,
             micro_batch=self.batch,
-            model_flops=chunks * sum(r.flops for r in layers if not r.name.endswith(RECOMPUTED)),
+            model_flops=chunks
+            * sum(r.flops for r in layers if not r.name.endswith(RECOMPUTED_SUFFIX)),
             peak_flops_per_second=self.num_csx * self.peak_flops(),
             tokens_per_sample=self.tokens_per_sample,
             memoryx=footprint,
@@ -272,7 +272,7 @@ class RunTiming:
         return self.target.pes * flops * self.target.clock_hz
 
     def layer_summary(
-        self, records: Sequence[LayerRecord], streamed: streaming.Timeline | None
+        self, records: Sequence[LayerRecord], streamed: streaming.StreamingTimeline | None
     ) -> list[dict[str, Any]]:
         """Per layer: its cycles, FLOPs and streams, and (weight streaming) its figures on
         the timeline of ``streamed``."""
@@ -315,7 +315,7 @@ class RunTiming:
             "routes": pipeline.route_figures(timeline, self.target, self.batch),
         }
 
-    def pipeline(self, records: Sequence[LayerRecord], runs: int) -> pipeline.Timeline:
+    def pipeline(self, records: Sequence[LayerRecord], runs: int) -> pipeline.PipelineTimeline:
         """One system's samples through the placed stages."""
         if not runs or not self.program.layers:
             return pipeline.simulate([], self.target, 0, self.batch)
@@ -332,7 +332,7 @@ class RunTiming:
 
     def streaming(
         self, records: Sequence[LayerRecord], runs: int, training: bool, track: str = ""
-    ) -> streaming.Timeline:
+    ) -> streaming.StreamingTimeline:
         """One system's runs through the weight-streaming timeline."""
         updates = self.update_parameters() if training else {}
         layers = [

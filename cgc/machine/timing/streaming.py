@@ -142,7 +142,7 @@ class LayerTime:
 
 
 @dataclass(frozen=True)
-class Timeline:
+class StreamingTimeline:
     """One system's runs of the program (and, for training, the step's update)."""
 
     seconds: float
@@ -311,7 +311,7 @@ def simulate(
     training: bool,
     track: str,
     start: float = 0.0,
-) -> Timeline:
+) -> StreamingTimeline:
     """``runs`` runs of ``layers`` back to back on one system from ``start``; the system's
     spans go on ``track``.
 
@@ -326,7 +326,7 @@ def simulate(
     spans, first = _step(layers, target, swarmx, runs, clock, track)
     if not training or not first:
         bound = _bound(first, runs, 0.0, target)
-        return Timeline(clock.end, spans, first, 0.0, bound)
+        return StreamingTimeline(clock.end, spans, first, 0.0, bound)
     update = sum(f.update_seconds for f in first)
     previous = clock.end
     ready, done = [], previous
@@ -344,7 +344,7 @@ def simulate(
     period = steady.end - previous
     moved = [Span(x.track, x.name, x.start - shift, x.end - shift) for x in updates + spans]
     timed = [replace(f, begin=f.begin - shift, end=f.end - shift) for f in first]
-    return Timeline(period, moved, timed, update, _bound(timed, runs, update, target))
+    return StreamingTimeline(period, moved, timed, update, _bound(timed, runs, update, target))
 
 
 def _layer(

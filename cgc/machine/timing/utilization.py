@@ -27,9 +27,9 @@ from typing import Any
 
 from cgc.machine.hardware.target import Target
 from cgc.machine.plans.kernel import Plan
-from cgc.machine.program.bytecode import Program
+from cgc.machine.program.bytecode import RECOMPUTED_SUFFIX, Program
 from cgc.machine.timing.cost import Sram, Timing
-from cgc.machine.timing.run_stats import RECOMPUTED, RunStats
+from cgc.machine.timing.run_stats import RunStats
 from cgc.machine.timing.streaming import stream_limit
 
 BLOCK_INDEX = re.compile(r"\.\d+\.")
@@ -293,7 +293,7 @@ def _layer(
         wafer, bound = wafer_terms(*kernels, stats.clock_hz)
     wafer["edge_io"] = wafer.get("edge_io", 0.0) + compute - sum(wafer.values())  # host I/O
     terms = {key: runs * value for key, value in wafer.items()}
-    recomputed = layer["name"].endswith(RECOMPUTED)
+    recomputed = layer["name"].endswith(RECOMPUTED_SUFFIX)
     useful = 0.0 if recomputed else runs * layer["flops"] / peak
     terms["arithmetic"] -= useful
     terms["model_flops"] = useful
