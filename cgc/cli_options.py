@@ -3,12 +3,20 @@ the weights' sparsity."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from cgc.errors import CgcError
 from cgc.machine.training.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+
+if TYPE_CHECKING:
+    from cgc.runtime.executors import Backend
+
+MESH = re.compile(r"(\d+)x(\d+)")
+"""A mesh size, ``--mesh ROWSxCOLS``."""
 
 
 def _options(command: Callable, options: tuple[Callable, ...]) -> Callable:
@@ -35,6 +43,23 @@ def target_options(command: Callable) -> Callable:
             ),
         ),
     )
+
+
+def target_name(target: str, mesh: str | None) -> str:
+    """The target ``--target`` names, its mesh resized by ``--mesh``."""
+    if mesh is None:
+        return target
+    if MESH.fullmatch(mesh) is None:
+        raise CgcError(f"--mesh {mesh}: expected ROWSxCOLS, e.g. 16x16")
+    return f"{target}@{mesh}"
+
+
+def targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
+    """The target named by ``--target``/``--mesh`` with ``--set`` figures changed."""
+    from cgc.machine.hardware.target import get_target, with_figures
+
+    chosen = get_target(target_name(target, mesh))
+    return with_figures(chosen, figures) if figures else chosen
 
 
 def plan_options(command: Callable) -> Callable:
@@ -163,6 +188,14 @@ def executor_options(command: Callable) -> Callable:
             ),
         ),
     )
+
+
+def chosen_backend(options: dict) -> Backend:
+    """The executor the options name (taken out of ``options``)."""
+    from cgc.runtime.executors import Backend
+
+    keys = ("executor", "ray_address", "ray_placement")
+    return Backend(*(options.pop(key) for key in keys))
 
 
 def _defaults(names: tuple[str, ...]) -> str:

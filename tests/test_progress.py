@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import cgc.cli
+import cgc.cli_io
 from cgc.cli import main
 from cgc.compiler.driver import TrainingOptions, compile_model
 from cgc.frontends import zoo
@@ -54,7 +54,7 @@ def on_a_terminal(monkeypatch, *args: object):
     """The CLI's output with ``sys.stdout`` a terminal (at a known width)."""
     monkeypatch.setenv("COLUMNS", "200")
     with monkeypatch.context() as patched:
-        patched.setattr(cgc.cli, "sys", types.SimpleNamespace(stdout=Terminal()))
+        patched.setattr(cgc.cli_io, "sys", types.SimpleNamespace(stdout=Terminal()))
         return invoke(*args)
 
 
