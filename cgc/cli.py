@@ -23,8 +23,10 @@ import click
 from cgc.cli_io import check_outputs, read_safetensors, terminal, warn, write_file
 from cgc.cli_options import (
     chosen_backend,
+    chosen_records,
     executor_options,
     plan_options,
+    record_options,
     sparsity_options,
     target_options,
     targeted,
@@ -32,8 +34,9 @@ from cgc.cli_options import (
 )
 from cgc.cli_sweep import sweep
 from cgc.cli_train import scale, train
-from cgc.errors import CgcError, CgcWarning
+from cgc.errors import CgcError, CgcWarning, OptionError
 from cgc.files import close_pipes, npz_bytes
+from cgc.options import CompileOptions, SparsityOptions, flag
 from cgc.tools.paths import (
     input_text,
     load_npz,
@@ -83,8 +86,9 @@ class Application(click.Group):
     def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except CgcError as e:
-            click.echo(f"error: {one_line(str(e))}", err=True)
+        except CgcError as e:  # an error about options names them by their flags here
+            text = e.worded(flag) if isinstance(e, OptionError) else str(e)
+            click.echo(f"error: {one_line(text)}", err=True)
             sys.exit(2)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -135,80 +139,59 @@ def _torch_factory(spec: str):
 @main.command()
 @click.argument("model")
 @click.option("-o", "--output", required=True, help="Artifact file to write.")
-@click.option(
-    "--mode",
-    type=click.Choice(["pipelined", "weight_streaming", "auto"]),
-    default="auto",
-    show_default=True,
-    help="Execution mode; auto picks pipelined when the model fits in SRAM.",
-)
+@record_options(CompileOptions, "mode")
 @target_options
-@click.option("--batch-size", type=int, help="Global batch: the leading dim of every input.")
+@record_options(CompileOptions, "batch_size")
 @click.option("--shape", "shapes", multiple=True, help="NAME=D0xD1...: an input's shape.")
-@click.option("--num-csx", type=int, help="Systems to split over  [default: the model's, or 1]")
+@record_options(CompileOptions, "num_csx")
 @plan_options
 @sparsity_options
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the masks.")
+@record_options(SparsityOptions, "seed")
 @weights_options
 @click.option("--dump-ir", type=click.Path(), help="Write the IR after every pass here.")
 @click.option("--print-ir-after-all", is_flag=True, help="Print the IR after every pass.")
 def compile(
     model,
     output,
-    mode,
     target,
     mesh,
     figures,
-    batch_size,
     shapes,
-    num_csx,
-    micro_batch_size,
-    recompute,
-    no_weights,
-    init_seed,
+    weights_path,
     dump_ir,
     print_ir_after_all,
-    **sparse,
+    **options,
 ) -> None:
     """Compile MODEL (an .onnx file, a params .yaml file, zoo:NAME, or file.py:factory, a
     function that returns a PyTorch module and its example inputs) into an artifact."""
     from cgc.compiler.driver import compile_model
     from cgc.machine.hardware.units import human_bytes
-    from cgc.machine.sparse.sparsity import Sparsity
     from cgc.tools.report import summary_text
 
     model = model_argument(model, "MODEL")
-    inputs = {"MODEL": model_file(model), "--weights": sparse["weights_path"]}
+    inputs = {"MODEL": model_file(model), "--weights": weights_path}
     check_outputs({"-o": output}, inputs)
-    weights = None if sparse["weights_path"] is None else read_safetensors(sparse["weights_path"])
+    weights = None if weights_path is None else read_safetensors(weights_path)
     if dump_ir is not None:
         output_directory(dump_ir, "--dump-ir")
         not_dumped_over(inputs, dump_ir)
     if re.search(r"\.py(:[^/\\]*)?$", model):
         model = _torch_factory(model)
     echo = (lambda text: click.echo(text, err=True)) if print_ir_after_all else None
+    options["target"] = targeted(target, mesh, figures)
+    options["shapes"] = _shapes(shapes)
+    chosen = chosen_records(options, CompileOptions, SparsityOptions)
     with contextlib.ExitStack() as stack:
         # the IR printed after every pass is progress enough, and would break the bar's line
         shown_on = None if print_ir_after_all else terminal()
         on_pass = steps_bar(stack, "compile", shown_on, estimates=False)
         artifact = compile_model(
             model,
-            mode=mode,
-            target=targeted(target, mesh, figures),
-            batch_size=batch_size,
-            shapes=_shapes(shapes),
-            num_csx=num_csx,
+            chosen[CompileOptions],
+            chosen[SparsityOptions],
+            weights=weights,
             dump_ir=dump_ir,
             print_ir_after_all=echo,
-            no_weights=no_weights,
-            micro_batch_size=micro_batch_size,
-            recompute=recompute,
-            init_seed=init_seed,
-            sparsity=Sparsity.of(
-                sparse["sparsity"], sparse["sparse_params"], sparse["sparsity_init"], sparse["seed"]
-            ),
-            detect_sparsity=sparse["detect_sparsity"],
-            weights=weights,
             on_pass=on_pass,
         )
     data = artifact.to_bytes()

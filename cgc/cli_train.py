@@ -15,12 +15,14 @@ import click
 from cgc.cli_io import check_outputs, read_safetensors, terminal, warn, write_file
 from cgc.cli_options import (
     chosen_backend,
+    chosen_records,
     chosen_settings,
     dynamic_sparsity_options,
     executor_options,
     optimizer_choice,
     optimizer_options,
     plan_options,
+    record_options,
     sparsity_levels_options,
     sparsity_options,
     target_options,
@@ -30,6 +32,7 @@ from cgc.cli_options import (
 from cgc.errors import CgcError
 from cgc.files import DirectoryLock
 from cgc.machine.training.optimizers import KEYWORDS
+from cgc.options import CompileOptions, SparsityOptions, TrainingOptions
 from cgc.tools.paths import load_npz, model_argument, model_dir_files, model_file, output_directory
 from cgc.tools.progress import step_reporter
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("model")
 @click.option("--data", "data_path", help=".npz: one array per model input.")
-@click.option("--batch-size", type=int, help="Global batch per step  [default: the model's]")
+@record_options(CompileOptions, "batch_size")
 @click.option("--steps", type=int, required=True, help="Training steps.")
 @click.option("--model-dir", type=click.Path(), help="Where metrics and weights go.")
 @click.option(
@@ -50,41 +53,23 @@ if TYPE_CHECKING:
 )
 @optimizer_choice
 @optimizer_options
-@click.option(
-    "--lr-schedule",
-    type=click.Choice(["constant", "cosine", "step"]),
-    default="constant",
-    show_default=True,
-    help="After the warm-up: constant, cosine decay towards 0 at --steps, or step decay.",
+@record_options(
+    TrainingOptions,
+    "lr_schedule",
+    "warmup_steps",
+    "lr_step_size",
+    "lr_gamma",
+    "max_grad_norm",
+    "checkpoint_every",
+    "resume",
+    "shuffle",
 )
-@click.option("--warmup-steps", type=int, default=0, show_default=True, help="Linear warm-up.")
-@click.option("--lr-step-size", type=int, default=1, show_default=True, help="Step decay period.")
-@click.option("--lr-gamma", type=float, default=0.1, show_default=True, help="Step decay factor.")
-@click.option("--max-grad-norm", type=float, help="Clip the gradients' global norm to this.")
-@click.option(
-    "--checkpoint-every", type=int, default=0, help="Checkpoint to DIR/checkpoints every N steps."
-)
-@click.option("--resume", is_flag=True, help="Continue from the newest good checkpoint.")
-@click.option("--shuffle", is_flag=True, help="Shuffle the samples of every epoch.")
 @click.option("--trace", type=click.Path(), help="Write the steps' Chrome trace (Perfetto) here.")
 @click.option("--stats-json", type=click.Path(), help="Timing-only: write a step's statistics.")
 @click.option("--eval-data", "eval_path", help=".npz of held-out samples; its loss is logged.")
-@click.option("--eval-every", type=int, help="Measure the held-out loss every N steps.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffling.")
-@click.option(
-    "--allow-nonfinite",
-    is_flag=True,
-    help="Train on through a NaN or infinite loss or gradient (else the run stops there).",
-)
-@click.option("--num-csx", type=int, help="Systems  [default: the params file's, or 1]")
-@click.option("--swarmx-fanout", type=int, help="Children per SwarmX node  [default: 4]")
-@click.option(
-    "--trainable",
-    multiple=True,
-    help="Regex over initializer names to train (repeatable)  [default: an ONNX model's "
-    "parameters, not its exporter's constants]",
-)
-@click.option("--frozen", multiple=True, help="Regex over initializer names never trained.")
+@record_options(TrainingOptions, "eval_every", "seed", "allow_nonfinite")
+@record_options(CompileOptions, "num_csx")
+@record_options(TrainingOptions, "swarmx_fanout", "trainable", "frozen")
 @sparsity_options
 @dynamic_sparsity_options
 @weights_options
@@ -126,17 +111,19 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
     eval_path = options.pop("eval_path")
     held_out = load_npz(eval_path, "--eval-data") if eval_path is not None else None
     data = load_npz(data_path, "--data") if data_path is not None else None
-    target = targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
-    settings = {k: options.pop(k) for k in list(options) if k in KEYWORDS}
+    options["target"] = targeted(options.pop("target"), options.pop("mesh"), options.pop("figures"))
+    options["steps"] = steps
+    given = {k: options.pop(k) for k in list(options) if k in KEYWORDS}
+    options.update(chosen_settings(given))
     weights_path = options.pop("weights_path")
+    chosen = chosen_records(options, CompileOptions, TrainingOptions, SparsityOptions)
     artifact, loop, evaluation = cgc.prepare_training(
         model,
-        steps=steps,
+        chosen[CompileOptions],
+        chosen[TrainingOptions],
+        chosen[SparsityOptions],
         eval_data=held_out,
-        target=target,
         weights=None if weights_path is None else read_safetensors(weights_path),
-        **options,
-        **chosen_settings(settings),
     )
     if timing_only:
         from cgc.tools.timing_only import simulate_training
@@ -144,8 +131,8 @@ def train(model, data_path, steps, model_dir, timing_only, trace, stats_json, **
         simulate_training(artifact, steps, model_dir, trace, stats_json)
     else:
         assert data is not None
-        chosen = bool(options["trainable"])
-        _train(artifact, data, loop, model_dir, evaluation, trace, chosen, backend)
+        trainable = bool(chosen[TrainingOptions].trainable)
+        _train(artifact, data, loop, model_dir, evaluation, trace, trainable, backend)
 
 
 def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool, backend: Backend):
@@ -194,7 +181,7 @@ def _train(artifact, data, loop, model_dir: str, evaluation, trace, chosen: bool
 @click.option("--csv", "csv_path", type=click.Path(), help="Write the table as CSV here.")
 @click.option("--png", "png_path", type=click.Path(), help="Draw throughput and efficiency here.")
 @sparsity_levels_options
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the masks.")
+@record_options(SparsityOptions, "seed")
 def scale(
     model,
     systems,

@@ -53,6 +53,7 @@ from cgc.errors import CgcError
 from cgc.files import DirectoryLock, append_whole, permissions, remove_stale_temporaries, writing
 from cgc.machine.hardware.target import get_target, with_figures
 from cgc.machine.program.artifact import Artifact
+from cgc.options import CompileOptions, SparsityOptions
 from cgc.runtime.executors import LOCAL, RAY, checked_executor, connect
 from cgc.sweep_spec import IDENTITY, Point, Row, Spec, key
 from cgc.sweep_table import OUTPUTS, RESULTS, with_speedups, write_outputs
@@ -99,15 +100,17 @@ def _compiled(point: Point) -> Artifact:
     import cgc
 
     target = with_figures(get_target(point.target), point.set.split())
-    sparsity = point.sparsity or None
-    batch, systems = point.batch_size, point.num_csx
-    if point.measure == "training":
-        return cgc.prepare_training(
-            point.source, batch, num_csx=systems, target=target, no_weights=True, sparsity=sparsity
-        )[0]
-    return cgc.compile(
-        point.source, point.mode, target, batch, num_csx=systems, no_weights=True, sparsity=sparsity
+    options = CompileOptions(
+        mode=point.mode,
+        target=target,
+        batch_size=point.batch_size,
+        num_csx=point.num_csx,
+        no_weights=True,
     )
+    sparse = SparsityOptions(sparsity=point.sparsity or None)
+    if point.measure == "training":
+        return cgc.prepare_training(point.source, options, sparse)[0]
+    return cgc.compile(point.source, options, sparse)
 
 
 Finished = Generator[tuple[int, Row], None, None]

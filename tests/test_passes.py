@@ -30,7 +30,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
-from cgc.compiler.driver import TrainingOptions, compile_model
+from cgc.compiler.driver import Training, compile_model
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import dense_to_numpy, main_function, module_target, set_module_target
@@ -816,7 +816,7 @@ def test_form_layers_a_token_embedding_is_a_layer_of_its_own(mode):
     (the position table's lookup by computed ids joins it, as does the norm), and the first
     projection's layer holds its own weight alone; the numbers do not change."""
     model = _embedded_model()
-    art = compile_model(model, mode, "mesh8x8", batch_size=2)
+    art = compile_model(model, mode=mode, target="mesh8x8", batch_size=2)
     found = {layer.name: sorted(layer.weights) for layer in art.program.layers}
     assert found == {
         "embed_tokens": ["gamma", "wpe", "wte"],
@@ -1096,7 +1096,7 @@ def _compile(kind: str, directory):
             batch_size=4,
             num_csx=2,
             dump_ir=directory,
-            training=TrainingOptions(lr=0.1, trainable=(r"fc[12]\..*", r"fc3\.bias")),
+            training=Training(lr=0.1, trainable=(r"fc[12]\..*", r"fc3\.bias")),
         )
     return compile_model(
         zoo.MODELS["cnn"](), mode=kind, target=LAB, batch_size=2, dump_ir=directory

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cgc.errors import CgcError
+from cgc.errors import OptionError
 from cgc.machine.hardware.target import ASSUMED, Target
 from cgc.machine.program.artifact import Artifact
 from cgc.machine.timing.streaming import Span
@@ -70,11 +70,13 @@ MAX_STEPS = 1_000_000
 
 
 def check_steps(steps: int) -> None:
-    """A CgcError naming --steps unless a timing-only run can simulate ``steps`` steps."""
+    """An OptionError naming ``steps`` unless a timing-only run can simulate that many."""
     if steps < 1:
-        raise CgcError(f"--steps {steps}: must be at least 1")
+        raise OptionError(f"steps {steps}: must be at least 1", "steps")
     if steps > MAX_STEPS:
-        raise CgcError(f"--steps {steps}: a timing-only run simulates at most {MAX_STEPS:,}")
+        raise OptionError(
+            f"steps {steps}: a timing-only run simulates at most {MAX_STEPS:,}", "steps"
+        )
 
 
 def simulate(artifact: Artifact, num_csx: int | None = None, steps: int = 1) -> Simulation:
