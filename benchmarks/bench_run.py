@@ -65,13 +65,13 @@ def _training_data(name: str, batch: int) -> dict[str, np.ndarray]:
 
 
 def measure_cgc_training(name: str, batch: int, repeat: int, target: str) -> dict:
-    from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.compiler.driver import Training, compile_model
     from cgc.frontends import zoo, zoo_torch
     from cgc.runtime.cluster import Cluster
 
     optimizer, settings = TRAINING[name]
     trainable = tuple(zoo_torch.TRAINABLE[f"{name}_train"])
-    options = TrainingOptions(optimizer, trainable=trainable, **settings)
+    options = Training(optimizer, trainable=trainable, **settings)
     artifact = compile_model(
         zoo.MODELS[f"{name}_train"](),
         mode="weight_streaming",

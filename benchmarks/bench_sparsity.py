@@ -71,7 +71,7 @@ def _timing(name: str, density: float | None) -> dict:
     # the Sparsity itself, not an option whose meaning (density or zeros) may change
     sparse = None if density is None else Sparsity(density)
     artifact = compile_model(
-        params, "weight_streaming", training=training_options(params, None, (), sparse)
+        params, mode="weight_streaming", training=training_options(params, None, (), sparse)
     )
     stats = simulate(artifact).stats
     return {

@@ -46,7 +46,8 @@ RUNS = {"serial": ("local", 1), "pool": ("local", 2), "ray": ("ray", 2)}
 def one(name: str, directory: Path, output: str) -> dict:
     """Runs the sweep as ``name`` says, in this process, into ``directory/output``."""
     started = time.perf_counter()
-    from cgc.sweep import load_spec, run_sweep
+    from cgc.sweep import run_sweep
+    from cgc.sweep_spec import load_spec
 
     executor, jobs = RUNS[name]
     ray_seconds = 0.0

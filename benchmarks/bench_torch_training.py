@@ -80,8 +80,9 @@ def train_route(steps: int, directory: Path) -> tuple[list[float], list[float]]:
         moments.append(time.perf_counter())
 
     # torch.optim.AdamW's defaults, said out loud: cgc's own default weight decay differs
-    result = cgc.train(str(path), data, BATCH, steps, directory / "run", optimizer="adamw",
-                       lr=1e-3, weight_decay=0.01, target="mesh16x16", on_step=stepped)  # fmt: skip
+    result = cgc.train(str(path), data, batch_size=BATCH, steps=steps, model_dir=directory / "run",
+                       optimizer="adamw", lr=1e-3, weight_decay=0.01, target="mesh16x16",
+                       on_step=stepped)  # fmt: skip
     times = [b - a for a, b in itertools.pairwise(moments)]
     return times, [m["loss"] for m in result.metrics]
 

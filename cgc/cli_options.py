@@ -1,14 +1,35 @@
-"""Options that several ``cgc`` commands share: the target, the weight-streaming plan and
-the weights' sparsity."""
+"""Options that several ``cgc`` commands share: the target, the weight-streaming plan, the
+weights' sparsity, the executor and the optimizer. Those that set a field of a record of
+``cgc.options`` are made from the record (``record_option``), so a field's flag, type,
+default and help are written once, there."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cgc.errors import CgcError
+from cgc.machine.sparse.sparsity import DYNAMIC as DYNAMIC_SETTINGS
 from cgc.machine.training.optimizers import KEYWORDS, OPTIMIZERS, SETTINGS
+from cgc.options import (
+    Chosen,
+    CompileOptions,
+    Options,
+    SimulationOptions,
+    SparsityOptions,
+    TrainingOptions,
+    flag,
+)
+
+if TYPE_CHECKING:
+    from cgc.runtime.executors import Backend
+
+MESH = re.compile(r"(\d+)x(\d+)")
+"""A mesh size, ``--mesh ROWSxCOLS``."""
 
 
 def _options(command: Callable, options: tuple[Callable, ...]) -> Callable:
@@ -37,43 +58,71 @@ def target_options(command: Callable) -> Callable:
     )
 
 
-def plan_options(command: Callable) -> Callable:
-    """The weight-streaming memory plan's and the weights' options."""
-    return _options(
-        command,
-        (
-            click.option(
-                "--micro-batch-size",
-                type=int,
-                help="Samples per run of the program (default: the largest that fits).",
-            ),
-            click.option(
-                "--recompute/--no-recompute",
-                default=None,
-                help="Recompute activations per transformer block (default: if faster).",
-            ),
-            click.option(
-                "--no-weights",
-                is_flag=True,
-                help="Read an ONNX model's graph without its weights (timing-only artifact).",
-            ),
-            click.option(
-                "--init-seed",
-                type=click.IntRange(0, 2**63 - 1),
-                help="Draw a params-file model's weights from this seed.",
-            ),
-        ),
-    )
+def target_name(target: str, mesh: str | None) -> str:
+    """The target ``--target`` names, its mesh resized by ``--mesh``."""
+    if mesh is None:
+        return target
+    if MESH.fullmatch(mesh) is None:
+        raise CgcError(f"--mesh {mesh}: expected ROWSxCOLS, e.g. 16x16")
+    return f"{target}@{mesh}"
 
 
-def sparsity_options(command: Callable) -> Callable:
-    """``--sparsity``, ``--sparse-params`` and ``--sparsity-init``."""
-    level = click.option(
-        "--sparsity",
-        type=float,
-        help="Fraction of zeros of the sparse weights, e.g. 0.75 (0: dense).",
-    )
-    return _options(command, (level, *_which_sparse()))
+def targeted(target: str, mesh: str | None, figures: tuple[str, ...]):
+    """The target named by ``--target``/``--mesh`` with ``--set`` figures changed."""
+    from cgc.machine.hardware.target import get_target, with_figures
+
+    chosen = get_target(target_name(target, mesh))
+    return with_figures(chosen, figures) if figures else chosen
+
+
+def record_option(kind: type[Options], name: str) -> Callable[[Callable], Callable]:
+    """The command-line option of the field ``name`` of the record ``kind``, as its
+    ``Option`` describes it (``cgc.options``)."""
+    field = next(f for f in dataclasses.fields(kind) if f.name == name)
+    how = kind.option_of(name)
+    spelled = flag(name)
+    if how.kind is bool:
+        if field.default is None:  # on, off or the compiler's choice
+            return click.option(f"{spelled}/--no-{spelled[2:]}", default=None, help=how.help)
+        return click.option(spelled, is_flag=True, help=how.help)
+    chosen: Any = how.kind
+    if how.choices:
+        chosen = click.Choice(list(how.choices))
+    elif how.bounds is not None:
+        chosen = click.IntRange(*how.bounds)
+    given: dict[str, Any] = {"multiple": True} if field.default == () else {}
+    if field.default not in (None, ()):  # click's own default otherwise: None, or () if multiple
+        given["default"] = field.default
+    if how.show_default:
+        given["show_default"] = True
+    return click.option(spelled, name, type=chosen, help=how.help, **given)
+
+
+def record_options(kind: type[Options], *names: str) -> Callable[[Callable], Callable]:
+    """The command-line options of the fields ``names`` of the record ``kind``, in order."""
+    return lambda command: _options(command, tuple(record_option(kind, n) for n in names))
+
+
+def chosen_records(params: dict, *kinds: type[Options]) -> Chosen:
+    """The records of ``kinds`` from a command's parameters, taken out of ``params``: those
+    named as a field of one of them, and the optimizer's settings."""
+    names = {name for kind in kinds for name in kind.names()}
+    if TrainingOptions in kinds:
+        names |= set(KEYWORDS)
+    fields = {name: params.pop(name) for name in list(params) if name in names}
+    return Chosen("cgc", kinds, (), {k: v for k, v in fields.items() if v is not None})
+
+
+plan_options = record_options(
+    CompileOptions, "micro_batch_size", "recompute", "no_weights", "init_seed"
+)
+"""The weight-streaming memory plan's and the weights' options."""
+SPARSE = ("sparse_params", "sparsity_init")
+"""Which weights are sparse and which of their values live."""
+sparsity_options = record_options(SparsityOptions, "sparsity", *SPARSE)
+DYNAMIC = tuple(f"sparsity_{setting}" for setting in ("schedule", *DYNAMIC_SETTINGS))
+dynamic_sparsity_options = record_options(SparsityOptions, *DYNAMIC)
+"""The settings of dynamic sparsity (``cgc.machine.sparse.sparsity``)."""
 
 
 def sparsity_levels_options(command: Callable) -> Callable:
@@ -83,86 +132,28 @@ def sparsity_levels_options(command: Callable) -> Callable:
         "levels",
         help="Sparsity levels (fractions of zeros) to compare, e.g. 0,0.5,0.75,0.9,0.95.",
     )
-    return _options(command, (levels, *_which_sparse()))
-
-
-def _which_sparse() -> tuple[Callable, ...]:
-    return (
-        click.option(
-            "--sparse-params",
-            multiple=True,
-            help="Regex over the sparse weights' names (repeatable).",
-        ),
-        click.option(
-            "--sparsity-init",
-            type=click.Choice(["random", "magnitude"]),
-            default="random",
-            show_default=True,
-            help="Which values live: drawn from --seed, or the largest initial ones.",
-        ),
-    )
-
-
-def dynamic_sparsity_options(command: Callable) -> Callable:
-    """The settings of dynamic sparsity (``cgc.machine.sparse.sparsity``)."""
-    return _options(
-        command,
-        (
-            click.option("--sparsity-schedule", help="static, or dynamic: the masks move."),
-            click.option("--sparsity-update-every", type=int, help="Steps per mask update [100]"),
-            click.option("--sparsity-drop-fraction", type=float, help="Live share dropped [0.3]"),
-            click.option("--sparsity-regrow", help="By gradient (RigL) or random (SET) [gradient]"),
-            click.option("--sparsity-decay", help="Drop fraction constant or cosine [constant]"),
-            click.option("--sparsity-end-step", type=int, help="Masks stop moving at this step."),
-        ),
-    )
+    return _options(command, (levels, *(record_option(SparsityOptions, n) for n in SPARSE)))
 
 
 def weights_options(command: Callable) -> Callable:
     """``--weights`` and ``--detect-sparsity``."""
-    return _options(
-        command,
-        (
-            click.option(
-                "--weights", "weights_path", help="A .safetensors file of weights, by name."
-            ),
-            click.option(
-                "--detect-sparsity",
-                type=float,
-                help="Weights with this fraction of zeros are sparse, their zeros dead.",
-            ),
-        ),
+    weights = click.option(
+        "--weights", "weights_path", help="A .safetensors file of weights, by name."
     )
+    return _options(command, (weights, record_option(SparsityOptions, "detect_sparsity")))
 
 
-def executor_options(command: Callable) -> Callable:
-    """``--executor``, ``--ray-address`` and ``--ray-placement``: where a numeric run's
-    systems run (``cgc.runtime.executors``)."""
-    from cgc.runtime.executors import EXECUTORS, PLACEMENTS
+EXECUTOR = ("executor", "ray_address", "ray_placement")
+"""The fields of ``SimulationOptions`` that say where a numeric run's systems run
+(``cgc.runtime.executors``)."""
+executor_options = record_options(SimulationOptions, *EXECUTOR)
 
-    return _options(
-        command,
-        (
-            click.option(
-                "--executor",
-                type=click.Choice(EXECUTORS),
-                default="local",
-                show_default=True,
-                help="Run a numeric run's systems here, or each as a Ray actor (pip install "
-                "'cgc[ray]'); timing-only runs stay here.",
-            ),
-            click.option(
-                "--ray-address",
-                help="The Ray cluster to join, e.g. auto  [default: a local instance]",
-            ),
-            click.option(
-                "--ray-placement",
-                type=click.Choice(PLACEMENTS),
-                help="Keep the run's actors on few Ray nodes, or spread them over many  "
-                "[default: pack]",
-            ),
-        ),
-    )
+
+def chosen_backend(options: dict) -> Backend:
+    """The executor the options name (taken out of ``options``)."""
+    from cgc.runtime.executors import Backend
+
+    return Backend.of(SimulationOptions(**{name: options.pop(name) for name in EXECUTOR}))
 
 
 def _defaults(names: tuple[str, ...]) -> str:
@@ -178,11 +169,7 @@ def _defaults(names: tuple[str, ...]) -> str:
     return "; ".join([common, *others])
 
 
-optimizer_choice = click.option(
-    "--optimizer",
-    type=click.Choice(list(OPTIMIZERS)),
-    help="The optimizer MemoryX runs  [default: the params file's, or sgd]",
-)
+optimizer_choice = record_option(TrainingOptions, "optimizer")
 
 
 def optimizer_options(command: Callable) -> Callable:

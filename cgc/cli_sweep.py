@@ -43,7 +43,9 @@ def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_addres
     only, and write DIR/sweep.csv, DIR/sweep.json and DIR/scaling.png. A re-run with the same
     DIR computes only the points not finished yet."""
     from cgc.files import LOCK
-    from cgc.sweep import JOURNAL, OUTPUTS, checked_options, load_spec, run_sweep, table_text
+    from cgc.sweep import JOURNAL, checked_options, run_sweep
+    from cgc.sweep_spec import load_spec
+    from cgc.sweep_table import OUTPUTS, table_text
 
     checked_options(executor, jobs, ray_address)
     output_directory(directory, "-o")
@@ -67,7 +69,7 @@ def _progress(stack: contextlib.ExitStack, total: int) -> Callable[[int, int, di
     """A bar on a terminal, a line per point otherwise."""
     if not sys.stdout.isatty():
         return _log
-    from cgc.sweep import SweepBar
+    from cgc.sweep_table import SweepBar
 
     bar = SweepBar(total, sys.stdout)
     stack.callback(bar.close)

@@ -6,9 +6,30 @@ option, or the layer and its shortfall. It prints a ``CgcWarning`` as one ``warn
 and other packages' warnings (torch's, numpy's) only with ``--debug``.
 """
 
+import re
+from collections.abc import Callable
+
 
 class CgcError(Exception):
     """A problem with the user's input: a bad file, an unsupported op, a model that does not fit."""
+
+
+class OptionError(CgcError):
+    """A problem with options a user gave, its message naming each by its field in the
+    records of options (``cgc.options``: ``batch_size``, ``num_csx``), as the Python API takes
+    them; ``fields`` lists those it names, which the command line shows as its flags
+    (``worded``)."""
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
+
+    def worded(self, word: Callable[[str], str]) -> str:
+        """The message with each field it names (as a whole word) written as ``word`` says."""
+        text = str(self)
+        for name in sorted(self.fields, key=len, reverse=True):
+            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", word(name), text)
+        return text
 
 
 class DoesNotFitError(CgcError):

@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,11 @@ from cgc.errors import CgcError
 from cgc.files import append_whole, permissions, write_atomically, writing
 from cgc.frontends.torch import capture
 from cgc.frontends.torch.lowering import to_numpy
-from cgc.machine.hardware.target import Target
 from cgc.machine.program.artifact import Artifact, weights_to_bytes
-from cgc.machine.sparse.sparsity import Sparsity
+from cgc.machine.program.mode import Mode
 from cgc.machine.training import optimizers
 from cgc.machine.training.optimizers import Schedule
+from cgc.options import Chosen, CompileOptions, SparsityOptions, TrainingOptions
 from cgc.runtime.trainer import final_weights, metrics_before, strict_json
 
 __all__ = ["Module", "Optimizer", "Session", "dataloader", "module", "optimizer", "session"]
@@ -62,6 +63,20 @@ it averages over the batch and split its gradients over systems and micro-batche
 
 _current: dict[str, Any] = {}
 """The module and optimizer wrapped last: what a session trains unless it is told."""
+
+SESSION_RECORDS = (CompileOptions, TrainingOptions, SparsityOptions)
+"""The records of a session's options."""
+SESSION_OPTIONS = {
+    "target",
+    "num_csx",
+    "micro_batch_size",
+    "max_grad_norm",
+    "checkpoint_every",
+    "resume",
+    *(name for name in SparsityOptions.names() if name != "detect_sparsity"),
+}
+"""The fields a session takes by name (the optimizer, its settings and schedule are the
+torch optimizer's)."""
 
 
 # -- module ------------------------------------------------------------------------------
@@ -300,40 +315,25 @@ class Session:
         self,
         model: Module,
         optimizer: Optimizer,
-        num_csx: int = 1,
+        *records: CompileOptions | TrainingOptions | SparsityOptions,
         model_dir: str | os.PathLike = "cgc-run",
-        target: str | Target = "wse2",
         loss_fn: Callable[..., torch.Tensor] | None = None,
-        max_grad_norm: float | None = None,
-        checkpoint_every: int = 0,
-        resume: bool = False,
-        micro_batch_size: int | None = None,
-        sparsity: float | None = None,
-        sparse_params: tuple[str, ...] = (),
-        sparsity_init: str = "random",
-        seed: int = 0,
-        sparsity_schedule: str | None = None,
-        sparsity_update_every: int | None = None,
-        sparsity_drop_fraction: float | None = None,
-        sparsity_regrow: str | None = None,
-        sparsity_decay: str | None = None,
-        sparsity_end_step: int | None = None,
+        **fields: Any,
     ):
+        unused = sorted(set(fields) - SESSION_OPTIONS)
+        if unused:
+            taken = ", ".join(sorted(SESSION_OPTIONS))
+            raise CgcError(f"cgc.torch.session: {unused[0]} is not one of its options ({taken})")
+        chosen = Chosen("cgc.torch.session", SESSION_RECORDS, records, fields)
         self.model = model
         self.optimizer = optimizer
-        self.num_csx = num_csx
         self.directory = Path(model_dir)
-        self.target = target
         self.loss_fn = loss_fn
-        self.max_grad_norm = max_grad_norm
-        self.checkpoint_every = checkpoint_every
-        self.resume = resume
-        self.micro_batch_size = micro_batch_size
-        self.sparsity = Sparsity.of(
-            sparsity, sparse_params, sparsity_init, seed, sparsity_schedule,
-            update_every=sparsity_update_every, drop_fraction=sparsity_drop_fraction,
-            regrow=sparsity_regrow, decay=sparsity_decay, end_step=sparsity_end_step,
-        )  # fmt: skip
+        self.options = chosen[CompileOptions]
+        """The compile's options: the target, the systems (default 1), the micro-batch."""
+        self.training = chosen[TrainingOptions]
+        """The loop's options: clipping and checkpoints (the optimizer is ``optimizer``)."""
+        self.sparsity = chosen[SparsityOptions].chosen()
         """The sparsity of the trained weights (``cgc.machine.sparse.sparsity``), named by their
         ``state_dict`` keys."""
         self.steps = 0
@@ -371,7 +371,7 @@ class Session:
             )
         data = {spec["name"]: to_numpy(t) for spec, t in zip(specs, args, strict=True)}
         factor = self.optimizer.schedule.factor(self.steps)
-        loss, stats = self.cluster.train_step(data, factor, self.max_grad_norm)
+        loss, stats = self.cluster.train_step(data, factor, self.training.max_grad_norm)
         self.steps += 1
         self._log({
             "step": self.steps,
@@ -381,7 +381,7 @@ class Session:
             "simulated_seconds": stats.simulated_seconds,
             "samples_per_second": stats.samples_per_second,
         })  # fmt: skip
-        if self.checkpoint_every and self.steps % self.checkpoint_every == 0:
+        if self.training.checkpoint_every and self.steps % self.training.checkpoint_every == 0:
             self._checkpoint()
         return loss
 
@@ -402,7 +402,7 @@ class Session:
     # -- the first step: capture, compile, weights to MemoryX --------------------------------
 
     def _start(self, args: tuple[torch.Tensor, ...]) -> None:
-        from cgc.compiler.driver import TrainingOptions, compile_model
+        from cgc.compiler.driver import Training, compile_model
         from cgc.runtime.cluster import Cluster
 
         model = self.model.model
@@ -417,22 +417,18 @@ class Session:
             )
         # compile_model takes any source; its signature names the file kinds
         program: Any = capture(traced, args, kept_whole=KEPT_WHOLE)
-        training = TrainingOptions(
+        training = Training(
             self.optimizer.name, sorted(trained), self.sparsity, **self.optimizer.keywords
         )
-        self.artifact = compile_model(
-            program,
-            "weight_streaming",
-            self.target,
-            args[0].shape[0] if args[0].dim() else None,
-            num_csx=self.num_csx,
-            training=training,
-            micro_batch_size=self.micro_batch_size,
-        )
+        batch = args[0].shape[0] if args[0].dim() else None
+        streamed = replace(self.options, mode=Mode.WEIGHT_STREAMING, batch_size=batch)
+        if streamed.num_csx is None:
+            streamed = replace(streamed, num_csx=1)
+        self.artifact = compile_model(program, streamed, training=training)
         self.cluster = Cluster(self.artifact)
         base = self.optimizer.groups[0]
         self.cluster.memoryx.groups = {n: s for n, s in trained.items() if s != base}
-        if self.resume:
+        if self.training.resume:
             self._resumed = self._load_checkpoint()
         else:  # a new run: checkpoints of an earlier one must not be resumed into it later
             shutil.rmtree(self.directory / "checkpoints", ignore_errors=True)
@@ -488,7 +484,7 @@ class Session:
         training = self.artifact.manifest["training"]
         return checkpoint.loop_record(
             self.optimizer.schedule,
-            self.max_grad_norm,
+            self.training.max_grad_norm,
             training["trainable"],
             self.artifact.manifest.get("sparsity"),
         )
@@ -543,15 +539,14 @@ class Session:
 def session(
     model: Module | torch.nn.Module | None = None,
     optimizer: Optimizer | torch.optim.Optimizer | None = None,
+    *records: CompileOptions | TrainingOptions | SparsityOptions,
     **options: Any,
 ) -> Session:
     """A training session of ``model`` with ``optimizer`` (default: the ones wrapped last by
-    ``cgc.torch.module`` and ``cgc.torch.optimizer``); ``options`` are ``Session``'s:
-    ``num_csx``, ``model_dir``, ``target``, ``loss_fn``, ``max_grad_norm``,
-    ``checkpoint_every``, ``resume``, ``micro_batch_size``, and ``sparsity``,
-    ``sparse_params``, ``sparsity_init``, ``seed``, ``sparsity_schedule``,
-    ``sparsity_update_every``, ``sparsity_drop_fraction``, ``sparsity_regrow``,
-    ``sparsity_decay`` and ``sparsity_end_step`` (``cgc train``'s)."""
+    ``cgc.torch.module`` and ``cgc.torch.optimizer``); the options are ``Session``'s:
+    ``model_dir``, ``loss_fn``, and ``cgc.options`` records or their fields by name
+    (``SESSION_OPTIONS``: ``num_csx``, ``target``, ``micro_batch_size``, ``max_grad_norm``,
+    ``checkpoint_every``, ``resume`` and the sparsity's, ``cgc train``'s)."""
     if model is None and "module" not in _current:
         raise CgcError("cgc.torch.session: no module; wrap one with cgc.torch.module(model)")
     if optimizer is None and "optimizer" not in _current:
@@ -560,7 +555,7 @@ def session(
     wrapped_model = chosen if isinstance(chosen, Module) else Module(chosen)
     given = _current["optimizer"] if optimizer is None else optimizer
     wrapped_optimizer = given if isinstance(given, Optimizer) else Optimizer(given)
-    return Session(wrapped_model, wrapped_optimizer, **options)
+    return Session(wrapped_model, wrapped_optimizer, *records, **options)
 
 
 # -- helpers -------------------------------------------------------------------------------

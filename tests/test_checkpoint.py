@@ -189,7 +189,7 @@ def test_a_new_run_clears_the_checkpoints_of_an_earlier_one(model, data, tmp_pat
 
 def test_resume_refuses_other_settings_or_fewer_steps(model, data, tmp_path):
     train(model, data, tmp_path, 4, checkpoint_every=4)
-    with pytest.raises(CgcError, match=r"--resume: checkpoint step-4 is beyond --steps 2"):
+    with pytest.raises(CgcError, match=r"^resume: checkpoint step-4 is beyond steps 2"):
         train(model, data, tmp_path, 2, resume=True)
     with pytest.raises(CgcError, match=r"written with other optimizer settings \(amsgrad\)"):
         train(model, data, tmp_path, 6, resume=True, amsgrad=True)
@@ -198,12 +198,12 @@ def test_resume_refuses_other_settings_or_fewer_steps(model, data, tmp_path):
 
 
 def test_loop_option_errors(model, data, tmp_path):
-    with pytest.raises(CgcError, match=r"--seed -1: must be >= 0"):
+    with pytest.raises(CgcError, match=r"^seed -1: must be >= 0"):
         train(model, data, tmp_path, 2, seed=-1)
-    with pytest.raises(CgcError, match=r"--eval-every 0: must be at least 1"):
+    with pytest.raises(CgcError, match=r"^eval_every 0: must be at least 1"):
         train(model, data, tmp_path, 2, eval_data=data, eval_every=0)
     small = {name: array[:4] for name, array in data.items()}
-    with pytest.raises(CgcError, match=r"--eval-data has 4 samples, fewer than one batch of 8"):
+    with pytest.raises(CgcError, match=r"^eval_data has 4 samples, fewer than one batch of 8"):
         train(model, data, tmp_path / "small", 2, eval_data=small)
     assert not (tmp_path / "small" / "metrics.jsonl").exists(), "refused before any step"
 

@@ -524,7 +524,7 @@ def test_train_option_errors(workdir, tmp_path, extra, message) -> None:
 
 
 def test_train_on_a_terminal_shows_a_progress_bar(workdir, tmp_path, monkeypatch) -> None:
-    import cgc.cli
+    import cgc.cli_io
 
     class Terminal:
         def __getattr__(self, name):
@@ -534,7 +534,7 @@ def test_train_on_a_terminal_shows_a_progress_bar(workdir, tmp_path, monkeypatch
             return True
 
     fake_sys = types.SimpleNamespace(stdout=Terminal())
-    monkeypatch.setattr(cgc.cli, "sys", fake_sys)
+    monkeypatch.setattr(cgc.cli_io, "sys", fake_sys)
     extra = ["--eval-data", workdir / "data.npz", "--eval-every", 2]
     result = invoke(*train_args(workdir, tmp_path, *extra))
     assert result.exit_code == 0, result.output

@@ -325,7 +325,7 @@ def test_progress_bar_shows_step_loss_and_time_left() -> None:
 def test_train_on_a_terminal_resumes_the_bar_at_the_checkpoint(
     cli_models, tmp_path, monkeypatch
 ) -> None:
-    import cgc.cli
+    import cgc.cli_io
 
     result = invoke(*train_args(cli_models, tmp_path, "--checkpoint-every", 2))
     assert result.exit_code == 0, result.output
@@ -337,7 +337,7 @@ def test_train_on_a_terminal_resumes_the_bar_at_the_checkpoint(
         def isatty(self):
             return True
 
-    monkeypatch.setattr(cgc.cli, "sys", types.SimpleNamespace(stdout=Terminal()))
+    monkeypatch.setattr(cgc.cli_io, "sys", types.SimpleNamespace(stdout=Terminal()))
     result = invoke(*train_args(cli_models, tmp_path, "--checkpoint-every", 2, "--resume", steps=6))
     assert result.exit_code == 0, result.output
     frames = result.output.split("\r")[1:]

@@ -29,7 +29,7 @@ from test_cli import invoke, one_line_error
 from test_cli_doors import TARGET, fifo_reader, run_args
 
 import cgc
-from cgc import files
+from cgc import files, sweep_spec, sweep_table
 from cgc import sweep as sweeping
 from cgc.runtime import checkpoint
 
@@ -404,8 +404,8 @@ def test_a_full_disk_at_a_checkpoint_leaves_no_staging_directory(
 def test_a_full_disk_in_a_sweep_keeps_its_journal_whole(tmp_path, monkeypatch) -> None:
     (tmp_path / "spec.yaml").write_text("models: [zoo:cerebras-gpt-111m]\nnum_csx: [1, 2]\n")
 
-    def failed(point: sweeping.Point) -> dict:
-        return {**point.parameters(), **dict.fromkeys(sweeping.RESULTS), "error": "a test"}
+    def failed(point: sweep_spec.Point) -> dict:
+        return {**point.parameters(), **dict.fromkeys(sweep_table.RESULTS), "error": "a test"}
 
     monkeypatch.setattr(sweeping, "measure", failed)
     monkeypatch.setattr(files, "os", full_disk_after(sweeping.JOURNAL, 1))

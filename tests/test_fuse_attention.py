@@ -16,7 +16,7 @@ import pytest
 from xdsl.context import Context
 
 import cgc
-from cgc.compiler.driver import TrainingOptions, front
+from cgc.compiler.driver import Training, front
 from cgc.compiler.sources import source_of
 from cgc.dialects import parse_module
 from cgc.frontends import zoo
@@ -109,7 +109,7 @@ def test_the_decoders_mask_is_held(trainable):
     training alike hold it fixed."""
     model = zoo.decoder(blocks=1, seq=16, width=32, heads=4)
     imported = source_of(model, None, None, False, trainable is not None, None).imported(2)
-    training = None if trainable is None else TrainingOptions("sgd", trainable, lr=0.1)
+    training = None if trainable is None else Training("sgd", trainable, lr=0.1)
     fuse = front(imported, training)[1]
     assert isinstance(fuse, FuseAttentionPass)
     assert fuse.causal_masks == ("causal_mask",)

@@ -20,14 +20,15 @@ LEVELS = {
     "cgc.version": 0,
     "cgc.files": 1,
     "cgc.machine": 2,
-    "cgc.dialects": 3,
-    "cgc.runtime": 3,
-    "cgc.frontends": 4,
-    "cgc.passes": 4,
-    "cgc.compiler": 5,
-    "cgc.tools": 6,
-    "cgc": 7,
-    "cgc.cli": 8,
+    "cgc.options": 3,
+    "cgc.dialects": 4,
+    "cgc.runtime": 4,
+    "cgc.frontends": 5,
+    "cgc.passes": 5,
+    "cgc.compiler": 6,
+    "cgc.tools": 7,
+    "cgc": 8,
+    "cgc.cli": 9,
 }
 """Each part's level: a part may import only parts of a lower level (and itself)."""
 
@@ -169,7 +170,8 @@ def test_the_runtime_never_imports_the_compiler_or_the_ir():
         sorted(
             m
             for m in reached
-            if part(m) not in ("cgc.machine", "cgc.errors", "cgc.files", "cgc.runtime")
+            if part(m)
+            not in ("cgc.machine", "cgc.errors", "cgc.files", "cgc.options", "cgc.runtime")
         )
         == []
     )

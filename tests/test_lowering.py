@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from cgc.compiler.driver import TrainingOptions, compile_model
+from cgc.compiler.driver import Training, compile_model
 from cgc.dialects import parse_module
 from cgc.dialects.ir import main_function, module_target
 from cgc.dialects.lowering import layer_graph, layer_works, lower
@@ -35,7 +35,7 @@ CASES = {
         target="mesh8x8",
         batch_size=4,
         num_csx=2,
-        training=TrainingOptions(optimizer="adam", lr=0.01),
+        training=Training(optimizer="adam", lr=0.01),
     ),
 }
 

@@ -30,7 +30,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
-from cgc.compiler.driver import TrainingOptions, compile_model
+from cgc.compiler.driver import Training, compile_model
 from cgc.compiler.pipelines import pass_spec, pipeline
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.dialects.interpreter import Interpreter
@@ -41,7 +41,6 @@ from cgc.frontends import zoo
 from cgc.frontends.onnx import ImportedModel, import_model
 from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.movement.traffic import overlap
-from cgc.machine.sparse.sparsity import Sparsity
 from cgc.machine.timing.cost import program_costs
 from cgc.passes import all_passes
 from cgc.passes.autodiff import AutodiffPass
@@ -819,7 +818,7 @@ def test_form_layers_a_token_embedding_is_a_layer_of_its_own(mode):
     (the position table's lookup by computed ids joins it, as does the norm), and the first
     projection's layer holds its own weight alone; the numbers do not change."""
     model = _embedded_model()
-    art = compile_model(model, mode, "mesh8x8", batch_size=2)
+    art = compile_model(model, mode=mode, target="mesh8x8", batch_size=2)
     found = {layer.name: sorted(layer.weights) for layer in art.program.layers}
     assert found == {
         "embed_tokens": ["gamma", "wpe", "wte"],
@@ -1099,7 +1098,7 @@ def _compile(kind: str, directory):
             batch_size=4,
             num_csx=2,
             dump_ir=directory,
-            training=TrainingOptions(lr=0.1, trainable=(r"fc[12]\..*", r"fc3\.bias")),
+            training=Training(lr=0.1, trainable=(r"fc[12]\..*", r"fc3\.bias")),
         )
     return compile_model(
         zoo.MODELS["cnn"](), mode=kind, target=LAB, batch_size=2, dump_ir=directory
@@ -1212,7 +1211,7 @@ def test_a_sparse_pipelined_compile_replays_its_sparse_weights(tmp_path):
     ``cgc opt -p`` places the import as the compile did."""
     artifact = compile_model(
         zoo.MODELS["mlp"](), mode="pipelined", target="mesh16x16", batch_size=8,
-        sparsity=Sparsity(0.25), dump_ir=tmp_path,
+        sparsity=0.75, dump_ir=tmp_path,
     )  # fmt: skip
     spec = artifact.manifest["pipeline"]
     assert ",form-layers,select-sparse-weights{density=0.25},place-layers," in spec

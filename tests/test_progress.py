@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import cgc.cli
+import cgc.cli_io
 from cgc.cli import main
-from cgc.compiler.driver import TrainingOptions, compile_model
+from cgc.compiler.driver import Training, compile_model
 from cgc.frontends import zoo
 from cgc.machine.program.artifact import Artifact
 from cgc.runtime.cluster import Cluster
@@ -42,7 +42,7 @@ def models(tmp_path_factory):
     model = zoo.MODELS["mlp"]()
     zoo.save(model, root / "mlp.onnx")
     np.savez(root / "inputs.npz", **zoo.sample_inputs(model, 8))
-    compile_model(model, "pipelined", TARGET, batch_size=4).save(root / "mlp.cgc")
+    compile_model(model, mode="pipelined", target=TARGET, batch_size=4).save(root / "mlp.cgc")
     return root
 
 
@@ -54,7 +54,7 @@ def on_a_terminal(monkeypatch, *args: object):
     """The CLI's output with ``sys.stdout`` a terminal (at a known width)."""
     monkeypatch.setenv("COLUMNS", "200")
     with monkeypatch.context() as patched:
-        patched.setattr(cgc.cli, "sys", types.SimpleNamespace(stdout=Terminal()))
+        patched.setattr(cgc.cli_io, "sys", types.SimpleNamespace(stdout=Terminal()))
         return invoke(*args)
 
 
@@ -110,11 +110,13 @@ def test_every_compilation_counts_its_steps_to_its_total(models) -> None:
     model = zoo.MODELS["mlp"]()
     for mode in ("pipelined", "weight_streaming", "auto"):
         heard: list[tuple[int, int, str]] = []
-        compile_model(model, mode, TARGET, batch_size=4, on_pass=lambda *s, h=heard: h.append(s))
+        compile_model(
+            model, mode=mode, target=TARGET, batch_size=4, on_pass=lambda *s, h=heard: h.append(s)
+        )
         check_compilations(heard, mode)
     seen: list[tuple[int, int, str]] = []
     train = zoo.MODELS["mlp_train"]()
-    training = TrainingOptions(lr=0.1)
+    training = Training(lr=0.1)
     compile_model(
         train, target=TARGET, batch_size=8, training=training, on_pass=lambda *s: seen.append(s)
     )
@@ -141,8 +143,10 @@ def check_compilations(seen: list[tuple[int, int, str]], mode: str) -> None:
 
 def test_progress_changes_no_artifact(models) -> None:
     model = zoo.MODELS["mlp"]()
-    plain = compile_model(model, "weight_streaming", TARGET, batch_size=4)
-    told = compile_model(model, "weight_streaming", TARGET, batch_size=4, on_pass=lambda *s: None)
+    plain = compile_model(model, mode="weight_streaming", target=TARGET, batch_size=4)
+    told = compile_model(
+        model, mode="weight_streaming", target=TARGET, batch_size=4, on_pass=lambda *s: None
+    )
     assert told.to_bytes() == plain.to_bytes()
 
 

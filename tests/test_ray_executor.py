@@ -80,7 +80,7 @@ def compiled(mode: str, width: str = "mlp"):
     compiled for 4 systems of 2), or of ``WIDE`` for the 784-input one."""
     model = zoo.MODELS["mlp"](**WIDTHS[width])
     chunk = WIDE if width == "784" else 2
-    artifact = cgc.compile(model, mode, TARGET, batch_size=4 * chunk, num_csx=4)
+    artifact = cgc.compile(model, mode=mode, target=TARGET, batch_size=4 * chunk, num_csx=4)
     return artifact, zoo.sample_inputs(model, 8 * chunk, seed=3)
 
 
@@ -136,8 +136,8 @@ def written(directory: Path) -> tuple[list[dict], bytes]:
 def test_inference_is_the_local_run(forward, wide, width, mode, num_csx) -> None:
     made = {("mlp", "weight_streaming"): forward, ("784", "weight_streaming"): wide}
     artifact, inputs = made.get((width, mode)) or compiled(mode, width)
-    want, want_stats = cgc.run_with_stats(artifact, inputs, num_csx)
-    got, stats = cgc.run_with_stats(artifact, inputs, num_csx, executor="ray")
+    want, want_stats = cgc.run_with_stats(artifact, inputs, num_csx=num_csx)
+    got, stats = cgc.run_with_stats(artifact, inputs, num_csx=num_csx, executor="ray")
     assert got.keys() == want.keys()
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value)

@@ -75,7 +75,7 @@ def test_batches_split_evenly_or_not_at_all():
         (([0, 2], None, 8), "every size must be >= 1"),
         (([1, 2, 4, 2], None, 8), "^--num-csx 1,2,4,2: 2 is given twice$"),
         ((list(range(1, 66)), 1, None), "^--num-csx: 65 sizes, more than a sweep of 64$"),
-        (([1, 8192], 1, None), "^--num-csx must be at most 4096, got 8192$"),
+        (([1, 8192], 1, None), "^num_csx must be at most 4096, got 8192$"),
         (([1], 0, None), "--per-system-batch 0"),
     ]:
         with pytest.raises(cgc.CgcError, match=message):

@@ -84,7 +84,7 @@ def test_simulated_steps_are_copies_on_the_timeline(tiny):
     assert len(spans) == 3 * len(sim.stats.spans)
     # steps overlap a little: the last gradients of one drain as the next step starts
     assert 0 <= max(s.end for s in spans) - sim.seconds < sim.stats.simulated_seconds
-    with pytest.raises(cgc.CgcError, match="--steps 0"):
+    with pytest.raises(cgc.CgcError, match=r"^steps 0"):
         cgc.simulate(artifact, steps=0)
 
 

@@ -227,8 +227,8 @@ def test_a_static_record_keeps_its_keys_and_a_dynamic_one_is_checked(model) -> N
     for changed, message in [
         ({"update_every": 1.5}, "sparsity.update_every: expected a whole number"),
         ({"schedule": "static"}, "sparsity.update_every: only a dynamic sparsity has it"),
-        ({"decay": "cosine"}, "--sparsity-decay cosine needs --sparsity-end-step"),
-        ({"drop_fraction": 1}, "--sparsity-drop-fraction 1: must be in (0, 1)"),
+        ({"decay": "cosine"}, "sparsity_decay cosine needs sparsity_end_step"),
+        ({"drop_fraction": 1}, "sparsity_drop_fraction 1: must be in (0, 1)"),
     ]:
         with pytest.raises(CgcError, match=re.escape(message)):
             check_manifest({**manifest, "sparsity": {**dynamic, **changed}})

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import cgc
 from cgc import sweep as sweeping
+from cgc import sweep_spec, sweep_table
 from cgc.cli import main
 from cgc.frontends import zoo
 from cgc.machine.hardware.target import get_target, with_figures
@@ -117,7 +118,7 @@ def test_training_steps_at_each_sparsity(spec, tmp_path):
         f"models: {spec.parent / 'mlp_train.onnx'}\ntargets: mesh4x4\n"
         "sparsity: [0, 0.5]\nbatch_size: 8\nnum_csx: [1, 2]\n"
     )
-    chosen = sweeping.load_spec(str(tmp_path / "sweep.yaml"))
+    chosen = sweep_spec.load_spec(str(tmp_path / "sweep.yaml"))
     outcome = sweeping.run_sweep(chosen, tmp_path / "out", jobs=1)
     assert (outcome.ran, outcome.skipped) == (4, 0)
     for row in outcome.rows:
@@ -164,7 +165,7 @@ def test_a_rerun_computes_only_the_points_missing(spec, serial, tmp_path, monkey
     measured = []
     original = sweeping.measure
 
-    def counted(point: sweeping.Point) -> dict:
+    def counted(point: sweep_spec.Point) -> dict:
         measured.append(point)
         return original(point)
 
@@ -293,7 +294,7 @@ MEASURE = sweeping.measure
 """``measure`` itself: in a worker of the pool, the test's patch is not there."""
 
 
-def dies_on_overrides(point: sweeping.Point) -> dict:
+def dies_on_overrides(point: sweep_spec.Point) -> dict:
     """``measure``, but a point with target overrides kills the worker that runs it."""
     if point.set:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -325,7 +326,7 @@ def test_a_worker_that_dies_stops_the_sweep_with_its_points_kept(
 
 def test_the_bar_counts_points_from_where_a_resumed_sweep_starts():
     seconds = iter([0.0, 10.0])
-    bar = sweeping.SweepBar(8, io.StringIO(), clock=lambda: next(seconds))
+    bar = sweep_table.SweepBar(8, io.StringIO(), clock=lambda: next(seconds))
     bar({"step": 6, "errors": 1})  # five found in the journal, one run in 10 s
     assert bar.stream.getvalue() == (
         "\rsweep [##################------] 6/8  75%  1 failed  ETA 00:20\x1b[K"
@@ -354,7 +355,7 @@ def test_journal_rows_with_bad_figures_are_named_before_the_table(spec, serial, 
     assert invoke(str(spec), "-o", str(out)).exit_code == 2
 
 
-@pytest.mark.parametrize("name", [sweeping.JOURNAL, *sweeping.OUTPUTS])
+@pytest.mark.parametrize("name", [sweeping.JOURNAL, *sweep_table.OUTPUTS])
 def test_a_file_of_the_sweep_that_is_a_directory_is_named_before_any_point(spec, tmp_path, name):
     (tmp_path / "out" / name).mkdir(parents=True)
     result = invoke(str(spec), "-o", str(tmp_path / "out"), "--jobs", "1")

@@ -297,10 +297,10 @@ def test_with_swarmx_fanout_names_the_option():
 @pytest.mark.parametrize(
     ("systems", "message"),
     [
-        (0, "--num-csx must be at least 1, got 0"),
-        (MAX_SYSTEMS + 1, f"--num-csx must be at most {MAX_SYSTEMS}, got {MAX_SYSTEMS + 1}"),
-        (100_000_000, f"--num-csx must be at most {MAX_SYSTEMS}, got 100000000"),
-        (2.5, "--num-csx must be a whole number, got 2.5"),
+        (0, "num_csx must be at least 1, got 0"),
+        (MAX_SYSTEMS + 1, f"num_csx must be at most {MAX_SYSTEMS}, got {MAX_SYSTEMS + 1}"),
+        (100_000_000, f"num_csx must be at most {MAX_SYSTEMS}, got 100000000"),
+        (2.5, "num_csx must be a whole number, got 2.5"),
     ],
 )
 def test_checked_systems(systems, message):

@@ -110,7 +110,7 @@ def eager(module: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
 
 def run(artifact, x: torch.Tensor, num_csx: int | None = None) -> np.ndarray:
     name = artifact.manifest["inputs"][0]["name"]
-    outputs, _ = cgc.run_with_stats(artifact, {name: x.numpy()}, num_csx)
+    outputs, _ = cgc.run_with_stats(artifact, {name: x.numpy()}, num_csx=num_csx)
     return next(iter(outputs.values()))
 
 

@@ -527,5 +527,5 @@ def test_a_dynamic_sparse_session_resumes_exactly(tmp_path):
     start = torch.tensor(mask("fc.weight", initial.fc.weight.detach().numpy(), 0.5, "random", 9))
     assert not torch.equal(whole.fc.weight != 0, start)  # the mask moved
     assert int((whole.fc.weight != 0).sum()) <= whole.fc.weight.numel() // 2
-    with pytest.raises(CgcError, match="--sparsity-regrow needs --sparsity"):
+    with pytest.raises(CgcError, match=r"^sparsity_regrow needs sparsity$"):
         cgc.torch.session(whole, adam(whole), sparsity_regrow="random")

@@ -274,7 +274,7 @@ def test_outputs_in_model_dir(model, data, tmp_path) -> None:
 
 
 def test_training_errors(model, data, tmp_path) -> None:
-    with pytest.raises(CgcError, match="does not split evenly over --num-csx 3"):
+    with pytest.raises(CgcError, match="does not split evenly over num_csx 3"):
         cgc.train(model, data, batch_size=8, steps=1, model_dir=tmp_path, num_csx=3)
     with pytest.raises(CgcError, match="no trainable parameter reaches the loss"):
         cgc.train(
@@ -576,5 +576,5 @@ def test_swarmx_fanout_changes_the_tree_not_the_numbers(model, data, tmp_path) -
     # three levels of 2 against one of 8: the gradients take longer to come back
     seconds = {f: r.metrics[0]["simulated_seconds"] for f, r in runs.items()}
     assert seconds[2] > seconds[8]
-    with pytest.raises(CgcError, match="--swarmx-fanout 1: a tree node needs at least 2"):
+    with pytest.raises(CgcError, match=r"^swarmx_fanout 1: a tree node needs at least 2"):
         cgc.train(model, data, batch_size=8, steps=1, model_dir=tmp_path, swarmx_fanout=1)

@@ -326,12 +326,12 @@ def test_inputs_are_cast_when_safe(mlp_art):
 
 
 def test_negative_num_csx(mlp_art):
-    with pytest.raises(CgcError, match="num-csx"):
+    with pytest.raises(CgcError, match="num_csx"):
         Cluster(mlp_art, -1)
 
 
 def test_zero_num_csx(mlp_art):
-    with pytest.raises(CgcError, match="num-csx"):
+    with pytest.raises(CgcError, match="num_csx"):
         Cluster(mlp_art, 0)
 
 
@@ -432,26 +432,26 @@ def test_first_training_loss_equals_onnxruntime(tmp_path):
 
 @cache
 def training_artifact():
-    from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.compiler.driver import Training, compile_model
 
     return compile_model(
         model("mlp_train"),
         mode="weight_streaming",
         target="mesh8x8",
         batch_size=4,
-        training=TrainingOptions(lr=0.1),
+        training=Training(lr=0.1),
     )
 
 
 def test_trainer_keeps_untrained_initializers(tmp_path):
-    from cgc.compiler.driver import TrainingOptions, compile_model
+    from cgc.compiler.driver import Training, compile_model
 
     art = compile_model(
         model("mlp_train"),
         mode="weight_streaming",
         target="mesh8x8",
         batch_size=4,
-        training=TrainingOptions(lr=0.1, trainable=("fc3\\..*",)),
+        training=Training(lr=0.1, trainable=("fc3\\..*",)),
     )
     assert art.manifest["training"]["trainable"] == ["fc3.bias", "fc3.weight"]
     init = {t.name: numpy_helper.to_array(t) for t in model("mlp_train").graph.initializer}

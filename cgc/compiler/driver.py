@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -44,7 +45,7 @@ from cgc.dialects.ir import (
 )
 from cgc.dialects.lowering import lower
 from cgc.dialects.parameters import parameter_weights
-from cgc.errors import CgcError, CgcWarning, DoesNotFitError
+from cgc.errors import CgcError, CgcWarning, DoesNotFitError, OptionError
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelParams, optimizer_settings
 from cgc.machine.hardware.target import Target, checked_batch, checked_systems, resolve
@@ -55,6 +56,7 @@ from cgc.machine.sparse.sparsity import Sparsity, live_bytes
 from cgc.machine.sparse.tiles import SparseWeight, sparse_weights
 from cgc.machine.timing.cost import LayerCost, Profile, profile, program_costs
 from cgc.machine.training import optimizers
+from cgc.options import Chosen, CompileOptions, SparsityOptions, TrainingOptions
 from cgc.passes.autodiff import AutodiffPass, trains
 from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass, fixed_masks
 from cgc.passes.fuse_rotary import fixed_tables
@@ -63,10 +65,8 @@ from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.passes.select_sparse_weights import SelectSparseWeightsPass
 from cgc.version import __version__
 
-MODES = ("pipelined", "weight_streaming", "auto")
 
-
-class TrainingOptions:
+class Training:
     """How a training artifact's steps update the weights: the optimizer MemoryX runs, the
     settings chosen for it by their API keywords (``lr``, ``betas``, ...: see
     ``cgc.machine.training.optimizers``; a setting left out or None takes torch.optim's default
@@ -108,7 +108,7 @@ def training_options(
     trainable: Sequence[str] = (),
     sparsity: Sparsity | None = None,
     **settings: optimizers.Choice,
-) -> TrainingOptions:
+) -> Training:
     """The training of a model: ``optimizer`` (default: a params file's, else SGD) with
     ``settings`` (those left out or None: a params file's for its own optimizer, else
     torch.optim's defaults), and the weights' ``sparsity``."""
@@ -118,7 +118,20 @@ def training_options(
         if optimizer is None or optimizer == kind:
             chosen = {**given, **chosen}
         optimizer = optimizer or kind
-    return TrainingOptions(optimizer or "sgd", trainable, sparsity, **chosen)
+    return Training(optimizer or "sgd", trainable, sparsity, **chosen)
+
+
+def training_of(
+    params: ModelParams | None, run: TrainingOptions, sparse: SparsityOptions
+) -> Training:
+    """The training a compile builds in, as a training run's options and the weights'
+    sparsity choose it (a params file's sparsity where the options choose none)."""
+    sparsity = sparse.chosen()
+    if sparsity is None and params is not None and params.sparsity is not None:
+        sparsity = params.sparsity.sparsity(sparse.seed)
+    training = training_options(params, run.optimizer, run.trainable, sparsity, **run.settings)
+    training.frozen = tuple(run.frozen)
+    return training
 
 
 class Compilation:
@@ -277,11 +290,12 @@ def loss_scale(imported: ImportedModel, runs: int) -> tuple[float, str | None]:
                 if isinstance(owner, Operation)
                 else f"graph input {imported.outputs[0].name}"
             )
-            raise CgcError(
+            raise OptionError(
                 f"cannot tell whether the loss '{imported.outputs[0].name}' (from node {where}) "
                 "averages or sums over the batch, so its gradients cannot be split across "
                 "systems or micro-batches; end the loss with ReduceMean, ReduceSum or "
-                "SoftmaxCrossEntropyLoss, or train with --num-csx 1 and a batch that fits"
+                "SoftmaxCrossEntropyLoss, or train with num_csx 1 and a batch that fits",
+                "num_csx",
             )
         return 1.0, None
     return (1.0 / runs if kind == "mean" else 1.0), kind
@@ -304,7 +318,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
 STREAMED_FOR_TRAINING = "training streams weights from MemoryX"
 
 
-def frozen_patterns(imported: ImportedModel, training: TrainingOptions) -> tuple[str, ...]:
+def frozen_patterns(imported: ImportedModel, training: Training) -> tuple[str, ...]:
     """The weights a training holds fixed, as ``AutodiffPass.frozen`` takes them: those the
     user froze and, where no ``trainable`` pattern chose, an ONNX model's float weights that
     are not parameters (``cgc.dialects.parameters``: its exporter's lifted constants)."""
@@ -319,9 +333,7 @@ def frozen_patterns(imported: ImportedModel, training: TrainingOptions) -> tuple
     return (*training.frozen, *(re.escape(name) for name in dict.fromkeys(constants)))
 
 
-def _trained(
-    imported: ImportedModel, training: TrainingOptions | None
-) -> Callable[[wse.WeightOp], bool]:
+def _trained(imported: ImportedModel, training: Training | None) -> Callable[[wse.WeightOp], bool]:
     """Whether a compile trains a weight (never in an inference)."""
     if training is None:
         return lambda op: False
@@ -330,7 +342,7 @@ def _trained(
     return lambda op: trains(op, patterns, frozen)
 
 
-def fold_lifted_constants(imported: ImportedModel, training: TrainingOptions | None) -> None:
+def fold_lifted_constants(imported: ImportedModel, training: Training | None) -> None:
     """Folds what a compile holds fixed (``fold_fixed_weights``): frozen weights (a PyTorch
     model's buffers and lifted constants) and an ONNX model's weights that are no parameters
     (``cgc.dialects.parameters``: its exporter's lifted constants), but no buffer a training
@@ -350,7 +362,7 @@ def fold_lifted_constants(imported: ImportedModel, training: TrainingOptions | N
     )
 
 
-def front(imported: ImportedModel, training: TrainingOptions | None) -> tuple[ModulePass, ...]:
+def front(imported: ImportedModel, training: Training | None) -> tuple[ModulePass, ...]:
     """The passes of the ``front`` stage a compile configures: the fusions of rotary tables
     and of attention, with the weights the compile holds fixed (all in an inference; in a
     training, those it does not train)."""
@@ -368,7 +380,7 @@ class Request:
     target: Target
     num_csx: int
     per_system_batch: int | None
-    training: TrainingOptions | None
+    training: Training | None
     micro_batch_size: int | None
     recompute: bool | None
     sparsity: Sparsity | None = None
@@ -380,71 +392,74 @@ class Request:
 @_cyclic_gc_paused()
 def compile_model(
     model: str | os.PathLike | onnx.ModelProto | ImportedModel | ModelParams,
-    mode: str = "auto",
-    target: str | Target = "wse2",
-    batch_size: int | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-    num_csx: int | None = None,
+    *records: CompileOptions | SparsityOptions,
+    training: Training | None = None,
+    values: Mapping[str, np.ndarray] | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
     dump_ir: str | os.PathLike | None = None,
     print_ir_after_all: Callable[[str], None] | None = None,
-    training: TrainingOptions | None = None,
-    values: Mapping[str, np.ndarray] | None = None,
-    no_weights: bool = False,
-    micro_batch_size: int | None = None,
-    recompute: bool | None = None,
-    init_seed: int | None = None,
-    sparsity: Sparsity | None = None,
-    detect_sparsity: float | None = None,
-    weights: Mapping[str, np.ndarray] | None = None,
     on_pass: OnPass | None = None,
+    **fields: Any,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
-    ``ModelParams``) into an artifact. ``batch_size`` is the global batch, split evenly over
-    ``num_csx`` systems (both default to a params file's, else to the model's declared batch
-    and 1); ``print_ir_after_all`` receives the IR text after every pass; ``values`` fixes
-    graph inputs to compile-time arrays (see ``import_model``); ``no_weights`` declares an
-    ONNX model's float initializers without reading their data; ``micro_batch_size`` and
+    ``ModelParams``) into an artifact, by the records of options ``records`` (a
+    ``cgc.options.CompileOptions`` and a ``SparsityOptions``) completed by ``fields`` by name.
+    ``batch_size`` is the global batch, split evenly over ``num_csx`` systems (both default to
+    a params file's, else to the model's declared batch and 1); ``micro_batch_size`` and
     ``recompute`` fix what the weight-streaming memory plan would choose
-    (``cgc.compiler.memory``); ``init_seed`` draws a params-file model's weights;
-    ``sparsity`` makes weights sparse (a training's: its options'), or ``detect_sparsity``
-    those of at least that fraction of zeros, whose zeros stay dead; ``weights`` replaces
-    weights of the model by name (a ``--weights`` file); ``on_pass`` is told of every step
-    as it begins (``OnPass``; a progress bar)."""
-    if mode not in MODES:
-        raise CgcError(f"--mode {mode}: expected one of {', '.join(MODES)}")
-    source = source_of(model, shapes, values, no_weights, training is not None, init_seed)
+    (``cgc.compiler.memory``); a training's sparsity is its ``training``'s, an inference's
+    its ``SparsityOptions``'. ``values`` fixes graph inputs to compile-time arrays (see
+    ``import_model``); ``weights`` replaces weights of the model by name (a ``--weights``
+    file); ``print_ir_after_all`` receives the IR text after every pass; ``on_pass`` is told
+    of every step as it begins (``OnPass``; a progress bar)."""
+    chosen = Chosen("compile_model", (CompileOptions, SparsityOptions), records, fields)
+    options, sparse = chosen[CompileOptions], chosen[SparsityOptions]
+    mode = options.mode
+    sparsity = sparse.chosen()  # bad settings fail first, before the model is read
+    source = source_of(
+        model, options.shapes, values, options.no_weights, training is not None, options.init_seed
+    )
     given = source.params.sparsity if isinstance(source, ParamsSource) else None
     if weights is not None:
         source = WithWeights(source, weights, "--weights")
-    systems = checked_systems(num_csx if num_csx is not None else (source.num_csx or 1))
-    batch = batch_size if batch_size is not None else source.batch_size
+    systems = checked_systems(
+        options.num_csx if options.num_csx is not None else (source.num_csx or 1)
+    )
+    batch = options.batch_size if options.batch_size is not None else source.batch_size
     if batch is not None:
         checked_batch(batch, systems)
     if training is not None and mode == "pipelined":
-        raise CgcError("training runs in weight-streaming mode; use --mode weight_streaming")
-    if mode == "pipelined" and (micro_batch_size is not None or recompute is not None):
-        raise CgcError("--micro-batch-size and --recompute apply to weight-streaming mode")
+        raise OptionError(
+            "training runs in weight-streaming mode; use mode weight_streaming", "mode"
+        )
+    if mode == "pipelined" and (
+        options.micro_batch_size is not None or options.recompute is not None
+    ):
+        raise OptionError(
+            "micro_batch_size and recompute apply to weight-streaming mode",
+            "micro_batch_size",
+            "recompute",
+        )
     if training is not None and sparsity is not None:
-        raise CgcError("a training says its sparsity in its options (TrainingOptions)")
-    if sparsity is None and detect_sparsity is None and given is not None:
+        raise CgcError("a training says its sparsity in its options (Training)")
+    if sparsity is None and sparse.detect_sparsity is None and given is not None:
         sparsity = given.sparsity(0)
     request = Request(
         source,
-        resolve(target),
+        resolve(options.target),
         systems,
         None if batch is None else batch // systems,
         training,
-        micro_batch_size,
-        recompute,
+        options.micro_batch_size,
+        options.recompute,
         training.sparsity if training is not None else sparsity,
-        checked_threshold(detect_sparsity, sparsity or (training and training.sparsity)),
+        checked_threshold(sparse.detect_sparsity, sparsity or (training and training.sparsity)),
     )
     dumps = IRDumps(dump_ir, print_ir_after_all)
     if mode == "weight_streaming" or training is not None:
-        asked = "training streams weights from MemoryX" if training else "requested with --mode"
-        return StreamingCompiler(on_pass=on_pass).artifact(
-            request, asked.replace("--mode", f"--mode {mode}"), dumps
-        )
+        # the manifest's reason, in the command line's words as artifacts have always had it
+        asked = STREAMED_FOR_TRAINING if training else f"requested with --mode {mode}"
+        return StreamingCompiler(on_pass=on_pass).artifact(request, asked, dumps)
     return _placed(request, mode, dumps, on_pass)
 
 
@@ -531,9 +546,10 @@ def _recompute_choices(request: Request) -> tuple[bool, ...]:
     """Whether the plan may, must or must not recompute activations."""
     segmented = request.training is not None and request.source.segments is not None
     if request.recompute and not segmented:
-        raise CgcError(
-            "--recompute: the model has no segments to recompute (training of a params-file "
-            "model has: its transformer blocks)"
+        raise OptionError(
+            "recompute: the model has no segments to recompute (training of a params-file "
+            "model has: its transformer blocks)",
+            "recompute",
         )
     if request.recompute is not None:
         return (request.recompute,)
@@ -713,7 +729,7 @@ def _layer_entry(cost: LayerCost, info: LayerInfo) -> dict:
 def _training_entry(
     imported: ImportedModel,
     program: Program,
-    training: TrainingOptions,
+    training: Training,
     scale: float,
     reduction: str | None,
 ) -> dict:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, OptionError
 from cgc.machine.hardware.target import Target
 from cgc.machine.hardware.units import human_bytes
 from cgc.machine.timing import streaming
@@ -153,9 +153,10 @@ class Planner:
         self.forced = micro_batch
         self.probes: dict[tuple[int, bool, int], Measure] = {}
         if micro_batch is not None and (micro_batch < 1 or per_system_batch % micro_batch):
-            raise CgcError(
-                f"--micro-batch-size {micro_batch} does not divide the per-system batch "
-                f"{per_system_batch}"
+            raise OptionError(
+                f"micro_batch_size {micro_batch} does not divide the per-system batch "
+                f"{per_system_batch}",
+                "micro_batch_size",
             )
 
     @property

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, OptionError
 from cgc.frontends import transformer
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx import import_model, import_onnx
@@ -256,9 +256,12 @@ def source_of(
         return ImportedSource(model)
     if is_torch_program(model):
         if shapes or values or no_weights or init_seed is not None:
-            raise CgcError(
-                "--shape, fixed input values, --no-weights and --init-seed apply to ONNX and "
-                "params-file models; a PyTorch model brings its example inputs and weights"
+            raise OptionError(
+                "shapes, fixed input values, no_weights and init_seed apply to ONNX and "
+                "params-file models; a PyTorch model brings its example inputs and weights",
+                "shapes",
+                "no_weights",
+                "init_seed",
             )
         return TorchSource(model, training=training)
     if isinstance(model, ModelParams):
@@ -267,11 +270,15 @@ def source_of(
         params = load_params(model)
     else:
         if init_seed is not None:
-            raise CgcError("--init-seed draws the weights of a params-file model only")
+            raise OptionError(
+                "init_seed draws the weights of a params-file model only", "init_seed"
+            )
         return OnnxSource(model, shapes, values, no_weights)
     if shapes or values:
-        raise CgcError(
-            f"{params.source}: --shape and fixed input values apply to ONNX models; a "
-            "params-file model takes --batch-size (its sequence length is in the file)"
+        raise OptionError(
+            f"{params.source}: shapes and fixed input values apply to ONNX models; a "
+            "params-file model takes batch_size (its sequence length is in the file)",
+            "shapes",
+            "batch_size",
         )
     return ParamsSource(params, training, init_seed)

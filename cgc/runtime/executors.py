@@ -11,20 +11,14 @@ import socket
 from dataclasses import dataclass
 from types import ModuleType
 
-from cgc.errors import CgcError
-
-LOCAL, RAY = "local", "ray"
-EXECUTORS = (LOCAL, RAY)
-"""The executors a user may name (``--executor``, ``executor=``)."""
-PLACEMENTS = ("pack", "spread")
-"""How the actors of one run sit on a Ray cluster (``--ray-placement``): packed on as few
-nodes as will hold them, or spread over as many."""
+from cgc.errors import CgcError, OptionError
+from cgc.options import EXECUTORS, LOCAL, PLACEMENTS, RAY, SimulationOptions
 
 
 def checked_executor(name: str) -> str:
     """``name`` if it is an executor's, else a one-line error naming it."""
     if name not in EXECUTORS:
-        raise CgcError(f"--executor {name!r}: not one of {', '.join(EXECUTORS)}")
+        raise OptionError(f"executor {name!r}: not one of {', '.join(EXECUTORS)}", "executor")
     return name
 
 
@@ -140,12 +134,18 @@ class Backend:
     placement: str | None = None
     """None: packed."""
 
+    @classmethod
+    def of(cls, options: SimulationOptions) -> Backend:
+        """The backend a run's options name."""
+        return cls(options.executor, options.ray_address, options.ray_placement)
+
     def __post_init__(self) -> None:
         checked_executor(self.executor)
         if self.placement is not None and self.placement not in PLACEMENTS:
-            raise CgcError(
-                f"--ray-placement {self.placement!r}: not one of {', '.join(PLACEMENTS)}"
+            raise OptionError(
+                f"ray_placement {self.placement!r}: not one of {', '.join(PLACEMENTS)}",
+                "ray_placement",
             )
-        for option, value in (("--ray-address", self.address), ("--ray-placement", self.placement)):
+        for option, value in (("ray_address", self.address), ("ray_placement", self.placement)):
             if value is not None and self.executor != RAY:
-                raise CgcError(f"{option} {value!r} needs --executor ray")
+                raise OptionError(f"{option} {value!r} needs executor ray", option, "executor")

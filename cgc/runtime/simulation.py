@@ -9,7 +9,7 @@ floor's ``cgc.machine.timing.run_stats``).
 
 from __future__ import annotations
 
-from cgc.errors import CgcError
+from cgc.errors import OptionError
 from cgc.machine.program.artifact import Artifact
 from cgc.machine.timing.run_stats import Simulation
 from cgc.runtime.cluster import Cluster
@@ -20,11 +20,13 @@ MAX_STEPS = 1_000_000
 
 
 def check_steps(steps: int) -> None:
-    """A CgcError naming --steps unless a timing-only run can simulate ``steps`` steps."""
+    """An OptionError naming ``steps`` unless a timing-only run can simulate that many."""
     if steps < 1:
-        raise CgcError(f"--steps {steps}: must be at least 1")
+        raise OptionError(f"steps {steps}: must be at least 1", "steps")
     if steps > MAX_STEPS:
-        raise CgcError(f"--steps {steps}: a timing-only run simulates at most {MAX_STEPS:,}")
+        raise OptionError(
+            f"steps {steps}: a timing-only run simulates at most {MAX_STEPS:,}", "steps"
+        )
 
 
 def simulate(artifact: Artifact, num_csx: int | None = None, steps: int = 1) -> Simulation:

@@ -25,7 +25,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, OptionError
 from cgc.files import (
     DirectoryLock,
     append_whole,
@@ -112,7 +112,7 @@ def schedule(kind: str, warmup_steps: int, steps: int, step_size: int, gamma: fl
     try:
         return Schedule(kind, warmup_steps, steps, step_size, gamma)
     except ValueError as e:
-        raise CgcError(f"--lr-schedule {kind}: {e}") from None
+        raise OptionError(f"lr_schedule {kind}: {e}", "lr_schedule") from None
 
 
 @dataclass(frozen=True)
@@ -136,13 +136,17 @@ class LoopOptions:
 
     def __post_init__(self) -> None:
         if self.steps < 1:
-            raise CgcError(f"--steps {self.steps}: must be at least 1")
+            raise OptionError(f"steps {self.steps}: must be at least 1", "steps")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise CgcError(f"--max-grad-norm {self.max_grad_norm:g}: must be positive")
+            raise OptionError(
+                f"max_grad_norm {self.max_grad_norm:g}: must be positive", "max_grad_norm"
+            )
         if self.checkpoint_every < 0:
-            raise CgcError(f"--checkpoint-every {self.checkpoint_every}: must be >= 0")
+            raise OptionError(
+                f"checkpoint_every {self.checkpoint_every}: must be >= 0", "checkpoint_every"
+            )
         if self.seed < 0:
-            raise CgcError(f"--seed {self.seed}: must be >= 0")
+            raise OptionError(f"seed {self.seed}: must be >= 0", "seed")
 
 
 def strict_json(line: Mapping[str, Any]) -> dict[str, Any]:
@@ -183,7 +187,7 @@ class Evaluation:
 
     def __post_init__(self) -> None:
         if self.every < 1:
-            raise CgcError(f"--eval-every {self.every}: must be at least 1")
+            raise OptionError(f"eval_every {self.every}: must be at least 1", "eval_every")
 
     def due(self, step: int, loop: LoopOptions) -> bool:
         """Whether the held-out loss is measured after step ``step`` (0-based)."""
@@ -194,7 +198,9 @@ class Evaluation:
         returns its sample count."""
         samples = check_data(self.artifact, self.data)
         if samples < batch:
-            raise CgcError(f"--eval-data has {samples} samples, fewer than one batch of {batch}")
+            raise OptionError(
+                f"eval_data has {samples} samples, fewer than one batch of {batch}", "eval_data"
+            )
         return samples
 
     def loss(self, cluster: Cluster, weights: dict[str, np.ndarray], scale: float) -> float:
@@ -386,7 +392,9 @@ def _resume(
             raise CgcError(f"--resume: no checkpoint in {root} is intact")
         return 0
     if found.step > loop.steps:
-        raise CgcError(f"--resume: checkpoint step-{found.step} is beyond --steps {loop.steps}")
+        raise OptionError(
+            f"resume: checkpoint step-{found.step} is beyond steps {loop.steps}", "resume", "steps"
+        )
     if found.optimizer != optimizer:
         changed = sorted(k for k in {*found.optimizer, *optimizer}
                          if found.optimizer.get(k) != optimizer.get(k))  # fmt: skip

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
+from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, Training
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import ASSUMED, Target, checked_systems
@@ -103,7 +103,7 @@ def model_batch_sizes(systems: Sequence[int], batch: int | None) -> tuple[list[i
 def study(
     source: Source,
     target: Target,
-    training: TrainingOptions,
+    training: Training,
     systems: Sequence[int],
     per_system_batch: int | None = None,
     global_batch: int | None = None,

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, TrainingOptions
+from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, Training
 from cgc.compiler.sources import Source
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import Target
@@ -158,7 +158,7 @@ class _Measured:
 def sparsity_study(
     source: Source,
     target: Target,
-    training: TrainingOptions,
+    training: Training,
     levels: Sequence[float],
     systems: Sequence[int] = (1,),
     per_system_batch: int | None = None,

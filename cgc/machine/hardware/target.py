@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, OptionError
 from cgc.machine.hardware import dtypes
 
 TRANSCENDENTAL_CYCLES = 8
@@ -193,30 +193,34 @@ def _figure(target: Target, key: str, origins: Mapping[str, str]) -> int | float
 
 def checked_batch(batch: int, systems: int) -> int:
     """``batch`` if it is a global batch that splits evenly over ``systems`` (1 to
-    ``MAX_BATCH`` samples); else a CgcError naming --batch-size. Beyond the bound the memory
+    ``MAX_BATCH`` samples); else an OptionError naming ``batch_size``. Beyond the bound the memory
     plan would search for minutes for a batch no machine runs."""
     if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
-        raise CgcError(f"--batch-size must be a whole number, got {batch!r}")
+        raise OptionError(f"batch_size must be a whole number, got {batch!r}", "batch_size")
     if batch < 1:
-        raise CgcError(f"--batch-size must be at least 1, got {batch}")
+        raise OptionError(f"batch_size must be at least 1, got {batch}", "batch_size")
     if batch > MAX_BATCH:
-        raise CgcError(f"--batch-size must be at most 2^40 ({MAX_BATCH}), got {batch}")
+        raise OptionError(
+            f"batch_size must be at most 2^40 ({MAX_BATCH}), got {batch}", "batch_size"
+        )
     if batch % systems:
-        raise CgcError(
-            f"--batch-size {batch} does not split evenly over --num-csx {systems} systems"
+        raise OptionError(
+            f"batch_size {batch} does not split evenly over num_csx {systems} systems",
+            "batch_size",
+            "num_csx",
         )
     return int(batch)
 
 
 def checked_systems(systems: int) -> int:
     """``systems`` if a cluster can have that many (1 to ``MAX_SYSTEMS``); else a CgcError
-    naming --num-csx."""
+    naming ``num_csx``."""
     if isinstance(systems, bool) or not isinstance(systems, numbers.Integral):
-        raise CgcError(f"--num-csx must be a whole number, got {systems!r}")
+        raise OptionError(f"num_csx must be a whole number, got {systems!r}", "num_csx")
     if systems < 1:
-        raise CgcError(f"--num-csx must be at least 1, got {systems}")
+        raise OptionError(f"num_csx must be at least 1, got {systems}", "num_csx")
     if systems > MAX_SYSTEMS:
-        raise CgcError(f"--num-csx must be at most {MAX_SYSTEMS}, got {systems}")
+        raise OptionError(f"num_csx must be at most {MAX_SYSTEMS}, got {systems}", "num_csx")
     return int(systems)
 
 
@@ -337,7 +341,9 @@ def with_swarmx_fanout(target: Target, fanout: int | None) -> Target:
     if fanout is None:
         return target
     if fanout < 2:
-        raise CgcError(f"--swarmx-fanout {fanout}: a tree node needs at least 2 children")
+        raise OptionError(
+            f"swarmx_fanout {fanout}: a tree node needs at least 2 children", "swarmx_fanout"
+        )
     return checked(
         replace(target, swarmx_fanout=fanout), {"swarmx_fanout": f"--swarmx-fanout {fanout}"}
     )

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, OptionError
 
 DETECTED = "detected"
 """The ``init`` of the masks ``--detect-sparsity`` found: a weight's zeros are its dead
@@ -72,13 +72,13 @@ REGROWS = ("gradient", "random")
 DECAYS = ("constant", "cosine")
 """How the fraction a dynamic mask drops changes over the steps."""
 DYNAMIC = ("update_every", "drop_fraction", "regrow", "decay", "end_step")
-"""The settings of dynamic sparsity, as the record, the API (``sparsity_`` first) and
-``cgc train`` (``--sparsity-`` first) name them."""
+"""The settings of dynamic sparsity, as the record and, ``sparsity_`` first, the options
+(``cgc.options.SparsityOptions``) name them."""
 
 
 def _option(setting: str) -> str:
-    """The ``cgc train`` option of a sparsity setting."""
-    return "--sparsity-" + setting.replace("_", "-")
+    """The option (``cgc.options.SparsityOptions``' field) of a sparsity setting."""
+    return "sparsity_" + setting
 
 
 @dataclass(frozen=True)
@@ -110,29 +110,41 @@ class Sparsity:
         if not 0 < self.density <= 1:
             raise CgcError(f"sparsity density {self.density:g}: must be in (0, 1]")
         for option, value, choices in (
-            ("--sparsity-init", self.init, INITS),
-            ("--sparsity-schedule", self.schedule, SCHEDULES),
-            ("--sparsity-regrow", self.regrow, REGROWS),
-            ("--sparsity-decay", self.decay, DECAYS),
+            ("sparsity_init", self.init, INITS),
+            ("sparsity_schedule", self.schedule, SCHEDULES),
+            ("sparsity_regrow", self.regrow, REGROWS),
+            ("sparsity_decay", self.decay, DECAYS),
         ):
             if value not in choices:
-                raise CgcError(f"{option} {value}: expected one of {', '.join(choices)}")
+                raise OptionError(f"{option} {value}: expected one of {', '.join(choices)}", option)
         if self.seed < 0:
-            raise CgcError(f"--seed {self.seed}: must be >= 0")
+            raise OptionError(f"seed {self.seed}: must be >= 0", "seed")
         if isinstance(self.update_every, bool) or self.update_every < 1:
-            raise CgcError(f"--sparsity-update-every {self.update_every}: must be at least 1")
+            raise OptionError(
+                f"sparsity_update_every {self.update_every}: must be at least 1",
+                "sparsity_update_every",
+            )
         if not 0 < self.drop_fraction < 1:
-            raise CgcError(f"--sparsity-drop-fraction {self.drop_fraction:g}: must be in (0, 1)")
+            raise OptionError(
+                f"sparsity_drop_fraction {self.drop_fraction:g}: must be in (0, 1)",
+                "sparsity_drop_fraction",
+            )
         if self.end_step is not None and self.end_step < 1:
-            raise CgcError(f"--sparsity-end-step {self.end_step}: must be at least 1")
+            raise OptionError(
+                f"sparsity_end_step {self.end_step}: must be at least 1", "sparsity_end_step"
+            )
         if self.decay == "cosine" and self.end_step is None:
-            raise CgcError("--sparsity-decay cosine needs --sparsity-end-step")
+            raise OptionError(
+                "sparsity_decay cosine needs sparsity_end_step",
+                "sparsity_decay",
+                "sparsity_end_step",
+            )
         for pattern in self.patterns:
             try:
                 re.compile(pattern)
             except re.error as e:
-                message = f"--sparse-params {pattern!r}: not a regular expression: {e}"
-                raise CgcError(message) from None
+                message = f"sparse_params {pattern!r}: not a regular expression: {e}"
+                raise OptionError(message, "sparse_params") from None
 
     @classmethod
     def of(
@@ -145,26 +157,34 @@ class Sparsity:
         **dynamic: Any,
     ) -> Sparsity | None:
         """The sparsity that options given by name choose (``cgc train``'s, the API's): the
-        ``level`` is the fraction of zeros (``--sparsity 0.75``: a quarter of the values
+        ``level`` is the fraction of zeros (``sparsity=0.75``: a quarter of the values
         live; 0: all, which is the dense path), ``dynamic`` holds the ``DYNAMIC`` settings,
         None for "not given". None without a ``level``; a setting given without what it
         needs is a CgcError naming it."""
         unknown = sorted(set(dynamic) - set(DYNAMIC))
         if unknown:
-            raise CgcError(f"{_option(unknown[0])}: not a sparsity setting")
+            raise OptionError(f"{_option(unknown[0])}: not a sparsity setting", _option(unknown[0]))
         given = {k: v for k, v in dynamic.items() if v is not None}
         if level is None:
-            named = [_option(k) for k in given] + ["--sparse-params"] * bool(patterns)
-            named += ["--sparsity-schedule"] * (schedule is not None)
+            named = [_option(k) for k in given] + ["sparse_params"] * bool(patterns)
+            named += ["sparsity_schedule"] * (schedule is not None)
             if named:
-                raise CgcError(f"{named[0]} needs --sparsity")
+                raise OptionError(f"{named[0]} needs sparsity", named[0], "sparsity")
             return None
         if given and (schedule or "static") == "static":
-            raise CgcError(f"{_option(next(iter(given)))} needs --sparsity-schedule dynamic")
+            first = _option(next(iter(given)))
+            raise OptionError(
+                f"{first} needs sparsity_schedule dynamic", first, "sparsity_schedule"
+            )
         if isinstance(level, bool) or not 0 <= level < 1:
-            raise CgcError(f"--sparsity {level:g}: the fraction of zeros must be in [0, 1)")
+            raise OptionError(
+                f"sparsity {level:g}: the fraction of zeros must be in [0, 1)", "sparsity"
+            )
         if init not in CHOSEN_INITS:
-            raise CgcError(f"--sparsity-init {init}: expected one of {', '.join(CHOSEN_INITS)}")
+            raise OptionError(
+                f"sparsity_init {init}: expected one of {', '.join(CHOSEN_INITS)}",
+                "sparsity_init",
+            )
         density = 1.0 - level
         return cls(density, tuple(patterns), init, seed, schedule or "static", **given)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cgc.errors import CgcError
+from cgc.errors import CgcError, OptionError
 
 State = dict[str, np.ndarray]
 Update = Callable[[np.ndarray, np.ndarray, State, Mapping[str, float]], np.ndarray]
@@ -246,9 +246,11 @@ Choice = float | Sequence[float] | None
 def chosen_settings(optimizer: str, keywords: Mapping[str, Choice]) -> dict[str, float]:
     """The settings a user chose with API keywords (``cgc train`` options) for
     ``optimizer``: ``betas`` as a pair, flags as booleans, None for "the default". A problem
-    is a CgcError naming the option."""
+    is an OptionError naming the option by its keyword."""
     if optimizer not in OPTIMIZERS:
-        raise CgcError(f"--optimizer {optimizer}: expected one of {', '.join(OPTIMIZERS)}")
+        raise OptionError(
+            f"optimizer {optimizer}: expected one of {', '.join(OPTIMIZERS)}", "optimizer"
+        )
     chosen: dict[str, float] = {}
     for keyword, value in keywords.items():
         if keyword not in KEYWORDS:
@@ -257,16 +259,18 @@ def chosen_settings(optimizer: str, keywords: Mapping[str, Choice]) -> dict[str,
             continue
         names = KEYWORDS[keyword]
         if not set(names) <= set(OPTIMIZERS[optimizer].defaults):
-            raise CgcError(f"{_option(names[0])}: not a setting of --optimizer {optimizer}")
+            raise OptionError(
+                f"{keyword}: not a setting of optimizer {optimizer}", keyword, "optimizer"
+            )
         values = tuple(value) if isinstance(value, Sequence) else (value,)
         if len(values) != len(names):
             shown = ",".join(f"{v:g}" for v in values)
-            raise CgcError(f"{_option(names[0])} {shown}: expected {len(names)} numbers")
+            raise OptionError(f"{keyword} {shown}: expected {len(names)} numbers", keyword)
         chosen.update(zip(names, (float(v) for v in values), strict=True))
     try:
-        _check(optimizer, {**OPTIMIZERS[optimizer].defaults, **chosen}, _option)
+        _check(optimizer, {**OPTIMIZERS[optimizer].defaults, **chosen}, _keyword)
     except ValueError as e:
-        raise CgcError(str(e)) from None
+        raise OptionError(str(e), *KEYWORDS) from None
     return chosen
 
 
@@ -275,9 +279,9 @@ def with_flags(values: Mapping[str, float]) -> dict[str, float | bool]:
     return {k: bool(v) if SETTINGS[k].flag else v for k, v in values.items()}
 
 
-def _option(setting: str) -> str:
-    """The command-line option of a setting."""
-    return "--" + SETTINGS[setting].keyword.replace("_", "-")
+def _keyword(setting: str) -> str:
+    """The API keyword (``cgc.options.TrainingOptions``' setting) of a setting."""
+    return SETTINGS[setting].keyword
 
 
 # ---------------------------------------------------------------------------------------------
