@@ -33,7 +33,7 @@ from cgc.cli_options import (
 )
 from cgc.cli_sweep import sweep
 from cgc.cli_train import scale, train
-from cgc.errors import CgcError, CgcWarning, OptionError
+from cgc.errors import CgcError, CgcWarning
 from cgc.files import close_pipes, npz_bytes
 from cgc.options import CompileOptions, SparsityOptions, flag
 from cgc.tools.paths import (
@@ -79,7 +79,7 @@ class Application(click.Group):
         try:
             return super().invoke(ctx)
         except CgcError as e:  # an error about options names them by their flags here
-            text = e.worded(flag) if isinstance(e, OptionError) else str(e)
+            text = e.worded(flag)
             click.echo(f"error: {one_line(text)}", err=True)
             sys.exit(2)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):

@@ -11,16 +11,13 @@ from collections.abc import Callable
 
 
 class CgcError(Exception):
-    """A problem with the user's input: a bad file, an unsupported op, a model that does not fit."""
+    """A problem with the user's input: a bad file, an unsupported op, a model that does not fit.
 
+    An option its message names is named by its field in the records of options
+    (``cgc.options``: ``batch_size``, ``num_csx``), as the Python API takes them; ``fields``
+    lists those it names, which the command line shows as its flags (``worded``)."""
 
-class OptionError(CgcError):
-    """A problem with options a user gave, its message naming each by its field in the
-    records of options (``cgc.options``: ``batch_size``, ``num_csx``), as the Python API takes
-    them; ``fields`` lists those it names, which the command line shows as its flags
-    (``worded``)."""
-
-    def __init__(self, message: str, *fields: str):
+    def __init__(self, message: str = "", *fields: str):
         super().__init__(message)
         self.fields = fields
 
@@ -30,6 +27,10 @@ class OptionError(CgcError):
         for name in sorted(self.fields, key=len, reverse=True):
             text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", word(name), text)
         return text
+
+
+class OptionError(CgcError):
+    """A problem with options a user gave; ``fields`` names them."""
 
 
 class DoesNotFitError(CgcError):

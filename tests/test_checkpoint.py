@@ -96,7 +96,7 @@ def test_resume_without_an_intact_checkpoint(model, data, tmp_path):
     (tmp_path / "checkpoints" / "step-2" / "state.json").write_text("{")
     with (
         pytest.warns(UserWarning, match="checkpoint step-2 is damaged"),
-        pytest.raises(CgcError, match=r"--resume: no checkpoint in .* is intact"),
+        pytest.raises(CgcError, match=r"resume: no checkpoint in .* is intact"),
     ):
         train(model, data, tmp_path, 4, resume=True)
 
@@ -104,13 +104,13 @@ def test_resume_without_an_intact_checkpoint(model, data, tmp_path):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"seed": 8}, "was written with --seed 7, this run has 8"),
-        ({"shuffle": False}, "was written with --shuffle True, this run has False"),
+        ({"seed": 8}, "was written with seed 7, this run has 8"),
+        ({"shuffle": False}, "was written with shuffle True, this run has False"),
     ],
 )
 def test_resume_needs_the_same_order_of_samples(model, data, tmp_path, options, message):
     train(model, data, tmp_path, 2, checkpoint_every=2)
-    with pytest.raises(CgcError, match=f"--resume: checkpoint step-2 {message}"):
+    with pytest.raises(CgcError, match=f"resume: checkpoint step-2 {message}"):
         train(model, data, tmp_path, 4, resume=True, **options)
 
 
@@ -211,29 +211,29 @@ def test_loop_option_errors(model, data, tmp_path):
 @pytest.mark.parametrize(
     ("before", "after", "message"),
     [
-        ({"lr_schedule": "cosine"}, {}, "--lr-schedule cosine, this run has constant"),
+        ({"lr_schedule": "cosine"}, {}, "lr_schedule cosine, this run has constant"),
         (
             {"lr_schedule": "cosine"},
             {"lr_schedule": "cosine", "steps": 8},
-            "--steps 4, this run has 8",
+            "steps 4, this run has 8",
         ),
-        ({"warmup_steps": 3}, {"warmup_steps": 1}, "--warmup-steps 3, this run has 1"),
+        ({"warmup_steps": 3}, {"warmup_steps": 1}, "warmup_steps 3, this run has 1"),
         (
             {"lr_schedule": "step", "lr_gamma": 0.5},
             {"lr_schedule": "step", "lr_gamma": 0.9},
-            "--lr-gamma 0.5, this run has 0.9",
+            "lr_gamma 0.5, this run has 0.9",
         ),
         (
             {"lr_schedule": "step", "lr_step_size": 1},
             {"lr_schedule": "step", "lr_step_size": 2},
-            "--lr-step-size 1, this run has 2",
+            "lr_step_size 1, this run has 2",
         ),
-        ({"max_grad_norm": 1.0}, {}, "--max-grad-norm 1, this run has none"),
-        ({}, {"max_grad_norm": 0.5}, "--max-grad-norm none, this run has 0.5"),
+        ({"max_grad_norm": 1.0}, {}, "max_grad_norm 1, this run has none"),
+        ({}, {"max_grad_norm": 0.5}, "max_grad_norm none, this run has 0.5"),
         (
             {"trainable": ["fc3.*"]},
             {"trainable": ["fc[23].*"]},
-            "--trainable fc3.bias,fc3.weight, this run has fc2.bias,fc2.weight,fc3.bias,",
+            "trainable fc3.bias,fc3.weight, this run has fc2.bias,fc2.weight,fc3.bias,",
         ),
     ],
 )
@@ -243,7 +243,7 @@ def test_resume_refuses_a_loop_setting_that_changes_the_steps_taken(
     train(model, data, tmp_path, 4, checkpoint_every=2, **before)
     (tmp_path / "checkpoints" / "step-4").rename(tmp_path / "gone")  # resume from step-2
     options = {"steps": 4} | after
-    with pytest.raises(CgcError, match=f"^--resume: checkpoint step-2 was written with {message}"):
+    with pytest.raises(CgcError, match=f"^resume: checkpoint step-2 was written with {message}"):
         train(model, data, tmp_path, resume=True, **options)
 
 

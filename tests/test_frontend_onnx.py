@@ -861,13 +861,13 @@ def _relu_model(shape, dtype=F):
 
 def test_unbound_symbolic_dimension():
     assert _error(_relu_model(["N", "T"]), batch_size=2) == (
-        "model.onnx: input 'x' has symbolic dimension 'T' at axis 1; pass --shape x=D0xD1..."
+        "model.onnx: input 'x' has symbolic dimension 'T' at axis 1; pass shapes x=D0xD1..."
     )
 
 
 def test_symbolic_batch_needs_batch_size():
     message = _error(_relu_model(["N", 3]))
-    assert message == "model.onnx: input 'x' has a symbolic batch dimension 'N'; pass --batch-size"
+    assert message == "model.onnx: input 'x' has a symbolic batch dimension 'N'; pass batch_size"
 
 
 def test_static_batch_with_other_batch_size():

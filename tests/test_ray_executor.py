@@ -239,7 +239,7 @@ def test_killed_actor_fails_the_run_and_resume_finishes_it(model, data, tmp_path
         if line["step"] == 2:
             kill_actor(who)
 
-    with pytest.raises(CgcError, match=rf"^{who} died \(its Ray actor ended\).*--resume$"):
+    with pytest.raises(CgcError, match=rf"^{who} died \(its Ray actor ended\).*with resume$"):
         train(model, data, tmp_path / "cut", executor="ray", on_step=on_step, **options)
     # the failed run ended its other actors, and gave back its placement
     assert not ray.util.list_named_actors()

@@ -294,7 +294,7 @@ def test_training_errors(model, data, tmp_path) -> None:
     with pytest.raises(
         CgcError,
         match=r"input 'x' has a static batch dimension 8, but each system runs 4 samples "
-        r"\(--batch-size over --num-csx\); export the model with a dynamic batch dimension",
+        r"\(batch_size over num_csx\); export the model with a dynamic batch dimension",
     ):
         cgc.train(static, data, batch_size=8, steps=1, model_dir=tmp_path, num_csx=2)
     inference = zoo.MODELS["mlp"]()

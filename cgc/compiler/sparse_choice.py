@@ -71,8 +71,10 @@ def _detected_entry(
     unread = [n for n in matrices if n not in imported.weights]
     if unread:
         raise CgcError(
-            f"--detect-sparsity: weight '{unread[0]}' has no values to look at "
-            "(declared by shape: a params file or --no-weights)"
+            f"detect_sparsity: weight '{unread[0]}' has no values to look at "
+            "(declared by shape: a params file or no_weights)",
+            "detect_sparsity",
+            "no_weights",
         )
     zeros = {n: 1 - np.count_nonzero(imported.weights[n]) / imported.weights[n].size
              for n in matrices}  # fmt: skip

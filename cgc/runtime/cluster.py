@@ -188,7 +188,8 @@ class Cluster:
         if samples == 0 or samples % self.batch:
             raise CgcError(
                 f"{samples} samples is not a multiple of the compiled per-system batch "
-                f"{self.batch}; compile with --batch-size to match"
+                f"{self.batch}; compile with batch_size to match",
+                "batch_size",
             )
         return [
             [a[c * self.batch : (c + 1) * self.batch] if b else a for a, b in arrays]

@@ -58,14 +58,16 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ModuleTy
             configure_logging=False,
         )
     except (ConnectionError, ValueError) as error:  # ValueError: a missing Ray Client
-        raise CgcError(f"--ray-address {address!r}: {error}") from None
+        raise CgcError(f"ray_address {address!r}: {error}", "ray_address") from None
     except Exception as error:
         if address is not None or type(error) not in START_FAILURES:
             raise
         raise CgcError(
-            f"--executor ray: a local Ray instance did not start ({_first_sentence(error)}); "
+            f"executor ray: a local Ray instance did not start ({_first_sentence(error)}); "
             "try again on a less busy machine, or start Ray first (ray start --head) and pass "
-            "--ray-address auto"
+            "ray_address auto",
+            "executor",
+            "ray_address",
         ) from None
     _connections.append(address)
     return ray

@@ -47,7 +47,9 @@ class NonFiniteError(CgcError):
         kept = f"the weights of step {step - 1}" if step > 1 else "the initial weights"
         return cls(
             f"step {step}: {found}; stopped with {kept} (a lower learning rate or "
-            "--max-grad-norm may help; --allow-nonfinite trains on)"
+            "max_grad_norm may help; allow_nonfinite trains on)",
+            "max_grad_norm",
+            "allow_nonfinite",
         )
 
 

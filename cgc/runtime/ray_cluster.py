@@ -232,7 +232,8 @@ class RayCluster(Cluster):
             who = self.names.get(error.actor_id or "", "an actor of the run")
             raise CgcError(
                 f"{who} died (its Ray actor ended); a training run with checkpoints continues "
-                "from the last one with --resume"
+                "from the last one with resume",
+                "resume",
             ) from None
         except ray.exceptions.RayTaskError as error:
             if isinstance(error.cause, CgcError):

@@ -359,21 +359,29 @@ def _check_loop(found: checkpoint.Checkpoint, loop: LoopOptions, manifest: Mappi
     changed = checkpoint.changed_setting(found, _loop_record(loop, manifest))
     if changed is not None:
         keyword, then, now = changed
-        raise CgcError(
-            f"--resume: checkpoint step-{found.step} was written with "
-            f"--{keyword.replace('_', '-')} {then}, this run has {now}"
+        raise OptionError(
+            f"resume: checkpoint step-{found.step} was written with {keyword} {then}, this "
+            f"run has {now}",
+            "resume",
+            keyword,
         )
 
 
 def _check_order(found: checkpoint.Checkpoint, loop: LoopOptions, batch: int) -> None:
     """A resumed run must visit the samples in the order the checkpointed one did."""
     want = _data_order(loop, batch, found.step)
-    options = {"global_batch": "--batch-size x --num-csx", "shuffle": "--shuffle", "seed": "--seed"}
-    for key, option in options.items():
+    options = {
+        "global_batch": ("batch_size", "num_csx"),
+        "shuffle": ("shuffle",),
+        "seed": ("seed",),
+    }
+    for key, fields in options.items():
         if found.data.get(key) != want[key] and (key != "seed" or loop.shuffle):
-            raise CgcError(
-                f"--resume: checkpoint step-{found.step} was written with {option} "
-                f"{found.data.get(key)}, this run has {want[key]}"
+            raise OptionError(
+                f"resume: checkpoint step-{found.step} was written with {' x '.join(fields)} "
+                f"{found.data.get(key)}, this run has {want[key]}",
+                "resume",
+                *fields,
             )
 
 
@@ -389,7 +397,7 @@ def _resume(
     found = checkpoint.latest(root, warn)
     if found is None:
         if checkpoint.saved_steps(root):
-            raise CgcError(f"--resume: no checkpoint in {root} is intact")
+            raise OptionError(f"resume: no checkpoint in {root} is intact", "resume")
         return 0
     if found.step > loop.steps:
         raise OptionError(
@@ -398,16 +406,18 @@ def _resume(
     if found.optimizer != optimizer:
         changed = sorted(k for k in {*found.optimizer, *optimizer}
                          if found.optimizer.get(k) != optimizer.get(k))  # fmt: skip
-        raise CgcError(
-            f"--resume: checkpoint step-{found.step} was written with other optimizer "
-            f"settings ({', '.join(changed)}); resume with the same ones"
+        raise OptionError(
+            f"resume: checkpoint step-{found.step} was written with other optimizer "
+            f"settings ({', '.join(changed)}); resume with the same ones",
+            "resume",
         )
     _check_order(found, loop, cluster.global_batch)
     _check_loop(found, loop, cluster.artifact.manifest)
     unknown = sorted(set(found.weights) - set(cluster.memoryx.specs))
     if unknown:
-        raise CgcError(
-            f"--resume: checkpoint step-{found.step} holds weights the model lacks: {unknown[:3]}"
+        raise OptionError(
+            f"resume: checkpoint step-{found.step} holds weights the model lacks: {unknown[:3]}",
+            "resume",
         )
     cluster.restore(found.weights, found.optimizer_state, found.updates, found.masks)
     return found.step

@@ -217,8 +217,9 @@ class ModelInterface:
     env: dict[str, Entry]
     no_weights: bool
 
-    def error(self, message: str) -> CgcError:
-        return CgcError(f"{self.source}: {message}")
+    def error(self, message: str, *fields: str) -> CgcError:
+        """The error of ``message`` about this model, naming the options ``fields``."""
+        return CgcError(f"{self.source}: {message}", *fields)
 
     def _check_opset(self) -> int:
         versions = {o.domain: o.version for o in self.model.opset_import}
@@ -324,7 +325,9 @@ class ModelInterface:
         if name in self.shapes:
             return TensorSpec(name, self._override(name, dims), dtype, 0 if batched else None)
         if dims is None:
-            raise self.error(f"input '{name}' has no declared shape; pass --shape {name}=D0xD1...")
+            raise self.error(
+                f"input '{name}' has no declared shape; pass shapes {name}=D0xD1...", "shapes"
+            )
         shape = []
         for axis, dim in enumerate(dims):
             if not _symbolic(dim):
@@ -332,12 +335,14 @@ class ModelInterface:
             elif axis > 0:
                 raise self.error(
                     f"input '{name}' has symbolic dimension '{_dim_label(dim)}' at axis {axis}; "
-                    f"pass --shape {name}=D0xD1..."
+                    f"pass shapes {name}=D0xD1...",
+                    "shapes",
                 )
             elif self.batch_size is None:
                 raise self.error(
                     f"input '{name}' has a symbolic batch dimension '{_dim_label(dim)}'; "
-                    "pass --batch-size"
+                    "pass batch_size",
+                    "batch_size",
                 )
             else:
                 shape.append(self.batch_size)
@@ -369,8 +374,10 @@ class ModelInterface:
             if spec.shape[0] != self.batch_size:
                 raise self.error(
                     f"input '{spec.name}' has a static batch dimension {spec.shape[0]}, but "
-                    f"each system runs {self.batch_size} samples (--batch-size over "
-                    "--num-csx); export the model with a dynamic batch dimension"
+                    f"each system runs {self.batch_size} samples (batch_size over "
+                    "num_csx); export the model with a dynamic batch dimension",
+                    "batch_size",
+                    "num_csx",
                 )
 
     def _output_specs(self, inputs: list[TensorSpec], results: list[SSAValue]) -> list[TensorSpec]:
