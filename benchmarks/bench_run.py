@@ -65,7 +65,8 @@ def _training_data(name: str, batch: int) -> dict[str, np.ndarray]:
 
 
 def measure_cgc_training(name: str, batch: int, repeat: int, target: str) -> dict:
-    from cgc.compiler.driver import Training, compile_model
+    from cgc.compiler.driver import compile_model
+    from cgc.compiler.training import Training
     from cgc.frontends import zoo, zoo_torch
     from cgc.runtime.cluster import Cluster
 

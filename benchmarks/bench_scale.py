@@ -63,8 +63,8 @@ def _step(name: str, systems: int | None, overrides: dict) -> dict:
 
 
 def _sweep(name: str) -> dict:
-    from cgc.compiler.driver import training_options
     from cgc.compiler.sources import source_of
+    from cgc.compiler.training import training_options
     from cgc.machine.hardware.target import get_target
     from cgc.tools import scaling
 

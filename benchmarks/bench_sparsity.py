@@ -61,7 +61,8 @@ runconfig:
 
 def _timing(name: str, density: float | None) -> dict:
     """Compile and simulate one timing-only training step, as ``cgc train --timing-only``."""
-    from cgc.compiler.driver import compile_model, training_options
+    from cgc.compiler.driver import compile_model
+    from cgc.compiler.training import training_options
     from cgc.frontends.params import load_params
     from cgc.machine.sparse.sparsity import Sparsity
     from cgc.runtime.simulation import simulate

@@ -114,8 +114,8 @@ FREE_UPDATE = "memoryx_update_params_per_s=1e13"
 def _scaling(
     name: str, systems: list[int], global_batch: int, figures: tuple[str, ...] = ()
 ) -> list[Any]:
-    from cgc.compiler.driver import training_options
     from cgc.compiler.sources import source_of
+    from cgc.compiler.training import training_options
     from cgc.machine.hardware.target import get_target, with_figures
     from cgc.tools import scaling
 
@@ -244,8 +244,8 @@ SPDF = (
 
 def _sparse_xl() -> list[Any]:
     """GPT-3 XL's step at 75 % and 90 % sparsity beside the dense one, on one system."""
-    from cgc.compiler.driver import training_options
     from cgc.compiler.sources import source_of
+    from cgc.compiler.training import training_options
     from cgc.machine.hardware.target import get_target
     from cgc.tools import sparsity_study
 

@@ -170,7 +170,8 @@ def _prepared(
     model, chosen: Chosen, eval_data: Mapping[str, np.ndarray] | None, weights
 ) -> tuple[Artifact, LoopOptions, Evaluation | None]:
     """``prepare_training`` of the records ``chosen``."""
-    from cgc.compiler.driver import Training, compile_model, training_of
+    from cgc.compiler.driver import compile_model
+    from cgc.compiler.training import Training, training_of
     from cgc.frontends.params import ModelParams, is_params_source, load_params
     from cgc.machine.hardware.target import resolve, with_swarmx_fanout
     from cgc.machine.program.mode import Mode

@@ -206,8 +206,8 @@ def scale(
     """Simulate a training step of MODEL on clusters of every size in --num-csx (timing only)
     and tabulate throughput, speed-up, efficiency and what bounds each; with --sparsity, the
     step at every sparsity level against the dense one, and what stops each layer gaining."""
-    from cgc.compiler.driver import training_options
     from cgc.compiler.sources import ParamsSource, source_of
+    from cgc.compiler.training import training_options
     from cgc.tools import scaling, sparsity_study
 
     model_argument(model, "MODEL")

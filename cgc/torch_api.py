@@ -402,7 +402,8 @@ class Session:
     # -- the first step: capture, compile, weights to MemoryX --------------------------------
 
     def _start(self, args: tuple[torch.Tensor, ...]) -> None:
-        from cgc.compiler.driver import Training, compile_model
+        from cgc.compiler.driver import compile_model
+        from cgc.compiler.training import Training
         from cgc.runtime.cluster import Cluster
 
         model = self.model.model

@@ -16,8 +16,8 @@ import pytest
 from xdsl.context import Context
 
 import cgc
-from cgc.compiler.driver import Training, front
 from cgc.compiler.sources import source_of
+from cgc.compiler.training import Training, front
 from cgc.dialects import parse_module
 from cgc.frontends import zoo
 from cgc.machine.reference.attention import CAUSAL, MASK_ROWS, OPEN, Mask, mask_kind

@@ -11,7 +11,8 @@ import dataclasses
 
 import pytest
 
-from cgc.compiler.driver import Training, compile_model
+from cgc.compiler.driver import compile_model
+from cgc.compiler.training import Training
 from cgc.dialects import parse_module
 from cgc.dialects.ir import main_function, module_target
 from cgc.dialects.lowering import layer_graph, layer_works, lower

@@ -30,8 +30,9 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.rewriter import Rewriter
 
 from cgc.cli import main as cli
-from cgc.compiler.driver import Training, compile_model
+from cgc.compiler.driver import compile_model
 from cgc.compiler.pipelines import pass_spec, pipeline
+from cgc.compiler.training import Training
 from cgc.dialects import context, parse_module, print_module, ws, wse
 from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import dense_to_numpy, main_function, module_target, set_module_target

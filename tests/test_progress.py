@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 import cgc.cli_io
 from cgc.cli import main
-from cgc.compiler.driver import Training, compile_model
+from cgc.compiler.driver import compile_model
+from cgc.compiler.training import Training
 from cgc.frontends import zoo
 from cgc.machine.program.artifact import Artifact
 from cgc.runtime.cluster import Cluster

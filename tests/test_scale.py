@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import cgc
 from cgc.cli import main
-from cgc.compiler.driver import training_options
 from cgc.compiler.sources import source_of
+from cgc.compiler.training import training_options
 from cgc.machine.hardware.target import get_target
 from cgc.tools import scaling
 

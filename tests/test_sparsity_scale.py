@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cgc.compiler.driver import training_options
 from cgc.compiler.sources import source_of
+from cgc.compiler.training import training_options
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import get_target
 from cgc.tools import sparsity_study

@@ -432,7 +432,8 @@ def test_first_training_loss_equals_onnxruntime(tmp_path):
 
 @cache
 def training_artifact():
-    from cgc.compiler.driver import Training, compile_model
+    from cgc.compiler.driver import compile_model
+    from cgc.compiler.training import Training
 
     return compile_model(
         model("mlp_train"),
@@ -444,7 +445,8 @@ def training_artifact():
 
 
 def test_trainer_keeps_untrained_initializers(tmp_path):
-    from cgc.compiler.driver import Training, compile_model
+    from cgc.compiler.driver import compile_model
+    from cgc.compiler.training import Training
 
     art = compile_model(
         model("mlp_train"),

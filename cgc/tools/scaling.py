@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, Training
+from cgc.compiler.driver import Request, StreamingCompiler
 from cgc.compiler.sources import Source
+from cgc.compiler.training import STREAMED_FOR_TRAINING, Training
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import ASSUMED, Target, checked_systems
 from cgc.runtime.cluster import Cluster, Run

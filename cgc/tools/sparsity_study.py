@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from cgc.compiler.driver import STREAMED_FOR_TRAINING, Request, StreamingCompiler, Training
+from cgc.compiler.driver import Request, StreamingCompiler
 from cgc.compiler.sources import Source
+from cgc.compiler.training import STREAMED_FOR_TRAINING, Training
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import Target
 from cgc.machine.program.bytecode import Program
