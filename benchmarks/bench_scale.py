@@ -74,7 +74,7 @@ def _sweep(name: str) -> dict:
         source,
         get_target("wse2"),
         training_options(source.params),  # type: ignore[attr-defined]
-        [1, 2, 4, 8, 16, 32, 64],
+        scaling.Clusters((1, 2, 4, 8, 16, 32, 64)),
     )
     return {
         "wall_seconds": time.perf_counter() - start,

@@ -122,7 +122,8 @@ def _scaling(
     source = source_of(f"zoo:{name}", training=True)
     options = training_options(source.params)  # type: ignore[attr-defined]
     target = with_figures(get_target("wse2"), figures)
-    return scaling.study(source, target, options, systems, global_batch=global_batch)
+    clusters = scaling.Clusters(tuple(systems), global_batch=global_batch)
+    return scaling.study(source, target, options, clusters)
 
 
 def _runs(point: Any) -> str:
@@ -248,11 +249,13 @@ def _sparse_xl() -> list[Any]:
     from cgc.compiler.training import training_options
     from cgc.machine.hardware.target import get_target
     from cgc.tools import sparsity_study
+    from cgc.tools.scaling import Clusters
 
     source = source_of("zoo:cerebras-gpt-1.3b", training=True)
     options = training_options(source.params)  # type: ignore[attr-defined]
+    clusters = Clusters((1,), global_batch=XL_BATCH)
     return sparsity_study.sparsity_study(
-        source, get_target("wse2"), options, [0, 0.75, 0.9], [1], global_batch=XL_BATCH
+        source, get_target("wse2"), options, [0, 0.75, 0.9], clusters
     )
 
 

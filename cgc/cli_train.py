@@ -230,16 +230,20 @@ def scale(
                 f"{left_out} systems: left out (give --global-batch or --per-system-batch)"
             )
     training = training_options(params, optimizer)
-    batches = (per_system_batch, global_batch, micro_batch_size, recompute)
+    clusters = scaling.Clusters(
+        tuple(sizes), per_system_batch, global_batch, micro_batch_size, recompute
+    )
     if levels is None:
         study: Any = scaling
-        points: Any = scaling.study(source, chosen, training, sizes, *batches)
+        points: Any = scaling.study(source, chosen, training, clusters)
     else:
         study = sparsity_study
+        sparse = SparsityOptions(
+            sparse_params=tuple(sparse_params), sparsity_init=sparsity_init, seed=seed
+        )
         points = sparsity_study.sparsity_study(
-            source, chosen, training, _levels(levels), sizes, *batches,
-            sparse_params, sparsity_init, seed,
-        )  # fmt: skip
+            source, chosen, training, _levels(levels), clusters, sparse
+        )
     click.echo(study.table_text(points, chosen), nl=False)
     if json_path is not None:
         text = json.dumps(study.to_json(points, chosen, source.name), indent=1)

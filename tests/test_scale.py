@@ -22,7 +22,7 @@ MESH = get_target("mesh8x8")
 def study(tiny: Path, systems, **batch) -> list[scaling.Point]:
     source = source_of(str(tiny), training=True)
     options = training_options(source.params)  # type: ignore[attr-defined]
-    return scaling.study(source, MESH, options, systems, **batch)
+    return scaling.study(source, MESH, options, scaling.Clusters(tuple(systems), **batch))
 
 
 @pytest.fixture(scope="module")

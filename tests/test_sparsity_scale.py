@@ -15,6 +15,7 @@ from cgc.compiler.training import training_options
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import get_target
 from cgc.tools import sparsity_study
+from cgc.tools.scaling import Clusters
 from cgc.tools.sparsity_study import CAUSES, SLOW, SparsePoint, densities
 
 MESH = get_target("mesh8x8")
@@ -24,7 +25,8 @@ LEVELS = [0.5, 0.9, 0]
 def sweep(tiny: Path, levels, systems=(1,)) -> list[SparsePoint]:
     source = source_of(str(tiny), training=True)
     options = training_options(source.params)  # type: ignore[attr-defined]
-    return sparsity_study.sparsity_study(source, MESH, options, levels, systems, global_batch=8)
+    clusters = Clusters(tuple(systems), global_batch=8)
+    return sparsity_study.sparsity_study(source, MESH, options, levels, clusters)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from cgc.compiler.sources import Source
 from cgc.compiler.training import STREAMED_FOR_TRAINING, Training
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import ASSUMED, Target, checked_systems
+from cgc.machine.sparse.sparsity import Sparsity
 from cgc.runtime.cluster import Cluster, Run
 
 
@@ -101,29 +102,48 @@ def model_batch_sizes(systems: Sequence[int], batch: int | None) -> tuple[list[i
     return even, [k for k in systems if k not in even]
 
 
-def study(
-    source: Source,
-    target: Target,
-    training: Training,
-    systems: Sequence[int],
-    per_system_batch: int | None = None,
-    global_batch: int | None = None,
-    micro_batch_size: int | None = None,
-    recompute: bool | None = None,
-) -> list[Point]:
+@dataclass(frozen=True)
+class Clusters:
+    """The clusters a study simulates a training step on, and the batch each runs."""
+
+    systems: tuple[int, ...] = (1,)
+    """Cluster sizes, in the order the study reports them."""
+    per_system_batch: int | None = None
+    """A fixed batch per system (weak scaling)."""
+    global_batch: int | None = None
+    """A fixed global batch split over the systems (strong scaling); neither: the model's,
+    over the sizes it splits evenly over."""
+    micro_batch_size: int | None = None
+    """Fixes the memory plan's micro-batch (default: the largest that fits)."""
+    recompute: bool | None = None
+    """Fixes whether the plan recomputes activations (default: if faster)."""
+
+    def batches(self, source: Source) -> tuple[list[int], list[int]]:
+        """The sizes simulated and each one's per-system batch."""
+        systems, global_batch = list(self.systems), self.global_batch
+        if self.per_system_batch is None and global_batch is None:
+            global_batch = source.batch_size
+            systems = model_batch_sizes(systems, global_batch)[0]
+        return systems, per_system_batches(systems, self.per_system_batch, global_batch)
+
+    def request(self, source: Source, target: Target, training: Training, size: int,
+                batch: int, sparsity: Sparsity | None = None) -> Request:  # fmt: skip
+        """The compile request of one cluster of ``size`` systems at ``batch`` each."""
+        return Request(
+            source, target, size, batch, training, self.micro_batch_size, self.recompute, sparsity
+        )
+
+
+def study(source: Source, target: Target, training: Training, clusters: Clusters) -> list[Point]:
     """One timing-only training step per cluster size, in the order given, with speed-ups and
-    efficiencies against one system (simulated too if 1 is not among the sizes). Without a
-    batch, the model's global batch, over the sizes it splits evenly over."""
-    if per_system_batch is None and global_batch is None:
-        global_batch = source.batch_size
-        systems = model_batch_sizes(systems, global_batch)[0]
-    batches = per_system_batches(systems, per_system_batch, global_batch)
+    efficiencies against one system (simulated too if 1 is not among the sizes)."""
+    systems, batches = clusters.batches(source)
     compiler = StreamingCompiler(shared=True)
     timed: dict[int, list[Run]] = {}
     """Per program (by identity), its runs on shapes: one timing serves every size."""
 
     def point(k: int, batch: int) -> Point:
-        request = Request(source, target, k, batch, training, micro_batch_size, recompute)
+        request = clusters.request(source, target, training, k, batch)
         artifact = compiler.artifact(request, STREAMED_FOR_TRAINING)
         key = id(artifact.program)
         cluster = Cluster(artifact, numerics=False, timed=timed.get(key))
@@ -147,7 +167,8 @@ def study(
     points = [point(k, b) for k, b in zip(systems, batches, strict=True)]
     one = next((p for p in points if p.systems == 1), None)
     if one is None:
-        single = batches[0] if per_system_batch is not None else (global_batch or 1)
+        fixed = clusters.per_system_batch is not None
+        single = batches[0] if fixed else (clusters.global_batch or source.batch_size or 1)
         one = point(1, single)
     return [_relative(p, one) for p in points]
 

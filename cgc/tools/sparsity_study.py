@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from cgc.compiler.driver import Request, StreamingCompiler
+from cgc.compiler.driver import StreamingCompiler
 from cgc.compiler.sources import Source
 from cgc.compiler.training import STREAMED_FOR_TRAINING, Training
 from cgc.errors import CgcError
@@ -44,16 +44,10 @@ from cgc.machine.timing.utilization import (
     runs_per_step,
     stream_bound,
 )
+from cgc.options import SparsityOptions
 from cgc.runtime.cluster import Cluster, Run
 from cgc.tools.report import human_seconds
-from cgc.tools.scaling import (
-    assumed_line,
-    cell,
-    model_batch_sizes,
-    per_system_batches,
-    study_json,
-    table_lines,
-)
+from cgc.tools.scaling import Clusters, assumed_line, cell, study_json, table_lines
 
 MOST_LEVELS = 16
 """Most sparsity levels one sweep simulates: each compiles and simulates a step."""
@@ -161,33 +155,29 @@ def sparsity_study(
     target: Target,
     training: Training,
     levels: Sequence[float],
-    systems: Sequence[int] = (1,),
-    per_system_batch: int | None = None,
-    global_batch: int | None = None,
-    micro_batch_size: int | None = None,
-    recompute: bool | None = None,
-    patterns: Sequence[str] = (),
-    init: str = "random",
-    seed: int = 0,
+    clusters: Clusters,
+    sparse: SparsityOptions | None = None,
 ) -> list[SparsePoint]:
     """One timing-only training step per sparsity level (fraction of zeros) and cluster size,
     levels outer, in the order given; each with its speed-up over the dense step on as many
-    systems and its layers beside the dense ones. ``patterns``, ``init`` and ``seed`` choose
-    the sparse weights and their masks (``Sparsity``). Without a batch, the model's global
-    batch, over the sizes it splits evenly over."""
+    systems and its layers beside the dense ones. ``sparse``'s ``sparse_params``,
+    ``sparsity_init`` and ``seed`` choose the sparse weights and their masks (``Sparsity``;
+    default: every matrix but the embeddings, drawn at random from seed 0)."""
+    sparse = sparse or SparsityOptions()
     chosen = densities(levels)
-    if per_system_batch is None and global_batch is None:
-        global_batch = source.batch_size
-        systems = model_batch_sizes(systems, global_batch)[0]
-    batches = per_system_batches(systems, per_system_batch, global_batch)
+    systems, batches = clusters.batches(source)
     compiler = StreamingCompiler(shared=True)
     timed: dict[tuple[object, ...], list[Run]] = {}
     """Per level and program (its micro-batch and recomputing): its runs on shapes."""
 
     def measure(level: float, density: float, k: int, batch: int) -> _Measured:
         # as ``cgc train --sparsity LEVEL`` makes it; level 0 is the dense compile itself
-        sparsity = None if level == 0 else Sparsity.of(level, tuple(patterns), init, seed)
-        request = Request(source, target, k, batch, training, micro_batch_size, recompute, sparsity)
+        sparsity = (
+            None
+            if level == 0
+            else Sparsity.of(level, tuple(sparse.sparse_params), sparse.sparsity_init, sparse.seed)
+        )
+        request = clusters.request(source, target, training, k, batch, sparsity)
         artifact = compiler.artifact(request, STREAMED_FOR_TRAINING)
         plan = artifact.manifest["memory_plan"]
         key = (level, plan["micro_batch"], plan["recompute"])
