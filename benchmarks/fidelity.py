@@ -33,7 +33,7 @@ from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import route
 from cgc.machine.plans.gemv import turn_traffic
-from cgc.machine.plans.kernel import WAFER, Operand, Plan, Request
+from cgc.machine.plans.kernel import WAFER, Operand, Plan, PlanRequest
 from cgc.machine.plans.matmul import Matmul
 from cgc.machine.plans.meshgemm import plan_meshgemm
 from cgc.machine.timing.utilization import KernelPlan, layer_kernels, program_kernels
@@ -156,7 +156,7 @@ def _request(target: Target, shapes: tuple[int, int, int], dtype: str, at=(None,
     rect = target.whole
     a = Operand((m, k), dtype, WAFER, at[0] or Layout.on((m, k), dtype, rect))
     b = Operand((k, n), dtype, WAFER, at[1] or Layout.on((k, n), dtype, rect))
-    return Request(target, rect, (a, b), {}, (((m, n), dtype),)), a, b
+    return PlanRequest(target, rect, (a, b), {}, (((m, n), dtype),)), a, b
 
 
 def forced_gemm(algorithm: str, side: int, shapes: tuple[int, int, int], dtype: str) -> Plan:

@@ -55,7 +55,7 @@ from cgc.machine.hardware.target import get_target, with_figures
 from cgc.machine.program.artifact import Artifact
 from cgc.options import CompileOptions, SparsityOptions
 from cgc.runtime.executors import LOCAL, RAY, checked_executor, connect
-from cgc.sweep_spec import IDENTITY, Point, Row, Spec, key
+from cgc.sweep_spec import IDENTITY, GridPoint, Row, Spec, key
 from cgc.sweep_table import OUTPUTS, RESULTS, with_speedups, write_outputs
 from cgc.tools.paths import input_file
 from cgc.version import __version__
@@ -63,7 +63,7 @@ from cgc.version import __version__
 JOURNAL = "points.jsonl"
 
 
-def measure(point: Point) -> Row:
+def measure(point: GridPoint) -> Row:
     """Compiles ``point`` and simulates it on shapes alone (no weights, no inputs): one
     training step or one inference run of its global batch. A CgcError (a model that does not
     fit, a batch that does not split) is the row's ``error``."""
@@ -94,7 +94,7 @@ def measure(point: Point) -> Row:
     }
 
 
-def _compiled(point: Point) -> Artifact:
+def _compiled(point: GridPoint) -> Artifact:
     """The artifact of ``point``, as ``cgc train --timing-only`` or ``cgc compile
     --no-weights`` makes it (sparsity 0 is the dense compile itself)."""
     import cgc
@@ -117,7 +117,7 @@ Finished = Generator[tuple[int, Row], None, None]
 """The points of a list as they finish: each one's index in the list and its row."""
 
 
-def in_process(points: Sequence[Point]) -> Finished:
+def in_process(points: Sequence[GridPoint]) -> Finished:
     """One point after another, in this process."""
     for index, point in enumerate(points):
         yield index, measure(point)
@@ -127,7 +127,7 @@ WARM = ["cgc.sweep", "cgc.compiler.driver", "cgc.runtime.simulation"]
 """What the pool's fork server imports once, so that its workers start warm."""
 
 
-def in_pool(points: Sequence[Point], jobs: int) -> Finished:
+def in_pool(points: Sequence[GridPoint], jobs: int) -> Finished:
     """Up to ``jobs`` points at once in worker processes. The workers fork from a server
     started afresh (``forkserver``), never from this process, which may hold threads (Ray's)
     a fork would copy mid-lock. Leaving early cancels the points not started; a worker that
@@ -162,7 +162,7 @@ def _exit_with(driver: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def on_ray(points: Sequence[Point], address: str | None, cpus: int | None) -> Finished:
+def on_ray(points: Sequence[GridPoint], address: str | None, cpus: int | None) -> Finished:
     """Every point a Ray task of one CPU, on the cluster at ``address`` (or a local instance
     of ``cpus`` CPUs); the workers import cgc, which must be installed where they run.
     Leaving early cancels the tasks not finished. A worker or node that dies (once Ray stops
@@ -193,7 +193,7 @@ class WorkerDied(Exception):
 
 
 def executed(
-    points: Sequence[Point], executor: str, jobs: int, ray_address: str | None
+    points: Sequence[GridPoint], executor: str, jobs: int, ray_address: str | None
 ) -> Finished:
     """``points`` run by ``executor``: ``local`` in this process (``jobs`` 1) or a pool of
     ``jobs`` processes, or ``ray``."""
@@ -244,7 +244,7 @@ class Journal:
                 raise CgcError(f"{self.path}: line {number} is not a point's row") from None
         return rows
 
-    def append(self, point: Point, row: Row) -> Row:
+    def append(self, point: GridPoint, row: Row) -> Row:
         """Records ``row``, the row of ``point``; returns it as the journal gives it back."""
         if self.fd is None:
             if self.lock.key is None:
@@ -259,7 +259,7 @@ class Journal:
         loaded = self.rows[key(record)] = _table_row(record)
         return loaded
 
-    def row_of(self, point: Point) -> Row | None:
+    def row_of(self, point: GridPoint) -> Row | None:
         """The row of ``point``, if the journal has it, its model named as ``point`` names it
         (the same file under another name is the same point)."""
         row = self.rows.get(key(point.identity()))
@@ -306,7 +306,7 @@ def _table_row(record: Row) -> Row:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SweepOutcome:
     """What a sweep did: its table in the grid's order, and how many points it ran."""
 
     rows: list[Row]
@@ -328,7 +328,7 @@ def run_sweep(
     jobs: int | None = None,
     ray_address: str | None = None,
     on_point: OnPoint | None = None,
-) -> Outcome:
+) -> SweepOutcome:
     """Runs the points of ``spec`` missing from ``directory``'s journal on ``executor``
     (``jobs`` processes, or Ray CPUs of a local instance; default the CPUs here), then writes
     the table and the plot of every point finished, even if the sweep stops early (and
@@ -360,7 +360,7 @@ def run_sweep(
             files = write_outputs(spec, root, table) if table else []
         finally:
             journal.close()
-    return Outcome(table, len(missing), len(grid) - len(missing), files)
+    return SweepOutcome(table, len(missing), len(grid) - len(missing), files)
 
 
 def _check_outputs(root: Path) -> None:

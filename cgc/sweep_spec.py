@@ -45,7 +45,7 @@ by what is read, not by the name the spec gives it."""
 
 
 @dataclass(frozen=True)
-class Point:
+class GridPoint:
     """One point of the grid: what to compile and simulate."""
 
     model: str
@@ -93,14 +93,14 @@ class Spec:
     batch_size: tuple[int | None, ...]
     num_csx: tuple[int, ...]
 
-    def points(self) -> list[Point]:
+    def points(self) -> list[GridPoint]:
         """The grid, models outermost and ``num_csx`` innermost (a series is contiguous)."""
         models = zip(self.models, self.sources, self.digests, strict=True)
         grid = itertools.product(
             models, self.targets, self.set, self.mode, self.sparsity, self.batch_size, self.num_csx
         )
         return [
-            Point(*model, self.measure, target, figures, mode, level, batch, systems)
+            GridPoint(*model, self.measure, target, figures, mode, level, batch, systems)
             for model, target, figures, mode, level, batch, systems in grid
         ]
 

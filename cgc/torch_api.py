@@ -45,7 +45,7 @@ from cgc.machine.training.optimizers import Schedule
 from cgc.options import Chosen, CompileOptions, SparsityOptions, TrainingOptions
 from cgc.runtime.trainer import final_weights, metrics_before, strict_json
 
-__all__ = ["Module", "Optimizer", "Session", "dataloader", "module", "optimizer", "session"]
+__all__ = ["Module", "Session", "TorchOptimizer", "dataloader", "module", "optimizer", "session"]
 
 OPTIMIZERS: dict[type, str] = {
     torch.optim.SGD: "sgd",
@@ -110,7 +110,7 @@ def module(model: torch.nn.Module | Module) -> Module:
 # -- optimizer and schedule --------------------------------------------------------------
 
 
-class Optimizer:
+class TorchOptimizer:
     """The optimizer MemoryX runs for a torch.optim optimizer: its name, the settings of
     each param group (by cgc's setting names) and the learning-rate schedule."""
 
@@ -169,10 +169,10 @@ class Optimizer:
                     yield param, settings
 
 
-def optimizer(optimizer: torch.optim.Optimizer, lr_scheduler: Any = None) -> Optimizer:
+def optimizer(optimizer: torch.optim.Optimizer, lr_scheduler: Any = None) -> TorchOptimizer:
     """The torch.optim ``optimizer`` (and its ``lr_scheduler``: by default the one made on
     it, if any) for the next session."""
-    wrapped = Optimizer(optimizer, lr_scheduler)
+    wrapped = TorchOptimizer(optimizer, lr_scheduler)
     _current["optimizer"] = wrapped
     return wrapped
 
@@ -314,7 +314,7 @@ class Session:
     def __init__(
         self,
         model: Module,
-        optimizer: Optimizer,
+        optimizer: TorchOptimizer,
         *records: CompileOptions | TrainingOptions | SparsityOptions,
         model_dir: str | os.PathLike = "cgc-run",
         loss_fn: Callable[..., torch.Tensor] | None = None,
@@ -539,7 +539,7 @@ class Session:
 
 def session(
     model: Module | torch.nn.Module | None = None,
-    optimizer: Optimizer | torch.optim.Optimizer | None = None,
+    optimizer: TorchOptimizer | torch.optim.Optimizer | None = None,
     *records: CompileOptions | TrainingOptions | SparsityOptions,
     **options: Any,
 ) -> Session:
@@ -555,7 +555,7 @@ def session(
     chosen = _current["module"] if model is None else model
     wrapped_model = chosen if isinstance(chosen, Module) else Module(chosen)
     given = _current["optimizer"] if optimizer is None else optimizer
-    wrapped_optimizer = given if isinstance(given, Optimizer) else Optimizer(given)
+    wrapped_optimizer = given if isinstance(given, TorchOptimizer) else TorchOptimizer(given)
     return Session(wrapped_model, wrapped_optimizer, *records, **options)
 
 

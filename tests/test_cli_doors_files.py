@@ -404,7 +404,7 @@ def test_a_full_disk_at_a_checkpoint_leaves_no_staging_directory(
 def test_a_full_disk_in_a_sweep_keeps_its_journal_whole(tmp_path, monkeypatch) -> None:
     (tmp_path / "spec.yaml").write_text("models: [zoo:cerebras-gpt-111m]\nnum_csx: [1, 2]\n")
 
-    def failed(point: sweep_spec.Point) -> dict:
+    def failed(point: sweep_spec.GridPoint) -> dict:
         return {**point.parameters(), **dict.fromkeys(sweep_table.RESULTS), "error": "a test"}
 
     monkeypatch.setattr(sweeping, "measure", failed)

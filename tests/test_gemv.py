@@ -17,7 +17,7 @@ from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import NO_TRAFFIC, route
 from cgc.machine.plans.gemv import plan_gemv, turn_flight, turn_traffic
-from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Request
+from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, PlanRequest
 from cgc.machine.plans.matmul import Matmul
 from cgc.machine.timing.utilization import layer_kernels
 from cgc.runtime.cluster import Cluster
@@ -31,7 +31,7 @@ def request(target: Target, rect, k: int, n: int, dtype: str = "float32", batch=
     shape = (*batch, 1, k)
     a = Operand(shape, dtype, WAFER, Layout.on(shape, dtype, rect))
     b = Operand((k, n), dtype, RESIDENT)
-    return Request(target, rect, (a, b), {}, (((*batch, 1, n), dtype),)), a, b
+    return PlanRequest(target, rect, (a, b), {}, (((*batch, 1, n), dtype),)), a, b
 
 
 def brute_flight(rows: int, middle: int, k: int, rt: int, ct: int, cols: int) -> int:
@@ -112,7 +112,7 @@ def test_it_is_offered_for_one_row_and_a_resident_matrix_only():
     two, _, _ = request(target, rect, 4096, 4096, "float16", batch=(2,))
     assert Matmul("matmul").plan(two).detail["algorithm"] != "meshgemv"
     wafer = Operand((4096, 4096), "float16", WAFER, Layout.on((4096, 4096), "float16", rect))
-    moved = Request(target, rect, (a, wafer), {}, q.results)
+    moved = PlanRequest(target, rect, (a, wafer), {}, q.results)
     assert Matmul("matmul").plan(moved).detail["algorithm"] != "meshgemv"
 
 

@@ -19,7 +19,7 @@ from cgc.machine import plans
 from cgc.machine.hardware.target import TRANSCENDENTAL_CYCLES, Target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic
-from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, Request
+from cgc.machine.plans import RESIDENT, STREAM, WAFER, Operand, PlanRequest
 from cgc.machine.plans.matmul import Matmul
 from cgc.runtime import kernels
 from cgc.runtime.tiles import DistTensor
@@ -418,7 +418,7 @@ def test_summa_against_a_hand_count():
         Operand(a.shape, "float32", WAFER, arrived[0]),
         Operand(b.shape, "float32", RESIDENT),
     )
-    q = Request(T, rect, operands, {}, (((8, 8), "float32"),))
+    q = PlanRequest(T, rect, operands, {}, (((8, 8), "float32"),))
     summa = Matmul._plan_summa(q, *operands, Layout.on((8, 8), "float32", rect), 2.0 * 8 * 64 * 8)
     assert summa.detail == {
         "algorithm": "summa",

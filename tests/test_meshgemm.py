@@ -10,7 +10,7 @@ import pytest
 from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import NO_TRAFFIC, Routes, Traffic
-from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Plan, Request
+from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Plan, PlanRequest
 from cgc.machine.plans.matmul import Matmul, sram_overflow
 from cgc.machine.plans.meshgemm import (
     mesh_side,
@@ -33,14 +33,14 @@ def request(
     n: int,
     b_source: str,
     batch: tuple[int, ...] = (),
-) -> tuple[Request, Operand, Operand]:
+) -> tuple[PlanRequest, Operand, Operand]:
     """``[*batch, m, k] @ [k, n]`` in float32: A on the wafer in its default layout on
     ``rect``, B from ``b_source``."""
     a_shape = (*batch, m, k)
     a = Operand(a_shape, "float32", WAFER, Layout.on(a_shape, "float32", rect))
     b_layout = Layout.on((k, n), "float32", rect) if b_source == WAFER else None
     b = Operand((k, n), "float32", b_source, b_layout)
-    return Request(target, rect, (a, b), {}, (((*batch, m, n), "float32"),)), a, b
+    return PlanRequest(target, rect, (a, b), {}, (((*batch, m, n), "float32"),)), a, b
 
 
 def meshgemm(target, rect, m, k, n, b_source=WAFER) -> Plan:
@@ -351,7 +351,7 @@ def test_the_gemm_kernels_name_the_term_that_binds_them():
         target = get_target(f"mesh{side}x{side}")
         rect, shape, flops = (0, 0, side, side), (4096, 4096), 2.0 * 4096**3
         a, b = (Operand(shape, "float16", WAFER, Layout.on(shape, "float16", rect)),) * 2
-        q = Request(target, rect, (a, b), {}, ((shape, "float16"),))
+        q = PlanRequest(target, rect, (a, b), {}, ((shape, "float16"),))
         out = Layout.on(shape, "float16", rect)
         return {
             "summa": Matmul._plan_summa(q, a, b, out, flops),

@@ -15,7 +15,7 @@ from cgc.frontends import zoo
 from cgc.machine.hardware.target import Target, get_target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import Traffic
-from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Plan, Request
+from cgc.machine.plans.kernel import RESIDENT, WAFER, Operand, Plan, PlanRequest
 from cgc.machine.plans.matmul import Matmul, sram_overflow
 from cgc.machine.timing.cost import Sram, Timing
 from cgc.runtime import kernels
@@ -23,12 +23,12 @@ from cgc.runtime import kernels
 T = Target("t", 8, 8, 48 * 1024, 850e6)
 
 
-def request(target: Target, rect, m: int, k: int, n: int) -> tuple[Request, Operand, Operand]:
+def request(target: Target, rect, m: int, k: int, n: int) -> tuple[PlanRequest, Operand, Operand]:
     """``[m, k] @ [k, n]`` in float32: A on the wafer in its default layout on ``rect``, B
     resident."""
     a = Operand((m, k), "float32", WAFER, Layout.on((m, k), "float32", rect))
     b = Operand((k, n), "float32", RESIDENT)
-    return Request(target, rect, (a, b), {}, (((m, n), "float32"),)), a, b
+    return PlanRequest(target, rect, (a, b), {}, (((m, n), "float32"),)), a, b
 
 
 def resident_stream(target: Target, rect, m: int, k: int, n: int) -> Plan:

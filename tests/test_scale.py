@@ -19,14 +19,14 @@ from cgc.tools import scaling
 MESH = get_target("mesh8x8")
 
 
-def study(tiny: Path, systems, **batch) -> list[scaling.Point]:
+def study(tiny: Path, systems, **batch) -> list[scaling.ScalingPoint]:
     source = source_of(str(tiny), training=True)
     options = training_options(source.params)  # type: ignore[attr-defined]
     return scaling.study(source, MESH, options, scaling.Clusters(tuple(systems), **batch))
 
 
 @pytest.fixture(scope="module")
-def strong(tiny) -> list[scaling.Point]:
+def strong(tiny) -> list[scaling.ScalingPoint]:
     return study(tiny, [1, 2, 4, 8], global_batch=8)
 
 

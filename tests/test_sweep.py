@@ -165,7 +165,7 @@ def test_a_rerun_computes_only_the_points_missing(spec, serial, tmp_path, monkey
     measured = []
     original = sweeping.measure
 
-    def counted(point: sweep_spec.Point) -> dict:
+    def counted(point: sweep_spec.GridPoint) -> dict:
         measured.append(point)
         return original(point)
 
@@ -294,7 +294,7 @@ MEASURE = sweeping.measure
 """``measure`` itself: in a worker of the pool, the test's patch is not there."""
 
 
-def dies_on_overrides(point: sweep_spec.Point) -> dict:
+def dies_on_overrides(point: sweep_spec.GridPoint) -> dict:
     """``measure``, but a point with target overrides kills the worker that runs it."""
     if point.set:
         os.kill(os.getpid(), signal.SIGKILL)

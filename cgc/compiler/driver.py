@@ -134,7 +134,7 @@ class Compilation:
             " (--print-ir-after-all verifies after each pass)",
         )
 
-    def sparse_for(self, request: Request) -> tuple[dict, dict[str, SparseWeight]] | None:
+    def sparse_for(self, request: CompileRequest) -> tuple[dict, dict[str, SparseWeight]] | None:
         """The manifest's sparsity record of ``request`` and its sparse weights (None: it
         asks for none), chosen among the weights the module trains, or else reads."""
         if request.sparsity is None and request.detect_sparsity is None:
@@ -159,7 +159,7 @@ class Compilation:
             self.program = lower(self.module, self.target.whole)
         return self.program
 
-    def program_for(self, request: Request) -> Program:
+    def program_for(self, request: CompileRequest) -> Program:
         """The lowered program, with ``request``'s sparse weights."""
         program = self.lowered()
         sparse = self.sparse_for(request)
@@ -204,7 +204,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class Request:
+class CompileRequest:
     """What a compile was asked for, resolved against the model's own defaults."""
 
     source: Source
@@ -275,7 +275,7 @@ def compile_model(
         raise CgcError("a training says its sparsity in its options (Training)")
     if sparsity is None and sparse.detect_sparsity is None and given is not None:
         sparsity = given.sparsity(0)
-    request = Request(
+    request = CompileRequest(
         source,
         resolve(options.target),
         systems,
@@ -294,7 +294,7 @@ def compile_model(
     return _placed(request, mode, dumps, on_pass)
 
 
-def _placed(request: Request, mode: str, dumps: IRDumps, on_pass: OnPass | None) -> Artifact:
+def _placed(request: CompileRequest, mode: str, dumps: IRDumps, on_pass: OnPass | None) -> Artifact:
     """An inference ``request`` placed on the wafer (``mode`` pipelined), or in auto mode
     placed if the model fits and streamed otherwise."""
     steps = Steps(on_pass)
@@ -336,7 +336,7 @@ def _placed(request: Request, mode: str, dumps: IRDumps, on_pass: OnPass | None)
 
 
 def _streaming_compilation(
-    request: Request,
+    request: CompileRequest,
     micro_batch: int | None,
     recompute: bool,
     blocks: int | None,
@@ -373,7 +373,7 @@ def _streaming_compilation(
     return c
 
 
-def _recompute_choices(request: Request) -> tuple[bool, ...]:
+def _recompute_choices(request: CompileRequest) -> tuple[bool, ...]:
     """Whether the plan may, must or must not recompute activations."""
     segmented = request.training is not None and request.source.segments is not None
     if request.recompute and not segmented:
@@ -405,7 +405,7 @@ class StreamingCompiler:
         self.compiled: dict[tuple[object, ...], Compilation] = {}
 
     def build(
-        self, request: Request, micro_batch: int | None, recompute: bool, blocks: int | None
+        self, request: CompileRequest, micro_batch: int | None, recompute: bool, blocks: int | None
     ) -> Compilation:
         """The compilation of the model at ``micro_batch`` samples per run (cached)."""
         key: tuple[object, ...] = (micro_batch, recompute, blocks)
@@ -420,7 +420,7 @@ class StreamingCompiler:
             self.compiled[key] = c
         return self.compiled[key]
 
-    def planner(self, request: Request) -> Planner:
+    def planner(self, request: CompileRequest) -> Planner:
         """The memory planner of ``request``, building through this compiler."""
 
         def program(micro_batch: int | None, recompute: bool, blocks: int | None) -> Profile:
@@ -447,7 +447,9 @@ class StreamingCompiler:
             request.source.segments,
         )
 
-    def artifact(self, request: Request, reason: str, dumps: IRDumps | None = None) -> Artifact:
+    def artifact(
+        self, request: CompileRequest, reason: str, dumps: IRDumps | None = None
+    ) -> Artifact:
         """The artifact of ``request`` by its memory plan."""
         plan = self.planner(request).plan()
         batch = request.per_system_batch
@@ -480,7 +482,7 @@ def _trial(micro_batch: int | None, recompute: bool, blocks: int | None) -> str:
 
 
 def _artifact(
-    c: Compilation, request: Request, mode: str, reason: str, plan: MemoryPlan | None
+    c: Compilation, request: CompileRequest, mode: str, reason: str, plan: MemoryPlan | None
 ) -> Artifact:
     """The artifact of a finished compilation."""
     c.verify()
@@ -578,7 +580,7 @@ def _training_entry(
     }
 
 
-def _mark_sparse(c: Compilation, request: Request) -> int:
+def _mark_sparse(c: Compilation, request: CompileRequest) -> int:
     """Records the live values of ``request``'s sparse weights in the module, for the
     placement: those of a sparsity by the ``sparse`` stage, those detected by their values
     (which the IR does not hold); returns the bytes of SRAM they save against dense

@@ -78,7 +78,7 @@ class Sample:
 
 
 @dataclass
-class Outcome:
+class SampleOutcome:
     """What became of one sample: out of scope, passing, or failing, and why."""
 
     name: str
@@ -224,19 +224,19 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_sample(sample: Sample, timeout: float = TIMEOUT) -> Outcome:
+def run_sample(sample: Sample, timeout: float = TIMEOUT) -> SampleOutcome:
     """Captures, compiles and runs one sample; never raises (but on ``KeyboardInterrupt``)."""
     try:
         with time_limit(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return _run(sample)
     except Timeout as e:
-        return Outcome(sample.name, sample.op, "fail", str(e))
+        return SampleOutcome(sample.name, sample.op, "fail", str(e))
     except Exception as e:  # a report: every failure is listed, none stops it
-        return Outcome(sample.name, sample.op, "fail", _first_line(e))
+        return SampleOutcome(sample.name, sample.op, "fail", _first_line(e))
 
 
-def _run(sample: Sample) -> Outcome:
+def _run(sample: Sample) -> SampleOutcome:
     from cgc.compiler.driver import compile_model
     from cgc.errors import CgcError
     from cgc.frontends.torch import capture
@@ -244,8 +244,8 @@ def _run(sample: Sample) -> Outcome:
     from cgc.machine.program.mode import Mode
     from cgc.runtime.cluster import Cluster
 
-    def outcome(status: str, reason: str = "") -> Outcome:
-        return Outcome(sample.name, sample.op, status, reason)
+    def outcome(status: str, reason: str = "") -> SampleOutcome:
+        return SampleOutcome(sample.name, sample.op, status, reason)
 
     drawn = sample.make()
     if drawn is None:
@@ -313,7 +313,7 @@ def _first_line(error: BaseException) -> str:
 
 def outcomes_of(
     name_filter: str = "", limit: int | None = None, jobs: int = 1, verbose: bool = False
-) -> list[Outcome]:
+) -> list[SampleOutcome]:
     """Runs the chosen samples (as ``samples`` chooses them) on ``jobs`` processes; the
     outcomes come in the order of the samples."""
     if jobs <= 1:
@@ -322,13 +322,13 @@ def outcomes_of(
     with context.Pool(jobs, maxtasksperchild=1) as pool:
         shares = pool.map(_share, [(k, jobs, name_filter, limit, verbose) for k in range(jobs)])
     # sample i went to process i % jobs: interleave the shares back
-    ordered: list[Outcome] = []
+    ordered: list[SampleOutcome] = []
     for i in range(max(len(share) for share in shares)):
         ordered.extend(share[i] for share in shares if i < len(share))
     return ordered
 
 
-def _share(task: tuple[int, int, str, int | None, bool]) -> list[Outcome]:
+def _share(task: tuple[int, int, str, int | None, bool]) -> list[SampleOutcome]:
     """Runs every ``jobs``-th sample from the ``k``-th."""
     k, jobs, name_filter, limit, verbose = task
     results = []
@@ -342,9 +342,9 @@ def _share(task: tuple[int, int, str, int | None, bool]) -> list[Outcome]:
     return results
 
 
-def coverage_markdown(outcomes: Sequence[Outcome], lists: str) -> str:
+def coverage_markdown(outcomes: Sequence[SampleOutcome], lists: str) -> str:
     """The coverage table: per op, in-scope samples, passing, failing, the commonest reason."""
-    rows: dict[str, list[Outcome]] = defaultdict(list)
+    rows: dict[str, list[SampleOutcome]] = defaultdict(list)
     scope: Counter[str] = Counter()
     for o in outcomes:
         if o.status == "out of scope":

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cgc.compiler.driver import Request, StreamingCompiler
+from cgc.compiler.driver import CompileRequest, StreamingCompiler
 from cgc.compiler.sources import Source
 from cgc.compiler.training import STREAMED_FOR_TRAINING, Training
 from cgc.errors import CgcError
@@ -31,7 +31,7 @@ from cgc.runtime.cluster import Cluster, Run
 
 
 @dataclass(frozen=True)
-class Point:
+class ScalingPoint:
     """One cluster size of a scaling study."""
 
     systems: int
@@ -127,14 +127,16 @@ class Clusters:
         return systems, per_system_batches(systems, self.per_system_batch, global_batch)
 
     def request(self, source: Source, target: Target, training: Training, size: int,
-                batch: int, sparsity: Sparsity | None = None) -> Request:  # fmt: skip
+                batch: int, sparsity: Sparsity | None = None) -> CompileRequest:  # fmt: skip
         """The compile request of one cluster of ``size`` systems at ``batch`` each."""
-        return Request(
+        return CompileRequest(
             source, target, size, batch, training, self.micro_batch_size, self.recompute, sparsity
         )
 
 
-def study(source: Source, target: Target, training: Training, clusters: Clusters) -> list[Point]:
+def study(
+    source: Source, target: Target, training: Training, clusters: Clusters
+) -> list[ScalingPoint]:
     """One timing-only training step per cluster size, in the order given, with speed-ups and
     efficiencies against one system (simulated too if 1 is not among the sizes)."""
     systems, batches = clusters.batches(source)
@@ -142,7 +144,7 @@ def study(source: Source, target: Target, training: Training, clusters: Clusters
     timed: dict[int, list[Run]] = {}
     """Per program (by identity), its runs on shapes: one timing serves every size."""
 
-    def point(k: int, batch: int) -> Point:
+    def point(k: int, batch: int) -> ScalingPoint:
         request = clusters.request(source, target, training, k, batch)
         artifact = compiler.artifact(request, STREAMED_FOR_TRAINING)
         key = id(artifact.program)
@@ -150,7 +152,7 @@ def study(source: Source, target: Target, training: Training, clusters: Clusters
         stats = cluster.train_step()[1]
         timed[key] = cluster.timed_runs
         plan = artifact.manifest["memory_plan"]
-        return Point(
+        return ScalingPoint(
             systems=k,
             global_batch=k * batch,
             per_system_batch=batch,
@@ -173,9 +175,9 @@ def study(source: Source, target: Target, training: Training, clusters: Clusters
     return [_relative(p, one) for p in points]
 
 
-def _relative(p: Point, one: Point) -> Point:
+def _relative(p: ScalingPoint, one: ScalingPoint) -> ScalingPoint:
     speedup = p.samples_per_second / one.samples_per_second if one.samples_per_second else 0.0
-    return Point(
+    return ScalingPoint(
         **{
             **asdict(p),
             "speedup": speedup,
@@ -235,19 +237,19 @@ def study_json(target: Target, model: str) -> dict[str, Any]:
     }
 
 
-def table_text(points: Sequence[Point], target: Target) -> str:
+def table_text(points: Sequence[ScalingPoint], target: Target) -> str:
     """The study as a table for people, with the assumptions it rests on."""
     rows = [[cell(getattr(p, key), fmt) for key, _, fmt in COLUMNS] for p in points]
     lines = table_lines([label for _, label, _ in COLUMNS], rows)
     return "\n".join([*lines, assumed_line(target)]) + "\n"
 
 
-def to_json(points: Sequence[Point], target: Target, model: str) -> dict[str, Any]:
+def to_json(points: Sequence[ScalingPoint], target: Target, model: str) -> dict[str, Any]:
     """The study as JSON."""
     return {**study_json(target, model), "points": [asdict(p) for p in points]}
 
 
-def to_csv(points: Sequence[Point]) -> str:
+def to_csv(points: Sequence[ScalingPoint]) -> str:
     """The study as CSV, one row per cluster size."""
     stream = io.StringIO()
     writer = csv.DictWriter(stream, fieldnames=list(asdict(points[0])), lineterminator="\n")
@@ -257,7 +259,7 @@ def to_csv(points: Sequence[Point]) -> str:
     return stream.getvalue()
 
 
-def save_png(points: Sequence[Point], path: str | os.PathLike[str], title: str) -> None:
+def save_png(points: Sequence[ScalingPoint], path: str | os.PathLike[str], title: str) -> None:
     """Throughput and efficiency against the number of systems, the ideal line beside."""
     import matplotlib
 

@@ -47,7 +47,7 @@ from cgc.machine.plans.kernel import (
     Kernel,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     Spec,
     arrival,
     multicast,
@@ -84,9 +84,9 @@ __all__ = [
     "Movement",
     "Operand",
     "Plan",
+    "PlanRequest",
     "Pool",
     "Reduce",
-    "Request",
     "Scan",
     "Sort",
     "Spec",
@@ -150,7 +150,7 @@ def _cached_plan(
     frozen_attrs: tuple[tuple[str, Any], ...],
     results: tuple[Spec, ...],
 ) -> Plan:
-    request = Request(target, rect, operands, _thaw(frozen_attrs), results)
+    request = PlanRequest(target, rect, operands, _thaw(frozen_attrs), results)
     return KERNELS[name].plan(request)
 
 
@@ -162,7 +162,7 @@ def plan(
     attrs: Attrs,
     results: Sequence[tuple[Sequence[int], str]],
 ) -> Plan:
-    """The (cached) plan of primitive ``name`` (see ``Request``)."""
+    """The (cached) plan of primitive ``name`` (see ``PlanRequest``)."""
     x, y, w, h = rect
     frozen = _freeze(dict(attrs))
     assert isinstance(frozen, tuple)

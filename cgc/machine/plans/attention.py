@@ -33,7 +33,7 @@ from cgc.machine.plans.kernel import (
     Kernel,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     multicast,
     phased_cost,
@@ -82,7 +82,7 @@ class Ring:
     """Blocks of keys per sample."""
 
     @classmethod
-    def of(cls, q: Request) -> Ring:
+    def of(cls, q: PlanRequest) -> Ring:
         ((shape, dtype),) = q.results[:1]
         out = Layout.on(shape, dtype, q.rect)
         keys, heads = q.attrs.get("key_sequence", q.attrs["sequence"]), q.attrs["heads"]
@@ -130,7 +130,7 @@ class Ring:
         )
         return down, across, traffic
 
-    def cost(self, q: Request, work: Work, arrive: Traffic) -> Cost:
+    def cost(self, q: PlanRequest, work: Work, arrive: Traffic) -> Cost:
         """The cost of ``steps`` ring steps of ``work``."""
         out, target = self.out, q.target
         products, kv_blocks, score_passes = work.products, work.kv_blocks, work.score_passes
@@ -190,7 +190,7 @@ def _arrivals(
 class Attention(Kernel):
     """Fused attention: two products a step, keys and values flowing down the columns."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         ring = Ring.of(q)
         layouts, arrive = _arrivals(q.operands, q.rect)
         cost = ring.cost(q, FORWARD, arrive)
@@ -201,7 +201,7 @@ class AttentionGrad(Kernel):
     """The gradient of fused attention: five products a step; keys, values and their
     gradients flowing; the scores and their gradients along the heads' columns."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         ring = Ring.of(q)
         layouts, arrive = _arrivals(q.operands, q.rect)
         cost = ring.cost(q, BACKWARD, arrive)
@@ -213,7 +213,7 @@ class Rotary(Kernel):
     """Elementwise rotation; the tables multicast to every PE that holds their positions; the
     half each rotary dimension pairs with arrives from ``r / 2`` columns away."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         _, cos, _ = q.operands
         ((shape, dtype),) = q.results
         out = Layout.on(shape, dtype, q.rect)

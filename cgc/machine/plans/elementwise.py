@@ -25,7 +25,7 @@ from cgc.machine.plans.kernel import (
     Kernel,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     multicast,
     phased_cost,
@@ -47,7 +47,7 @@ OP_CYCLES: dict[str, float] = {
 class Elementwise(Kernel):
     """Unary, binary and ternary elementwise ops, with numpy broadcasting."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         ((shape, dtype),) = q.results
         out = _beside(
             Layout.on(shape, dtype, q.rect, fold=_keeps_fold(q.operands, shape)), q.operands
@@ -133,7 +133,7 @@ def _aligned(operand: Operand, out: Layout) -> Layout:
 class Reduce(Kernel):
     """Sum, mean, max and min over any axes."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         (operand,), ((shape, dtype),) = q.operands, q.results
         axes, rank = set(q.attrs["axes"]), len(operand.shape)
         # a folded operand stays folded for the last axis alone (a norm's, a softmax's)

@@ -42,7 +42,7 @@ from cgc.machine.plans.kernel import (
     Cost,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     binding,
     sequential_cycles,
@@ -50,7 +50,7 @@ from cgc.machine.plans.kernel import (
 )
 
 
-def plan_gemv(q: Request, a: Operand, b: Operand, fold: bool, flops: float) -> Plan:
+def plan_gemv(q: PlanRequest, a: Operand, b: Operand, fold: bool, flops: float) -> Plan:
     """MeshGEMV of ``a @ b`` for a result of one matrix row and an unbatched resident ``b``,
     A and the result folded or not as the matmul chose."""
     ((shape, dtype),) = q.results

@@ -1,6 +1,6 @@
 """What every kernel plans with: operands, costs, plans, requests, and the helpers they share.
 
-A kernel (``Kernel``) answers a ``Request`` (its operands and results on a rectangle of a
+A kernel (``Kernel``) answers a ``PlanRequest`` (its operands and results on a rectangle of a
 target) with a ``Plan``: the layout each operand must have, the layouts of the results, and
 the ``Cost``. The families of kernels stand on this module (``plans.elementwise``,
 ``plans.matmul``, ``plans.movement``); ``plans`` gathers them and answers the cached queries.
@@ -218,7 +218,7 @@ def reshape_traffic(src: Layout, dst: Layout) -> Traffic:
 
 
 @dataclass(frozen=True)
-class Request:
+class PlanRequest:
     """What a kernel plans for: its operands and results on a rectangle of a target."""
 
     target: Target
@@ -235,5 +235,5 @@ class Kernel(abc.ABC):
         self.name = name
 
     @abc.abstractmethod
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         """Decides layouts and counts the cost (shapes and layouts only)."""

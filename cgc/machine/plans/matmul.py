@@ -38,7 +38,7 @@ from cgc.machine.plans.kernel import (
     Kernel,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     binding,
     block_words,
@@ -53,7 +53,7 @@ from cgc.machine.plans.sparse import sampled, sparse_streaming
 class Matmul(Kernel):
     """SUMMA and its rivals, or the weight-streaming kernel when B arrives from MemoryX."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         a, b = q.operands
         ((shape, dtype),) = q.results
         # an unbatched B (a linear layer's weights): the rows of A's every matrix are one
@@ -91,7 +91,7 @@ class Matmul(Kernel):
         return min((summa, *mesh, *rivals), key=soonest)
 
     @staticmethod
-    def _plan_summa(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
+    def _plan_summa(q: PlanRequest, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
         ((_, dtype),) = q.results
         k = a.shape[-1]
         nb_out = prod(out.batch)
@@ -127,7 +127,7 @@ class Matmul(Kernel):
         return Plan((a_at, b_at), (out,), cost, detail)
 
     @staticmethod
-    def _plan_split_k(q: Request, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
+    def _plan_split_k(q: PlanRequest, a: Operand, b: Operand, out: Layout, flops: float) -> Plan:
         """SUMMA with the contraction split over groups of mesh rows, for a rectangle taller
         than the result's rows: B's rows spread over the whole height, each group of ``out.h``
         rows holds a slice of them. A's columns of each slice stream down its PE column from
@@ -211,7 +211,7 @@ class Matmul(Kernel):
 
     @staticmethod
     def _plan_resident_stream(
-        q: Request, a: Operand, b: Operand, out: Layout, flops: float
+        q: PlanRequest, a: Operand, b: Operand, out: Layout, flops: float
     ) -> Plan:
         """The weight-streaming kernel on a resident B: every PE column keeps its rows of B
         (its block of the contraction), their chunks in runs of ``per`` down the column's
@@ -370,7 +370,7 @@ def sram_overflow(plan: Plan, target: Target) -> int:
     return max(0, tiles + plan.cost.scratch_bytes - target.sram_bytes_per_pe)
 
 
-def _as_arrived(q: Request, a: Operand, b: Operand, out: Layout) -> tuple[Layout, Layout]:
+def _as_arrived(q: PlanRequest, a: Operand, b: Operand, out: Layout) -> tuple[Layout, Layout]:
     """SUMMA's operands as they arrive: A's columns over every PE column of the rectangle,
     B's rows over every PE row, so that neither is relaid."""
     k = a.shape[-1]
@@ -451,7 +451,7 @@ class MatmulTransposeA(Kernel):
     to where the result keeps row ``m``; the next row's arithmetic overlaps this one's
     reduction. The contraction never leaves the rows, so nothing is transposed."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         a, b = q.operands
         ((shape, dtype),) = q.results
         out = Layout.on(shape, dtype, q.rect)

@@ -31,7 +31,7 @@ from cgc.machine.plans.kernel import (
     Cost,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     binding,
     block_words,
@@ -40,7 +40,7 @@ from cgc.machine.plans.kernel import (
 
 
 def plan_meshgemm(
-    q: Request,
+    q: PlanRequest,
     a: Operand,
     b: Operand,
     fold: bool,

@@ -27,7 +27,7 @@ from cgc.machine.plans.kernel import (
     Attrs,
     Kernel,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     multicast,
     phased_cost,
@@ -41,7 +41,7 @@ from cgc.machine.reference.data_movement import window_counts
 class Movement(Kernel):
     """Reshape, transpose, concat, slice, pad, reverse, tile and im2col."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         ((shape, dtype),) = q.results
         sources: list[Layout] = []
         arrive = NO_TRAFFIC
@@ -96,7 +96,7 @@ class Broadcast(Kernel):
     routers copy it along the mesh rows or columns it is missing, one stream a link, as an
     elementwise op's broadcast operand; every PE makes its part of the result there."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         (operand,), ((shape, dtype),) = q.operands, q.results
         out = Layout.on(shape, dtype, q.rect)
         src = operand.layout if operand.source == WAFER else None
@@ -129,7 +129,7 @@ class Pool(Kernel):
     """Max and average pooling: every PE receives its outputs' window taps one kernel
     position at a time and folds each into its running results."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         (operand,), ((shape, dtype),) = q.operands, q.results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
         out = Layout.on(shape, dtype, q.rect, fold=_windows_fold(self.name, q.attrs, [src]))
@@ -147,7 +147,7 @@ class Col2Im(Kernel):
     """The adjoint of im2col: every image element receives the patch elements read from it
     (up to one per kernel position) and adds them up."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         (operand,), ((shape, dtype),) = q.operands, q.results
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)
         out = Layout.on(shape, dtype, q.rect)
@@ -202,7 +202,7 @@ class Indexed(Kernel):
     gather reads, or what a scatter writes, crosses the mesh once.
     """
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         outs = tuple(Layout.on(shape, dtype, q.rect) for shape, dtype in q.results)
         sources = tuple(op.layout or Layout.on(op.shape, op.dtype, q.rect) for op in q.operands)
         arrive = sum((arrival(op, at) for op, at in zip(q.operands, sources, strict=True)),
@@ -228,7 +228,7 @@ class Scan(Kernel):
     """Running sums: every PE scans its tile, then the carries run along the mesh rows or
     columns the scanned axis is split over, and every PE adds its carry."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         ((operand,), ((shape, dtype),)) = q.operands, q.results
         out = Layout.on(shape, dtype, q.rect)
         rank, axis = len(shape), q.attrs["axis"]
@@ -251,7 +251,7 @@ class Sort(Kernel):
     """Top-k: the sorted axis is gathered whole onto each PE of the other axis, sorted there,
     and the k results spread back to their default layout."""
 
-    def plan(self, q: Request) -> Plan:
+    def plan(self, q: PlanRequest) -> Plan:
         (operand,) = q.operands
         rank, axis = len(operand.shape), q.attrs["axis"]
         src = operand.layout or Layout.on(operand.shape, operand.dtype, q.rect)

@@ -34,7 +34,7 @@ from cgc.machine.plans.kernel import (
     Cost,
     Operand,
     Plan,
-    Request,
+    PlanRequest,
     arrival,
     row_chain,
     row_multicast,
@@ -134,7 +134,7 @@ def _paced(step: np.ndarray, column: float) -> float:
     return float(done.max()) if sent else 0.0
 
 
-def sampled(q: Request, a: Operand, out: Layout, b_at: Layout) -> Plan:
+def sampled(q: PlanRequest, a: Operand, out: Layout, b_at: Layout) -> Plan:
     """The gradient of the static sparse weight ``q.attrs["live"]`` views, its live values
     alone; the column blocks keep pace with the multicast of the activations' columns
     (``_paced``)."""
