@@ -393,7 +393,7 @@ def mfu_row(name: str, systems: int | None) -> dict[str, Any]:
     per step (``layer_groups``) and the weights its layers stream from outside their block."""
     import cgc
     from cgc.frontends.params import load_params, parameter_count
-    from cgc.machine.timing.run_stats import RECOMPUTED
+    from cgc.machine.program.bytecode import RECOMPUTED_SUFFIX
     from cgc.machine.timing.utilization import layer_groups, runs_per_step
     from cgc.tools.report import simulation_json
 
@@ -419,7 +419,7 @@ def mfu_row(name: str, systems: int | None) -> dict[str, Any]:
         "batch": stats.batch_size,
         "micro_batches": runs_per_step(stats),
         "micro_batch": stats.micro_batch,
-        "recompute": any(x["name"].endswith(RECOMPUTED) for x in stats.layers),
+        "recompute": any(x["name"].endswith(RECOMPUTED_SUFFIX) for x in stats.layers),
         "bound": stats.bound,
         "parameters": parameter_count(params.model),
         "memoryx_update_params_per_s": sim.target.memoryx_update_params_per_s,
@@ -539,7 +539,7 @@ def _ms(seconds: float) -> str:
 
 def _mfu_why(row: dict[str, Any]) -> str:
     """What binds a step, in words, every figure from the row."""
-    from cgc.machine.timing.run_stats import RECOMPUTED
+    from cgc.machine.program.bytecode import GRADIENT_SUFFIX, RECOMPUTED_SUFFIX
 
     use, short = row["utilization"], _short(row)
     shares, groups = use["shares"], use["layers"]
@@ -547,9 +547,10 @@ def _mfu_why(row: dict[str, Any]) -> str:
     forward = [
         g
         for g in groups
-        if g["weight_stream_seconds"] and not g["name"].endswith((".grad", RECOMPUTED))
+        if g["weight_stream_seconds"]
+        and not g["name"].endswith((GRADIENT_SUFFIX, RECOMPUTED_SUFFIX))
     ]
-    bases = [g["name"] for g in stream if not g["name"].endswith(RECOMPUTED)]
+    bases = [g["name"] for g in stream if not g["name"].endswith(RECOMPUTED_SUFFIX)]
     busy = [g for g in groups if g["bound"] == "arithmetic" and g["mfu"] > 0]
     grads = [g for g in groups if g["name"].endswith(".grad")]
     text = [
@@ -571,7 +572,7 @@ def _mfu_why(row: dict[str, Any]) -> str:
     if stream:
         worst = max(stream, key=lambda g: g["seconds"])
         every = {g["name"] for g in forward} <= set(bases)
-        redone = [g for g in groups if g["name"] in {b + RECOMPUTED for b in bases}]
+        redone = [g for g in groups if g["name"] in {b + RECOMPUTED_SUFFIX for b in bases}]
         which = "every forward matmul" if every else f"only {_names(bases)}"
         if redone and all(g in stream for g in redone):  # their recomputes too
             which += " and their recomputes" if len(bases) > 1 and not every else ""
@@ -589,7 +590,7 @@ def _mfu_why(row: dict[str, Any]) -> str:
         if not every:  # why those: what else their layers stream
             for g in stream:
                 for layer, weights in g["also_streams"].items():
-                    if not layer.endswith(RECOMPUTED):
+                    if not layer.endswith(RECOMPUTED_SUFFIX):
                         text.append(f"`{layer}` also streams {_names(weights)}.")
     else:
         text.append("No layer waits on its weights.")
