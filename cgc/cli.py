@@ -35,7 +35,7 @@ from cgc.cli_sweep import sweep
 from cgc.cli_train import scale, train
 from cgc.errors import CgcError, CgcWarning
 from cgc.files import close_pipes, npz_bytes
-from cgc.options import CompileOptions, SparsityOptions, flag
+from cgc.options import CompileOptions, SimulationOptions, SparsityOptions, flag
 from cgc.tools.paths import (
     input_text,
     load_npz,
@@ -196,7 +196,7 @@ def compile(
 @click.argument("artifact")
 @click.option("--inputs", "inputs_path", help=".npz with one array per input.")
 @click.option("--output", "output_path", help=".npz to write, one array per output.")
-@click.option("--num-csx", type=int, help="Systems to run on (default: as compiled).")
+@record_options(SimulationOptions, "num_csx")
 @click.option(
     "--timing-only",
     is_flag=True,

@@ -285,9 +285,7 @@ class TrainingOptions(Options):
 class SimulationOptions(Options):
     """Where a numeric run's systems run (``cgc.run``, ``cgc.train``; ``cgc.runtime.executors``)."""
 
-    num_csx: int | None = option(
-        None, "Systems to run on (default: as compiled).", kind=int, command_line=False
-    )
+    num_csx: int | None = option(None, "Systems to run on (default: as compiled).", kind=int)
     executor: str = option(
         LOCAL,
         "Run a numeric run's systems here, or each as a Ray actor (pip install "

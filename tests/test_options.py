@@ -81,3 +81,28 @@ def test_an_option_error_names_the_field_at_the_api_and_the_flag_on_the_command_
     )
     assert result.exit_code == 2
     assert result.output.strip() == "error: --num-csx must be at least 1, got 0"
+
+
+def _command_options(group) -> list:
+    """Every option of every command under ``group``."""
+    found = []
+    for command in group.commands.values():
+        found += _command_options(command) if hasattr(command, "commands") else command.params
+    return found
+
+
+@pytest.mark.parametrize(
+    ("record", "name"),
+    [
+        (record, f.name)
+        for record in RECORDS
+        for f in dataclasses.fields(record)
+        if f.metadata["option"].command_line
+    ],
+)
+def test_every_field_the_command_line_takes_is_an_option_made_from_its_record(record, name):
+    """Some command takes the field as an option made from the record (its flag and help),
+    not written again. (``cgc scale``'s ``--num-csx`` and ``--sparsity`` take lists, and
+    ``cgc sweep``'s executor runs the sweep's points: other options of the same flags.)"""
+    options = [o for o in _command_options(main) if flag(name) in getattr(o, "opts", ())]
+    assert record.option_of(name).help in {o.help for o in options}, f"{flag(name)}: {options}"
