@@ -26,9 +26,6 @@ from cgc.machine.timing.cost import LayerRecord
 from cgc.machine.timing.streaming import Span, Tree
 from cgc.machine.training.optimizers import Footprint
 
-"""The name suffix of the layers that compute forward activations again for the backward
-pass: their FLOPs are not the model's."""
-
 
 @dataclass
 class RunStats:
