@@ -75,7 +75,9 @@ EXACT_COUNTS = {
     "llama-7b": 6_738_415_616,
     "llama-70b": 68_976_648_192,
     "gpt-neox-20b": 20_554_567_680,
-    "gptj-6b": 6_050_882_784,
+    # Hugging Face's GPT-J has 6,050,882,784; use_bias adds its 28 blocks' four attention
+    # biases (see the file's header).
+    "gptj-6b": 6_050_882_784 + 28 * 4 * 4096,
     # Hugging Face's LlamaForCausalLM and Qwen2ForCausalLM of each config.json, counted with
     # num_parameters()
     "llama-3.1-8b": 8_030_261_248,
