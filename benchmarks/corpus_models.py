@@ -360,8 +360,9 @@ def params_twin(case: Case, batch: int) -> Any | None:
             base.model, hidden_size=width, num_hidden_layers=int(c["n_layer"]),
             num_heads=int(c["n_head"]), num_kv_heads=int(c["n_head"]), filter_size=4 * width,
             vocab_size=int(c["vocab_size"]), max_position_embeddings=int(c["n_positions"]),
-            layer_norm_epsilon=1e-5, share_embedding_weights=True, use_bias=True,
-            use_bias_in_output=False,
+            layer_norm_epsilon=1e-5, share_embedding_weights=True,
+            use_projection_bias_in_attention=True, use_ffn_bias_in_attention=True,
+            use_ffn_bias=True, use_bias_in_output=False,
         )  # fmt: skip
     elif case.arch == "llama":
         base = load_params("zoo:llama-7b")
@@ -371,7 +372,8 @@ def params_twin(case: Case, batch: int) -> Any | None:
             num_heads=heads, num_kv_heads=int(c["num_key_value_heads"]),
             filter_size=int(c["intermediate_size"]), vocab_size=int(c["vocab_size"]),
             max_position_embeddings=int(c["max_position_embeddings"]),
-            rotary_dim=width // heads, layer_norm_epsilon=1e-6,
+            rotary_dim=width // heads, rope_theta=float(c.get("rope_theta", 10000.0)),
+            layer_norm_epsilon=1e-6,
             share_embedding_weights=bool(c.get("tie_word_embeddings", False)),
         )  # fmt: skip
     else:

@@ -28,6 +28,7 @@ from cgc.frontends.params import (
     parameter_count,
     zoo_names,
 )
+from cgc.frontends.params.keys import ZOO_BIAS_KEYS
 
 ZOO = [
     "cerebras-gpt-1.3b",
@@ -40,8 +41,12 @@ ZOO = [
     "gpt-neox-20b",
     "gpt3-175b",
     "gptj-6b",
+    "llama-3.1-405b",
+    "llama-3.1-70b",
+    "llama-3.1-8b",
     "llama-70b",
     "llama-7b",
+    "qwen2-72b",
 ]
 
 # The size each name gives, and how close the count must come to it.
@@ -59,6 +64,10 @@ NAMED_SIZES = {
     "llama-7b": (6.74e9, 0.03),
     "llama-70b": (68.98e9, 0.01),
     "gpt3-175b": (174.6e9, 0.01),
+    "llama-3.1-8b": (8.03e9, 0.01),
+    "llama-3.1-70b": (70.6e9, 0.01),
+    "llama-3.1-405b": (405.9e9, 0.01),
+    "qwen2-72b": (72.7e9, 0.01),
 }
 
 # Exact counts the model cards and the Hugging Face implementations publish.
@@ -66,10 +75,19 @@ EXACT_COUNTS = {
     "llama-7b": 6_738_415_616,
     "llama-70b": 68_976_648_192,
     "gpt-neox-20b": 20_554_567_680,
-    # Hugging Face's GPT-J has 6,050,882,784; cgc's one bias switch adds its 28 blocks' four
-    # attention biases (see the file's header).
+    # Hugging Face's GPT-J has 6,050,882,784; use_bias adds its 28 blocks' four attention
+    # biases (see the file's header).
     "gptj-6b": 6_050_882_784 + 28 * 4 * 4096,
+    # Hugging Face's LlamaForCausalLM and Qwen2ForCausalLM of each config.json, counted with
+    # num_parameters()
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "qwen2-72b": 72_706_203_648,
 }
+
+LLAMA3 = {"position_embedding_type": "rotary", "pos_scaling_type": "llama3",
+          "pos_scaling_factor": 8.0}  # fmt: skip
 
 # A valid file with every required key, as a dict to mutate and dump.
 MINIMAL: dict[str, dict[str, Any]] = {
@@ -174,7 +192,13 @@ def as_yaml_text(params: ModelParams) -> str:
     else:
         del optimizer["momentum"]
     if model["position_embedding_type"] == "learned":
-        del model["rotary_dim"]
+        del model["rotary_dim"], model["rope_theta"]
+    scaling = model.pop("rotary_scaling")
+    if scaling is not None:
+        model["pos_scaling_type"] = scaling.pop("type")
+        model["pos_scaling_factor"] = scaling.pop("factor")
+        if model["pos_scaling_type"] == "llama3":
+            model["pos_scaling_extra_args"] = scaling
     document = {
         "model": model,
         "train_input": dataclasses.asdict(params.train_input),
@@ -234,7 +258,9 @@ runconfig: {num_csx: 4, precision: bfloat16}
             layer_norm_epsilon=1e-5,
             nonlinearity="swiglu",
             share_embedding_weights=False,
-            use_bias=False,
+            use_projection_bias_in_attention=False,
+            use_ffn_bias_in_attention=False,
+            use_ffn_bias=False,
             use_bias_in_output=False,
             parallel_attention=False,
             use_untied_layer_norm=False,
@@ -259,7 +285,9 @@ def test_defaults(tmp_path: Path):
         "layernorm",
     )
     assert (model.layer_norm_epsilon, model.nonlinearity) == (1e-5, "gelu")
-    assert model.share_embedding_weights and model.use_bias and not model.use_bias_in_output
+    assert model.share_embedding_weights and not model.use_bias_in_output
+    assert model.use_projection_bias_in_attention and model.use_ffn_bias_in_attention
+    assert model.use_ffn_bias and model.rope_theta == 10000.0 and model.rotary_scaling is None
     assert not model.parallel_attention and not model.use_untied_layer_norm
     assert model.embedding_dropout_rate == model.attention_dropout_rate == model.dropout_rate == 0
     assert params.optimizer == OptimizerConfig("adamw", 1e-3, (0.9, 0.999), 1e-8, 0.01, 0.0, None)
@@ -279,7 +307,7 @@ def test_spellings(tmp_path: Path):
     assert params.optimizer.betas == (0.8, 0.9)
     assert params.optimizer.weight_decay == 0.2
     assert params.optimizer.max_gradient_norm == 2.0
-    assert params.model.use_bias and not params.model.share_embedding_weights
+    assert params.model.use_ffn_bias and not params.model.share_embedding_weights
     assert load_params(write(tmp_path, mutated(optimizer={"eps": 1})))  # an int is a float
 
 
@@ -306,9 +334,11 @@ def tensor_shapes(m: ModelConfig) -> Iterator[tuple[int, ...]]:
         projections = [(d, d), (kv, d), (kv, d), (d, d)]  # q, k, v, output: (out, in)
         ups = 2 if m.nonlinearity == "swiglu" else 1
         projections += [(m.filter_size, d)] * ups + [(d, m.filter_size)]
-        for out_features, in_features in projections:
+        biases = [m.use_projection_bias_in_attention] * 3 + [m.use_ffn_bias_in_attention]
+        biases += [m.use_ffn_bias] * (ups + 1)
+        for (out_features, in_features), bias in zip(projections, biases, strict=True):
             yield (out_features, in_features)
-            if m.use_bias:
+            if bias:
                 yield (out_features,)
     yield from norm
     if not m.share_embedding_weights:
@@ -319,7 +349,9 @@ def tensor_shapes(m: ModelConfig) -> Iterator[tuple[int, ...]]:
 
 VARIANTS: list[dict[str, Any]] = [
     {},
-    {"norm_type": "rmsnorm", "nonlinearity": "swiglu", "use_bias": False},
+    {"norm_type": "rmsnorm", "nonlinearity": "swiglu", **dict.fromkeys(ZOO_BIAS_KEYS, False)},
+    {"nonlinearity": "swiglu", "use_ffn_bias_in_attention": False, "use_ffn_bias": False},
+    {"use_projection_bias_in_attention": False, "use_ffn_bias": False},
     {"num_kv_heads": 2, "position_embedding_type": "rotary", "rotary_dim": 8},
     {"parallel_attention": True, "share_embedding_weights": False, "use_bias_in_output": True},
     {"parallel_attention": True, "use_untied_layer_norm": True, "nonlinearity": "relu"},
@@ -492,12 +524,54 @@ def test_section_not_a_mapping(tmp_path: Path):
         (
             {"model": {"use_bias": True, "use_ffn_bias": False}},
             "model.use_ffn_bias: false disagrees with use_bias: true "
-            "(cgc has one switch for the attention and MLP biases)",
+            "(use_bias sets all three biases; give the finer keys alone)",
+        ),
+        # rotary settings
+        (
+            {"model": {"rope_theta": 500000.0}},
+            "model.rope_theta: only with position_embedding_type: rotary",
         ),
         (
-            {"model": {"use_projection_bias_in_attention": False, "use_ffn_bias": True}},
-            "model.use_ffn_bias: true disagrees with use_projection_bias_in_attention: false "
-            "(cgc has one switch for the attention and MLP biases)",
+            {"model": {"position_embedding_type": "rotary", "rope_theta": 0}},
+            "model.rope_theta: expected a positive number, got 0",
+        ),
+        (
+            {"model": {"position_embedding_type": "rotary", "pos_scaling_type": "yarn"}},
+            "model.pos_scaling_type: expected one of linear, llama3, got the string 'yarn'",
+        ),
+        (
+            {"model": {"position_embedding_type": "rotary", "pos_scaling_type": "llama3"}},
+            "model: missing required key pos_scaling_factor",
+        ),
+        (
+            {"model": {**LLAMA3, "pos_scaling_factor": 1.0}},
+            "model.pos_scaling_factor: expected a number above 1, got 1.0",
+        ),
+        (
+            {"model": {**LLAMA3, "pos_scaling_extra_args": {"low_freq_factor": 1.0}}},
+            "model.pos_scaling_extra_args: missing required key high_freq_factor",
+        ),
+        (
+            {
+                "model": {
+                    **LLAMA3,
+                    "pos_scaling_extra_args": {
+                        "low_freq_factor": 4.0,
+                        "high_freq_factor": 1.0,
+                        "original_max_position_embeddings": 8192,
+                    },
+                }
+            },
+            "model.pos_scaling_extra_args.high_freq_factor: 1 is not above low_freq_factor 4",
+        ),
+        (
+            {
+                "model": {
+                    "position_embedding_type": "rotary",
+                    "pos_scaling_extra_args": {"low_freq_factor": 1.0},
+                }
+            },
+            "model.pos_scaling_extra_args: only with pos_scaling_type: llama3",
         ),
         # names
         (
@@ -613,6 +687,12 @@ COMPANIONS: dict[str, dict[str, dict[str, Any]]] = {
     "model.rotary_dim": {
         "model": {"hidden_size": 1 << 18, "num_heads": 1, "position_embedding_type": "rotary"}
     },
+    "model.pos_scaling_extra_args.original_max_position_embeddings": {
+        "model": {
+            **LLAMA3,
+            "pos_scaling_extra_args": {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        }
+    },
     "runconfig.num_csx": {"train_input": {"batch_size": 4096}},
 }
 
@@ -638,6 +718,8 @@ def test_an_integer_at_its_limit_loads(tmp_path: Path, path: str):
     config = {"model": params.model, "train_input": params.train_input}.get(
         section, params.runconfig
     )
+    if section == "model" and "pos_scaling" in path:
+        config = params.model.rotary_scaling
     assert getattr(config, "num_kv_heads" if key == "num_kv_groups" else key) == most
 
 
@@ -801,3 +883,12 @@ DYNAMIC = {"density": 0.5, "schedule": "dynamic"}
 )
 def test_bad_sparsity_sections(tmp_path: Path, sparsity: dict, message: str):
     assert message in error(tmp_path, {**MINIMAL, "sparsity": sparsity})
+
+
+def test_biases_per_part(tmp_path: Path):
+    """Qwen2's: biases on the q, k and v projections only."""
+    model = {"use_projection_bias_in_attention": True, "use_ffn_bias_in_attention": False,
+             "use_ffn_bias": False}  # fmt: skip
+    config = load_params(write(tmp_path, mutated(model=model))).model
+    assert config.use_projection_bias_in_attention
+    assert not config.use_ffn_bias_in_attention and not config.use_ffn_bias

@@ -68,7 +68,9 @@ TINY: dict[str, tuple[str, dict[str, Any]]] = {
             "nonlinearity": "relu",
             "position_embedding_type": "rotary",
             "rotary_dim": 8,
-            "use_bias": False,
+            "use_projection_bias_in_attention": False,
+            "use_ffn_bias_in_attention": False,
+            "use_ffn_bias": False,
             "use_bias_in_output": True,
         },
     ),
@@ -313,7 +315,10 @@ def assert_weights_close(
 
 def expected_names(config: ModelConfig) -> set[str]:
     """The trained weights a model of ``config`` has, by the frontend's naming."""
-    biases = (".weight", ".bias") if config.use_bias else (".weight",)
+
+    def suffixes(bias: bool) -> tuple[str, ...]:
+        return (".weight", ".bias") if bias else (".weight",)
+
     norms = (".weight", ".bias") if config.norm_type == "layernorm" else (".weight",)
     swiglu = config.nonlinearity == "swiglu"
     mlp = ("gate_proj", "up_proj", "down_proj") if swiglu else ("fc_in", "fc_out")
@@ -326,9 +331,14 @@ def expected_names(config: ModelConfig) -> set[str]:
     if config.use_bias_in_output:
         names.add("lm_head.bias")
     for i in range(config.num_hidden_layers):
-        for layer in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            names.update(f"h.{i}.attn.{layer}{s}" for s in biases)
-        names.update(f"h.{i}.mlp.{layer}{s}" for layer in mlp for s in biases)
+        for layer in ("q_proj", "k_proj", "v_proj"):
+            names.update(
+                f"h.{i}.attn.{layer}{s}" for s in suffixes(config.use_projection_bias_in_attention)
+            )
+        names.update(f"h.{i}.attn.out_proj{s}" for s in suffixes(config.use_ffn_bias_in_attention))
+        names.update(
+            f"h.{i}.mlp.{layer}{s}" for layer in mlp for s in suffixes(config.use_ffn_bias)
+        )
         for norm in ("ln_1",) if shared else ("ln_1", "ln_2"):
             names.update(f"h.{i}.{norm}{s}" for s in norms)
     return names

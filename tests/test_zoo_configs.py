@@ -1,6 +1,7 @@
 """Every built-in params file compiles for wse2 at its published batch and sequence length, in
 weight-streaming mode for training, and simulates a step without a weight allocated; the
-largest ones whole, in bounded memory."""
+largest ones whole, in bounded memory. The LLMs served today (Llama 3.1, Qwen2) have their
+published parameter counts and compile whole, timing-only."""
 
 from __future__ import annotations
 
@@ -75,3 +76,32 @@ def test_gpt3_175b_on_64_systems():
     result = _child_step("gpt3-175b", 64)
     assert result["layers"] > 96 * 3
     assert result["rss"] < 768 * 2**20
+
+
+PUBLISHED_COUNTS = {
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "qwen2-72b": 72_706_203_648,
+}
+"""Hugging Face's count of each model of its config.json (``num_parameters()`` of
+transformers' LlamaForCausalLM and Qwen2ForCausalLM)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        pytest.param("llama-3.1-405b", marks=pytest.mark.slow),  # 126 blocks: about 5 s
+        "qwen2-72b",
+    ],
+)
+def test_a_served_llm_has_its_published_count_and_compiles_whole(name):
+    params = load_params(f"zoo:{name}")
+    assert parameter_count(params.model) == PUBLISHED_COUNTS[name]
+    artifact = cgc.compile(f"zoo:{name}", mode="weight_streaming")
+    assert artifact.weights == {}
+    declared = artifact.declared
+    parameters = sum(spec.size for key, spec in declared.items() if not key.startswith("rotary."))
+    assert parameters == PUBLISHED_COUNTS[name]

@@ -14,9 +14,12 @@ causal op on those token-major tensors (``wse.attention``), so no head is ever t
 a layout of its own. The blocks follow the config: pre-norm sequential blocks
 (GPT-2/3) or parallel attention and MLP (GPT-J with one shared norm, GPT-NeoX with two);
 LayerNorm or RMSNorm; learned positions or rotary embeddings (``wse.rotary``: ``rotate_half``
-on the first ``rotary_dim`` dimensions of each head); GELU, ReLU or SwiGLU MLPs; grouped-query
-attention (each key and value head shared by a group of query heads); a tied or separate LM
-head.
+on the first ``rotary_dim`` dimensions of each head, frequencies of base ``rope_theta``,
+stretched linearly or as Llama 3.1 does); GELU, ReLU or SwiGLU MLPs; grouped-query
+attention (each key and value head shared by a group of query heads); biases on the q/k/v, the
+attention output and the MLP projections each as the config says; a tied or separate LM
+head. ``cgc.frontends.hf_weights`` renames a Hugging Face checkpoint's tensors to this
+model's weights.
 
 Mixed precision (``runconfig.precision`` float16 or bfloat16): weights and activations on the
 wafer are 16-bit, the declared (master) weights float32 in MemoryX, the loss float32.
@@ -56,7 +59,6 @@ TOKEN_DTYPE = "int32"
 """The element type of token ids and labels."""
 MASTER_DTYPE = "float32"
 """MemoryX's copies of the trained weights."""
-ROTARY_BASE = 10000.0
 INIT_STD = 0.02
 SEGMENTS = r"h\.\d+\."
 """Layer names that start with this belong to a transformer block (see the module's doc)."""
@@ -195,23 +197,23 @@ class _Model:
         """The block's MLP on the normalized stream ``x`` [T, H]."""
         c = self.config
         if c.nonlinearity == "swiglu":
-            gate = self.linear(x, f"{prefix}.gate_proj", c.filter_size, c.use_bias)
-            up = self.linear(x, f"{prefix}.up_proj", c.filter_size, c.use_bias)
+            gate = self.linear(x, f"{prefix}.gate_proj", c.filter_size, c.use_ffn_bias)
+            up = self.linear(x, f"{prefix}.up_proj", c.filter_size, c.use_ffn_bias)
             self.at(f"{prefix}.act")
             silu = self.op(wse.MulOp(gate, self.op(wse.SigmoidOp(gate))))
             hidden = self.op(wse.MulOp(silu, up))
-            return self.linear(hidden, f"{prefix}.down_proj", c.hidden_size, c.use_bias)
-        inner = self.linear(x, f"{prefix}.fc_in", c.filter_size, c.use_bias)
+            return self.linear(hidden, f"{prefix}.down_proj", c.hidden_size, c.use_ffn_bias)
+        inner = self.linear(x, f"{prefix}.fc_in", c.filter_size, c.use_ffn_bias)
         hidden = self.activation(inner, f"{prefix}.act")
-        return self.linear(hidden, f"{prefix}.fc_out", c.hidden_size, c.use_bias)
+        return self.linear(hidden, f"{prefix}.fc_out", c.hidden_size, c.use_ffn_bias)
 
     def rotate(self, x: SSAValue, heads: int, name: str) -> SSAValue:
         """Rotary position embedding of the first ``rotary_dim`` dimensions of every head of
         ``x`` [T, heads * d] (``rotate_half`` layout)."""
         self.at(name)
         s, r = self.seq, self.config.rotary_dim
-        cos = self.frozen("rotary.cos", (s, r), lambda: _rotary(s, r)[0])
-        sin = self.frozen("rotary.sin", (s, r), lambda: _rotary(s, r)[1])
+        cos = self.frozen("rotary.cos", (s, r), lambda: _rotary(self.config, s)[0])
+        sin = self.frozen("rotary.sin", (s, r), lambda: _rotary(self.config, s)[1])
         return self.op(wse.RotaryOp(x, cos, sin, heads))
 
     def attention(self, x: SSAValue, prefix: str) -> SSAValue:
@@ -219,9 +221,9 @@ class _Model:
         one fused op on token-major tensors."""
         c = self.config
         kv_width = c.num_kv_heads * c.head_dim
-        q = self.linear(x, f"{prefix}.q_proj", c.hidden_size, c.use_bias)
-        k = self.linear(x, f"{prefix}.k_proj", kv_width, c.use_bias)
-        v = self.linear(x, f"{prefix}.v_proj", kv_width, c.use_bias)
+        q = self.linear(x, f"{prefix}.q_proj", c.hidden_size, c.use_projection_bias_in_attention)
+        k = self.linear(x, f"{prefix}.k_proj", kv_width, c.use_projection_bias_in_attention)
+        v = self.linear(x, f"{prefix}.v_proj", kv_width, c.use_projection_bias_in_attention)
         if c.position_embedding_type == "rotary":
             q = self.rotate(q, c.num_heads, f"{prefix}.q_rotary")
             k = self.rotate(k, c.num_kv_heads, f"{prefix}.k_rotary")
@@ -230,7 +232,9 @@ class _Model:
         context = self.op(
             wse.AttentionOp(q, k, v, self.seq, c.num_heads, c.num_kv_heads, True, scale)
         )
-        return self.linear(context, f"{prefix}.out_proj", c.hidden_size, c.use_bias)
+        return self.linear(
+            context, f"{prefix}.out_proj", c.hidden_size, c.use_ffn_bias_in_attention
+        )
 
     def block(self, x: SSAValue, index: int) -> SSAValue:
         """Transformer block ``index`` on the residual stream ``x`` [T, H]."""
@@ -355,10 +359,32 @@ def _tensor(shape: tuple[int, ...], dtype: str) -> TensorType[Attribute]:
     return TensorType(wse.element_of_numpy(dtype), shape)
 
 
-def _rotary(seq: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
-    """``cos`` and ``sin`` [S, dims] of the rotary embedding (``rotate_half`` layout: the
-    frequencies of the first half repeated for the second)."""
-    inverse = ROTARY_BASE ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
-    angles = np.outer(np.arange(seq, dtype=np.float64), inverse)
+def rotary_inverse_frequencies(config: ModelConfig) -> np.ndarray:
+    """The ``rotary_dim / 2`` angular frequencies of the rotary embedding: ``rope_theta **
+    (-2i / rotary_dim)``, stretched as ``rotary_scaling`` says (as Hugging Face's
+    ``_compute_linear_scaling_rope_parameters`` and ``_compute_llama3_parameters`` do)."""
+    dims = config.rotary_dim
+    inverse = config.rope_theta ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+    scaling = config.rotary_scaling
+    if scaling is None:
+        return inverse
+    if scaling.type == "linear":
+        return inverse / scaling.factor
+    wavelength = 2 * np.pi / inverse
+    original = scaling.original_max_position_embeddings
+    # between the two bounds the frequency moves smoothly from divided to kept
+    smooth = (original / wavelength - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    interpolated = (1 - smooth) * inverse / scaling.factor + smooth * inverse
+    kept = wavelength < original / scaling.high_freq_factor
+    divided = wavelength > original / scaling.low_freq_factor
+    return np.where(kept, inverse, np.where(divided, inverse / scaling.factor, interpolated))
+
+
+def _rotary(config: ModelConfig, seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cos`` and ``sin`` [S, rotary_dim] of the rotary embedding (``rotate_half`` layout:
+    the frequencies of the first half repeated for the second)."""
+    angles = np.outer(np.arange(seq, dtype=np.float64), rotary_inverse_frequencies(config))
     both = np.concatenate([angles, angles], axis=1)
     return np.cos(both), np.sin(both)

@@ -26,6 +26,10 @@ MODEL_KEYS = (
     "max_position_embeddings",
     "position_embedding_type",
     "rotary_dim",
+    "rope_theta",
+    "pos_scaling_type",
+    "pos_scaling_factor",
+    "pos_scaling_extra_args",
     "norm_type",
     "layer_norm_epsilon",
     "nonlinearity",
@@ -40,6 +44,9 @@ MODEL_KEYS = (
     "dropout_rate",
 )
 EXTRA_ATTENTION_KEYS = ("num_kv_groups",)
+LLAMA3_SCALING_KEYS = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+"""The keys of ``pos_scaling_extra_args`` for ``pos_scaling_type: llama3`` (Hugging Face's
+``rope_scaling`` names)."""
 TRAIN_INPUT_KEYS = ("batch_size", "max_sequence_length")
 OPTIMIZER_KEYS = (
     "optimizer_type",

@@ -16,6 +16,7 @@ from cgc.machine.hardware.target import MAX_SYSTEMS
 from cgc.machine.sparse.sparsity import Sparsity
 
 POSITION_EMBEDDING_TYPES = ("learned", "rotary")
+POSITION_SCALING_TYPES = ("linear", "llama3")
 NORM_TYPES = ("layernorm", "rmsnorm")
 NONLINEARITIES = ("gelu", "relu", "swiglu")
 OPTIMIZER_TYPES = ("sgd", "adam", "adamw")
@@ -45,6 +46,9 @@ INTEGER_LIMITS = {
         1 << 20, "that of train_input.max_sequence_length"
     ),
     "model.rotary_dim": IntegerLimit(1 << 18, "that of hidden_size, as the head dimension"),
+    "model.pos_scaling_extra_args.original_max_position_embeddings": IntegerLimit(
+        1 << 20, "that of max_position_embeddings"
+    ),
     "train_input.batch_size": IntegerLimit(1 << 24, "over 10,000 times GPT-3's 1536"),
     "train_input.max_sequence_length": IntegerLimit(1 << 20, "8 times a 128K context"),
     "runconfig.num_csx": IntegerLimit(MAX_SYSTEMS, "that of --num-csx"),
@@ -52,6 +56,28 @@ INTEGER_LIMITS = {
 """The limit of every integer key, by key path. Beyond these a model is no real one, and
 compiling it must still take seconds to a minute and well under a GiB: compiling costs time and
 memory by the layers (about 0.1 s and 1 MiB a transformer block)."""
+
+
+@dataclass(frozen=True)
+class RotaryScaling:
+    """How the rotary frequencies are stretched past the context a model was first trained
+    on: the Model Zoo's ``pos_scaling_type``, ``pos_scaling_factor`` and
+    ``pos_scaling_extra_args``, as Hugging Face's ``rope_scaling`` computes them."""
+
+    type: str
+    """``"linear"`` (position interpolation, arXiv 2306.15595: every frequency divided by
+    ``factor``) or ``"llama3"`` (Llama 3.1: the frequencies whose wavelength exceeds
+    ``original_max_position_embeddings / low_freq_factor`` divided by ``factor``, those under
+    ``original_max_position_embeddings / high_freq_factor`` kept, those between
+    interpolated)."""
+    factor: float
+    """How much longer the context is than the original one; above 1."""
+    low_freq_factor: float = 0.0
+    """llama3 only: the low-frequency bound (Llama 3.1: 1)."""
+    high_freq_factor: float = 0.0
+    """llama3 only: the high-frequency bound, above ``low_freq_factor`` (Llama 3.1: 4)."""
+    original_max_position_embeddings: int = 0
+    """llama3 only: the context of the first training (Llama 3.1: 8192)."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +117,13 @@ class ModelConfig:
     projections). Default: ``"gelu"``."""
     share_embedding_weights: bool
     """The LM head is the token embedding's transpose (tied). Default: true."""
-    use_bias: bool
-    """Biases on the attention (q, k, v, output) and MLP projections. Read from ``use_bias``
-    or from the Model Zoo's ``use_projection_bias_in_attention``, ``use_ffn_bias_in_attention``
-    and ``use_ffn_bias``, which must then agree. Default: true."""
+    use_projection_bias_in_attention: bool
+    """Biases on the q, k and v projections (Qwen2 has these only). ``use_bias`` in the file
+    sets this and the next two at once. Default: true."""
+    use_ffn_bias_in_attention: bool
+    """A bias on the attention's output projection. Default: true."""
+    use_ffn_bias: bool
+    """Biases on the MLP's projections. Default: true."""
     use_bias_in_output: bool
     """A bias on the LM head. Default: false."""
     parallel_attention: bool
@@ -109,6 +138,12 @@ class ModelConfig:
     """Dropout on the attention probabilities, in [0, 1). Default: 0."""
     dropout_rate: float
     """Dropout on the attention and MLP outputs, in [0, 1). Default: 0."""
+    rope_theta: float = 10000.0
+    """Rotary: the base of the frequencies (Llama 2 10,000, Llama 3 500,000, Qwen2
+    1,000,000); positive. Default: 10000.0."""
+    rotary_scaling: RotaryScaling | None = None
+    """Rotary: how the frequencies are stretched for long contexts, or ``None`` for not at
+    all. Default: ``None``."""
 
     @property
     def head_dim(self) -> int:
@@ -205,8 +240,9 @@ def parameter_count(model: ModelConfig) -> int:
       per block, or one when ``parallel_attention`` shares it (``use_untied_layer_norm``
       false); the q and output projections (``hidden_size**2`` each), the k and v projections
       (``hidden_size * num_kv_heads * head_dim`` each); the MLP's two matrices, or three for
-      swiglu (``hidden_size * filter_size`` each); with ``use_bias``, a bias on each of these
-      projections (the output width of each);
+      swiglu (``hidden_size * filter_size`` each); a bias (of each one's output width) on the
+      q, k and v projections with ``use_projection_bias_in_attention``, on the output
+      projection with ``use_ffn_bias_in_attention``, on the MLP's with ``use_ffn_bias``;
     * the final norm;
     * the LM head, ``vocab_size * hidden_size``, unless tied to the token embedding, and its
       bias, ``vocab_size``, if ``use_bias_in_output``.
@@ -219,8 +255,11 @@ def parameter_count(model: ModelConfig) -> int:
     up_projections = 2 if model.nonlinearity == "swiglu" else 1
     attention = 2 * d * d + 2 * d * kv_width
     mlp = (up_projections + 1) * d * f
-    if model.use_bias:
-        attention += 2 * d + 2 * kv_width
+    if model.use_projection_bias_in_attention:
+        attention += d + 2 * kv_width
+    if model.use_ffn_bias_in_attention:
+        attention += d
+    if model.use_ffn_bias:
         mlp += up_projections * f + d
     norms_per_block = 1 if model.parallel_attention and not model.use_untied_layer_norm else 2
     block = norms_per_block * norm + attention + mlp

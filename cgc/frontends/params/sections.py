@@ -18,6 +18,7 @@ from cgc.errors import CgcError
 from cgc.frontends.params.keys import (
     ADAM_KEYS,
     EXTRA_ATTENTION_KEYS,
+    LLAMA3_SCALING_KEYS,
     ZOO_BIAS_KEYS,
     did_you_mean,
 )
@@ -27,9 +28,11 @@ from cgc.frontends.params.records import (
     NORM_TYPES,
     OPTIMIZER_TYPES,
     POSITION_EMBEDDING_TYPES,
+    POSITION_SCALING_TYPES,
     PRECISIONS,
     ModelConfig,
     OptimizerConfig,
+    RotaryScaling,
     RunConfig,
     SparsityConfig,
     TrainInput,
@@ -46,6 +49,7 @@ class _Range:
 
 
 _POSITIVE = _Range("a positive number", lambda x: x > 0)
+_ABOVE_ONE = _Range("a number above 1", lambda x: x > 1)
 _NON_NEGATIVE = _Range("a non-negative number", lambda x: x >= 0)
 _FRACTION = _Range("a number in [0, 1)", lambda x: 0 <= x < 1)
 _DENSITY = _Range("a number in (0, 1]", lambda x: 0 < x <= 1)
@@ -170,6 +174,7 @@ def read_model(section: Section, max_sequence_length: int) -> ModelConfig:
     use_untied_layer_norm = section.boolean("use_untied_layer_norm", False)
     if use_untied_layer_norm and not parallel_attention:
         raise section.error("use_untied_layer_norm", "only with parallel_attention: true")
+    attention_qkv_bias, attention_output_bias, mlp_bias = _read_biases(section)
     return ModelConfig(
         hidden_size=hidden_size,
         num_hidden_layers=section.integer("num_hidden_layers"),
@@ -186,13 +191,17 @@ def read_model(section: Section, max_sequence_length: int) -> ModelConfig:
         layer_norm_epsilon=section.number("layer_norm_epsilon", 1e-5, _POSITIVE),
         nonlinearity=section.choice("nonlinearity", "gelu", NONLINEARITIES),
         share_embedding_weights=section.boolean("share_embedding_weights", True),
-        use_bias=_read_use_bias(section),
+        use_projection_bias_in_attention=attention_qkv_bias,
+        use_ffn_bias_in_attention=attention_output_bias,
+        use_ffn_bias=mlp_bias,
         use_bias_in_output=section.boolean("use_bias_in_output", False),
         parallel_attention=parallel_attention,
         use_untied_layer_norm=use_untied_layer_norm,
         embedding_dropout_rate=section.number("embedding_dropout_rate", 0.0, _FRACTION),
         attention_dropout_rate=section.number("attention_dropout_rate", 0.0, _FRACTION),
         dropout_rate=section.number("dropout_rate", 0.0, _FRACTION),
+        rope_theta=_read_rope_theta(section, position_embedding_type),
+        rotary_scaling=_read_rotary_scaling(section, position_embedding_type),
     )
 
 
@@ -233,22 +242,66 @@ def _read_rotary_dim(section: Section, position_type: str, head_dim: int) -> int
     return rotary_dim
 
 
-def _read_use_bias(section: Section) -> bool:
-    """``use_bias``, or the Model Zoo's finer bias switches, which must then all agree."""
-    given = [
-        (key, section.boolean(key, True)) for key in ("use_bias", *ZOO_BIAS_KEYS) if key in section
-    ]
-    if not given:
+def _only_with_rotary(section: Section, position_type: str, keys: Sequence[str]) -> bool:
+    """Whether the rotary settings ``keys`` apply; an error if one is given for learned
+    positions."""
+    if position_type == "rotary":
         return True
-    first_key, first_value = given[0]
-    for key, value in given[1:]:
-        if value != first_value:
+    for key in keys:
+        if key in section:
+            raise section.error(key, "only with position_embedding_type: rotary")
+    return False
+
+
+def _read_rope_theta(section: Section, position_type: str) -> float:
+    if not _only_with_rotary(section, position_type, ("rope_theta",)):
+        return 10000.0
+    return section.number("rope_theta", 10000.0, _POSITIVE)
+
+
+_SCALING_KEYS = ("pos_scaling_type", "pos_scaling_factor", "pos_scaling_extra_args")
+
+
+def _read_rotary_scaling(section: Section, position_type: str) -> RotaryScaling | None:
+    """The Model Zoo's ``pos_scaling_*`` keys; ``None`` when the frequencies stay as they are
+    (no key, or linear scaling by 1)."""
+    if not _only_with_rotary(section, position_type, _SCALING_KEYS):
+        return None
+    scaling_type = section.choice("pos_scaling_type", "linear", POSITION_SCALING_TYPES)
+    if scaling_type == "linear":
+        if "pos_scaling_extra_args" in section:
+            raise section.error("pos_scaling_extra_args", "only with pos_scaling_type: llama3")
+        factor = section.number("pos_scaling_factor", 1.0, _POSITIVE)
+        return None if factor == 1.0 else RotaryScaling("linear", factor)
+    factor = section.check_number(
+        "pos_scaling_factor", section._get("pos_scaling_factor"), _ABOVE_ONE
+    )
+    extra = section.section("pos_scaling_extra_args", LLAMA3_SCALING_KEYS)
+    low, high = (extra.check_number(key, extra._get(key), _POSITIVE)
+                 for key in LLAMA3_SCALING_KEYS[:2])  # fmt: skip
+    if high <= low:
+        raise extra.error("high_freq_factor", f"{high:g} is not above low_freq_factor {low:g}")
+    original = extra.integer("original_max_position_embeddings")
+    return RotaryScaling("llama3", factor, low, high, original)
+
+
+def _read_biases(section: Section) -> tuple[bool, bool, bool]:
+    """The q/k/v, attention output and MLP biases: the Model Zoo's
+    ``use_projection_bias_in_attention``, ``use_ffn_bias_in_attention`` and ``use_ffn_bias``,
+    each true by default, or ``use_bias`` for all three at once (a finer key given with it
+    must agree)."""
+    if "use_bias" not in section:
+        qkv, output, mlp = (section.boolean(key, True) for key in ZOO_BIAS_KEYS)
+        return qkv, output, mlp
+    every = section.boolean("use_bias", True)
+    for key in ZOO_BIAS_KEYS:
+        if key in section and section.boolean(key, every) != every:
             raise section.error(
                 key,
-                f"{show(value)} disagrees with {first_key}: {show(first_value)} "
-                "(cgc has one switch for the attention and MLP biases)",
+                f"{show(not every)} disagrees with use_bias: {show(every)} "
+                "(use_bias sets all three biases; give the finer keys alone)",
             )
-    return first_value
+    return every, every, every
 
 
 def read_sparsity(section: Section) -> SparsityConfig:
