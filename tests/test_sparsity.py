@@ -186,7 +186,7 @@ def test_resume_finds_the_masks_again_and_refuses_another_sparsity(model, data, 
     for name, value in whole.weights.items():
         np.testing.assert_array_equal(resumed.weights[name], value)
     changed = {**options, "sparsity": 0.25}
-    expected = r"--sparsity density 0.5 random seed 1: .*this run has density 0.75"
+    expected = r"with sparsity density 0.5 random seed 1: .*this run has density 0.75"
     with pytest.raises(CgcError, match=expected):
         cgc.train(model, data, model_dir=tmp_path / "b", steps=4, resume=True, **changed)
 

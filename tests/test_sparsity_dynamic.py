@@ -195,7 +195,7 @@ def test_resume_after_a_mask_update_is_exact(model, data, tmp_path) -> None:
     for name, value in whole.weights.items():
         np.testing.assert_array_equal(resumed.weights[name], value, err_msg=name)
     changed = {**RIGL, "update_every": 3}
-    expected = r"--sparsity density 0.25 random seed 3 dynamic gradient every 2"
+    expected = r"with sparsity density 0.25 random seed 3 dynamic gradient every 2"
     with pytest.raises(CgcError, match=expected):
         train(model, data, tmp_path / "b", "adam", settings, changed, resume=True)
 
