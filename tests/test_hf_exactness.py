@@ -127,3 +127,51 @@ def test_logits_match_transformers(tmp_path: Path, name: str) -> None:
     with torch.no_grad():
         want = module(torch.from_numpy(ids.astype(np.int64))).logits.numpy()
     np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_command_line_runs_a_hugging_face_checkpoint(tmp_path: Path) -> None:
+    """``cgc compile PARAMS --weights model.safetensors`` reads a checkpoint by Hugging Face's
+    names; a tensor no params-file model has is one line naming it."""
+    from click.testing import CliRunner
+    from safetensors.numpy import save_file
+
+    from cgc.cli import main
+
+    torch.manual_seed(0)
+    module, model = _case("llama-3.1")
+    module.eval()
+    path = tmp_path / "llama.yaml"
+    document = {"model": model, "train_input": {"batch_size": BATCH, "max_sequence_length": SEQ}}
+    path.write_text(yaml.safe_dump(document))
+    tensors = {key: value.detach().numpy() for key, value in module.state_dict().items()}
+    save_file(tensors, tmp_path / "model.safetensors")
+    ids = np.random.default_rng(2).integers(0, VOCAB, (BATCH, SEQ)).astype(np.int32)
+    np.savez(tmp_path / "in.npz", input_ids=ids)
+    runner = CliRunner()
+    compiled = runner.invoke(
+        main,
+        ["compile", str(path), "--weights", str(tmp_path / "model.safetensors"),
+         "--mode", "weight_streaming", "-o", str(tmp_path / "llama.cgc")],
+    )  # fmt: skip
+    assert compiled.exit_code == 0, compiled.output
+    ran = runner.invoke(
+        main,
+        ["run", str(tmp_path / "llama.cgc"), "--inputs", str(tmp_path / "in.npz"),
+         "--output", str(tmp_path / "out.npz")],
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    with torch.no_grad():
+        want = module(torch.from_numpy(ids.astype(np.int64))).logits.numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["logits"], want, rtol=1e-4, atol=1e-5)
+
+    save_file({**tensors, "model.extra.weight": np.zeros(3, np.float32)}, tmp_path / "bad.st")
+    refused = runner.invoke(
+        main,
+        ["compile", str(path), "--weights", str(tmp_path / "bad.st"), "-o", str(tmp_path / "b")],
+    )
+    assert refused.exit_code == 2
+    assert refused.output == (
+        "error: --weights: model.extra.weight: not a tensor of a Hugging Face causal LM cgc "
+        "can read\n"
+    )
+    assert not (tmp_path / "b").exists()

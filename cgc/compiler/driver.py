@@ -49,8 +49,9 @@ from cgc.dialects.ir import (
 )
 from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, CgcWarning, DoesNotFitError, OptionError
+from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
 from cgc.frontends.imported import ImportedModel
-from cgc.frontends.params import ModelParams
+from cgc.frontends.params import ModelConfig, ModelParams
 from cgc.machine.hardware.target import Target, checked_batch, checked_systems, resolve
 from cgc.machine.hardware.units import human_bytes
 from cgc.machine.program.artifact import DECLARED, FORMAT_VERSION, Artifact
@@ -220,6 +221,16 @@ class CompileRequest:
     """Weights with at least this fraction of zeros are sparse, their zeros dead."""
 
 
+def _renamed_checkpoint(
+    tensors: Mapping[str, np.ndarray], config: ModelConfig
+) -> dict[str, np.ndarray]:
+    """A Hugging Face checkpoint's tensors as the params-file model's weights."""
+    try:
+        return weights_from_hugging_face(tensors, config)
+    except CgcError as e:
+        raise CgcError(f"--weights: {e}") from None
+
+
 @_cyclic_gc_paused()
 def compile_model(
     model: str | os.PathLike | onnx.ModelProto | ImportedModel | ModelParams,
@@ -252,6 +263,8 @@ def compile_model(
     )
     given = source.params.sparsity if isinstance(source, ParamsSource) else None
     if weights is not None:
+        if isinstance(source, ParamsSource) and is_hugging_face(weights):
+            weights = _renamed_checkpoint(weights, source.params.model)
         source = WithWeights(source, weights, "--weights")
     systems = checked_systems(
         options.num_csx if options.num_csx is not None else (source.num_csx or 1)

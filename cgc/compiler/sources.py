@@ -114,12 +114,16 @@ class ImportedSource(Source):
 
 class ParamsSource(Source):
     """A params file (or ``zoo:NAME``): a GPT-class model built in the WSE dialect, its
-    weights declared, or drawn from ``init_seed``."""
+    weights declared, or drawn from ``init_seed``; with ``buffers`` (its weights come from a
+    file), the tables computed from the config are computed however the weights are."""
 
-    def __init__(self, params: ModelParams, training: bool, init_seed: int | None):
+    def __init__(
+        self, params: ModelParams, training: bool, init_seed: int | None, buffers: bool = False
+    ):
         self.params = params
         self.training = training
         self.init_seed = init_seed
+        self.buffers = buffers
         self.name = params.source
         transformer.check_supported(params)
 
@@ -147,6 +151,7 @@ class ParamsSource(Source):
             blocks,
             materialize=self.init_seed is not None,
             seed=self.init_seed or 0,
+            buffers=self.buffers,
         )
 
 
@@ -187,6 +192,8 @@ class WithWeights(Source):
     of the model's shapes, in its element types."""
 
     def __init__(self, source: Source, weights: Mapping[str, np.ndarray], origin: str):
+        if isinstance(source, ParamsSource):  # the file's model computes its own tables
+            source = ParamsSource(source.params, source.training, source.init_seed, buffers=True)
         self.source = source
         self.weights = dict(weights)
         self.origin = origin

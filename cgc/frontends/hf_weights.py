@@ -3,7 +3,9 @@
 ``weights_from_hugging_face(tensors, config)`` renames the tensors of a ``transformers``
 causal LM's ``state_dict`` (or its ``model.safetensors``) to the weights
 ``cgc.frontends.transformer`` declares for ``config``, in its layouts, so that
-``cgc.compile(params, weights=...)`` runs the checkpoint. Two families of names are read:
+``cgc.compile(params, weights=...)`` (and ``cgc compile PARAMS --weights FILE``) runs the
+checkpoint: the compiler renames a params-file model's weights when they are so named
+(``is_hugging_face``). Two families of names are read:
 
 * Llama, Qwen2 and Mistral (``model.embed_tokens``, ``model.layers.N.self_attn.q_proj``,
   ``model.layers.N.mlp.gate_proj``, ``model.layers.N.input_layernorm``, ``model.norm``,
@@ -58,6 +60,16 @@ _GPT2: tuple[_Rename, ...] = (
 )
 _GPT2_QKV = re.compile(r"transformer\.h\.(\d+)\.attn\.c_attn\.(weight|bias)")
 _BUFFERS = re.compile(r".*(rotary_emb\.inv_freq|\.attn\.bias|\.attn\.masked_bias)")
+
+
+HUGGING_FACE_PREFIXES = ("model.", "transformer.")
+"""Where the names of a Hugging Face causal LM's body tensors start; none of a params-file
+model's weights (``wte``, ``h.N``, ``ln_f``, ``lm_head``) does."""
+
+
+def is_hugging_face(tensors: Mapping[str, np.ndarray]) -> bool:
+    """Whether ``tensors`` are named as a Hugging Face causal LM's checkpoint names them."""
+    return any(name.startswith(HUGGING_FACE_PREFIXES) for name in tensors)
 
 
 def weights_from_hugging_face(

@@ -92,6 +92,9 @@ class _Model:
     location: NameLoc = field(default_factory=lambda: _loc("main"))
     cache: dict[str, SSAValue] = field(default_factory=dict)
     """Frozen tables built once (the rotary tables)."""
+    buffers: bool = False
+    """Whether the frozen tables are computed even where the weights are declared (the
+    weights then come from a checkpoint)."""
 
     @property
     def config(self) -> ModelConfig:
@@ -137,7 +140,10 @@ class _Model:
     ) -> SSAValue:
         """A buffer computed from the config (not trained), in the activations' type."""
         if name not in self.cache:
-            self._store(name, shape, self.act, lambda _: table())
+            if self.buffers and not self.materialize:
+                self.weights[name] = np.asarray(table()).astype(dtypes.dtype(self.act))
+            else:
+                self._store(name, shape, self.act, lambda _: table())
             self.cache[name] = self.op(wse.WeightOp(name, _tensor(shape, self.act), frozen=True))
         return self.cache[name]
 
@@ -303,10 +309,13 @@ def build(
     blocks: int | None = None,
     materialize: bool = False,
     seed: int = 0,
+    buffers: bool = False,
 ) -> ImportedModel:
     """The model of ``params`` for a per-system batch of ``batch`` sequences, with the loss
     for ``training`` (else the logits), ``blocks`` transformer blocks (default: the config's),
-    its weights declared or, with ``materialize``, drawn from ``seed``."""
+    its weights declared or, with ``materialize``, drawn from ``seed``; with ``buffers``, the
+    tables computed from the config (rotary) are computed even where the weights are
+    declared."""
     check_supported(params)
     if batch < 1:
         raise CgcError(f"{params.source}: the batch must be at least 1, got {batch}")
@@ -321,7 +330,7 @@ def build(
     for spec, arg in zip(inputs, fn.body.block.args, strict=True):
         arg.name_hint = spec.name.replace("_", "")
     m = _Model(params, batch, materialize, np.random.default_rng(seed),
-               Builder(InsertPoint.at_end(fn.body.block)), act)  # fmt: skip
+               Builder(InsertPoint.at_end(fn.body.block)), act, buffers=buffers)  # fmt: skip
     x = m.embed(fn.body.block.args[0])
     for index in range(params.model.num_hidden_layers if blocks is None else blocks):
         x = m.block(x, index)
