@@ -76,7 +76,7 @@ def pass_spec(p: ModulePass) -> str:
     return p.name + ("{" + " ".join(args) + "}" if args else "")
 
 
-def _spec_value(value) -> str:
+def _spec_value(value: object) -> str:
     if isinstance(value, tuple):
         return ",".join(_spec_value(v) for v in value)
     if isinstance(value, bool):
