@@ -1,8 +1,8 @@
 """A params file says a Hugging Face causal LM exactly: small random-weight ``transformers``
 models (Llama 3.1 with grouped-query attention, rope_theta 500000 and llama3 rope scaling;
-Qwen2 with q/k/v biases only; GPT-2), written as params files, compiled with their weights
-renamed by ``weights_from_hugging_face`` and run on the simulator, give transformers' eager
-logits."""
+Qwen2 with q/k/v biases only; GPT-2), written as params files by ``hf_config.model_section``,
+compiled with their weights renamed by ``weights_from_hugging_face`` and run on the simulator,
+give transformers' eager logits."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import cgc  # noqa: E402
+from cgc.frontends.hf_config import model_section  # noqa: E402
 from cgc.frontends.hf_weights import weights_from_hugging_face  # noqa: E402
-from cgc.frontends.params import load_params, parameter_count  # noqa: E402
+from cgc.frontends.params import ModelParams, load_params, parameter_count  # noqa: E402
 
 SEQ, BATCH, VOCAB, WIDTH, LAYERS = 12, 2, 96, 64, 2
 LLAMA3_SCALING = {
@@ -31,65 +32,19 @@ LLAMA3_SCALING = {
 }
 
 
-def _llama_family(cls: type, config: Any) -> dict[str, Any]:
-    """The params-file ``model:`` section of a Llama-style transformers config."""
-    model: dict[str, Any] = {
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_hidden_layers,
-        "num_heads": config.num_attention_heads,
-        "extra_attention_params": {"num_kv_groups": config.num_key_value_heads},
-        "filter_size": config.intermediate_size,
-        "vocab_size": config.vocab_size,
-        "max_position_embeddings": config.max_position_embeddings,
-        "position_embedding_type": "rotary",
-        "rope_theta": config.rope_theta,
-        "norm_type": "rmsnorm",
-        "layer_norm_epsilon": config.rms_norm_eps,
-        "nonlinearity": "swiglu",
-        "share_embedding_weights": config.tie_word_embeddings,
-        "use_projection_bias_in_attention": cls is transformers.Qwen2ForCausalLM,
-        "use_ffn_bias_in_attention": False,
-        "use_ffn_bias": False,
-    }
-    scaling = config.rope_scaling
-    if scaling and scaling.get("rope_type") == "llama3":
-        model["pos_scaling_type"] = "llama3"
-        model["pos_scaling_factor"] = scaling["factor"]
-        model["pos_scaling_extra_args"] = {
-            key: scaling[key]
-            for key in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-        }
-    return model
-
-
-def _gpt2(config: Any) -> dict[str, Any]:
-    return {
-        "hidden_size": config.n_embd,
-        "num_hidden_layers": config.n_layer,
-        "num_heads": config.n_head,
-        "filter_size": 4 * config.n_embd,
-        "vocab_size": config.vocab_size,
-        "max_position_embeddings": config.n_positions,
-        "layer_norm_epsilon": config.layer_norm_epsilon,
-        "nonlinearity": "gelu",
-        "use_bias": True,
-    }
-
-
-def _case(name: str) -> tuple[Any, dict[str, Any]]:
-    """The transformers model of case ``name`` and its params-file ``model:`` section."""
+def _case(name: str) -> Any:
+    """The transformers model of case ``name``."""
     common = {"vocab_size": VOCAB, "attn_implementation": "eager"}
     if name == "gpt2":
         config = transformers.GPT2Config(
             n_embd=WIDTH, n_layer=LAYERS, n_head=4, n_positions=32, activation_function="gelu",
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
         )  # fmt: skip
-        return transformers.GPT2LMHeadModel(config), _gpt2(config)
+        return transformers.GPT2LMHeadModel(config)
     llama = dict(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=112, max_position_embeddings=128,
                  **common)  # fmt: skip
     if name == "llama-3.1":
-        cls = transformers.LlamaForCausalLM
         config = transformers.LlamaConfig(
             rope_theta=500000.0,
             rope_scaling=LLAMA3_SCALING,
@@ -97,23 +52,42 @@ def _case(name: str) -> tuple[Any, dict[str, Any]]:
             tie_word_embeddings=False,
             **llama,
         )
-    else:
-        cls = transformers.Qwen2ForCausalLM
-        config = transformers.Qwen2Config(rope_theta=1000000.0, rms_norm_eps=1e-6,
-                                          tie_word_embeddings=False, **llama)  # fmt: skip
-    return cls(config), _llama_family(cls, config)
+        return transformers.LlamaForCausalLM(config)
+    config = transformers.Qwen2Config(rope_theta=1000000.0, rms_norm_eps=1e-6,
+                                      tie_word_embeddings=False, **llama)  # fmt: skip
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def randomized(module: Any) -> Any:
+    """``module`` in eval mode, its biases and norms random, so that a misplaced one shows."""
+    with torch.no_grad():
+        for key, tensor in module.named_parameters():
+            if key.endswith("bias") or "norm" in key or "ln_" in key:
+                tensor.copy_(torch.randn_like(tensor) * 0.5 + (0 if key.endswith("bias") else 1))
+    return module.eval()
+
+
+def assert_runs_as(
+    params: ModelParams, weights: dict[str, np.ndarray], module: Any, seed: int
+) -> None:
+    """``params`` with ``weights``, compiled and run on random ids, give ``module``'s logits."""
+    artifact = cgc.compile(params, mode="weight_streaming", init_seed=0, weights=weights)
+    shape = (params.train_input.batch_size, params.train_input.max_sequence_length)
+    ids = np.random.default_rng(seed).integers(0, params.model.vocab_size, shape)
+    logits = cgc.run(artifact, {"input_ids": ids.astype(np.int32)})["logits"]
+    with torch.no_grad():
+        want = module(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["llama-3.1", "qwen2", "gpt2"])
 def test_logits_match_transformers(tmp_path: Path, name: str) -> None:
     torch.manual_seed(0)
-    module, model = _case(name)
-    with torch.no_grad():  # random biases and norms, so that a misplaced one shows
-        for key, tensor in module.named_parameters():
-            if key.endswith("bias") or "norm" in key or "ln_" in key:
-                tensor.copy_(torch.randn_like(tensor) * 0.5 + (0 if key.endswith("bias") else 1))
-    module.eval()
-    document = {"model": model, "train_input": {"batch_size": BATCH, "max_sequence_length": SEQ}}
+    module = randomized(_case(name))
+    document = {
+        "model": model_section(module.config),
+        "train_input": {"batch_size": BATCH, "max_sequence_length": SEQ},
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(document))
     params = load_params(path)
@@ -121,12 +95,7 @@ def test_logits_match_transformers(tmp_path: Path, name: str) -> None:
     weights = weights_from_hugging_face(tensors, params.model)
     # every parameter comes from the checkpoint (the compile refuses names it does not know)
     assert sum(w.size for w in weights.values()) == parameter_count(params.model)
-    artifact = cgc.compile(params, mode="weight_streaming", init_seed=0, weights=weights)
-    ids = np.random.default_rng(1).integers(0, VOCAB, (BATCH, SEQ)).astype(np.int32)
-    logits = cgc.run(artifact, {"input_ids": ids})["logits"]
-    with torch.no_grad():
-        want = module(torch.from_numpy(ids.astype(np.int64))).logits.numpy()
-    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
+    assert_runs_as(params, weights, module, seed=1)
 
 
 def test_the_command_line_runs_a_hugging_face_checkpoint(tmp_path: Path) -> None:
@@ -138,10 +107,12 @@ def test_the_command_line_runs_a_hugging_face_checkpoint(tmp_path: Path) -> None
     from cgc.cli import main
 
     torch.manual_seed(0)
-    module, model = _case("llama-3.1")
-    module.eval()
+    module = _case("llama-3.1").eval()
     path = tmp_path / "llama.yaml"
-    document = {"model": model, "train_input": {"batch_size": BATCH, "max_sequence_length": SEQ}}
+    document = {
+        "model": model_section(module.config),
+        "train_input": {"batch_size": BATCH, "max_sequence_length": SEQ},
+    }
     path.write_text(yaml.safe_dump(document))
     tensors = {key: value.detach().numpy() for key, value in module.state_dict().items()}
     save_file(tensors, tmp_path / "model.safetensors")

@@ -289,6 +289,7 @@ def test_defaults(tmp_path: Path):
     assert model.use_projection_bias_in_attention and model.use_ffn_bias_in_attention
     assert model.use_ffn_bias and model.rope_theta == 10000.0 and model.rotary_scaling is None
     assert not model.parallel_attention and not model.use_untied_layer_norm
+    assert model.attention_sliding_window_length is None
     assert model.embedding_dropout_rate == model.attention_dropout_rate == model.dropout_rate == 0
     assert params.optimizer == OptimizerConfig("adamw", 1e-3, (0.9, 0.999), 1e-8, 0.01, 0.0, None)
     assert params.runconfig == RunConfig(num_csx=1, precision="float32")
@@ -485,6 +486,10 @@ def test_section_not_a_mapping(tmp_path: Path):
             "train_input.batch_size: expected a positive integer, got the string '8'",
         ),
         ({"model": {"filter_size": -1}}, "model.filter_size: expected a positive integer, got -1"),
+        (
+            {"model": {"attention_sliding_window_length": 0}},
+            "model.attention_sliding_window_length: expected a positive integer, got 0",
+        ),
         # shapes
         (
             {"model": {"hidden_size": 1000, "num_heads": 12}},
@@ -892,3 +897,12 @@ def test_biases_per_part(tmp_path: Path):
     config = load_params(write(tmp_path, mutated(model=model))).model
     assert config.use_projection_bias_in_attention
     assert not config.use_ffn_bias_in_attention and not config.use_ffn_bias
+
+
+def test_a_sliding_window(tmp_path: Path):
+    """Mistral's: each token sees its latest tokens; null (the Model Zoo's default), all."""
+    window = mutated(model={"attention_sliding_window_length": 4})
+    assert load_params(write(tmp_path, window)).model.attention_sliding_window_length == 4
+    document = copy.deepcopy(MINIMAL)
+    document["model"]["attention_sliding_window_length"] = None
+    assert load_params(write(tmp_path, document)).model.attention_sliding_window_length is None

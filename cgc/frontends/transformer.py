@@ -16,10 +16,11 @@ a layout of its own. The blocks follow the config: pre-norm sequential blocks
 LayerNorm or RMSNorm; learned positions or rotary embeddings (``wse.rotary``: ``rotate_half``
 on the first ``rotary_dim`` dimensions of each head, frequencies of base ``rope_theta``,
 stretched linearly or as Llama 3.1 does); GELU, ReLU or SwiGLU MLPs; grouped-query
-attention (each key and value head shared by a group of query heads); biases on the q/k/v, the
-attention output and the MLP projections each as the config says; a tied or separate LM
-head. ``cgc.frontends.hf_weights`` renames a Hugging Face checkpoint's tensors to this
-model's weights.
+attention (each key and value head shared by a group of query heads), each token seeing all the
+tokens up to its own or a sliding window of them (Mistral); biases on the q/k/v, the attention
+output and the MLP projections each as the config says; a tied or separate LM head.
+``cgc.frontends.hf_weights`` renames a Hugging Face checkpoint's tensors to this model's
+weights, and ``cgc.frontends.hf_config`` reads a ``transformers`` config as a params file.
 
 Mixed precision (``runconfig.precision`` float16 or bfloat16): weights and activations on the
 wafer are 16-bit, the declared (master) weights float32 in MemoryX, the loss float32.
@@ -235,8 +236,11 @@ class _Model:
             k = self.rotate(k, c.num_kv_heads, f"{prefix}.k_rotary")
         self.at(f"{prefix}.attention")
         scale = 1 / np.sqrt(c.head_dim)
+        window = c.attention_sliding_window_length or 0
+        # a window as long as the sequence masks nothing the causal mask does not
+        window = window if window < self.seq else 0
         context = self.op(
-            wse.AttentionOp(q, k, v, self.seq, c.num_heads, c.num_kv_heads, True, scale)
+            wse.AttentionOp(q, k, v, self.seq, c.num_heads, c.num_kv_heads, True, scale, window)
         )
         return self.linear(
             context, f"{prefix}.out_proj", c.hidden_size, c.use_ffn_bias_in_attention

@@ -10,12 +10,14 @@ A params file is YAML with four sections, keyed as the Cerebras Model Zoo keys t
                     # update_every, drop_fraction, regrow, decay, end_step (optional)
 
 ``load_params`` reads one (a path, or ``zoo:NAME`` for a built-in one from
-``cgc/frontends/configs``) into a ``ModelParams``; any problem is a ``CgcError`` whose one line
-names the file and the key path (``gpt.yaml: model.num_heads: 12 does not divide hidden_size
-1000``). Values are checked strictly: ``true`` is not an integer, ``1.5`` is not an integer,
-an integer is an acceptable float, a key given twice is an error, and every integer has an
-upper limit (``INTEGER_LIMITS``) far above any real model. ``parameter_count`` gives the exact
-number of trainable parameters of the model a ``ModelConfig`` describes.
+``cgc/frontends/configs``) into a ``ModelParams``, and ``params_from_document`` checks one
+already read (a document built in code, named by its ``source``); any problem is a
+``CgcError`` whose one line names the file and the key path (``gpt.yaml: model.num_heads: 12
+does not divide hidden_size 1000``). Values are checked strictly: ``true`` is not an integer,
+``1.5`` is not an integer, an integer is an acceptable float, a key given twice is an error,
+and every integer has an upper limit (``INTEGER_LIMITS``) far above any real model.
+``parameter_count`` gives the exact number of trainable parameters of the model a
+``ModelConfig`` describes.
 
 The package reads a file in steps, one module each: ``strict_yaml`` (the text into one YAML
 document), ``keys`` (the keys cgc knows, and the Model Zoo's housekeeping it skips),
@@ -80,6 +82,7 @@ __all__ = [
     "load_params",
     "optimizer_settings",
     "parameter_count",
+    "params_from_document",
     "zoo_names",
 ]
 
@@ -91,7 +94,12 @@ PARAMS_SUFFIXES = (".yaml", ".yml")
 
 def _parse(text: bytes, name: str, source: str) -> ModelParams:
     """Reads and checks the YAML ``text`` of a params file."""
-    document = load_yaml(text, source)
+    return params_from_document(load_yaml(text, source), name, source)
+
+
+def params_from_document(document: object, name: str, source: str) -> ModelParams:
+    """Checks ``document``, a params file's sections as YAML reads them (a mapping of section
+    names to mappings), into a ``ModelParams`` named ``name``; messages name ``source``."""
     if not isinstance(document, dict):
         raise CgcError(
             f"{source}: expected a mapping of sections ({', '.join(SECTIONS)}) at the top "

@@ -21,6 +21,7 @@ MODEL_KEYS = (
     "num_hidden_layers",
     "num_heads",
     "extra_attention_params",
+    "attention_sliding_window_length",
     "filter_size",
     "vocab_size",
     "max_position_embeddings",

@@ -40,6 +40,9 @@ INTEGER_LIMITS = {
     "model.extra_attention_params.num_kv_groups": IntegerLimit(
         1 << 18, "that of num_heads, which it divides"
     ),
+    "model.attention_sliding_window_length": IntegerLimit(
+        1 << 20, "that of max_position_embeddings"
+    ),
     "model.filter_size": IntegerLimit(1 << 20, "4 times that of hidden_size, as the default"),
     "model.vocab_size": IntegerLimit(1 << 22, "over 16 times the largest real vocabulary"),
     "model.max_position_embeddings": IntegerLimit(
@@ -144,6 +147,10 @@ class ModelConfig:
     rotary_scaling: RotaryScaling | None = None
     """Rotary: how the frequencies are stretched for long contexts, or ``None`` for not at
     all. Default: ``None``."""
+    attention_sliding_window_length: int | None = None
+    """Sliding-window attention (Mistral): each token attends to this many latest tokens, its
+    own included; ``None`` (or ``null`` in the file) for all the tokens up to its own.
+    Default: ``None``."""
 
     @property
     def head_dim(self) -> int:
@@ -201,9 +208,9 @@ class ModelParams:
     """One params file, read and checked."""
 
     name: str
-    """The file's stem, or NAME of ``zoo:NAME``."""
+    """The file's stem, NAME of ``zoo:NAME``, or what a document built in code is called."""
     source: str
-    """What to print in messages: the file name, or ``"zoo:NAME"``."""
+    """What to print in messages: the file name, ``"zoo:NAME"``, or a document's source."""
     model: ModelConfig
     train_input: TrainInput
     optimizer: OptimizerConfig

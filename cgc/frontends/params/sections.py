@@ -202,7 +202,15 @@ def read_model(section: Section, max_sequence_length: int) -> ModelConfig:
         dropout_rate=section.number("dropout_rate", 0.0, _FRACTION),
         rope_theta=_read_rope_theta(section, position_embedding_type),
         rotary_scaling=_read_rotary_scaling(section, position_embedding_type),
+        attention_sliding_window_length=_read_window(section),
     )
+
+
+def _read_window(section: Section) -> int | None:
+    """The Model Zoo's ``attention_sliding_window_length``, which it writes ``null`` when
+    attention sees every token up to its own."""
+    key = "attention_sliding_window_length"
+    return None if section.values.get(key) is None else section.integer(key)
 
 
 def _read_kv_heads(section: Section, num_heads: int) -> int:
