@@ -26,6 +26,7 @@ from cgc.machine.program.artifact import Artifact
 from cgc.options import (
     Chosen,
     CompileOptions,
+    GenerationOptions,
     SimulationOptions,
     SparsityOptions,
     TrainingOptions,
@@ -35,6 +36,7 @@ from cgc.version import __version__
 if TYPE_CHECKING:
     from cgc.machine.timing.run_stats import RunStats, Simulation
     from cgc.runtime.trainer import Evaluation, LoopOptions, TrainResult
+    from cgc.tools.generation import Generated
 
 TRAINING_RECORDS = (CompileOptions, TrainingOptions, SparsityOptions)
 """The records of a training's options."""
@@ -44,11 +46,13 @@ __all__ = [
     "CgcError",
     "CgcWarning",
     "CompileOptions",
+    "GenerationOptions",
     "SimulationOptions",
     "SparsityOptions",
     "TrainingOptions",
     "__version__",
     "compile",
+    "generate",
     "load",
     "prepare_training",
     "run",
@@ -104,6 +108,41 @@ def _is_torch(model: object) -> bool:
     """Whether ``model`` is a torch module or exported program (torch imported or not)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(model, torch.nn.Module | torch.export.ExportedProgram)
+
+
+def generate(
+    model: object,
+    prompt: object | None = None,
+    *records: CompileOptions | GenerationOptions,
+    attention_mask: object | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
+    **fields: Any,
+) -> Generated:
+    """Generates tokens greedily after each prompt on the simulator, and times serving them:
+    ``model`` is a params file, ``zoo:NAME`` or ``ModelParams`` (its weights from
+    ``init_seed`` or ``weights``, a ``.safetensors`` checkpoint's tensors by cgc's or Hugging
+    Face's names), a ``transformers`` causal LM, or ``file.py:factory`` returning one (and
+    its example ids, the default prompt); ``prompt`` is ``[B, P]`` token ids (with
+    ``attention_mask`` for rows of different lengths) or a list of rows.
+
+    The options are a ``CompileOptions`` (``mode``: ``pipelined``, ``whole_wafer``,
+    ``weight_streaming`` or ``auto``; ``target``; ``num_csx``) and a ``GenerationOptions``
+    (``max_new_tokens``; ``timing_only`` with ``prompt_len`` and ``concurrent``) record, or
+    their fields by name. Returns a ``cgc.tools.generation.Generated``: ``tokens`` (left-padded
+    prompts and the new tokens), ``new_tokens``, every step's ``logits`` and the ``serving``
+    figures (time to first token, time per output token, tokens a second, the key-value
+    cache's capacity)."""
+    from cgc.tools.generation import generate as run_generation
+
+    chosen = Chosen("generate", (CompileOptions, GenerationOptions), records, fields)
+    return run_generation(
+        model,
+        prompt,
+        chosen[CompileOptions],
+        chosen[GenerationOptions],
+        attention_mask=attention_mask,
+        weights=weights,
+    )
 
 
 def load(path: str | os.PathLike) -> Artifact:

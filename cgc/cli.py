@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from cgc.cli_generate import generate
 from cgc.cli_io import check_outputs, read_safetensors, terminal, warn, write_file
 from cgc.cli_options import (
     chosen_backend,
@@ -103,7 +104,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-for command in (sweep, train, scale):
+for command in (sweep, train, scale, generate):
     main.add_command(command)
 
 

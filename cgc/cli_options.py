@@ -88,8 +88,7 @@ def record_option(kind: type[Options], name: str) -> Callable[[Callable], Callab
     chosen: Any = how.kind
     if how.choices:
         chosen = click.Choice(list(how.choices))
-    elif how.bounds is not None:
-        chosen = click.IntRange(*how.bounds)
+    # a number out of its bounds is the record's to refuse, in one line naming the flag
     given: dict[str, Any] = {"multiple": True} if field.default == () else {}
     if field.default not in (None, ()):  # click's own default otherwise: None, or () if multiple
         given["default"] = field.default

@@ -303,11 +303,46 @@ class SimulationOptions(Options):
     )
 
 
+MAX_TOKENS = 2**31 - 1
+"""The most tokens a count of tokens may give (token ids and positions are 32-bit)."""
+
+
+@dataclass(frozen=True)
+class GenerationOptions(Options):
+    """What a generation is asked for (``cgc.generate``, ``cgc generate``): its prompt's and
+    its own lengths and how many sequences it serves at once. Where the model runs is the
+    ``CompileOptions``' (``mode``: ``pipelined``, ``whole_wafer``, ``weight_streaming`` or
+    ``auto``, which picks the faster of the first two for the sequences served)."""
+
+    max_new_tokens: int = option(
+        16, "Tokens to generate after each prompt.", kind=int, bounds=(1, MAX_TOKENS),
+        show_default=True,
+    )  # fmt: skip
+    concurrent: int | None = option(
+        None,
+        "Sequences generated at once  [default: the prompt's rows, or 1]",
+        kind=int,
+        bounds=(1, MAX_TOKENS),
+    )
+    prompt_len: int | None = option(
+        None,
+        "Tokens of each prompt of a timing-only generation (without --prompt).",
+        kind=int,
+        bounds=(1, MAX_TOKENS),
+    )
+    timing_only: bool = option(
+        False,
+        "Time the generation alone: no prompt's numbers, weights declared, not drawn.",
+        kind=bool,
+    )
+
+
 RECORDS: tuple[type[Options], ...] = (
     CompileOptions,
     SparsityOptions,
     TrainingOptions,
     SimulationOptions,
+    GenerationOptions,
 )
 """Every record of options."""
 

@@ -289,6 +289,13 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
         [T(12, 8), T(6, 2), T(6, 2)],
         lambda x, c, s: [wse.RotaryOp(x, c, s, 4, inverse=True).result],
     ),
+    "wse.kv_cache": ([], lambda: [wse.KvCacheOp("h.0.attn.key_cache", 6, T(12, 4)).result]),
+    "wse.cached_attention": (
+        [T(2, 8), T(2, 4), T(2, 4), T(12, 4), T(12, 4), T(2, 1, el=i32)],
+        lambda q, k, v, kc, vc, p: [
+            wse.CachedAttentionOp(q, k, v, (kc, vc), p, 4, 2, 0.5).result
+        ],
+    ),
     "wse.layer": ([T(2, 3)], _layer),
     "wse.yield": ([T(2, 3)], _empty_layer),
     "ws.stream_weight": (
@@ -393,6 +400,8 @@ def test_custom_syntax_examples():
     assert 'ws.optimizer_step "adam" {beta1 = 9.000000e-01 : f64, lr = 1.000000e-03 : f64}' in text
     text = print_module(build(*CASES["wse.weight/frozen-perm"]))
     assert 'wse.weight "c" {frozen, perm = array<i64: 2, 0, 1>} : tensor<4x2x3xf32>' in text
+    text = print_module(build(*CASES["wse.kv_cache"]))
+    assert 'wse.kv_cache "h.0.attn.key_cache" {capacity = 6 : i64} : tensor<12x4xf32>' in text
 
 
 def test_locations_are_printed_and_parsed():

@@ -54,8 +54,10 @@ from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelConfig, ModelParams
 from cgc.machine.hardware.target import Target, checked_batch, checked_systems, resolve
 from cgc.machine.hardware.units import human_bytes
+from cgc.machine.movement.layout import Rect
 from cgc.machine.program.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.program.bytecode import LayerInfo, Opcode, Program
+from cgc.machine.program.mode import Mode
 from cgc.machine.sparse.sparsity import Sparsity, live_bytes
 from cgc.machine.sparse.tiles import SparseWeight, sparse_weights
 from cgc.machine.timing.cost import LayerCost, Profile, profile, program_costs
@@ -63,6 +65,7 @@ from cgc.machine.training import optimizers
 from cgc.options import Chosen, CompileOptions, SparsityOptions
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass
+from cgc.passes.place_layers import PlaceLayersPass, placement_spec
 from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.passes.select_sparse_weights import SelectSparseWeightsPass
@@ -241,6 +244,7 @@ def compile_model(
     dump_ir: str | os.PathLike | None = None,
     print_ir_after_all: Callable[[str], None] | None = None,
     on_pass: OnPass | None = None,
+    rects: Mapping[str, Rect] | None = None,
     **fields: Any,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
@@ -253,7 +257,10 @@ def compile_model(
     its ``SparsityOptions``'. ``values`` fixes graph inputs to compile-time arrays (see
     ``import_model``); ``weights`` replaces weights of the model by name (a ``--weights``
     file); ``print_ir_after_all`` receives the IR text after every pass; ``on_pass`` is told
-    of every step as it begins (``OnPass``; a progress bar)."""
+    of every step as it begins (``OnPass``; a progress bar); ``rects`` (pipelined mode) are
+    the layers' rectangles, by name, as another program of the same artifact has them (the
+    placement is not searched). Mode ``whole_wafer`` (generation's) runs every layer on the
+    whole wafer with its weights resident."""
     chosen = Chosen("compile_model", (CompileOptions, SparsityOptions), records, fields)
     options, sparse = chosen[CompileOptions], chosen[SparsityOptions]
     mode = options.mode
@@ -304,19 +311,27 @@ def compile_model(
         # the manifest's reason, in the command line's words as artifacts have always had it
         asked = STREAMED_FOR_TRAINING if training else f"requested with --mode {mode}"
         return StreamingCompiler(on_pass=on_pass).artifact(request, asked, dumps)
-    return _placed(request, mode, dumps, on_pass)
+    return _placed(request, mode, dumps, on_pass, rects)
 
 
-def _placed(request: CompileRequest, mode: str, dumps: IRDumps, on_pass: OnPass | None) -> Artifact:
-    """An inference ``request`` placed on the wafer (``mode`` pipelined), or in auto mode
-    placed if the model fits and streamed otherwise."""
+def _placed(
+    request: CompileRequest,
+    mode: str,
+    dumps: IRDumps,
+    on_pass: OnPass | None,
+    rects: Mapping[str, Rect] | None = None,
+) -> Artifact:
+    """An inference ``request`` placed on the wafer (``mode`` pipelined: on ``rects`` if
+    given), or in auto mode placed if the model fits and streamed otherwise, or run layer
+    after layer on the whole wafer (``mode`` whole_wafer)."""
     steps = Steps(on_pass)
     steps.begin("import")
     imported = request.source.imported(request.per_system_batch)
     fold_lifted_constants(imported, None)
     c = Compilation(imported, request.target, dumps, steps)
     sparse = len(stage_passes("sparse")) if request.sparsity is not None else 0
-    steps.expect(len(stage_passes("front")) + sparse + len(stage_passes("pipelined")))
+    placing = 0 if mode == Mode.WHOLE_WAFER else len(stage_passes("pipelined"))
+    steps.expect(len(stage_passes("front")) + sparse + placing)
     c.run(stage_spec("front", *front(imported, None)))
     saved = _mark_sparse(c, request)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
@@ -325,14 +340,17 @@ def _placed(request: CompileRequest, mode: str, dumps: IRDumps, on_pass: OnPass 
         f"the weights ({human_bytes(held)}) exceed the SRAM of {tgt.name} "
         f"({human_bytes(tgt.sram_bytes)})"
     )
-    if mode == "pipelined":
+    if mode in (Mode.PIPELINED, Mode.WHOLE_WAFER):
         if held > tgt.sram_bytes:  # no placement to search: say so with both sizes
             raise DoesNotFitError(
-                f"model does not fit on {tgt.name} in pipelined mode: its weights alone "
+                f"model does not fit on {tgt.name} in {mode} mode: its weights alone "
                 f"({human_bytes(held)}) exceed the SRAM of the whole wafer "
                 f"({human_bytes(tgt.sram_bytes)}); use --mode weight_streaming"
             )
-        c.run(stage_spec("pipelined"))
+        if mode == Mode.WHOLE_WAFER:
+            return _artifact(c, request, mode, "requested for generation", None)
+        given = () if rects is None else (PlaceLayersPass(placement_spec(rects)),)
+        c.run(stage_spec("pipelined", *given))
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
     if held > tgt.sram_bytes:
         why: str | None = too_many

@@ -111,6 +111,8 @@ class Interpreter:
     def __init__(self, weights: Mapping[str, np.ndarray]):
         self.weights = weights
         self.gradients: dict[str, np.ndarray] = {}
+        self.caches: dict[str, np.ndarray] = {}
+        """The key-value caches by name: they stay from one run of a function to the next."""
 
     def run_function(self, fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Runs ``fn`` on ``inputs`` and returns its results."""
@@ -138,6 +140,10 @@ class Interpreter:
         if isinstance(op, ws.StreamGradientOp):
             self._gradient(op, args[0])
             return []
+        if isinstance(op, wse.KvCacheOp):
+            shape = wse.tensor_shape(op.result)
+            dtype = dtypes.dtype(wse.numpy_dtype(wse.element_type(op.result)))
+            return [self.caches.setdefault(op.cache_name.data, np.zeros(shape, dtype))]
         if isinstance(op, ws.OptimizerStepOp):
             return []
         if isinstance(op, wse.StopGradientOp):

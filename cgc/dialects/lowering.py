@@ -10,8 +10,10 @@ the module.
 ``lower`` joins the works into the program of the whole module, once, for the artifact:
 every SSA value gets a register, numbered in the order values are defined; a layer's block
 arguments and results share the registers of the values they stand for; graph inputs load at
-the first layer that uses them, outputs leave as soon as they are computed; the joined
-program's layers cost exactly what their works cost.
+the first layer that uses them (an input marked ``EVERY_LAYER``, a few control values every
+layer needs, at each layer that uses it, rather than crossing from the first to all of
+them), outputs leave as soon as they are computed; the joined program's layers cost exactly
+what their works cost.
 """
 
 from __future__ import annotations
@@ -40,6 +42,21 @@ from cgc.machine.program.bytecode import (
     Route,
     kernel_opcode,
 )
+
+EVERY_LAYER = "wse.every_layer"
+"""The argument attribute of a graph input that every layer reading it loads from the host
+(generation's token positions, which every attention layer reads)."""
+
+
+def _every_layer(fn: func.FuncOp) -> set[SSAValue]:
+    """The arguments of ``fn`` marked ``EVERY_LAYER``."""
+    if fn.arg_attrs is None:
+        return set()
+    return {
+        arg
+        for arg, attrs in zip(fn.body.block.args, fn.arg_attrs.data, strict=True)
+        if EVERY_LAYER in attrs.data
+    }
 
 
 def _weight_attrs(op: wse.WeightOp | ws.StreamWeightOp | ws.StreamGradientOp) -> dict:
@@ -133,6 +150,7 @@ class _Works:
             for index, value in enumerate(returned.arguments):
                 self.outputs.setdefault(value, []).append(index)
         self.roots = _aliases(fn)
+        self.everywhere = _every_layer(fn)
         self.loaded: set[SSAValue] = set()
         self.specs: dict[SSAValue, tuple[tuple[int, ...], str]] = {}
         self.last_use: dict[SSAValue, int] = {}
@@ -158,8 +176,12 @@ class _Works:
                 self.last_use[work.values[register]] = work.index
 
     def _input(self, work: _Work, value: SSAValue) -> None:
-        """An INPUT for graph input ``value`` the first time a layer (or the end) needs it."""
-        if value in self.arguments and value not in self.loaded:
+        """An INPUT for graph input ``value`` the first time a layer (or the end) needs it,
+        or (``EVERY_LAYER``) the first time each layer does."""
+        if value not in self.arguments:
+            return
+        first = value not in self.loaded and value not in work.of
+        if first or (value in self.everywhere and value not in work.of):
             self.loaded.add(value)
             work.emit(Opcode.INPUT, results=[value], attrs={"index": self.arguments[value]})
 
@@ -198,6 +220,9 @@ class _Works:
         elif isinstance(op, wse.ConstantOp):
             value = dense_to_numpy(op.value).ravel().tolist()
             work.emit(Opcode.CONSTANT, op.results, attrs={"value": value}, op=op)
+        elif isinstance(op, wse.KvCacheOp):
+            attrs = {"name": op.cache_name.data, "capacity": op.capacity.value.data}
+            work.emit(Opcode.CACHE, op.results, attrs=attrs, op=op)
         elif isinstance(op, ws.StreamWeightOp):
             work.emit(Opcode.STREAM_WEIGHT, op.results, attrs=_weight_attrs(op), op=op)
         elif isinstance(op, ws.StreamGradientOp):
@@ -218,7 +243,9 @@ class _Works:
         for position, ins in enumerate(work.instructions):
             for register in (*ins.results, *ins.operands):
                 last[register] = position
-        ends_here = [self.last_use[value] == work.index for value in work.values]
+        ends_here = [
+            self.last_use[value] == work.index or value in self.everywhere for value in work.values
+        ]
         instructions: list[Instruction] = []
         for position, ins in enumerate(work.instructions):
             instructions.append(ins)

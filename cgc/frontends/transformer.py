@@ -39,17 +39,21 @@ import numpy as np
 from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
     FunctionType,
     ModuleOp,
     NameLoc,
     NoneAttr,
     StringAttr,
     TensorType,
+    UnitAttr,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from cgc.dialects import wse
+from cgc.dialects.lowering import EVERY_LAYER
 from cgc.errors import CgcError
 from cgc.frontends.imported import ImportedModel, TensorSpec
 from cgc.frontends.params import ModelConfig, ModelParams
@@ -76,6 +80,20 @@ def check_supported(params: ModelParams) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Generation:
+    """One program of autoregressive generation: ``tokens`` new tokens per sequence, their
+    keys and values written into caches of ``capacity`` tokens at their positions (a graph
+    input, ``positions`` [B, tokens]). The prompt's prefill gives the logits of each
+    sequence's last prompt token (``last`` [B], its index in the row) and the decode the
+    logits of its one token: ``logits`` [B, V]."""
+
+    tokens: int
+    capacity: int
+    prefill: bool
+    """Whether this is the prompt's program (else a decode step's)."""
+
+
 @dataclass
 class _Model:
     """A model under construction: its ops, weights and the names it used."""
@@ -96,6 +114,9 @@ class _Model:
     buffers: bool = False
     """Whether the frozen tables are computed even where the weights are declared (the
     weights then come from a checkpoint)."""
+    generation: Generation | None = None
+    positions: SSAValue | None = None
+    """Generating: every token's position, [B, tokens]."""
 
     @property
     def config(self) -> ModelConfig:
@@ -103,7 +124,18 @@ class _Model:
 
     @property
     def seq(self) -> int:
+        if self.generation is not None:
+            return self.generation.tokens
         return self.params.train_input.max_sequence_length
+
+    def token_positions(self, where: str) -> SSAValue:
+        """Generating: every token's position, flat [T] (once for ``where``: each layer
+        that reads them reads its own, as pipelined mode places layers apart)."""
+        assert self.positions is not None
+        key = f"{where}.positions"
+        if key not in self.cache:
+            self.cache[key] = self.op(wse.ReshapeOp(self.positions, (self.tokens,)))
+        return self.cache[key]
 
     @property
     def tokens(self) -> int:
@@ -133,19 +165,27 @@ class _Model:
         MemoryX."""
         if name not in self.weights and name not in self.declared:
             self.trainable.append(name)
-            self._store(name, shape, MASTER_DTYPE, init)
+            # a generation keeps no master copies: MemoryX holds what the wafer does
+            master = MASTER_DTYPE if self.generation is None else self.act
+            self._store(name, shape, master, init)
         return self.op(wse.WeightOp(name, _tensor(shape, self.act)))
 
     def frozen(
-        self, name: str, shape: tuple[int, ...], table: Callable[[], np.ndarray]
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        table: Callable[[], np.ndarray],
+        dtype: str | None = None,
     ) -> SSAValue:
-        """A buffer computed from the config (not trained), in the activations' type."""
+        """A buffer computed from the config (not trained), in the activations' type or
+        ``dtype``."""
+        kind = dtype or self.act
         if name not in self.cache:
             if self.buffers and not self.materialize:
-                self.weights[name] = np.asarray(table()).astype(dtypes.dtype(self.act))
+                self.weights[name] = np.asarray(table()).astype(dtypes.dtype(kind))
             else:
-                self._store(name, shape, self.act, lambda _: table())
-            self.cache[name] = self.op(wse.WeightOp(name, _tensor(shape, self.act), frozen=True))
+                self._store(name, shape, kind, lambda _: table())
+            self.cache[name] = self.op(wse.WeightOp(name, _tensor(shape, kind), frozen=True))
         return self.cache[name]
 
     def _store(
@@ -218,10 +258,32 @@ class _Model:
         """Rotary position embedding of the first ``rotary_dim`` dimensions of every head of
         ``x`` [T, heads * d] (``rotate_half`` layout)."""
         self.at(name)
+        if self.generation is not None:
+            cos, sin = self.token_angles(name.rsplit(".", 1)[0])
+            return self.op(wse.RotaryOp(x, cos, sin, heads))
         s, r = self.seq, self.config.rotary_dim
         cos = self.frozen("rotary.cos", (s, r), lambda: _rotary(self.config, s)[0])
         sin = self.frozen("rotary.sin", (s, r), lambda: _rotary(self.config, s)[1])
         return self.op(wse.RotaryOp(x, cos, sin, heads))
+
+    def token_angles(self, block: str) -> tuple[SSAValue, SSAValue]:
+        """Generating: the cosines and sines of every token's rotary angles [T, r] (once a
+        block), computed from its position as ``transformers`` computes them: the position
+        times each frequency in float32."""
+        if f"{block}.cos" not in self.cache:
+            r = self.config.rotary_dim
+            frequencies = np.tile(rotary_inverse_frequencies(self.config), 2)
+            table = self.frozen("rotary.inverse_frequencies", (r,), lambda: frequencies, "float32")
+            f32 = wse.element_of_numpy("float32")
+            where = self.op(wse.ReshapeOp(self.token_positions(block), (self.tokens, 1)))
+            angles = self.op(wse.MulOp(self.op(wse.CastOp(where, f32)), table))
+            act = wse.element_of_numpy(self.act)
+            for kind, op in (("cos", wse.CosOp), ("sin", wse.SinOp)):
+                value = self.op(op(angles))
+                if self.act != "float32":
+                    value = self.op(wse.CastOp(value, act))
+                self.cache[f"{block}.{kind}"] = value
+        return self.cache[f"{block}.cos"], self.cache[f"{block}.sin"]
 
     def attention(self, x: SSAValue, prefix: str) -> SSAValue:
         """Causal multi-head (or grouped-query) self-attention on the normalized stream, as
@@ -237,13 +299,48 @@ class _Model:
         self.at(f"{prefix}.attention")
         scale = 1 / np.sqrt(c.head_dim)
         window = c.attention_sliding_window_length or 0
-        # a window as long as the sequence masks nothing the causal mask does not
-        window = window if window < self.seq else 0
-        context = self.op(
-            wse.AttentionOp(q, k, v, self.seq, c.num_heads, c.num_kv_heads, True, scale, window)
-        )
+        if self.generation is not None:
+            context = self.cached_attention((q, k, v), prefix, scale, window)
+        else:
+            # a window as long as the sequence masks nothing the causal mask does not
+            window = window if window < self.seq else 0
+            context = self.op(
+                wse.AttentionOp(q, k, v, self.seq, c.num_heads, c.num_kv_heads, True, scale, window)
+            )
         return self.linear(
             context, f"{prefix}.out_proj", c.hidden_size, c.use_ffn_bias_in_attention
+        )
+
+    def cached_attention(
+        self, qkv: tuple[SSAValue, SSAValue, SSAValue], prefix: str, scale: float, window: int
+    ) -> SSAValue:
+        """Generation's attention: the new keys and values written into the layer's caches,
+        each query attending to its sequence's cache up to its position (the ``window``
+        latest keys of them, if a window is given)."""
+        c, generation = self.config, self.generation
+        assert generation is not None and self.positions is not None
+        rows = (self.batch * generation.capacity, c.num_kv_heads * c.head_dim)
+        caches = tuple(
+            self.op(
+                wse.KvCacheOp(
+                    f"{prefix}.{kind}_cache", generation.capacity, _tensor(rows, self.act)
+                )
+            )
+            for kind in ("key", "value")
+        )
+        q, k, v = qkv
+        return self.op(
+            wse.CachedAttentionOp(
+                q,
+                k,
+                v,
+                (caches[0], caches[1]),
+                self.positions,
+                c.num_heads,
+                c.num_kv_heads,
+                scale,
+                window if window < generation.capacity else 0,
+            )
         )
 
     def block(self, x: SSAValue, index: int) -> SSAValue:
@@ -275,6 +372,9 @@ class _Model:
         self.at("wpe")
         positions = self.weight("wpe.weight", (c.max_position_embeddings, c.hidden_size),
                                 self.normal)  # fmt: skip
+        if self.generation is not None:
+            rows = self.op(wse.GatherOp(positions, self.token_positions("wpe"), 0))
+            return self.op(wse.AddOp(x, rows))
         used = self.op(wse.SliceOp(positions, (0, 0), (self.seq, c.hidden_size), (1, 1)))
         grid = self.op(wse.ReshapeOp(x, (self.batch, self.seq, c.hidden_size)))
         placed = self.op(wse.AddOp(grid, used))
@@ -320,36 +420,104 @@ def build(
     its weights declared or, with ``materialize``, drawn from ``seed``; with ``buffers``, the
     tables computed from the config (rotary) are computed even where the weights are
     declared."""
-    check_supported(params)
-    if batch < 1:
-        raise CgcError(f"{params.source}: the batch must be at least 1, got {batch}")
     seq = params.train_input.max_sequence_length
-    act = params.runconfig.precision
-    ids_type = _tensor((batch, seq), TOKEN_DTYPE)
     inputs = [TensorSpec("input_ids", (batch, seq), TOKEN_DTYPE, 0)]
     if training:
         inputs.append(TensorSpec("labels", (batch, seq), TOKEN_DTYPE, 0))
-    fn = func.FuncOp("main", ([ids_type] * len(inputs), []))
-    module = ModuleOp([fn])
-    for spec, arg in zip(inputs, fn.body.block.args, strict=True):
-        arg.name_hint = spec.name.replace("_", "")
-    m = _Model(params, batch, materialize, np.random.default_rng(seed),
-               Builder(InsertPoint.at_end(fn.body.block)), act, buffers=buffers)  # fmt: skip
-    x = m.embed(fn.body.block.args[0])
-    for index in range(params.model.num_hidden_layers if blocks is None else blocks):
-        x = m.block(x, index)
-    logits = m.head(x)
+    m, args = _started(params, batch, inputs, materialize, seed, buffers)
+    logits = m.head(_blocks(m, m.embed(args[0]), blocks))
     if training:
-        result = m.loss(logits, fn.body.block.args[1])
+        result = m.loss(logits, args[1])
         outputs = [TensorSpec("loss", (), "float32", None)]
     else:
         m.at("logits")
         result = m.op(wse.ReshapeOp(logits, (batch, seq, params.model.vocab_size)))
-        outputs = [TensorSpec("logits", (batch, seq, params.model.vocab_size), act, 0)]
-    ret = func.ReturnOp(result)
-    m.builder.insert(ret)
-    fn.function_type = FunctionType.from_lists([a.type for a in fn.body.block.args],
-                                               [result.type])  # fmt: skip
+        outputs = [TensorSpec("logits", (batch, seq, params.model.vocab_size), m.act, 0)]
+    return _finished(m, result, inputs, outputs)
+
+
+def build_generation(
+    params: ModelParams,
+    batch: int,
+    generation: Generation,
+    blocks: int | None = None,
+    materialize: bool = False,
+    seed: int = 0,
+    buffers: bool = False,
+) -> ImportedModel:
+    """A program of generation (``Generation``) of the model of ``params`` for ``batch``
+    sequences: ``input_ids`` and ``positions`` [B, tokens] (and, for the prefill, ``last``
+    [B]) in, ``logits`` [B, V] out; the other arguments as ``build``'s."""
+    tokens = generation.tokens
+    inputs = [
+        TensorSpec("input_ids", (batch, tokens), TOKEN_DTYPE, 0),
+        TensorSpec("positions", (batch, tokens), TOKEN_DTYPE, 0),
+    ]
+    if generation.prefill:
+        inputs.append(TensorSpec("last", (batch,), TOKEN_DTYPE, 0))
+    m, args = _started(params, batch, inputs, materialize, seed, buffers, generation)
+    m.positions = args[1]
+    x = _blocks(m, m.embed(args[0]), blocks)
+    if generation.prefill:  # only each sequence's last prompt token goes on to the head
+        m.at("last")
+        starts = np.arange(batch, dtype=dtypes.dtype(TOKEN_DTYPE)) * tokens
+        rows = m.op(wse.AddOp(args[2], m.op(wse.ConstantOp(wse.dense_attr(starts)))))
+        x = m.op(wse.GatherOp(x, rows, 0))
+    logits = m.head(x)
+    outputs = [TensorSpec("logits", (batch, params.model.vocab_size), m.act, 0)]
+    return _finished(m, logits, inputs, outputs)
+
+
+def _started(
+    params: ModelParams,
+    batch: int,
+    inputs: list[TensorSpec],
+    materialize: bool,
+    seed: int,
+    buffers: bool,
+    generation: Generation | None = None,
+) -> tuple[_Model, tuple[SSAValue, ...]]:
+    """A model under construction in a new ``@main`` of ``inputs``, and its arguments."""
+    check_supported(params)
+    if batch < 1:
+        raise CgcError(f"{params.source}: the batch must be at least 1, got {batch}")
+    # generation's positions load at every layer that reads them (``EVERY_LAYER``)
+    marks = [
+        DictionaryAttr({EVERY_LAYER: UnitAttr()} if spec.name == "positions" else {})
+        for spec in inputs
+    ]
+    fn = func.FuncOp(
+        "main",
+        ([_tensor(spec.shape, spec.dtype) for spec in inputs], []),
+        arg_attrs=ArrayAttr(marks) if generation is not None else None,
+    )
+    ModuleOp([fn])
+    for spec, arg in zip(inputs, fn.body.block.args, strict=True):
+        arg.name_hint = spec.name.replace("_", "")
+    m = _Model(params, batch, materialize, np.random.default_rng(seed),
+               Builder(InsertPoint.at_end(fn.body.block)), params.runconfig.precision,
+               buffers=buffers, generation=generation)  # fmt: skip
+    return m, tuple(fn.body.block.args)
+
+
+def _blocks(m: _Model, x: SSAValue, blocks: int | None) -> SSAValue:
+    """The residual stream after ``blocks`` transformer blocks (default: the config's)."""
+    for index in range(m.config.num_hidden_layers if blocks is None else blocks):
+        x = m.block(x, index)
+    return x
+
+
+def _finished(
+    m: _Model, result: SSAValue, inputs: list[TensorSpec], outputs: list[TensorSpec]
+) -> ImportedModel:
+    """The model returning ``result``."""
+    m.builder.insert(func.ReturnOp(result))
+    block = m.builder.insertion_point.block
+    fn = block.parent_op()
+    assert isinstance(fn, func.FuncOp)
+    fn.function_type = FunctionType.from_lists([a.type for a in block.args], [result.type])
+    module = fn.parent_op()
+    assert isinstance(module, ModuleOp)
     return ImportedModel(
         module=module,
         weights=m.weights,
@@ -357,9 +525,9 @@ def build(
         outputs=outputs,
         initializers=m.trainable,
         opset=0,
-        source=params.source,
+        source=m.params.source,
         declared=m.declared,
-        tokens_per_sample=seq,
+        tokens_per_sample=m.seq,
         recompute_segments=SEGMENTS,
     )
 

@@ -6,14 +6,15 @@ layer opens at a matmul, a pooling window or the patch gathering of a convolutio
 current layer already holds a matmul or a pooling window; everything else (bias adds,
 activations, normalizations, reshapes) joins the layer being built, and so does a pooling
 window over the whole image (a global pool: one output position, a reduction like a mean).
-Fused attention counts as a matmul. A token embedding (a lookup of a weight's rows by ids the
-model is given) is a layer of its own: it opens one after a heavy layer, and the matmul after
-it opens the next, so that reports name it rather than fold its table into the first
-projection. Each layer is named after the source node of the op that opened it.
+Fused attention (and generation's cached attention) counts as a matmul. A token embedding (a
+lookup of a weight's rows by ids the model is given) is a layer of its own: it opens one after
+a heavy layer, and the matmul after it opens the next, so that reports name it rather than
+fold its table into the first projection. Each layer is named after the source node of the op
+that opened it.
 
-Weights and constants are created inside every layer that uses them, so a layer's body is
-isolated: it knows its own weights, and a weight shared by two layers (tied embeddings, say)
-appears in both.
+Weights, constants and key-value caches are created inside every layer that uses them, so a
+layer's body is isolated: it knows its own weights, and a weight shared by two layers (tied
+embeddings, say) appears in both.
 """
 
 from __future__ import annotations
@@ -31,11 +32,18 @@ from cgc.dialects import wse
 from cgc.dialects.ir import main_function
 from cgc.dialects.wse import location_name, tensor_shape
 
-COMPUTE = (wse.MatmulOp, wse.MatmulTransposeAOp, wse.MaxPoolOp, wse.AvgPoolOp, wse.AttentionOp)
+COMPUTE = (
+    wse.MatmulOp,
+    wse.MatmulTransposeAOp,
+    wse.MaxPoolOp,
+    wse.AvgPoolOp,
+    wse.AttentionOp,
+    wse.CachedAttentionOp,
+)
 """Ops that make a layer heavy."""
 OPENERS = (*COMPUTE, wse.Im2ColOp)
 """Ops that open a new layer once the current one is heavy."""
-SOURCES = (wse.WeightOp, wse.ConstantOp)
+SOURCES = (wse.WeightOp, wse.ConstantOp, wse.KvCacheOp)
 RELABELS = (wse.ReshapeOp, wse.CastOp)
 """Ops that change how ids are shaped or typed, not which rows they pick."""
 

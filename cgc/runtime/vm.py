@@ -25,7 +25,16 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Layout
 from cgc.machine.plans import Plan
 from cgc.machine.program.bytecode import Instruction, Opcode, Program
-from cgc.machine.timing.cost import Held, LayerRecord, OnWafer, Resident, Sram, Streamed, Timing
+from cgc.machine.timing.cost import (
+    CACHE_KEY,
+    Held,
+    LayerRecord,
+    OnWafer,
+    Resident,
+    Sram,
+    Streamed,
+    Timing,
+)
 from cgc.runtime import kernels
 from cgc.runtime.memoryx import MemoryX
 from cgc.runtime.script import Recording, Replay, script_for
@@ -34,11 +43,13 @@ from cgc.runtime.tiles import DistTensor
 
 @dataclass
 class System:
-    """One system of a cluster: its SRAM, and the numbers of the weights and constants
-    pinned in it (they stay from one run of the program to the next)."""
+    """One system of a cluster: its SRAM, the numbers of the weights and constants pinned in
+    it (they stay from one run of the program to the next), and its key-value caches by name
+    (they stay too, and the programs of a generation share them)."""
 
     sram: Sram
     pinned: dict[tuple[str, Layout], DistTensor] = field(default_factory=dict)
+    caches: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 Value = DistTensor | np.ndarray
@@ -159,6 +170,12 @@ class Executor:
             shape, dtype = self.program.registers[ins.results[0]]
             weight = self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"), dtype)
             self.values[ins.results[0]] = weight
+        elif opcode == Opcode.CACHE:
+            shape, dtype = self.program.registers[ins.results[0]]
+            caches = self.system.caches
+            if ins.attrs["name"] not in caches:
+                caches[ins.attrs["name"]] = np.zeros(shape, dtype)
+            self.values[ins.results[0]] = caches[ins.attrs["name"]]
         elif opcode == Opcode.CONSTANT:
             shape, dtype = self.program.registers[ins.results[0]]
             value = np.asarray(ins.attrs["value"], dtype=dtype).reshape(shape)
@@ -211,6 +228,8 @@ class Executor:
             return value
         if isinstance(held, Resident):
             assert isinstance(value, np.ndarray)
+            if held.key.startswith(CACHE_KEY):  # written in place: the system's own array
+                return value
             key = (held.key, want)
             if key not in self.system.pinned:
                 self.system.pinned[key] = DistTensor.scatter(value, want)

@@ -26,6 +26,7 @@ into the ``WSE`` dialect and re-exports every public name, so ``wse.AddOp`` and
 - ``shape``: reshape, broadcast, transpose, concat, slice, pad, one-hot, tile, reverse;
 - ``indexing``: gathers, scatters, scans and top-k;
 - ``attention``: fused attention, its gradient, and rotary position embeddings;
+- ``cache``: the key-value cache of generation and the attention that writes and reads it;
 - ``composites``: the ops that ``decompose`` lowers (conv, softmax, normalizations, loss);
 - ``layer``: sources (``wse.weight``, ``wse.constant``), ``wse.layer`` and ``wse.yield``.
 """
@@ -69,6 +70,7 @@ from cgc.dialects.wse.binary import (
     TwoOperandOp,
     XorOp,
 )
+from cgc.dialects.wse.cache import CACHE_OPS, CachedAttentionOp, KvCacheOp
 from cgc.dialects.wse.composites import (
     AxisOp,
     BatchNormOp,
@@ -223,6 +225,8 @@ WSE = Dialect(
         AttentionOp,
         AttentionGradOp,
         RotaryOp,
+        KvCacheOp,
+        CachedAttentionOp,
         SoftmaxOp,
         LogSoftmaxOp,
         LayerNormOp,
@@ -237,6 +241,7 @@ WSE = Dialect(
 __all__ = [
     "ATTENTION_OPS",
     "BINARY_OPS",
+    "CACHE_OPS",
     "LOGIC_OPS",
     "MATH_OPS",
     "NUMPY_DTYPES",
@@ -266,6 +271,7 @@ __all__ = [
     "BitwiseOrOp",
     "BitwiseXorOp",
     "BroadcastToOp",
+    "CachedAttentionOp",
     "CastOp",
     "CeilOp",
     "Col2ImOp",
@@ -293,6 +299,7 @@ __all__ = [
     "Im2ColOp",
     "IsInfOp",
     "IsNanOp",
+    "KvCacheOp",
     "LayerNormOp",
     "LayerOp",
     "LogOp",

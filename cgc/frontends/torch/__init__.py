@@ -111,6 +111,15 @@ and its example inputs."""
 def from_factory(spec: str, dynamic_batch: bool = True) -> ExportedProgram:
     """The program of the module that ``file.py:factory`` returns with its example inputs:
     ``(module, args)`` or ``(module, args, kwargs)``."""
+    module, args, kwargs = made_by_factory(spec)
+    return capture(module, args, kwargs, dynamic_batch)
+
+
+def made_by_factory(
+    spec: str,
+) -> tuple[torch.nn.Module, tuple[Any, ...] | list[Any], dict[str, Any] | None]:
+    """The module that ``file.py:factory`` returns, its example arguments and keyword
+    arguments (None if it gives none)."""
     match = FACTORY.match(spec)
     assert match is not None
     path, name = Path(match["path"]), match["name"]
@@ -137,7 +146,7 @@ def from_factory(spec: str, dynamic_batch: bool = True) -> ExportedProgram:
             f"{spec}: expected it to return (module, args) or (module, args, kwargs), got "
             f"{type(made).__name__}"
         )
-    return capture(made[0], made[1], made[2] if len(made) == 3 else None, dynamic_batch)
+    return made[0], made[1], made[2] if len(made) == 3 else None
 
 
 def import_program(

@@ -36,7 +36,7 @@ from typing import Any
 from cgc.machine import reference
 from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Rect
-from cgc.machine.plans.attention import Attention, AttentionGrad, Rotary
+from cgc.machine.plans.attention import Attention, AttentionGrad, CachedAttention, Rotary
 from cgc.machine.plans.elementwise import OP_CYCLES, Elementwise, Reduce
 from cgc.machine.plans.kernel import (
     RESIDENT,
@@ -123,6 +123,7 @@ KERNELS: dict[str, Kernel] = {
     "attention": Attention("attention"),
     "attention_grad": AttentionGrad("attention_grad"),
     "rotary": Rotary("rotary"),
+    "cached_attention": CachedAttention("cached_attention"),
 }
 """Every primitive's kernel, by mnemonic."""
 

@@ -17,10 +17,15 @@ The gradient runs the same ring with five products a step instead of two (the sc
 probabilities' gradient, and the gradients of the queries, keys and values) and the keys',
 values' and their gradients' blocks flowing. The rotary embedding is elementwise, plus the
 rotated half of each head's rotary dimensions arriving from ``r / 2`` columns away.
+
+Generation's cached attention keeps its key-value cache stationary, spread over the
+rectangle as every token-major tensor is, and brings the few new queries to it
+(``CachedAttention``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from math import ceil, prod
 
@@ -236,3 +241,51 @@ def _tables(out: Layout, table: Operand) -> Traffic:
     tile = Layout(need, table.dtype, out.row0, out.col0, 1, 1)
     spread = multicast(tile, out)
     return spread + spread
+
+
+class CachedAttention(Kernel):
+    """Generation's attention on a key-value cache that stays where it is: the caches lie in
+    their default layout on the rectangle, a sequence's ``capacity`` rows down the mesh rows,
+    the heads' columns across. Each new token's key and value row flows down the columns to
+    the PE row that holds its position; each query, repeated for its key head's columns,
+    flows down the columns of its sequence's PE rows; every PE scores its cached rows against
+    the queries of its sequence (``s x group x rt x ct`` products), the partial scores sum
+    along a head's columns, the softmax's maximum and sum chain down the sequence's PE rows,
+    and each PE's share of the context sums down them into the queries' rows; a prompt's many
+    queries pass in blocks of a PE row's queries, so a PE holds the scores of one block at a
+    time. The cache is read whole at every step, masked past each query's position: the rows
+    are spread over the PE rows, so a shorter context shortens no PE's work."""
+
+    def plan(self, q: PlanRequest) -> Plan:
+        _, key, _, cache, _, positions = q.operands
+        ((shape, dtype),) = q.results
+        out = Layout.on(shape, dtype, q.rect)
+        layouts, arrive = _arrivals(q.operands, q.rect)
+        held = layouts[3]
+        sequences, tokens = positions.shape
+        group = q.attrs["heads"] // q.attrs["kv_heads"]
+        d = key.shape[1] // q.attrs["kv_heads"]
+        sample_rows = ceil(cache.shape[0] // sequences / held.rt)  # a sequence's PE rows
+        words = held.words_per_element
+        queries = tokens * group * held.ct * words
+        written = 2 * tokens * held.ct * words
+        scores = tokens * group * held.rt * words if held.ct < d else 0.0
+        context = tokens * group * held.ct * words
+        down = queries + written + context + 2 * tokens * group * words
+        flows = Traffic(
+            down * held.w * (held.h - 1) + scores * held.h * (held.w - 1),
+            max(down, scores),
+            down + scores,
+            down + scores,
+            2 * min(sample_rows, held.h) + ceil(d / held.ct),
+        )
+        macs = 2 * tokens * group * held.rt * held.ct
+        compute = macs / q.target.fmacs(dtype) + vector_cycles(
+            tokens * group * held.rt, SOFTMAX_OPS, "float32", q.target
+        )
+        flops = 4.0 * sequences * tokens * q.attrs["heads"] * d * cache.shape[0] / sequences
+        block = min(tokens, out.rt)  # the queries whose scores a PE holds at once
+        scratch = 4 * (2 * block * group * held.rt + 2 * block * group * held.ct)
+        cost = phased_cost(compute, arrive, arrive + flows, scratch, flops)
+        cost = dataclasses.replace(cost, fmacs=macs * held.pes)
+        return Plan(layouts, (out,), cost, {"algorithm": "stationary-cache"})

@@ -380,6 +380,7 @@ INSTRUCTIONS: dict[int, tuple[int, int | None, Schema]] = {
         ),
     ),
     Opcode.FREE: (0, None, _object()),
+    Opcode.CACHE: (1, 0, _object(name={"type": "string"}, capacity=_INDEX)),
 }
 """Per instruction other than a kernel: its results, its operands (None: any number) and the
 schema of its attributes (``cgc.machine.program.manifest``'s subset of JSON Schema)."""

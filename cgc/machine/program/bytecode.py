@@ -57,6 +57,10 @@ class Opcode(IntEnum):
     """MemoryX applies ``attrs["optimizer"]`` with ``attrs["config"]``."""
     FREE = 9
     """Operands are dead: their SRAM is released."""
+    CACHE = 10
+    """Result: the key-value cache ``attrs["name"]`` of ``attrs["capacity"]`` tokens per
+    sequence, kept on the wafer from one run to the next and shared by the programs of an
+    artifact (generation's prefill and decode)."""
 
 
 PRIMITIVES: tuple[str, ...] = (
@@ -70,7 +74,7 @@ PRIMITIVES: tuple[str, ...] = (
     "shift_right", "reduce_prod", "argmax_pool", "gather", "gather_elements", "gather_nd",
     "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile", "bitcast",
     "cumprod", "col2im", "attention", "attention_grad", "rotary",
-    "matmul_transpose_a",
+    "matmul_transpose_a", "cached_attention",
 )  # fmt: skip
 """Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
 KERNEL_BASE = 64

@@ -13,7 +13,11 @@ class Mode(StrEnum):
     """Every layer's weights on the wafer, the layers a pipeline over rectangles of PEs."""
     WEIGHT_STREAMING = "weight_streaming"
     """Weights streamed from MemoryX one layer at a time, the whole wafer per layer."""
+    WHOLE_WAFER = "whole_wafer"
+    """Every layer's weights on the wafer, each spread over all of it, the layers running one
+    after another on the whole wafer: how generation's decode runs when one sequence at a
+    time is served (as WaferLLM runs it)."""
 
 
-REQUESTS = (Mode.PIPELINED.value, Mode.WEIGHT_STREAMING.value, "auto")
+REQUESTS = (Mode.PIPELINED.value, Mode.WEIGHT_STREAMING.value, Mode.WHOLE_WAFER.value, "auto")
 """What a compile may ask for: a mode, or ``auto`` (the compiler chooses)."""

@@ -43,7 +43,7 @@ from cgc.machine.reference.arithmetic import (
     relu,
     sigmoid,
 )
-from cgc.machine.reference.attention import attention, attention_grad, rotary
+from cgc.machine.reference.attention import attention, attention_grad, cached_attention, rotary
 from cgc.machine.reference.data_movement import (
     MOVEMENT,
     Attrs,
@@ -187,6 +187,9 @@ _SPECIAL: dict[str, Special] = {
         xs[0], xs[1], xs[2], xs[-2], xs[-1], a, _bias(xs, 5)
     ),
     "rotary": lambda a, xs, r: [rotary(xs[0], xs[1], xs[2], a)],
+    "cached_attention": lambda a, xs, r: [
+        cached_attention(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], a)
+    ],
 }
 """Primitives with their own semantics (results: their shapes and dtype names)."""
 

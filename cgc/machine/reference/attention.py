@@ -16,6 +16,10 @@ computing the probabilities again from ``q`` and ``k`` as a fused kernel does.
 position: ``x * cos + rotate_half(x) * sin`` with ``rotate_half([a, b]) = [-b, a]`` on the two
 halves; the tables repeat their first half in their second, so the inverse rotation (``sin``
 negated) is also the rotation's transpose: its gradient.
+
+``cached_attention`` is generation's attention: it writes the new tokens' keys and values
+into the key-value caches at their positions, in place, and attends each query to its
+sequence's cache up to its own position.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cgc.errors import DataError
 
 Attrs = Mapping[str, Any]
 
@@ -228,3 +234,43 @@ def rotary(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, attrs: Attrs) -> np.
     rotated = part * c + turned * s
     whole = np.concatenate([rotated, split[..., dims:]], axis=-1)
     return whole.reshape(x.shape).astype(x.dtype)
+
+
+def cached_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    key_cache: np.ndarray,
+    value_cache: np.ndarray,
+    positions: np.ndarray,
+    attrs: Attrs,
+) -> np.ndarray:
+    """Writes the new tokens' keys ``k`` and values ``v`` ``[B * s, kv_heads * d]`` into the
+    caches ``[B * capacity, kv_heads * d]`` at the rows of ``positions`` ``[B, s]`` (in place:
+    the caches are the state generation keeps), then attends each query ``q`` ``[B * s, heads
+    * d]`` to its sequence's cached keys at positions up to its own (of them only the
+    ``window`` latest, with a window). A position outside the capacity is a ``DataError``."""
+    sequences, tokens = positions.shape
+    capacity = key_cache.shape[0] // sequences
+    where = positions.astype(np.int64)
+    if where.size and (where.min() < 0 or where.max() >= capacity):
+        raise DataError(
+            f"a position ({int(where.min() if where.min() < 0 else where.max())}) is outside "
+            f"the cache's {capacity} tokens"
+        )
+    rows = (where + capacity * np.arange(sequences)[:, None]).ravel()
+    key_cache[rows] = k
+    value_cache[rows] = v
+    work = _work_type(q.dtype)
+    heads, kv_heads = attrs["heads"], attrs["kv_heads"]
+    qh = _heads(q.astype(work), tokens, heads)
+    kh, vh = (np.repeat(_heads(c.astype(work), capacity, kv_heads), heads // kv_heads, axis=1)
+              for c in (key_cache, value_cache))  # fmt: skip
+    offset = where[:, None, :, None] - np.arange(capacity)  # [B, 1, s, capacity]
+    window = attrs.get("window", 0)
+    seen = (offset >= 0) & (offset < window) if window else offset >= 0
+    scores = np.matmul(qh, np.swapaxes(kh, -1, -2)) * work.type(attrs["scale"])
+    scores = np.where(seen, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probabilities = weights / weights.sum(axis=-1, keepdims=True)
+    return _tokens(np.matmul(probabilities, vh)).astype(q.dtype)

@@ -183,9 +183,14 @@ class OnWafer:
     layout: Layout
 
 
+CACHE_KEY = "cache:"
+"""The prefix of a key-value cache's key among the resident tensors."""
+
+
 @dataclass(frozen=True)
 class Resident:
-    """A weight or constant kept on the wafer; a kernel lays it out where it wants it."""
+    """A weight, constant or key-value cache kept on the wafer; a kernel lays it out where
+    it wants it (a cache's ``key`` starts with ``CACHE_KEY``)."""
 
     key: str
     shape: tuple[int, ...]
@@ -388,6 +393,10 @@ class Timing:
         shape, dtype = self.program.registers[ins.results[0]]
         self.held[ins.results[0]] = Resident(f"const:{ins.results[0]}", shape, dtype)
 
+    def _cache(self, ins: Instruction) -> None:
+        shape, dtype = self.program.registers[ins.results[0]]
+        self.held[ins.results[0]] = Resident(CACHE_KEY + ins.attrs["name"], shape, dtype)
+
     def _stream_weight(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
         weight = self.program.sparse.get(ins.attrs["name"])
@@ -442,6 +451,7 @@ class Timing:
         Opcode.STREAM_GRADIENT: _stream_gradient,
         Opcode.OPTIMIZER_STEP: _optimizer_step,
         Opcode.FREE: _free,
+        Opcode.CACHE: _cache,
     }
 
     def _kernel(self, ins: Instruction) -> Plan:

@@ -49,6 +49,7 @@ strips' search), ``placer`` (the steps in order); this module holds the pass.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -58,20 +59,50 @@ from xdsl.passes import ModulePass
 from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_sparse_weights, module_target
 from cgc.dialects.lowering import layer_works
+from cgc.errors import CgcError
+from cgc.machine.movement.layout import Rect
 from cgc.passes.place_layers.placer import Placer
+
+
+def placement_spec(rects: Mapping[str, Rect]) -> str:
+    """``rects`` as ``PlaceLayersPass.rects`` takes them."""
+    return ";".join(f"{name}@{','.join(map(str, rect))}" for name, rect in rects.items())
+
+
+def _given_rects(spec: str) -> dict[str, Rect]:
+    """The rectangles of ``PlaceLayersPass.rects``, by layer name."""
+    rects: dict[str, Rect] = {}
+    for entry in spec.split(";"):
+        name, _, numbers = entry.rpartition("@")
+        x, y, w, h = (int(n) for n in numbers.split(","))
+        rects[name] = (x, y, w, h)
+    return rects
 
 
 @dataclass(frozen=True)
 class PlaceLayersPass(ModulePass):
-    """Gives every layer a rectangle of PEs (pipelined mode)."""
+    """Gives every layer a rectangle of PEs (pipelined mode). ``rects``, when given
+    (``name@x,y,w,h;...``), are the rectangles another program of the same artifact placed
+    its layers on: the layers of those names keep them and nothing is searched, so that
+    generation's prompt and decode programs find their weights and key-value caches on the
+    same PEs."""
 
     name = "place-layers"
+    rects: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
         works = [w for w in layer_works(main_function(op), target.whole) if w.layer is not None]
-        placer = Placer(works, target, module_sparse_weights(op))
-        for work, rect in zip(works, placer.place(), strict=True):
+        if self.rects:
+            given = _given_rects(self.rects)
+            missing = [w.layer.layer_name.data for w in works
+                       if w.layer is not None and w.layer.layer_name.data not in given]  # fmt: skip
+            if missing:
+                raise CgcError(f"place-layers: no rectangle given for the layers {missing}")
+            placed = [given[w.layer.layer_name.data] for w in works if w.layer is not None]
+        else:
+            placed = Placer(works, target, module_sparse_weights(op)).place()
+        for work, rect in zip(works, placed, strict=True):
             assert work.layer is not None
             x, y, w, h = rect
             work.layer.rect = wse.RectAttr(IntAttr(x), IntAttr(y), IntAttr(w), IntAttr(h))

@@ -1,0 +1,343 @@
+"""Compiles a generation: a causal language model's prompt program (prefill) and its decode
+step, two programs of one artifact that share the weights and the key-value caches.
+
+The params-file frontend builds both (``cgc.frontends.transformer.build_generation``): a chunk of
+the prompt's tokens of ``S`` sequences at once, and one token of each; every attention layer
+writes its keys and values into its caches of ``C = P + N`` tokens a sequence
+(``wse.kv_cache``, ``wse.cached_attention``) and reads them back. The decode step is
+compiled first; in pipelined mode the prompts' program keeps its rectangles
+(``PlaceLayersPass.rects``), so the two find the weights and the caches on the same PEs.
+
+Each way of serving (``Mode.PIPELINED``, ``Mode.WHOLE_WAFER``, and ``Mode.WEIGHT_STREAMING``
+when asked for) is timed by the floor's serving model (``cgc.machine.timing.serving``) from
+one timing run of each program; ``auto`` compiles the first two and keeps the one with more
+tokens a second for the sequences served, saying why.
+
+A timing-only generation of a model split over ``K`` systems compiles one system's share:
+the embedding, ``ceil(L / K)`` blocks and the head, on one wafer; every system holds at most
+that many blocks, so the share's SRAM bounds them all, and the serving model places the
+model's ``L`` blocks over the systems with the share's per-block costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from cgc.compiler.driver import compile_model
+from cgc.errors import CgcError, DoesNotFitError
+from cgc.frontends import transformer
+from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
+from cgc.frontends.params import ModelParams, parameter_count
+from cgc.machine.hardware import dtypes
+from cgc.machine.hardware.target import Target
+from cgc.machine.hardware.units import human_bytes
+from cgc.machine.movement.layout import Rect
+from cgc.machine.program.artifact import Artifact
+from cgc.machine.program.bytecode import Opcode, Program
+from cgc.machine.program.mode import Mode
+from cgc.machine.timing.cost import LayerRecord, SimulationError, Sram, Timing
+from cgc.machine.timing.serving import Pass, Serving, make_pass
+from cgc.options import CompileOptions
+
+SERVING_MODES = (Mode.PIPELINED, Mode.WHOLE_WAFER)
+"""The ways ``auto`` chooses between."""
+PIPELINED_CHUNK = 128
+"""Prompt tokens a run of the prompts' program takes: the prompts flow through the layers in
+chunks of this many tokens, on the decode step's rectangles (sized for one token a
+sequence), so that the activations on the wafer stay a chunk's. A pipeline's rate per token
+hardly depends on the chunk: a chunk of ``c`` tokens holds each stage ``c`` times as long."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What to compile: the model, the sequences served at once, the prompt's and the
+    generation's lengths (tokens a sequence), where, and the weights (None: declared, for a
+    timing-only generation)."""
+
+    params: ModelParams
+    sequences: int
+    prompt_tokens: int
+    new_tokens: int
+    target: Target
+    num_csx: int
+    weights: Mapping[str, np.ndarray] | None
+
+    def prompt_chunk(self, mode: Mode) -> int:
+        """Prompt tokens a run of the prompts' program takes: the whole prompt, or in
+        pipelined mode at most ``PIPELINED_CHUNK``."""
+        limit = PIPELINED_CHUNK if mode == Mode.PIPELINED else self.prompt_tokens
+        return max(min(self.prompt_tokens, limit), 1)
+
+    @property
+    def capacity(self) -> int:
+        """Cache tokens a sequence needs: its prompt and its generation."""
+        return self.prompt_tokens + self.new_tokens
+
+    @property
+    def blocks(self) -> int:
+        """The blocks compiled: all of them with numbers, else one system's share."""
+        layers = self.params.model.num_hidden_layers
+        return layers if self.weights is not None else -(-layers // self.num_csx)
+
+
+@dataclass(frozen=True)
+class CompiledGeneration:
+    """A generation's two programs, how they run and what serving them takes."""
+
+    prefill: Artifact
+    decode: Artifact
+    mode: Mode
+    reason: str
+    """Why this mode: asked for, or what ``auto`` compared."""
+    serving: Serving
+
+
+def check_lengths(params: ModelParams, prompt_tokens: int, new_tokens: int) -> None:
+    """A CgcError naming both numbers if the prompt and the generation run past the model's
+    positions."""
+    positions = params.model.max_position_embeddings
+    if prompt_tokens + new_tokens > positions:
+        raise CgcError(
+            f"{params.source}: a prompt of {prompt_tokens} tokens and {new_tokens} new tokens "
+            f"({prompt_tokens + new_tokens}) run past the model's {positions} positions "
+            "(model.max_position_embeddings)"
+        )
+
+
+def named_weights(
+    params: ModelParams, weights: Mapping[str, np.ndarray]
+) -> Mapping[str, np.ndarray]:
+    """``weights`` by the params-file model's names (a Hugging Face checkpoint's renamed)."""
+    if is_hugging_face(weights):
+        try:
+            return weights_from_hugging_face(weights, params.model)
+        except CgcError as e:
+            raise CgcError(f"--weights: {e}") from None
+    return weights
+
+
+def drawn_weights(params: ModelParams, seed: int) -> dict[str, np.ndarray]:
+    """The model's weights drawn from ``seed`` (as ``cgc.compile(..., init_seed=seed)`` draws
+    them), its rotary tables left to each program."""
+    drawn = transformer.build(params, 1, False, materialize=True, seed=seed)
+    return {k: v for k, v in drawn.weights.items() if not k.startswith("rotary.")}
+
+
+def compile_generation(request: GenerationRequest, options: CompileOptions) -> CompiledGeneration:
+    """Compiles ``request`` in ``options.mode`` (``auto``: the faster way of serving its
+    sequences); a model whose weights do not fit its systems is a CgcError saying how many
+    it needs, caches that do not fit one naming the tokens asked for and those that fit."""
+    check_lengths(request.params, request.prompt_tokens, request.new_tokens)
+    _check_systems(request)
+    asked = Mode(options.mode) if options.mode != "auto" else None
+    modes = (asked,) if asked is not None else SERVING_MODES
+    compiled: list[CompiledGeneration] = []
+    refusals: list[str] = []
+    for mode in modes:
+        try:
+            compiled.append(_compiled(request, options, mode))
+        except DoesNotFitError as e:
+            if asked is not None:
+                raise
+            refusals.append(f"{mode}: {e}")
+    if not compiled:
+        raise DoesNotFitError("; ".join(refusals))
+    if asked is not None:
+        return compiled[0]
+    best = max(compiled, key=lambda c: c.serving.tokens_per_second)
+    return dataclasses.replace(best, reason=_why(best, compiled, refusals, request.sequences))
+
+
+def _why(
+    best: CompiledGeneration,
+    compiled: list[CompiledGeneration],
+    refusals: list[str],
+    sequences: int,
+) -> str:
+    """Why ``auto`` took ``best``: every way's tokens a second, or why it could not run."""
+    rates = [
+        f"{c.mode} {c.serving.tokens_per_second:,.0f} tokens/s" for c in compiled
+    ]  # fmt: skip
+    served = f"{sequences} sequence{'s' if sequences > 1 else ''} at once"
+    return f"the faster for {served}: " + ", ".join(rates + refusals)
+
+
+def _check_systems(request: GenerationRequest) -> None:
+    """A CgcError saying how many systems the weights need, if the request has fewer: a
+    system holds its share of the blocks, and the share compiled (``blocks``) holds the
+    embedding and the head besides."""
+    model, precision = request.params.model, request.params.runconfig.precision
+    itemsize = dtypes.dtype(precision).itemsize
+    one = parameter_count(dataclasses.replace(model, num_hidden_layers=1))
+    block = (parameter_count(dataclasses.replace(model, num_hidden_layers=2)) - one) * itemsize
+    ends = (one * itemsize) - block
+    room = request.target.sram_bytes - ends
+    per_system = room // block if room > 0 else 0
+    if per_system < 1:
+        raise DoesNotFitError(
+            f"{request.params.source}: its embedding, head and one block "
+            f"({human_bytes(ends + block)} at {precision}) exceed the SRAM of a "
+            f"{request.target.name} system ({human_bytes(request.target.sram_bytes)})"
+        )
+    needed = -(-model.num_hidden_layers // per_system)
+    if needed > request.num_csx:
+        raise DoesNotFitError(
+            f"{request.params.source}: its weights "
+            f"({human_bytes(ends + model.num_hidden_layers * block)} at {precision}) do not "
+            f"fit {request.num_csx} {request.target.name} "
+            f"system{'s' if request.num_csx > 1 else ''}: a system holds at most {per_system} "
+            f"of its {model.num_hidden_layers} blocks ({human_bytes(block)} each) beside the "
+            f"embedding and the head; it needs at least {needed} (num_csx)"
+        )
+
+
+def _compiled(
+    request: GenerationRequest, options: CompileOptions, mode: Mode
+) -> CompiledGeneration:
+    """Both programs in ``mode`` and their serving figures; caches that do not fit are a
+    CgcError naming the tokens asked for and those that fit."""
+    try:
+        return _programs(request, options, mode, request.capacity)
+    except DoesNotFitError:
+        if request.capacity == 1:
+            raise
+        # the model without room for the caches asked for: how many tokens would fit
+        probe = _programs(dataclasses.replace(request, new_tokens=1, prompt_tokens=0), options,
+                          mode, 1)  # fmt: skip
+        fits = probe.serving.kv_capacity_tokens
+        if fits >= request.sequences * request.capacity:  # it is not the caches
+            raise
+    raise DoesNotFitError(
+        f"{request.params.source}: {request.sequences} sequence(s) of {request.capacity} "
+        f"tokens (a prompt of {request.prompt_tokens} and {request.new_tokens} new) need "
+        f"{request.sequences * request.capacity} tokens of key-value cache; the SRAM left "
+        f"in {mode} mode holds {fits}"
+    )
+
+
+def _no_fit(request: GenerationRequest, mode: Mode, error: Exception) -> DoesNotFitError:
+    return DoesNotFitError(f"{request.params.source} does not fit in {mode} mode: {error}")
+
+
+def _programs(
+    request: GenerationRequest, options: CompileOptions, mode: Mode, capacity: int
+) -> CompiledGeneration:
+    """The prompt's and the decode step's programs with caches of ``capacity`` tokens."""
+    compiled = dataclasses.replace(options, mode=str(mode), num_csx=1, batch_size=None)
+    decode = _program(request, compiled, transformer.Generation(1, capacity, False), None)
+    rects = None
+    if mode == Mode.PIPELINED:
+        rects = {layer["name"]: _rect(layer["rect"]) for layer in decode.manifest["layers"]}
+    chunk = request.prompt_chunk(mode)
+    prefill = _program(request, compiled, transformer.Generation(chunk, capacity, True), rects)
+    target = request.target
+    # the SRAM a generation holds is the decode step's; the prompts' kernels are timed in
+    # the layouts they would lay the weights out in, not checked against it
+    sram = Sram(target)
+    try:
+        prefill_records = _timed(prefill.program, target, mode, Sram(target, strict=False))
+        decode_records = _timed(decode.program, target, mode, sram)
+    except SimulationError as e:
+        raise _no_fit(request, mode, e) from None
+    serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
+                       sram)  # fmt: skip
+    return CompiledGeneration(prefill, decode, mode, f"requested with --mode {mode}", serving)
+
+
+def _program(
+    request: GenerationRequest,
+    options: CompileOptions,
+    generation: transformer.Generation,
+    rects: Mapping[str, Rect] | None,
+) -> Artifact:
+    imported = transformer.build_generation(
+        request.params,
+        request.sequences,
+        generation,
+        blocks=request.blocks,
+        buffers=request.weights is not None,
+    )
+    return compile_model(imported, options, weights=request.weights, rects=rects)
+
+
+def _rect(values: list[int]) -> Rect:
+    x, y, w, h = values
+    return (x, y, w, h)
+
+
+def _timed(program: Program, target: Target, mode: Mode, sram: Sram) -> list[LayerRecord]:
+    """Every layer's record of one timing run of ``program`` on a system whose SRAM is
+    ``sram``."""
+    timing = Timing(program, target, sram, deliver=mode == Mode.PIPELINED)
+    for ins in program.instructions:
+        timing.step(ins)
+    return timing.records
+
+
+def _serving(
+    request: GenerationRequest,
+    mode: Mode,
+    chunk: int,
+    records: tuple[list[LayerRecord], list[LayerRecord]],
+    program: Program,
+    sram: Sram,
+) -> Serving:
+    """The serving figures of the prompts' and the decode step's records (the prompts' in
+    ``chunk`` tokens a run), their blocks placed as the whole model's over the request's
+    systems; the caches' capacity from the decode step's ``program`` and ``sram``."""
+    prefill, decode = records
+    config = request.params.model
+    layers = config.num_hidden_layers
+    itemsize = dtypes.dtype(request.params.runconfig.precision).itemsize
+    per_token = 2 * config.num_kv_heads * config.head_dim * itemsize
+    crossing = config.hidden_size * itemsize
+    cache_bytes = sum(
+        program.tensor_bytes(ins.results[0])
+        for ins in program.instructions
+        if ins.opcode == Opcode.CACHE
+    )
+    other = sram.peak_total - cache_bytes
+    share_per_token = per_token * request.blocks
+    capacity = max(request.target.sram_bytes - other, 0) // share_per_token
+    sequences = request.sequences
+
+    def whole(records: list[LayerRecord], tokens: int) -> Pass:
+        return make_pass(
+            _whole_model(records, request.blocks, layers),
+            request.target,
+            mode,
+            request.num_csx,
+            sequences,
+            crossing * tokens,
+        )
+
+    return Serving(
+        whole(prefill, chunk),
+        whole(decode, 1),
+        request.prompt_tokens,
+        -(-max(request.prompt_tokens, 1) // chunk),
+        request.new_tokens,
+        int(capacity),
+        per_token * layers,
+    )
+
+
+def _whole_model(records: list[LayerRecord], compiled: int, layers: int) -> list[LayerRecord]:
+    """The whole model's layers from a program of its first ``compiled`` blocks: the blocks
+    after them repeat the compiled blocks' records, in turn (they are the same layers)."""
+    if compiled >= layers:
+        return records
+    prefix = transformer.SEGMENTS.replace("\\d+", "{}").replace("\\", "")
+    blocks = [[r for r in records if r.name.startswith(prefix.format(b))] for b in range(compiled)]
+    first = records.index(blocks[0][0])
+    last = records.index(blocks[-1][-1])
+    repeated = [
+        dataclasses.replace(r, name=prefix.format(b) + r.name[len(prefix.format(b % compiled)) :])
+        for b in range(layers)
+        for r in blocks[b % compiled]
+    ]
+    return records[:first] + repeated + records[last + 1 :]

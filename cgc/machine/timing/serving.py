@@ -1,0 +1,266 @@
+"""Serving's timing: a generation's prompt (prefill) and its tokens (decode) through K systems.
+
+A generation runs two programs of one artifact: the prompt's, once per sequence, and the
+decode step's, once per new token, both sharing the weights and the key-value caches. Each
+program's cost per layer is what the machine's timing engine gives for one run of it (the
+compiler's cost queries and the simulator ask the same engine): this module only arranges
+the layers in time. The cost is by the program, never by the data: a run of a thousand steps
+times each program once.
+
+The model is split at layer boundaries over the ``K`` systems, the transformer blocks evenly
+(the embedding with the first system, the head with the last); only activations cross between
+systems, through the systems' I/O (``io_bytes_per_s``) and one SwarmX hop
+(``swarmx_hop_seconds``). The two ways a wafer serves:
+
+- **pipelined** (``Mode.PIPELINED``): every layer on its own rectangle, weights resident, the
+  sequences flowing through the layers one after another as the samples of pipelined mode
+  do. A layer holds a sequence for its share of the program's run (``cycles / S``); a step of
+  one sequence takes the sum of its layers' shares (its latency), and a new sequence can
+  enter every slowest-layer share (the period). With ``S`` sequences in flight, a sequence's
+  next token waits for its last: one token per sequence every ``max(latency, S x period)``.
+- **whole wafer** (``Mode.WHOLE_WAFER``): every layer over the whole wafer in turn, its
+  weights on every PE, all ``S`` sequences of a step together; a step takes the sum of its
+  layers (and a system waits while another works on the same step).
+
+Time to first token is the prompt's pass for every sequence, in the chunks the prompts'
+program takes (the pipelined way lets the sequences and the chunks follow one another, one
+period apart); time per output token is the decode step's
+token time, the same for every step: the cached attention reads its sequence's whole cache,
+masked past its position (``cgc.machine.plans.attention.CachedAttention``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cgc.machine.hardware.target import Target
+from cgc.machine.plans.kernel import binding
+from cgc.machine.program.mode import Mode
+from cgc.machine.timing.cost import LayerRecord
+
+BLOCK_PREFIX = "h."
+"""Layers whose names start with this belong to a transformer block (``h.N.``)."""
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One layer in a pass: on which system, how long it holds a step of every sequence, and
+    how that time splits."""
+
+    name: str
+    system: int
+    seconds: float
+    compute_seconds: float
+    arrival_seconds: float
+    """Bringing operands where its kernels need them (weights and relaid tensors)."""
+    movement_seconds: float
+    """The rest of its data movement: broadcasts, reductions, gathers."""
+
+    @property
+    def bound(self) -> str:
+        """What takes most of its time."""
+        return binding(
+            {
+                "compute": self.compute_seconds,
+                "arrival": self.arrival_seconds,
+                "data movement": self.movement_seconds,
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The layer's row of a report."""
+        return {
+            "name": self.name,
+            "system": self.system,
+            "seconds": self.seconds,
+            "compute_seconds": self.compute_seconds,
+            "arrival_seconds": self.arrival_seconds,
+            "movement_seconds": self.movement_seconds,
+            "bound": self.bound,
+        }
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One program's pass over the systems: a step of every sequence."""
+
+    layers: list[LayerTime]
+    link_seconds: float
+    """Activations crossing from one system to the next, per crossing and sequence."""
+    systems: int
+    sequences: int
+    mode: Mode
+
+    def system_seconds(self, system: int) -> float:
+        """How long system ``system``'s layers hold the step."""
+        return sum(t.seconds for t in self.layers if t.system == system)
+
+    @property
+    def shares(self) -> list[float]:
+        """Per layer, how long it holds one sequence: pipelined, its share of the run; on
+        the whole wafer, the run (the sequences go together)."""
+        per = self.sequences if self.mode == Mode.PIPELINED else 1
+        return [t.seconds / per for t in self.layers]
+
+    @property
+    def latency_seconds(self) -> float:
+        """A sequence's step, from entering the first system to leaving the last."""
+        return sum(self.shares) + (self.systems - 1) * self.link_seconds
+
+    @property
+    def period_seconds(self) -> float:
+        """How often another sequence can begin the step: the slowest layer's share
+        (pipelined), or the busiest system's whole step (the whole wafer)."""
+        if self.mode == Mode.PIPELINED:
+            return max([*self.shares, self.link_seconds], default=0.0)
+        return max(self.system_seconds(k) for k in range(self.systems))
+
+    @property
+    def bound(self) -> str:
+        """What bounds the pass: the layer that sets the period, or the links."""
+        if not self.layers:
+            return "nothing"
+        slowest = max(self.layers, key=lambda t: t.seconds)
+        if self.link_seconds * (self.sequences if self.mode == Mode.PIPELINED else 1) > (
+            slowest.seconds
+        ):
+            return "system-to-system links"
+        return f"{slowest.name}: {slowest.bound}"
+
+    @property
+    def token_seconds(self) -> float:
+        """How often each sequence gets a step done when every sequence steps in turn."""
+        if self.mode == Mode.PIPELINED:
+            return max(self.latency_seconds, self.sequences * self.period_seconds)
+        return self.latency_seconds
+
+    def done_seconds(self, runs: int) -> float:
+        """From the first sequence's start to the last one's end of ``runs`` runs each, one
+        after another (a prompt's chunks)."""
+        if self.mode == Mode.PIPELINED:
+            return self.latency_seconds + (self.sequences * runs - 1) * self.period_seconds
+        return runs * self.latency_seconds
+
+
+def systems_of(names: Sequence[str], systems: int) -> list[int]:
+    """The system of each layer of a model (in program order) split at layer boundaries over
+    ``systems``: the blocks evenly, in order, the layers before them with the first system and
+    those after with the last."""
+    blocks = [_block(name) for name in names]
+    order = sorted({b for b in blocks if b is not None})
+    per = -(-len(order) // systems) if order else 1
+    place = {block: min(i // per, systems - 1) for i, block in enumerate(order)}
+    last = max((i for i, b in enumerate(blocks) if b is not None), default=len(names))
+    out: list[int] = []
+    for index, block in enumerate(blocks):
+        if block is not None:
+            out.append(place[block])
+        elif index > last:
+            out.append(systems - 1)
+        else:
+            out.append(out[-1] if out else 0)
+    return out
+
+
+def _block(name: str) -> int | None:
+    """The block a layer belongs to (``h.N.``), or None."""
+    if not name.startswith(BLOCK_PREFIX):
+        return None
+    head = name[len(BLOCK_PREFIX) :].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def make_pass(
+    records: Sequence[LayerRecord],
+    target: Target,
+    mode: Mode,
+    systems: int,
+    sequences: int,
+    crossing_bytes: float,
+) -> Pass:
+    """The pass of a program whose run made ``records`` (one per layer, the whole model's),
+    split over ``systems``; ``crossing_bytes`` are the activations of one sequence that cross
+    from one system to the next."""
+    placed = systems_of([r.name for r in records], systems)
+    layers = [
+        LayerTime(
+            r.name,
+            system,
+            target.seconds(r.cycles),
+            target.seconds(r.compute_cycles),
+            target.seconds(r.arrival_cycles),
+            target.seconds(r.movement_cycles),
+        )
+        for r, system in zip(records, placed, strict=True)
+    ]
+    link = crossing_bytes / target.io_bytes_per_s + target.swarmx_hop_seconds
+    return Pass(layers, link if systems > 1 else 0.0, systems, sequences, mode)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How fast ``sequences`` sequences generate: their prompt, then ``new_tokens`` each."""
+
+    prefill: Pass
+    decode: Pass
+    prompt_tokens: int
+    prompt_runs: int
+    """Runs of the prompts' program: the prompt's chunks."""
+    new_tokens: int
+    kv_capacity_tokens: int
+    """Cache tokens that fit in the SRAM left after weights and activations, summed over the
+    sequences (a sequence's longest context times the sequences served at once)."""
+    kv_bytes_per_token: int
+
+    @property
+    def ttft_seconds(self) -> float:
+        """Time to first token: every sequence's prompt through the model, chunk after
+        chunk."""
+        return self.prefill.done_seconds(self.prompt_runs)
+
+    @property
+    def tpot_seconds(self) -> float:
+        """Time per output token after the first, per sequence."""
+        return self.decode.token_seconds
+
+    @property
+    def tokens_per_second_per_sequence(self) -> float:
+        return 1 / self.tpot_seconds if self.tpot_seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Every sequence's tokens together, in the steady decode."""
+        return self.decode.sequences * self.tokens_per_second_per_sequence
+
+    @property
+    def seconds(self) -> float:
+        """The whole generation: the prompts, then the rest of the tokens."""
+        return self.ttft_seconds + max(self.new_tokens - 1, 0) * self.tpot_seconds
+
+    def step_seconds(self) -> list[float]:
+        """Each new token's time, the first's being the prompt's."""
+        return [self.ttft_seconds] + [self.tpot_seconds] * max(self.new_tokens - 1, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures ``--stats-json`` writes."""
+        return {
+            "mode": str(self.decode.mode),
+            "num_csx": self.decode.systems,
+            "concurrent": self.decode.sequences,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_chunks": self.prompt_runs,
+            "new_tokens": self.new_tokens,
+            "ttft_seconds": self.ttft_seconds,
+            "tpot_seconds": self.tpot_seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "tokens_per_second_per_sequence": self.tokens_per_second_per_sequence,
+            "seconds": self.seconds,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "decode_bound": self.decode.bound,
+            "prefill_bound": self.prefill.bound,
+            "system_link_seconds": self.decode.link_seconds,
+            "decode_layers": [t.to_json() for t in self.decode.layers],
+        }

@@ -1,0 +1,235 @@
+"""``cgc generate`` and ``cgc.generate``: a causal language model's tokens, and how fast the
+wafer would serve them.
+
+The model is a params file, ``zoo:NAME`` or a ``ModelParams`` (weights from ``init_seed`` or
+a checkpoint), or a ``transformers`` causal LM (a module, or ``file.py:factory`` returning
+one and its example arguments), read by ``cgc.frontends.hf_config``. ``generate`` compiles
+the prompts' program and the decode step (``cgc.compiler.generation``), runs them greedily on
+the simulator (``cgc.runtime.generation``) and gives the tokens with each step's simulated
+time; a timing-only generation compiles with the weights declared and runs nothing but the
+floor's timing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cgc.compiler.generation import (
+    CompiledGeneration,
+    GenerationRequest,
+    check_lengths,
+    compile_generation,
+    drawn_weights,
+    named_weights,
+)
+from cgc.errors import CgcError, OptionError
+from cgc.frontends.params import ModelParams, is_params_source, load_params
+from cgc.machine.hardware.target import checked_systems, resolve
+from cgc.machine.hardware.units import human_bytes
+from cgc.machine.timing.serving import Serving
+from cgc.machine.timing.streaming import Span
+from cgc.options import CompileOptions, GenerationOptions
+from cgc.runtime.generation import Generator, Prompts, joined, prompts_of
+
+PROMPT = "the prompt"
+"""How a prompt is named in errors, unless the door names it otherwise."""
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What a generation gave: the tokens (``[B, P + N]``, left-padded as ``transformers``'
+    ``generate`` returns them, with their ``attention_mask``), the new tokens alone, every
+    step's logits ``[N, B, V]`` and the compiled programs with their serving figures. A
+    timing-only generation has no tokens."""
+
+    compiled: CompiledGeneration
+    tokens: np.ndarray | None = None
+    attention_mask: np.ndarray | None = None
+    new_tokens: np.ndarray | None = None
+    logits: np.ndarray | None = None
+
+    @property
+    def serving(self) -> Serving:
+        return self.compiled.serving
+
+    def steps(self) -> list[dict[str, Any]]:
+        """A record per step (JSON lines): its new tokens and its simulated time."""
+        elapsed = 0.0
+        out = []
+        for step, seconds in enumerate(self.serving.step_seconds()):
+            elapsed += seconds
+            record: dict[str, Any] = {"step": step, "seconds": seconds, "elapsed": elapsed}
+            if self.new_tokens is not None:
+                record["tokens"] = [int(t) for t in self.new_tokens[:, step]]
+            out.append(record)
+        return out
+
+
+def model_of(model: object) -> tuple[ModelParams, dict[str, np.ndarray] | None, Any]:
+    """The params of ``model``, the weights it carries (a ``transformers`` module's; None
+    otherwise) and its example token ids (a factory's; None otherwise)."""
+    if isinstance(model, ModelParams):
+        return model, None, None
+    if isinstance(model, str | os.PathLike):
+        spec = os.fspath(model)
+        if is_params_source(spec):
+            return load_params(spec), None, None
+        if spec.endswith(".onnx"):
+            raise CgcError(
+                f"{spec}: generation reads params files, zoo:NAME and transformers causal "
+                "LMs (a module, or file.py:factory); an ONNX decoder is not supported"
+            )
+        return _from_factory(spec)
+    if hasattr(model, "state_dict") and hasattr(model, "config"):
+        from cgc.frontends.hf_config import causal_lm
+
+        params, weights = causal_lm(model)
+        return params, weights, None
+    raise CgcError(
+        f"cannot generate with a {type(model).__name__}: give a params file, zoo:NAME, a "
+        "ModelParams or a transformers causal LM"
+    )
+
+
+def _from_factory(spec: str) -> tuple[ModelParams, dict[str, np.ndarray], Any]:
+    try:
+        from cgc.frontends.torch import FACTORY, made_by_factory
+    except ImportError:
+        raise CgcError(f"{spec}: a PyTorch model needs torch: pip install cgc[torch]") from None
+    if not FACTORY.match(spec):
+        raise CgcError(f"{spec}: expected a params file, zoo:NAME or file.py:factory")
+    from cgc.frontends.hf_config import causal_lm
+
+    module, args, _ = made_by_factory(spec)
+    params, weights = causal_lm(module)
+    example = args[0].detach().cpu().numpy() if args and hasattr(args[0], "detach") else None
+    return params, weights, example
+
+
+def generate(
+    model: object,
+    prompt: object | None,
+    options: CompileOptions,
+    generation: GenerationOptions,
+    attention_mask: object | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
+    prompt_name: str = PROMPT,
+) -> Generated:
+    """Compiles ``model`` for a generation and runs it (see the module's doc); timing-only
+    (``generation.timing_only``) it takes ``prompt_len`` instead of a prompt."""
+    params, carried, example = model_of(model)
+    if prompt is None and not generation.timing_only:
+        prompt = example
+    target = resolve(options.target)
+    systems = checked_systems(options.num_csx or 1)
+    new = generation.max_new_tokens
+    if generation.timing_only:
+        if prompt is not None:
+            raise OptionError("a timing-only generation takes prompt_len, not a prompt",
+                              "prompt_len")  # fmt: skip
+        if generation.prompt_len is None:
+            raise OptionError("a timing-only generation needs prompt_len", "prompt_len")
+        check_lengths(params, generation.prompt_len, new)
+        request = GenerationRequest(params, generation.concurrent or 1, generation.prompt_len,
+                                    new, target, systems, None)  # fmt: skip
+        return Generated(compile_generation(request, options))
+    if prompt is None:
+        raise CgcError(f"{prompt_name}: a generation with numbers needs a prompt (or timing_only)")
+    if generation.prompt_len is not None:
+        raise OptionError("prompt_len is for a timing-only generation; the prompt gives it",
+                          "prompt_len")  # fmt: skip
+    prompts = prompts_of(prompt, attention_mask, params.model.vocab_size, prompt_name)
+    _check_concurrent(prompts, generation.concurrent)
+    check_lengths(params, prompts.longest, new)
+    chosen = _weights(params, carried, weights, options.init_seed)
+    request = GenerationRequest(params, len(prompts.rows), prompts.longest, new, target, systems,
+                                chosen)  # fmt: skip
+    compiled = compile_generation(request, options)
+    generator = Generator(compiled.prefill, compiled.decode, compiled.mode)
+    new_tokens, logits = generator.generate(prompts, new)
+    tokens, mask = joined(prompts, new_tokens)
+    return Generated(compiled, tokens, mask, new_tokens, logits)
+
+
+def _check_concurrent(prompts: Prompts, concurrent: int | None) -> None:
+    if concurrent is not None and concurrent != len(prompts.rows):
+        raise OptionError(
+            f"concurrent {concurrent}: the prompt has {len(prompts.rows)} sequences; a "
+            "generation with numbers serves them all at once",
+            "concurrent",
+        )
+
+
+def _weights(
+    params: ModelParams,
+    carried: Mapping[str, np.ndarray] | None,
+    given: Mapping[str, np.ndarray] | None,
+    seed: int | None,
+) -> Mapping[str, np.ndarray]:
+    """The weights of a generation with numbers: given, carried by the model, or drawn."""
+    if given is not None and carried is not None:
+        raise CgcError("--weights: the model brings its own weights")
+    if given is not None:
+        return named_weights(params, given)
+    if carried is not None:
+        return carried
+    if seed is None:
+        raise OptionError(
+            f"{params.source}: a params-file model's weights come from init_seed or weights "
+            "(or generate timing_only)",
+            "init_seed",
+        )
+    return drawn_weights(params, seed)
+
+
+def generation_text(generated: Generated) -> str:
+    """The report of a generation: how it was served and where a decode step's time goes."""
+    compiled, serving = generated.compiled, generated.serving
+    decode = serving.decode
+    lines = [
+        f"mode: {compiled.mode} ({compiled.reason})",
+        f"systems: {decode.systems}, sequences at once: {decode.sequences}, prompt: "
+        f"{serving.prompt_tokens} tokens, new: {serving.new_tokens} tokens",
+        f"time to first token: {serving.ttft_seconds * 1e3:.3f} ms",
+        f"time per output token: {serving.tpot_seconds * 1e3:.4f} ms "
+        f"({serving.tokens_per_second_per_sequence:,.1f} tokens/s a sequence, "
+        f"{serving.tokens_per_second:,.1f} in all)",
+        f"key-value cache: {human_bytes(serving.kv_bytes_per_token)} a token; "
+        f"{serving.kv_capacity_tokens:,} tokens fit (the longest context times the "
+        "sequences at once)",
+        f"a decode step is bound by {decode.bound}",
+        "decode step, the slowest layers:",
+        "  layer                              system   time (us)   compute   arrival   movement",
+    ]
+    slowest = sorted(decode.layers, key=lambda t: -t.seconds)[:12]
+    for t in slowest:
+        lines.append(
+            f"  {t.name[:34]:34} {t.system:6} {t.seconds * 1e6:11.3f} "
+            f"{t.compute_seconds * 1e6:9.3f} {t.arrival_seconds * 1e6:9.3f} "
+            f"{t.movement_seconds * 1e6:10.3f}  {t.bound}"
+        )
+    if decode.systems > 1:
+        lines.append(f"  system-to-system link: {decode.link_seconds * 1e6:.3f} us a crossing")
+    return "\n".join(lines) + "\n"
+
+
+def generation_spans(generated: Generated, steps: int = 4) -> list[Span]:
+    """A trace of the prompts and the first ``steps`` decode steps: a track per system, a
+    span per layer (the pipelined way's sequences share each span)."""
+    serving = generated.serving
+    spans: list[Span] = []
+    start = 0.0
+    passes = [("prompts", serving.prefill)]
+    passes += [
+        (f"token {i + 1}", serving.decode) for i in range(min(steps, serving.new_tokens - 1))
+    ]
+    for label, one in passes:
+        for t in one.layers:
+            spans.append(Span(f"system {t.system}", f"{label}: {t.name}", start, start + t.seconds))
+            start += t.seconds
+    return spans

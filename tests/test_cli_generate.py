@@ -1,0 +1,147 @@
+"""``cgc generate`` from the command line: a transformers causal LM through ``file.py:factory``
+generates transformers' tokens, with the tokens, the steps and the serving figures written;
+every bad input is one line naming the culprit, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from cgc.cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+FACTORY = """
+import torch, transformers
+
+def gpt2():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=32, activation_function="gelu",
+                                     attn_implementation="eager")
+    return transformers.GPT2LMHeadModel(config).eval(), (torch.tensor([[5, 9, 2, 7]]),)
+
+def headless():
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4,
+                                     n_positions=32, attn_implementation="eager")
+    return transformers.GPT2Model(config).eval(), (torch.tensor([[5, 9]]),)
+"""
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_a_transformers_model_generates_its_tokens(tmp_path: Path) -> None:
+    (tmp_path / "models.py").write_text(FACTORY)
+    out, steps, stats = tmp_path / "out.npz", tmp_path / "steps.jsonl", tmp_path / "s.json"
+    code, output = _invoke(
+        "generate", f"{tmp_path / 'models.py'}:gpt2", "--max-new-tokens", "5",
+        "--output", str(out), "--jsonl", str(steps), "--stats-json", str(stats),
+        "--trace", str(tmp_path / "trace.json"),
+    )  # fmt: skip
+    assert code == 0, output
+    assert output.startswith("mode: ")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=32, activation_function="gelu",
+                                     attn_implementation="eager")  # fmt: skip
+    module = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        want = module.generate(torch.tensor([[5, 9, 2, 7]]), max_new_tokens=5, do_sample=False,
+                               pad_token_id=0)  # fmt: skip
+    np.testing.assert_array_equal(np.load(out)["tokens"], want.numpy())
+    lines = [json.loads(line) for line in steps.read_text().splitlines()]
+    assert [line["step"] for line in lines] == list(range(5))
+    assert [line["tokens"][0] for line in lines] == want[0, 4:].tolist()
+    figures = json.loads(stats.read_text())
+    assert figures["ttft_seconds"] == lines[0]["seconds"]
+    assert figures["tpot_seconds"] == lines[1]["seconds"]
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert any(event.get("name", "").startswith("prompts: ") for event in trace["traceEvents"])
+
+
+def _params(tmp_path: Path, positions: int = 32) -> str:
+    """A small GPT; with many positions, rotary ones (a table of them would not fit)."""
+    rotary = {"position_embedding_type": "rotary", "rotary_dim": 8} if positions > 32 else {}
+    document = {
+        "model": {"hidden_size": 32, "num_hidden_layers": 2, "num_heads": 4, "filter_size": 64,
+                  "vocab_size": 50, "max_position_embeddings": positions, **rotary},
+        "train_input": {"batch_size": 1, "max_sequence_length": 8},
+    }  # fmt: skip
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def _prompt(tmp_path: Path, ids: np.ndarray, **more: np.ndarray) -> str:
+    path = tmp_path / "prompt.npz"
+    np.savez(path, input_ids=ids, **more)
+    return str(path)
+
+
+def _refused(tmp_path: Path, *args: str) -> str:
+    """The one line of a refused generation; nothing is written."""
+    out = tmp_path / "stats.json"
+    code, output = _invoke("generate", *args, "--stats-json", str(out))
+    assert code == 2, output
+    assert output.count("\n") == 1, output
+    assert not out.exists()
+    return output
+
+
+def test_bad_prompts_are_refused_naming_them(tmp_path: Path) -> None:
+    model = _params(tmp_path)
+    outside = _prompt(tmp_path, np.array([[1, 2, 50]]))
+    assert _refused(tmp_path, model, "--prompt", outside, "--init-seed", "0") == (
+        "error: --prompt: token id 50 (sequence 0, token 2) is outside the vocabulary of "
+        "50 tokens\n"
+    )
+    empty = _prompt(tmp_path, np.zeros((1, 0), np.int64))
+    assert _refused(tmp_path, model, "--prompt", empty, "--init-seed", "0") == (
+        "error: --prompt: sequence 0 is empty\n"
+    )
+    holed = _prompt(tmp_path, np.array([[1, 2, 3]]), attention_mask=np.array([[1, 0, 1]]))
+    assert "attention mask has a hole" in _refused(tmp_path, model, "--prompt", holed,
+                                                   "--init-seed", "0")  # fmt: skip
+    other = tmp_path / "other.npz"
+    np.savez(other, tokens=np.array([[1, 2]]))
+    assert "holds 'tokens'; a prompt holds input_ids and attention_mask" in _refused(
+        tmp_path, model, "--prompt", str(other), "--init-seed", "0"
+    )
+
+
+def test_lengths_past_the_positions_or_the_cache_are_refused(tmp_path: Path) -> None:
+    prompt = _prompt(tmp_path, np.array([[1, 2, 3, 4]]))
+    line = _refused(tmp_path, _params(tmp_path), "--prompt", prompt, "--init-seed", "0",
+                    "--max-new-tokens", "40")  # fmt: skip
+    assert "a prompt of 4 tokens and 40 new tokens (44) run past the model's 32 positions" in line
+    line = _refused(tmp_path, _params(tmp_path, 1 << 20), "--timing-only", "--prompt-len",
+                    "4096", "--max-new-tokens", "4096", "--concurrent", "64", "--target", "wse2",
+                    "--mesh", "8x8", "--mode", "whole_wafer")  # fmt: skip
+    assert "64 sequence(s) of 8192 tokens (a prompt of 4096 and 4096 new) need 524288" in line
+    assert "in whole_wafer mode holds" in line
+
+
+def test_bad_options_and_models_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "models.py").write_text(FACTORY)
+    model = _params(tmp_path)
+    line = _refused(tmp_path, model, "--timing-only", "--prompt-len", "4", "--concurrent", "0")
+    assert "--concurrent" in line and "0" in line
+    assert _refused(tmp_path, f"{tmp_path / 'models.py'}:headless").startswith(
+        "error: GPT2Model has no causal LM head"
+    )
+    prompt = _prompt(tmp_path, np.array([[1, 2]]))
+    assert "--init-seed" in _refused(tmp_path, model, "--prompt", prompt)
+    assert "--prompt-len" in _refused(tmp_path, model, "--timing-only")
+    onnx_file = tmp_path / "decoder.onnx"
+    onnx_file.write_bytes(b"")
+    assert "an ONNX decoder is not supported" in _refused(tmp_path, str(onnx_file), "--prompt",
+                                                          prompt)  # fmt: skip
