@@ -215,3 +215,88 @@ def test_replication_is_multicast_not_one_copy_per_pe(name):
     out = Layout.on(result, out_dtype, wse2.whole)
     assert cost.cycles < 20 * out.tile_elements + 4 * (wse2.rows + wse2.cols)
     assert math.isfinite(cost.traffic.max_link)
+
+
+def _cached_reference(q, kc, vc, positions, heads, kv_heads, scale, window=0):
+    """torch's attention of each query over its sequence's cache rows up to its position."""
+    sequences, tokens = positions.shape
+    capacity = kc.shape[0] // sequences
+    rows = torch.arange(capacity)
+    offset = torch.from_numpy(positions.astype(np.int64))[:, None, :, None] - rows
+    allowed = (offset >= 0) & (offset < window) if window else offset >= 0
+
+    def split(x, count, length):
+        return torch.from_numpy(x).reshape(sequences, length, count, D).transpose(1, 2)
+
+    group = heads // kv_heads
+    out = F.scaled_dot_product_attention(
+        split(q, heads, tokens),
+        split(kc, kv_heads, capacity).repeat_interleave(group, dim=1),
+        split(vc, kv_heads, capacity).repeat_interleave(group, dim=1),
+        attn_mask=allowed,
+        scale=scale,
+    )
+    return out.transpose(1, 2).reshape(sequences * tokens, heads * D).numpy()
+
+
+@pytest.mark.parametrize("window", [0, 3])
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_cached_attention_writes_its_rows_and_attends_up_to_each_position(tokens, window):
+    """The new keys and values land in the caches at their positions, in place; each query
+    sees its sequence's rows up to its own position (the window's latest of them)."""
+    from cgc.machine.reference.attention import cached_attention
+
+    rng = np.random.default_rng(5)
+    sequences, capacity, heads, kv_heads = 2, 9, 4, 2
+    starts = np.array([2, 4])
+    positions = (starts[:, None] + np.arange(tokens)).astype(np.int32)
+    q = rng.standard_normal((sequences * tokens, heads * D)).astype(np.float32)
+    k, v = (rng.standard_normal((sequences * tokens, kv_heads * D)).astype(np.float32)
+            for _ in range(2))  # fmt: skip
+    kc, vc = (rng.standard_normal((sequences * capacity, kv_heads * D)).astype(np.float32)
+              for _ in range(2))  # fmt: skip
+    attrs = {"heads": heads, "kv_heads": kv_heads, "scale": 0.5, "window": window}
+    caches = kc.copy(), vc.copy()
+    got = cached_attention(q, k, v, *caches, positions, attrs)
+    rows = (positions + capacity * np.arange(sequences)[:, None]).ravel()
+    kc[rows], vc[rows] = k, v
+    np.testing.assert_array_equal(caches[0], kc)
+    np.testing.assert_array_equal(caches[1], vc)
+    want = _cached_reference(q, kc, vc, positions, heads, kv_heads, 0.5, window)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    kernel, plan = execute("cached_attention", [q, k, v, kc, vc, positions], attrs, q.shape,
+                           "float32", sources={3: plans.RESIDENT, 4: plans.RESIDENT})  # fmt: skip
+    np.testing.assert_allclose(kernel, want, rtol=1e-5, atol=1e-6)
+    assert plan.cost.flops > 0 and plan.cost.cycles > 0
+
+
+def test_a_position_outside_the_cache_is_a_data_error():
+    from cgc.errors import DataError
+    from cgc.machine.reference.attention import cached_attention
+
+    q = np.zeros((1, 4), np.float32)
+    kc = np.zeros((3, 4), np.float32)
+    with pytest.raises(DataError, match=r"a position \(3\) is outside the cache's 3 tokens"):
+        cached_attention(q, q, q, kc, kc.copy(), np.array([[3]]), {"heads": 1, "kv_heads": 1,
+                                                                   "scale": 1.0})  # fmt: skip
+
+
+def test_a_prompt_through_the_cached_attention_holds_a_block_of_scores_at_a_time():
+    """A long prompt's queries pass in blocks: the scratch a PE needs does not grow with
+    them, and the cost of a step does not depend on the positions (the program's)."""
+    target = get_target("wse2")
+
+    def plan(tokens: int) -> plans.Plan:
+        shapes = [(tokens, 4096), (tokens, 1024), (tokens, 1024)]
+        operands = [Operand(s, "bfloat16", WAFER, Layout.on(s, "bfloat16", target.whole))
+                    for s in shapes]  # fmt: skip
+        operands += [Operand((4096, 1024), "bfloat16", plans.RESIDENT)] * 2
+        operands.append(Operand((1, tokens), "int32", WAFER,
+                                Layout.on((1, tokens), "int32", target.whole)))  # fmt: skip
+        attrs = {"heads": 32, "kv_heads": 8, "scale": 0.1}
+        return plans.plan("cached_attention", target, target.whole, operands, attrs,
+                          [((tokens, 4096), "bfloat16")])  # fmt: skip
+
+    short, long = plan(1), plan(2048)
+    assert long.cost.scratch_bytes <= 4 * short.cost.scratch_bytes < target.sram_bytes_per_pe
+    assert long.cost.cycles > short.cost.cycles

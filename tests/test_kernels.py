@@ -107,7 +107,7 @@ def test_every_kernel_is_covered():
         *UNARY, *BINARY, "select", "cast", "reduce_sum", "reduce_mean", "reduce_max",
         "reduce_min", "matmul", "reshape", "transpose", "broadcast_to", "concat", "slice", "pad",
         "im2col", "col2im", "one_hot", "max_pool", "avg_pool",
-        "attention", "attention_grad", "rotary",  # tests/test_attention.py
+        "attention", "attention_grad", "rotary", "cached_attention",  # tests/test_attention.py
         "matmul_transpose_a",
     }  # fmt: skip
     assert set(plans.KERNELS) == covered

@@ -37,9 +37,9 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.hardware.units import human_bytes
 from cgc.machine.movement.layout import Rect
 from cgc.machine.program.artifact import Artifact
-from cgc.machine.program.bytecode import Opcode, Program
+from cgc.machine.program.bytecode import Program
 from cgc.machine.program.mode import Mode
-from cgc.machine.timing.cost import LayerRecord, SimulationError, Sram, Timing
+from cgc.machine.timing.cost import CACHE_KEY, LayerRecord, SimulationError, Sram, Timing
 from cgc.machine.timing.serving import Pass, Serving, make_pass
 from cgc.options import CompileOptions
 
@@ -135,21 +135,46 @@ def compile_generation(request: GenerationRequest, options: CompileOptions) -> C
     _check_systems(request)
     asked = Mode(options.mode) if options.mode != "auto" else None
     modes = (asked,) if asked is not None else SERVING_MODES
+    compiled, refusals = _each_mode(request, options, modes)
+    if not compiled:
+        needed = _systems_needed(request, options, modes)
+        more = f"; it fits {needed} systems (num_csx)" if needed else ""
+        raise DoesNotFitError("; ".join(refusals) + more)
+    if asked is not None:
+        return compiled[0]
+    best = max(compiled, key=lambda c: c.serving.tokens_per_second)
+    return dataclasses.replace(best, reason=_why(best, compiled, refusals, request.sequences))
+
+
+def _each_mode(
+    request: GenerationRequest, options: CompileOptions, modes: tuple[Mode, ...]
+) -> tuple[list[CompiledGeneration], list[str]]:
+    """The request compiled in each of ``modes`` that it fits, and why not in the others."""
     compiled: list[CompiledGeneration] = []
     refusals: list[str] = []
     for mode in modes:
         try:
             compiled.append(_compiled(request, options, mode))
         except DoesNotFitError as e:
-            if asked is not None:
-                raise
-            refusals.append(f"{mode}: {e}")
-    if not compiled:
-        raise DoesNotFitError("; ".join(refusals))
-    if asked is not None:
-        return compiled[0]
-    best = max(compiled, key=lambda c: c.serving.tokens_per_second)
-    return dataclasses.replace(best, reason=_why(best, compiled, refusals, request.sequences))
+            refusals.append(f"{mode}: {e}" if len(modes) > 1 else str(e))
+    return compiled, refusals
+
+
+def _systems_needed(
+    request: GenerationRequest, options: CompileOptions, modes: tuple[Mode, ...]
+) -> int | None:
+    """The fewest systems a timing-only request fits, each holding fewer blocks than now
+    (None with numbers, whose whole model is compiled on one wafer, or if even one block a
+    system does not fit)."""
+    if request.weights is not None:
+        return None
+    layers = request.params.model.num_hidden_layers
+    for blocks in range(request.blocks - 1, 0, -1):
+        systems = -(-layers // blocks)
+        fewer = dataclasses.replace(request, num_csx=systems)
+        if fewer.blocks == blocks and _each_mode(fewer, options, modes)[0]:
+            return systems
+    return None
 
 
 def _why(
@@ -243,8 +268,7 @@ def _programs(
         decode_records = _timed(decode.program, target, mode, sram)
     except SimulationError as e:
         raise _no_fit(request, mode, e) from None
-    serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
-                       sram)  # fmt: skip
+    serving = _serving(request, mode, chunk, (prefill_records, decode_records), sram)
     return CompiledGeneration(prefill, decode, mode, f"requested with --mode {mode}", serving)
 
 
@@ -283,26 +307,18 @@ def _serving(
     mode: Mode,
     chunk: int,
     records: tuple[list[LayerRecord], list[LayerRecord]],
-    program: Program,
     sram: Sram,
 ) -> Serving:
     """The serving figures of the prompts' and the decode step's records (the prompts' in
     ``chunk`` tokens a run), their blocks placed as the whole model's over the request's
-    systems; the caches' capacity from the decode step's ``program`` and ``sram``."""
+    systems; the caches' capacity from the decode step's ``sram``."""
     prefill, decode = records
     config = request.params.model
     layers = config.num_hidden_layers
     itemsize = dtypes.dtype(request.params.runconfig.precision).itemsize
     per_token = 2 * config.num_kv_heads * config.head_dim * itemsize
     crossing = config.hidden_size * itemsize
-    cache_bytes = sum(
-        program.tensor_bytes(ins.results[0])
-        for ins in program.instructions
-        if ins.opcode == Opcode.CACHE
-    )
-    other = sram.peak_total - cache_bytes
-    share_per_token = per_token * request.blocks
-    capacity = max(request.target.sram_bytes - other, 0) // share_per_token
+    capacity = _cache_capacity(request, sram)
     sequences = request.sequences
 
     def whole(records: list[LayerRecord], tokens: int) -> Pass:
@@ -321,9 +337,23 @@ def _serving(
         request.prompt_tokens,
         -(-max(request.prompt_tokens, 1) // chunk),
         request.new_tokens,
-        int(capacity),
+        capacity * request.sequences,
         per_token * layers,
     )
+
+
+def _cache_capacity(request: GenerationRequest, sram: Sram) -> int:
+    """The most tokens a sequence's caches can hold, PE by PE: the caches of ``capacity``
+    tokens a sequence on each PE scaled until the fullest PE has no room left beside what
+    else it holds (and the most scratch a kernel of the run took)."""
+    held, caches = sram.pinned_share(CACHE_KEY)
+    scratch = max(sram.peak - int(held.max()), 0)
+    room = request.target.sram_bytes_per_pe - scratch - (held - caches)
+    used = caches > 0
+    if not used.any():
+        return 0
+    per_token = caches[used] / request.capacity
+    return max(int((room[used] / per_token).min()), 0)
 
 
 def _whole_model(records: list[LayerRecord], compiled: int, layers: int) -> list[LayerRecord]:

@@ -140,6 +140,18 @@ class Sram:
             self.pinned.add((key, layout, tile_bytes))
             self._charge(layout, tile_bytes)
 
+    def pinned_share(self, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per cell of the ledger: the bytes a PE holds now, and of them those of the pins
+        whose keys start with ``prefix`` (a generation's key-value caches)."""
+        pins = [(layout, nbytes) for key, layout, nbytes in self.pinned if key.startswith(prefix)]
+        for layout, _ in pins:  # every edge cut first, so that no cell moves below
+            self._pes(layout)
+        share = np.zeros_like(self.cells)
+        for layout, nbytes in pins:
+            place = (layout.row0, layout.h, layout.col0, layout.w)
+            share[self.spans[place]] += layout.tile_bytes if nbytes is None else nbytes
+        return self.cells, share
+
     def _check(self, layout: Layout, used: int) -> None:
         self.peak = max(self.peak, used)
         self.recent = max(self.recent, used)
