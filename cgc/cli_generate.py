@@ -28,6 +28,7 @@ rows of different lengths, padded on either side)."""
 @record_options(CompileOptions, "num_csx", "init_seed")
 @click.option("--weights", "weights_path", help="A .safetensors file of weights, by name.")
 @click.option("--output", "output_path", help=".npz to write: tokens and attention_mask.")
+@click.option("--artifact", "artifact_path", help="Write the compiled generation here (.cgc).")
 @click.option("--jsonl", "jsonl_path", help="Write each step's tokens and time here.")
 @click.option("--stats-json", type=click.Path(), help="Write the serving figures here.")
 @click.option("--trace", type=click.Path(), help="Write a Chrome trace (Perfetto) here.")
@@ -39,6 +40,7 @@ def generate(
     figures,
     weights_path,
     output_path,
+    artifact_path,
     jsonl_path,
     stats_json,
     trace,
@@ -54,8 +56,8 @@ def generate(
 
     model = model_argument(model, "MODEL")
     inputs = {"MODEL": model_file(model), "--prompt": prompt_path, "--weights": weights_path}
-    outputs = {"--output": output_path, "--jsonl": jsonl_path, "--stats-json": stats_json,
-               "--trace": trace}  # fmt: skip
+    outputs = {"--output": output_path, "--artifact": artifact_path, "--jsonl": jsonl_path,
+               "--stats-json": stats_json, "--trace": trace}  # fmt: skip
     check_outputs(outputs, inputs)
     timing_only = options["timing_only"]
     if timing_only and output_path is not None:
@@ -79,6 +81,8 @@ def generate(
         assert generated.attention_mask is not None
         arrays = {"tokens": generated.tokens, "attention_mask": generated.attention_mask}
         write_file(output_path, npz_bytes(arrays))
+    if artifact_path is not None:
+        write_file(artifact_path, generated.compiled.artifact().to_bytes())
     if jsonl_path is not None:
         lines = "".join(json.dumps(step) + "\n" for step in generated.steps())
         write_file(jsonl_path, lines.encode())

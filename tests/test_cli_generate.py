@@ -145,3 +145,28 @@ def test_bad_options_and_models_are_refused(tmp_path: Path) -> None:
     onnx_file.write_bytes(b"")
     assert "an ONNX decoder is not supported" in _refused(tmp_path, str(onnx_file), "--prompt",
                                                           prompt)  # fmt: skip
+
+
+def test_the_compiled_generation_is_an_artifact_inspect_reads(tmp_path: Path) -> None:
+    """``--artifact`` writes both programs in one file (the same bytes twice over); ``cgc
+    inspect`` states its caches, their capacity and the serving figures."""
+    model = _params(tmp_path)
+    written = []
+    for name in ("a.cgc", "b.cgc"):
+        code, output = _invoke("generate", model, "--timing-only", "--prompt-len", "6",
+                               "--max-new-tokens", "4", "--concurrent", "2", "--mode",
+                               "pipelined", "--artifact", str(tmp_path / name))  # fmt: skip
+        assert code == 0, output
+        written.append((tmp_path / name).read_bytes())
+    assert written[0] == written[1]
+    code, output = _invoke("inspect", str(tmp_path / "a.cgc"))
+    assert code == 0, output
+    assert "key-value caches: 4 (" in output
+    assert "10 tokens for each of 2 sequences" in output
+    assert "longest context: " in output and "serving: time to first token" in output
+    code, output = _invoke("inspect", "--json", str(tmp_path / "a.cgc"))
+    info = json.loads(output)
+    assert [c["name"] for c in info["generation"]["decode"]["caches"]] == [
+        f"h.{b}.attn.{kind}_cache" for b in (0, 1) for kind in ("key", "value")
+    ]
+    assert info["generation"]["serving"]["kv_capacity_tokens"] > 20

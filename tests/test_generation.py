@@ -34,8 +34,9 @@ def _model(name: str) -> Any:
                  num_key_value_heads=2, intermediate_size=112, max_position_embeddings=64,
                  tie_word_embeddings=False, **common)  # fmt: skip
     if name == "gpt2":
+        # GPT-2's own activation: the tanh approximation of GELU (gelu_new)
         config = transformers.GPT2Config(n_embd=WIDTH, n_layer=2, n_head=4, n_positions=64,
-                                         activation_function="gelu", **common)  # fmt: skip
+                                         **common)  # fmt: skip
         module = transformers.GPT2LMHeadModel(config)
     elif name == "llama":
         scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,

@@ -35,10 +35,10 @@ LLAMA_LIKE = {
 
 def _module(name: str) -> Any:
     """The transformers causal LM of case ``name``."""
-    if name == "gpt2":
+    if name.startswith("gpt2"):  # "gpt2-default": GPT-2's own tanh GELU, gelu_new
+        activation = {} if name == "gpt2-default" else {"activation_function": "gelu"}
         config = transformers.GPT2Config(
-            n_embd=64, n_layer=2, n_head=4, n_positions=32, n_inner=80,
-            activation_function="gelu", **TINY,
+            n_embd=64, n_layer=2, n_head=4, n_positions=32, n_inner=80, **activation, **TINY,
         )  # fmt: skip
         return transformers.GPT2LMHeadModel(config)
     if name == "llama":
@@ -57,7 +57,7 @@ def _module(name: str) -> Any:
                                                                       **LLAMA_LIKE))  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-default", "llama", "qwen2", "mistral"])
 def test_a_causal_lm_runs_as_transformers_does(name: str) -> None:
     torch.manual_seed(0)
     module = randomized(_module(name))
@@ -99,15 +99,10 @@ def test_params_of_checks_as_a_params_file_does() -> None:
         ),
         (
             "GPT2Config",
-            {},
-            "<transformers GPT2Config>: activation_function='gelu_new' is not supported (the "
-            "tanh approximation of GELU; cgc computes 'gelu', GELU's erf form, and 'relu')",
-        ),
-        (
-            "GPT2Config",
             {"activation_function": "silu"},
             "<transformers GPT2Config>: activation_function='silu' is not supported (cgc "
-            "computes 'gelu', GELU's erf form, and 'relu')",
+            "computes GELU (its erf form, 'gelu', and its tanh approximation, 'gelu_new', "
+            "'gelu_pytorch_tanh' or 'gelu_fast') and 'relu')",
         ),
         (
             "GPT2Config",

@@ -589,8 +589,9 @@ def test_section_not_a_mapping(tmp_path: Path):
             "model.norm_type: expected one of layernorm, rmsnorm, got the string 'batchnorm'",
         ),
         (
-            {"model": {"nonlinearity": "gelu_new"}},
-            "model.nonlinearity: expected one of gelu, relu, swiglu, got the string 'gelu_new'",
+            {"model": {"nonlinearity": "gelu_tanh"}},
+            "model.nonlinearity: expected one of gelu, gelu_new, relu, swiglu, got the string "
+            "'gelu_tanh'",
         ),
         (
             {"optimizer": {"optimizer_type": "lamb"}},

@@ -57,6 +57,7 @@ from cgc.machine.hardware.units import human_bytes
 from cgc.machine.movement.layout import Rect
 from cgc.machine.program.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.program.bytecode import LayerInfo, Opcode, Program
+from cgc.machine.program.caches import cache_entries
 from cgc.machine.program.mode import Mode
 from cgc.machine.sparse.sparsity import Sparsity, live_bytes
 from cgc.machine.sparse.tiles import SparseWeight, sparse_weights
@@ -554,6 +555,9 @@ def _artifact(
     }
     if sparse is not None:
         manifest["sparsity"] = sparse[0]
+    caches = cache_entries(program)
+    if caches:
+        manifest["caches"] = caches
     if request.training is not None:  # MemoryX keeps the buffers a step updates
         used |= {update.buffer for update in imported.buffer_updates}
         # and every initializer a checkpoint lists, also those the compile folded away

@@ -95,6 +95,25 @@ class CompiledGeneration:
     """Why this mode: asked for, or what ``auto`` compared."""
     serving: Serving
 
+    def artifact(self) -> Artifact:
+        """Both programs as one artifact: the prompts' program its own, the decode step's in
+        its ``decode`` section and ``generation`` entry, with the serving figures."""
+        step = self.decode.manifest
+        figures = {
+            k: v for k, v in self.serving.to_json().items() if isinstance(v, str | int | float)
+        }
+        generation = {
+            "decode": {
+                **{key: step[key] for key in ("inputs", "outputs", "pipeline", "layers")},
+                "caches": step.get("caches", []),
+            },
+            "serving": figures,
+        }
+        manifest = {**self.prefill.manifest, "mode_reason": self.reason, "generation": generation}
+        prefill = self.prefill
+        return Artifact(manifest, prefill.program, prefill.ir_text, prefill.weights,
+                        self.decode.program, self.decode.ir)  # fmt: skip
+
 
 def check_lengths(params: ModelParams, prompt_tokens: int, new_tokens: int) -> None:
     """A CgcError naming both numbers if the prompt and the generation run past the model's

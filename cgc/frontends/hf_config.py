@@ -10,7 +10,9 @@ section of a params file; ``params_of(config, sequence_length)`` checks it into 
 the module computes. What is read:
 
 * GPT-2: learned positions, LayerNorm, biases everywhere; ``activation_function``
-  (``"gelu"``, the erf form, or ``"relu"``), ``n_inner`` (``None``: ``4 * n_embd``),
+  (``"gelu"``, the erf form; its tanh approximation, GPT-2's default ``"gelu_new"``, also
+  named ``"gelu_pytorch_tanh"`` and ``"gelu_fast"``; or ``"relu"``), ``n_inner`` (``None``:
+  ``4 * n_embd``),
   ``tie_word_embeddings``.
 * Llama, Qwen2 and Mistral: rotary positions of base ``rope_theta``, RMSNorm, a SwiGLU MLP,
   grouped-query attention; ``rope_scaling`` (``linear`` or ``llama3``),
@@ -39,11 +41,12 @@ from cgc.frontends.hf_weights import weights_from_hugging_face
 from cgc.frontends.params import ModelParams, params_from_document
 from cgc.frontends.params.keys import LLAMA3_SCALING_KEYS
 
-_GPT2_ACTIVATIONS = ("gelu", "relu")
+_GPT2_ACTIVATIONS = ("gelu", "gelu_new", "relu")
 """GPT-2's ``activation_function`` values cgc computes, by the names of its ``nonlinearity``
 too."""
 _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
-"""``transformers``' names of GELU's tanh approximation (GPT-2's default, ``gelu_new``)."""
+"""``transformers``' names of GELU's tanh approximation (GPT-2's default, ``gelu_new``), all
+the params file's ``gelu_new``."""
 _GPT2_SWITCHES = (
     ("scale_attn_weights", False, "cgc scales the attention scores by 1/sqrt(head_dim)"),
     ("scale_attn_by_inverse_layer_idx", True, "cgc scales every layer's scores alike"),
@@ -114,13 +117,15 @@ def _unsupported(config: Any, field: str, value: object, why: str) -> CgcError:
 
 def _gpt2(config: Any) -> dict[str, Any]:
     activation = config.activation_function
+    if activation in _TANH_GELU:
+        activation = "gelu_new"
     if activation not in _GPT2_ACTIVATIONS:
-        tanh = "the tanh approximation of GELU; " if activation in _TANH_GELU else ""
         raise _unsupported(
             config,
             "activation_function",
             activation,
-            f"{tanh}cgc computes 'gelu', GELU's erf form, and 'relu'",
+            "cgc computes GELU (its erf form, 'gelu', and its tanh approximation, 'gelu_new', "
+            "'gelu_pytorch_tanh' or 'gelu_fast') and 'relu'",
         )
     for field, refused, why in _GPT2_SWITCHES:
         if getattr(config, field, not refused) == refused:

@@ -231,14 +231,21 @@ class _Model:
         return self.op(wse.MulOp(self.op(wse.DivOp(x, rms)), gamma))
 
     def activation(self, x: SSAValue, name: str) -> SSAValue:
-        """GELU (the erf form) or ReLU."""
+        """GELU (the erf form, or with ``gelu_new`` GPT-2's tanh approximation
+        ``tanh(sqrt(2 / pi) * (x + 0.044715 x^3))``) or ReLU."""
         self.at(name)
         if self.config.nonlinearity == "relu":
             return self.op(wse.ReluOp(x))
-        scaled = self.op(wse.MulOp(x, self.scalar(1 / np.sqrt(2.0), x)))
-        erf = self.op(wse.ErfOp(scaled))
+        if self.config.nonlinearity == "gelu_new":
+            cube = self.op(wse.MulOp(self.op(wse.MulOp(x, x)), x))
+            inner = self.op(wse.AddOp(x, self.op(wse.MulOp(cube, self.scalar(0.044715, x)))))
+            scaled = self.op(wse.MulOp(inner, self.scalar(np.sqrt(2.0 / np.pi), x)))
+            curve = self.op(wse.TanhOp(scaled))
+        else:
+            scaled = self.op(wse.MulOp(x, self.scalar(1 / np.sqrt(2.0), x)))
+            curve = self.op(wse.ErfOp(scaled))
         half = self.op(wse.MulOp(x, self.scalar(0.5, x)))
-        return self.op(wse.MulOp(half, self.op(wse.AddOp(erf, self.scalar(1.0, x)))))
+        return self.op(wse.MulOp(half, self.op(wse.AddOp(curve, self.scalar(1.0, x)))))
 
     def mlp(self, x: SSAValue, prefix: str) -> SSAValue:
         """The block's MLP on the normalized stream ``x`` [T, H]."""

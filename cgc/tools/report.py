@@ -88,6 +88,8 @@ def inspect_json(artifact: Artifact) -> dict:
         "inputs": m["inputs"],
         "outputs": m["outputs"],
         "pipeline_passes": m["pipeline"],
+        "caches": m.get("caches", []),
+        "generation": m.get("generation"),
     }
     if m["mode"] == Mode.PIPELINED:
         stages = pipeline_stages(artifact)
@@ -238,6 +240,7 @@ def summary_text(artifact: Artifact) -> str:
                 f"stream {layer['stream_seconds'] * 1e6:.2f} us  "
                 f"compute {layer['compute_seconds'] * 1e6:.2f} us"
             )
+    lines += _generation_lines(m)
     if m.get("training"):
         tr = m["training"]
         reduction = tr["batch_reduction"] or "unknown reduction"
@@ -246,6 +249,36 @@ def summary_text(artifact: Artifact) -> str:
             f"{tr['optimizer']}, trains {', '.join(tr['trainable'])}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _generation_lines(m: dict) -> list[str]:
+    """A generation's key-value caches and serving figures (none for another artifact)."""
+    generation = m.get("generation")
+    caches = generation["decode"]["caches"] if generation else m.get("caches", [])
+    if not caches:
+        return []
+    first = caches[0]
+    per_token = sum(c["bytes_per_token"] for c in caches)
+    held = sum(c["shape"][0] * c["bytes_per_token"] for c in caches)
+    lines = [
+        f"key-value caches: {len(caches)} ({human_bytes(per_token)} a token of a sequence), "
+        f"{first['capacity']} tokens for each of {first['sequences']} sequences "
+        f"({human_bytes(held)}); {first['name']} on layer {first['layer']}, "
+        f"{first['tile'][0]}x{first['tile'][1]} a PE of {first['rect'][2]}x{first['rect'][3]}"
+    ]
+    if generation:
+        s = generation["serving"]
+        lines += [
+            f"generation: decode step of {len(generation['decode']['layers'])} layers; prompt "
+            f"{s['prompt_tokens']} tokens in {s['prompt_chunks']} chunk(s), {s['new_tokens']} new",
+            f"serving: time to first token {human_seconds(s['ttft_seconds'])}, per output "
+            f"token {human_seconds(s['tpot_seconds'])}, {s['tokens_per_second']:,.1f} tokens/s "
+            f"({s['tokens_per_second_per_sequence']:,.1f} a sequence) on {s['num_csx']} "
+            f"system(s); bound by {s['decode_bound']}",
+            f"longest context: {s['kv_capacity_tokens']:,} cache tokens fit, the longest "
+            "context times the sequences served at once",
+        ]
+    return lines
 
 
 def human_seconds(value: float) -> str:

@@ -18,7 +18,7 @@ from cgc.machine.sparse.sparsity import Sparsity
 POSITION_EMBEDDING_TYPES = ("learned", "rotary")
 POSITION_SCALING_TYPES = ("linear", "llama3")
 NORM_TYPES = ("layernorm", "rmsnorm")
-NONLINEARITIES = ("gelu", "relu", "swiglu")
+NONLINEARITIES = ("gelu", "gelu_new", "relu", "swiglu")
 OPTIMIZER_TYPES = ("sgd", "adam", "adamw")
 PRECISIONS = ("float32", "float16", "bfloat16")
 
@@ -116,8 +116,9 @@ class ModelConfig:
     layer_norm_epsilon: float
     """Epsilon of every norm; positive. Default: 1e-5."""
     nonlinearity: str
-    """MLP activation: ``"gelu"``, ``"relu"`` or ``"swiglu"`` (a gated MLP with two up
-    projections). Default: ``"gelu"``."""
+    """MLP activation: ``"gelu"`` (the erf form), ``"gelu_new"`` (its tanh approximation,
+    GPT-2's), ``"relu"`` or ``"swiglu"`` (a gated MLP with two up projections). Default:
+    ``"gelu"``."""
     share_embedding_weights: bool
     """The LM head is the token embedding's transpose (tied). Default: true."""
     use_projection_bias_in_attention: bool

@@ -8,9 +8,12 @@ Layout, little-endian::
     payloads, in table order
  Sections: ``manifest`` (JSON), ``bytecode`` (``cgc.machine.program.bytecode``), ``ir`` (the final
 MLIR text) and ``weights`` (safetensors), each once, the payloads back to back up to the end of the
-file. Reading checks the magic, the version, the section table and every checksum before decoding
-anything; then the manifest against its schema (``cgc.machine.program.manifest``), every instruction
-of the bytecode, and the weights against what the manifest names. A file that a compiler would not
+file; a generation's artifact adds its decode step's program (``decode``) and final IR
+(``decode_ir``), which share the weights and the key-value caches of the prompts' program (the
+artifact's own), their manifest entries under ``generation``. Reading checks the magic, the
+version, the section table and every checksum before decoding anything; then the manifest
+against its schema (``cgc.machine.program.manifest``), every instruction of the programs, and
+the weights against what the manifest names. A file that a compiler would not
 have written is a CgcError naming the file and the culprit; reading never executes code from the
 file.
 
@@ -58,6 +61,8 @@ from cgc.machine.training import optimizers
 MAGIC = b"CGCARTF\0"
 FORMAT_VERSION = 3
 SECTIONS = ("manifest", "bytecode", "ir", "weights")
+GENERATION_SECTIONS = ("decode", "decode_ir")
+"""The sections a generation's artifact adds (both, or neither)."""
 _HEADER = struct.Struct("<8sII")
 _ENTRY = struct.Struct("<16sQQ32s")
 
@@ -114,6 +119,9 @@ class Artifact:
     program: Program
     ir_text: str | Callable[[], str]
     weights: dict[str, np.ndarray]
+    decode: Program | None = None
+    """A generation's decode step (the artifact's own program is its prompts')."""
+    decode_ir: str = ""
 
     @property
     def ir(self) -> str:
@@ -167,14 +175,16 @@ class Artifact:
             "ir": self.ir.encode(),
             "weights": weights_to_bytes(self.weights),
         }
-        offset = _HEADER.size + _ENTRY.size * len(SECTIONS)
+        if self.decode is not None:
+            payloads["decode"] = self.decode.encode()
+            payloads["decode_ir"] = self.decode_ir.encode()
+        offset = _HEADER.size + _ENTRY.size * len(payloads)
         table = b""
-        for name in SECTIONS:
-            data = payloads[name]
+        for name, data in payloads.items():
             table += _ENTRY.pack(name.encode(), offset, len(data), hashlib.sha256(data).digest())
             offset += len(data)
-        header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(SECTIONS))
-        return header + table + b"".join(payloads[name] for name in SECTIONS)
+        header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(payloads))
+        return header + table + b"".join(payloads.values())
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the file atomically: a reader sees the old file or the whole new one."""
@@ -204,12 +214,16 @@ class Artifact:
             program = _program(sections["bytecode"])
             ir = sections["ir"].decode()
             weights = weights_from_bytes(sections["weights"])
+            decode = _program(sections["decode"]) if "decode" in sections else None
+            decode_ir = sections["decode_ir"].decode() if "decode_ir" in sections else ""
         except (ValueError, UnicodeDecodeError) as e:
             raise ArtifactError(f"{source}: malformed artifact ({e})") from None
         except CgcError as e:
             raise ArtifactError(f"{source}: {e}") from None
         program.source = source
-        artifact = cls(manifest, program, ir, weights)
+        if decode is not None:
+            decode.source = source
+        artifact = cls(manifest, program, ir, weights, decode, decode_ir)
         try:
             check_contents(artifact)
             artifact.program = dataclasses.replace(program, sparse=artifact.sparse_weights())
@@ -333,17 +347,24 @@ def _sections(data: bytes, source: str) -> dict[str, bytes]:
             raise ArtifactError(f"{source}: section '{name}' is corrupted (checksum mismatch)")
         out[name] = payload
         end = offset + length
-    missing = [s for s in SECTIONS if s not in out]
-    if missing:
-        raise ArtifactError(f"{source}: artifact lacks sections {missing}")
-    unknown = [s for s in out if s not in SECTIONS]
-    if unknown:
-        raise ArtifactError(f"{source}: artifact has an unknown section '{unknown[0]}'")
+    _check_names(out, source)
     if end != len(data):
         raise ArtifactError(
             f"{source}: {len(data) - end} trailing bytes after the last section (byte {end})"
         )
     return out
+
+
+def _check_names(sections: dict[str, bytes], source: str) -> None:
+    """Every section an artifact has (a generation's both or neither), no other."""
+    missing = [s for s in SECTIONS if s not in sections]
+    if any(s in sections for s in GENERATION_SECTIONS):
+        missing += [s for s in GENERATION_SECTIONS if s not in sections]
+    if missing:
+        raise ArtifactError(f"{source}: artifact lacks sections {missing}")
+    unknown = [s for s in sections if s not in (*SECTIONS, *GENERATION_SECTIONS)]
+    if unknown:
+        raise ArtifactError(f"{source}: artifact has an unknown section '{unknown[0]}'")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,13 +408,30 @@ schema of its attributes (``cgc.machine.program.manifest``'s subset of JSON Sche
 
 
 def check_contents(artifact: Artifact) -> None:
-    """A CgcError naming the section and the culprit if the weights or the program do not
-    agree with the manifest, or the program is not well formed."""
-    program, manifest = artifact.program, artifact.manifest
-    _check_registers(program)
-    _check_layers(program, manifest)
+    """A CgcError naming the section and the culprit if the weights or the programs do not
+    agree with the manifest, or a program is not well formed."""
+    manifest = artifact.manifest
+    _check_registers(artifact.program)
+    _check_layers(artifact.program, manifest, "bytecode")
     _check_weights(artifact)
-    specs = artifact.weight_specs
+    _check_instructions(artifact.program, manifest, artifact.weight_specs, "bytecode")
+    generation = manifest.get("generation")
+    if (generation is None) != (artifact.decode is None):
+        raise CgcError("the manifest's generation and the decode section come together")
+    if artifact.decode is not None:
+        assert generation is not None
+        step = {**manifest, **generation["decode"]}
+        _check_registers(artifact.decode)
+        _check_layers(artifact.decode, step, "decode")
+        _check_instructions(artifact.decode, step, artifact.weight_specs, "decode")
+
+
+def _check_instructions(
+    program: Program, manifest: dict[str, Any], specs: dict[str, WeightSpec], section: str
+) -> None:
+    """Every instruction of ``program`` (of the artifact's ``section``) is well formed, names
+    the inputs, outputs and weights of ``manifest`` and ``specs``, and reads only registers
+    written before; every output is written."""
     live: set[int] = set()
     for position, ins in enumerate(program.instructions):
         try:
@@ -404,11 +442,11 @@ def check_contents(artifact: Artifact) -> None:
         except CgcError as e:
             name = _mnemonic(ins.opcode)
             where = f"{position} ({name})" if name else str(position)
-            raise CgcError(f"bytecode: instruction {where}: {e}") from None
+            raise CgcError(f"{section}: instruction {where}: {e}") from None
     written = {i.attrs["index"] for i in program.instructions if i.opcode == Opcode.OUTPUT}
     unwritten = [s["name"] for i, s in enumerate(manifest["outputs"]) if i not in written]
     if unwritten:
-        raise CgcError(f"bytecode: no instruction writes output {shown(unwritten[0])}")
+        raise CgcError(f"{section}: no instruction writes output {shown(unwritten[0])}")
 
 
 def _check_weights(artifact: Artifact) -> None:
@@ -448,19 +486,19 @@ def _check_registers(program: Program) -> None:
             raise CgcError(f"bytecode: register {index}: {e}") from None
 
 
-def _check_layers(program: Program, manifest: dict[str, Any]) -> None:
+def _check_layers(program: Program, manifest: dict[str, Any], section: str) -> None:
     """The program's layers are the manifest's, on rectangles inside the mesh."""
     listed = manifest["layers"]
     if len(listed) != len(program.layers):
-        raise CgcError(f"bytecode: {len(program.layers)} layers, the manifest lists {len(listed)}")
+        raise CgcError(f"{section}: {len(program.layers)} layers, the manifest lists {len(listed)}")
     rows, cols = manifest["target"]["rows"], manifest["target"]["cols"]
     for index, (layer, entry) in enumerate(zip(program.layers, listed, strict=True)):
         rect, weights = list(layer.rect), list(layer.weights)
         if (layer.name, rect, weights) != (entry["name"], entry["rect"], entry["weights"]):
-            raise CgcError(f"bytecode: layer {index} is not layers[{index}] of the manifest")
+            raise CgcError(f"{section}: layer {index} is not layers[{index}] of the manifest")
         x, y, w, h = rect
         if w < 1 or h < 1 or x + w > cols or y + h > rows:
-            raise CgcError(f"bytecode: layer {index} at {rect} is outside the {rows}x{cols} mesh")
+            raise CgcError(f"{section}: layer {index} at {rect} is outside the {rows}x{cols} mesh")
         for route in layer.routes:
             figures = (route.color, route.lanes, route.wavelets, route.busiest, route.hops)
             bad = (
@@ -469,7 +507,7 @@ def _check_layers(program: Program, manifest: dict[str, Any]) -> None:
                 or len(route.path) % 2
             )
             if bad:
-                raise CgcError(f"bytecode: layer {index} has a bad route {route.to_json()}")
+                raise CgcError(f"{section}: layer {index} has a bad route {route.to_json()}")
 
 
 def _check_instruction(
@@ -510,6 +548,10 @@ def _check_attrs(
             raise CgcError(f"its register is not of the shape and type of {key} {shown(spec)}")
     elif ins.opcode == Opcode.CONSTANT:
         _check_constant(ins.attrs["value"], registers[0][0])
+    elif ins.opcode == Opcode.CACHE:
+        shape, capacity = registers[0][0], ins.attrs["capacity"]
+        if len(shape) != 2 or capacity < 1 or shape[0] % capacity:
+            raise CgcError(f"a cache of {shape} is not of sequences of {capacity} tokens")
     elif ins.opcode == Opcode.OPTIMIZER_STEP:
         try:
             optimizers.settings(ins.attrs["optimizer"], ins.attrs["config"])

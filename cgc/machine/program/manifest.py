@@ -181,6 +181,46 @@ _ATTENTION: Schema = {
 }
 """The attention blocks a compile found and fused, and the first it left with the reason."""
 
+_CACHE: Schema = {
+    "type": "object",
+    "required": ["name", "layer", "capacity", "sequences", "shape", "dtype", "bytes_per_token",
+                 "rect", "tile", "tile_bytes"],
+    "properties": {
+        "name": _NAME,
+        "layer": _NAME,
+        "capacity": _POSITIVE,
+        "sequences": _POSITIVE,
+        "shape": _SHAPE,
+        "dtype": _DTYPE,
+        "bytes_per_token": _COUNT,
+        "rect": {"type": "array", "items": _COUNT, "minItems": 4, "maxItems": 4},
+        "tile": {"type": "array", "items": _COUNT, "minItems": 2, "maxItems": 2},
+        "tile_bytes": _COUNT,
+    },
+}  # fmt: skip
+"""A key-value cache a program keeps (``cgc.machine.program.caches``)."""
+
+_GENERATION: Schema = {
+    "type": "object",
+    "required": ["decode", "serving"],
+    "properties": {
+        "decode": {
+            "type": "object",
+            "required": ["inputs", "outputs", "pipeline", "layers", "caches"],
+            "properties": {
+                "inputs": {"type": "array", "items": _TENSOR},
+                "outputs": {"type": "array", "items": _TENSOR, "minItems": 1},
+                "pipeline": {"type": "string"},
+                "layers": {"type": "array", "items": _LAYER},
+                "caches": {"type": "array", "items": _CACHE},
+            },
+        },
+        "serving": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+    },
+}
+"""A generation's decode step (the artifact's own program is its prompts'), and its serving
+figures (``cgc.machine.timing.serving``)."""
+
 SCHEMA: Schema = {
     "type": "object",
     "required": [
@@ -223,6 +263,8 @@ SCHEMA: Schema = {
         "training": _TRAINING,
         "attention": _ATTENTION,
         "sparsity": _SPARSITY,
+        "caches": {"type": "array", "items": _CACHE},
+        "generation": _GENERATION,
         "declared_weights": {
             "type": "object",
             "additionalProperties": {
@@ -235,8 +277,9 @@ SCHEMA: Schema = {
 }
 """Every key of a manifest: the keys ``required`` lists always appear (``null`` when they do
 not apply); ``declared_weights`` (weights without data), ``training.buffers`` (buffers a
-training step updates) and ``attention`` (in artifacts of cgc before it counted attention
-blocks) may be left out."""
+training step updates), ``attention`` (in artifacts of cgc before it counted attention
+blocks), ``caches`` (a program without key-value caches) and ``generation`` (an artifact of
+one program) may be left out."""
 
 
 # ---------------------------------------------------------------------------------------------
