@@ -181,3 +181,17 @@ def test_a_params_model_gives_its_config_to_the_generation(tmp_path: Path) -> No
     generated = cgc.generate(params, [[1, 2, 3], [4, 5]], max_new_tokens=2, init_seed=1)
     assert generated.tokens is not None and generated.tokens.shape == (2, 5)
     np.testing.assert_array_equal(generated.attention_mask, [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+
+
+def test_the_pipelined_decode_takes_bands_and_the_prompts_its_rectangles() -> None:
+    """In pipelined mode the decode step's layers lie in bands of the mesh's full width,
+    stacked down it, and the prompts' program keeps every layer's rectangle."""
+    generated = cgc.generate("zoo:cerebras-gpt-111m", timing_only=True, prompt_len=32,
+                             max_new_tokens=4, mode="pipelined")  # fmt: skip
+    decode = [tuple(layer["rect"]) for layer in generated.compiled.decode.manifest["layers"]]
+    prompts = [tuple(layer["rect"]) for layer in generated.compiled.prefill.manifest["layers"]]
+    assert prompts == decode
+    assert {w for _, _, w, _ in decode} == {750}  # wse2's columns
+    tops = [y for _, y, _, _ in decode]
+    assert tops == sorted(tops) and tops[0] == 0
+    assert all(y + h == nxt for (_, y, _, h), nxt in zip(decode, tops[1:], strict=False))

@@ -54,7 +54,6 @@ from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelConfig, ModelParams
 from cgc.machine.hardware.target import Target, checked_batch, checked_systems, resolve
 from cgc.machine.hardware.units import human_bytes
-from cgc.machine.movement.layout import Rect
 from cgc.machine.program.artifact import DECLARED, FORMAT_VERSION, Artifact
 from cgc.machine.program.bytecode import LayerInfo, Opcode, Program
 from cgc.machine.program.caches import cache_entries
@@ -66,7 +65,7 @@ from cgc.machine.training import optimizers
 from cgc.options import Chosen, CompileOptions, SparsityOptions
 from cgc.passes.autodiff import AutodiffPass
 from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass
-from cgc.passes.place_layers import PlaceLayersPass, placement_spec
+from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.recompute_activations import RecomputeActivationsPass
 from cgc.passes.schedule_streams import ScheduleStreamsPass
 from cgc.passes.select_sparse_weights import SelectSparseWeightsPass
@@ -245,7 +244,7 @@ def compile_model(
     dump_ir: str | os.PathLike | None = None,
     print_ir_after_all: Callable[[str], None] | None = None,
     on_pass: OnPass | None = None,
-    rects: Mapping[str, Rect] | None = None,
+    placement: PlaceLayersPass | None = None,
     **fields: Any,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
@@ -258,10 +257,10 @@ def compile_model(
     its ``SparsityOptions``'. ``values`` fixes graph inputs to compile-time arrays (see
     ``import_model``); ``weights`` replaces weights of the model by name (a ``--weights``
     file); ``print_ir_after_all`` receives the IR text after every pass; ``on_pass`` is told
-    of every step as it begins (``OnPass``; a progress bar); ``rects`` (pipelined mode) are
-    the layers' rectangles, by name, as another program of the same artifact has them (the
-    placement is not searched). Mode ``whole_wafer`` (generation's) runs every layer on the
-    whole wafer with its weights resident."""
+    of every step as it begins (``OnPass``; a progress bar); ``placement`` (pipelined mode)
+    is the placement pass configured otherwise than a search (the rectangles of another
+    program of the same artifact, or bands). Mode ``whole_wafer`` (generation's) runs every
+    layer on the whole wafer with its weights resident."""
     chosen = Chosen("compile_model", (CompileOptions, SparsityOptions), records, fields)
     options, sparse = chosen[CompileOptions], chosen[SparsityOptions]
     mode = options.mode
@@ -312,7 +311,7 @@ def compile_model(
         # the manifest's reason, in the command line's words as artifacts have always had it
         asked = STREAMED_FOR_TRAINING if training else f"requested with --mode {mode}"
         return StreamingCompiler(on_pass=on_pass).artifact(request, asked, dumps)
-    return _placed(request, mode, dumps, on_pass, rects)
+    return _placed(request, mode, dumps, on_pass, placement)
 
 
 def _placed(
@@ -320,9 +319,9 @@ def _placed(
     mode: str,
     dumps: IRDumps,
     on_pass: OnPass | None,
-    rects: Mapping[str, Rect] | None = None,
+    placement: PlaceLayersPass | None = None,
 ) -> Artifact:
-    """An inference ``request`` placed on the wafer (``mode`` pipelined: on ``rects`` if
+    """An inference ``request`` placed on the wafer (``mode`` pipelined, by ``placement`` if
     given), or in auto mode placed if the model fits and streamed otherwise, or run layer
     after layer on the whole wafer (``mode`` whole_wafer)."""
     steps = Steps(on_pass)
@@ -350,8 +349,7 @@ def _placed(
             )
         if mode == Mode.WHOLE_WAFER:
             return _artifact(c, request, mode, "requested for generation", None)
-        given = () if rects is None else (PlaceLayersPass(placement_spec(rects)),)
-        c.run(stage_spec("pipelined", *given))
+        c.run(stage_spec("pipelined", *(() if placement is None else (placement,))))
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
     if held > tgt.sram_bytes:
         why: str | None = too_many

@@ -5,7 +5,9 @@ The params-file frontend builds both (``cgc.frontends.transformer.build_generati
 the prompt's tokens of ``S`` sequences at once, and one token of each; every attention layer
 writes its keys and values into its caches of ``C = P + N`` tokens a sequence
 (``wse.kv_cache``, ``wse.cached_attention``) and reads them back. The decode step is
-compiled first; in pipelined mode the prompts' program keeps its rectangles
+compiled first, in pipelined mode its layers placed in bands of the mesh's full width, each
+with rows in proportion to the bytes it keeps (``PlaceLayersPass.bands``: a decode step's
+layers read their resident weights); the prompts' program keeps its rectangles
 (``PlaceLayersPass.rects``), so the two find the weights and the caches on the same PEs.
 
 Each way of serving (``Mode.PIPELINED``, ``Mode.WHOLE_WAFER``, and ``Mode.WEIGHT_STREAMING``
@@ -42,6 +44,7 @@ from cgc.machine.program.mode import Mode
 from cgc.machine.timing.cost import CACHE_KEY, LayerRecord, SimulationError, Sram, Timing
 from cgc.machine.timing.serving import Pass, Serving, make_pass
 from cgc.options import CompileOptions
+from cgc.passes.place_layers import PlaceLayersPass, placement_spec
 
 SERVING_MODES = (Mode.PIPELINED, Mode.WHOLE_WAFER)
 """The ways ``auto`` chooses between."""
@@ -272,12 +275,12 @@ def _programs(
 ) -> CompiledGeneration:
     """The prompt's and the decode step's programs with caches of ``capacity`` tokens."""
     compiled = dataclasses.replace(options, mode=str(mode), num_csx=1, batch_size=None)
-    decode = _program(request, compiled, transformer.Generation(1, capacity, False), None)
-    rects = None
-    if mode == Mode.PIPELINED:
-        rects = {layer["name"]: _rect(layer["rect"]) for layer in decode.manifest["layers"]}
+    step = transformer.Generation(1, capacity, False)
+    decode = _program(request, compiled, step, PlaceLayersPass(bands=True))
+    rects = {layer["name"]: _rect(layer["rect"]) for layer in decode.manifest["layers"]}
     chunk = request.prompt_chunk(mode)
-    prefill = _program(request, compiled, transformer.Generation(chunk, capacity, True), rects)
+    prompts = transformer.Generation(chunk, capacity, True)
+    prefill = _program(request, compiled, prompts, PlaceLayersPass(placement_spec(rects)))
     target = request.target
     # the SRAM a generation holds is the decode step's; the prompts' kernels are timed in
     # the layouts they would lay the weights out in, not checked against it
@@ -295,8 +298,9 @@ def _program(
     request: GenerationRequest,
     options: CompileOptions,
     generation: transformer.Generation,
-    rects: Mapping[str, Rect] | None,
+    placement: PlaceLayersPass,
 ) -> Artifact:
+    """One program of the generation; ``placement`` places it in pipelined mode."""
     imported = transformer.build_generation(
         request.params,
         request.sequences,
@@ -304,7 +308,7 @@ def _program(
         blocks=request.blocks,
         buffers=request.weights is not None,
     )
-    return compile_model(imported, options, weights=request.weights, rects=rects)
+    return compile_model(imported, options, weights=request.weights, placement=placement)
 
 
 def _rect(values: list[int]) -> Rect:

@@ -2,6 +2,7 @@
 // RUN: cgc opt %s --target mesh2x2 -p place-layers | filecheck %s --check-prefix=BANDS
 // RUN: cgc opt %s --target mesh8x3 -p place-layers | filecheck %s --check-prefix=NARROW
 // RUN: not cgc opt %s --target mesh1x2 -p place-layers 2>&1 | filecheck %s --check-prefix=TOOBIG
+// RUN: cgc opt %s --target mesh8x3 -p 'place-layers{bands=true}' | filecheck %s --check-prefix=ROWS
 
 // Layers in program order stack in vertical strips of the mesh: down the first strip, up the
 // next. A layer is as high as its tensors have matrix rows (8 here, so the mesh's 4), and its
@@ -55,3 +56,9 @@ builtin.module attributes {wse.target = #wse.target<"mesh4x8">} {
 // NARROW:      wse.layer "head"(%{{.*}}) {rect = #wse.rect<0, 7, 3x1>}
 
 // TOOBIG:      error: model does not fit on mesh1x2 in pipelined mode: its 3 layers, each on its narrowest rectangle, do not pack onto the 1x2 mesh: as strips of all 1 rows they need 3 columns (144.0 KiB of SRAM), the mesh has 2 (96.0 KiB); use --mode weight_streaming
+
+// With bands (a generation's decode step) every layer takes the mesh's full width, its rows
+// in proportion to its time on the whole mesh (fc1 the most), stacked down the mesh.
+// ROWS:        wse.layer "fc1"(%x) {rect = #wse.rect<0, 0, 3x5>}
+// ROWS:        wse.layer "fc2"(%{{.*}}) {rect = #wse.rect<0, 5, 3x2>}
+// ROWS:        wse.layer "head"(%{{.*}}) {rect = #wse.rect<0, 7, 3x1>}

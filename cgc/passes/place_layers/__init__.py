@@ -41,10 +41,14 @@ work on the candidate rectangle (``cgc.machine.timing.cost``), the engine the si
 so the compiler's estimate is the time a run takes. A model that does not fit raises
 ``DoesNotFitError`` naming the layers that do not (``fit``).
 
+With ``bands`` the placement is not searched: every layer takes a band of the mesh's full
+width, its rows in proportion to the bytes it keeps (``bands``: a generation's decode step).
+
 The modules, each standing on those before it: ``packing`` (rectangles onto the mesh),
 ``layers`` (the layers' heights and timings, and the packing and link checks), ``fit`` (the
 layers' narrowest rectangles and the errors), ``balance`` (balanced widths), ``strips`` (the
-strips' search), ``placer`` (the steps in order); this module holds the pass.
+strips' search), ``placer`` (the steps in order), ``bands`` (the bands); this module holds the
+pass.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ from cgc.dialects.ir import main_function, module_sparse_weights, module_target
 from cgc.dialects.lowering import layer_works
 from cgc.errors import CgcError
 from cgc.machine.movement.layout import Rect
+from cgc.passes.place_layers.bands import bands
+from cgc.passes.place_layers.layers import LayerTimings
 from cgc.passes.place_layers.placer import Placer
 
 
@@ -89,6 +95,9 @@ class PlaceLayersPass(ModulePass):
 
     name = "place-layers"
     rects: str = ""
+    bands: bool = False
+    """Every layer a band of full-width rows in proportion to the bytes it keeps
+    (``bands``): generation's decode step, whose layers read their resident weights."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
@@ -100,6 +109,8 @@ class PlaceLayersPass(ModulePass):
             if missing:
                 raise CgcError(f"place-layers: no rectangle given for the layers {missing}")
             placed = [given[w.layer.layer_name.data] for w in works if w.layer is not None]
+        elif self.bands:
+            placed = bands(LayerTimings(works, target, module_sparse_weights(op)))
         else:
             placed = Placer(works, target, module_sparse_weights(op)).place()
         for work, rect in zip(works, placed, strict=True):

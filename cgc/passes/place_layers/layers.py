@@ -27,6 +27,8 @@ from cgc.passes.place_layers.packing import pack_skyline, pack_strips
 
 STAGE_TIME_TOLERANCE = 0.01
 """The bisections on the stage time stop within this fraction of the best time."""
+RESIDENT = (Opcode.WEIGHT, Opcode.CONSTANT, Opcode.CACHE)
+"""The instructions of what a layer keeps on its rectangle."""
 HEIGHT_SPLITS = 32
 """A layer's rows may be split up to this many ways in a strip..."""
 HEIGHT_MULTIPLES = 8
@@ -222,21 +224,30 @@ class LayerTimings:
         return lo
 
     def _least_sram_bytes(self, index: int) -> int:
-        """A lower bound of the SRAM layer ``index`` needs on any rectangle: its weights (a
-        sparse one's live values) and its largest tensor (without padding)."""
+        """A lower bound of the SRAM layer ``index`` needs on any rectangle: what it keeps
+        resident and its largest tensor (without padding)."""
         work = self.works[index]
-        weights, largest = 0, 0
+        largest = max(
+            (work.tensor_bytes(r) for ins in work.instructions
+             if ins.opcode not in RESIDENT for r in ins.results),
+            default=0,
+        )  # fmt: skip
+        return self.resident_bytes(index) + largest
+
+    def resident_bytes(self, index: int) -> int:
+        """The bytes layer ``index`` keeps on its rectangle from one run to the next: its
+        weights (a sparse one's live values), constants and key-value caches."""
+        work = self.works[index]
+        held = 0
         for ins in work.instructions:
-            for register in ins.results:
-                size = work.tensor_bytes(register)
-                sparse = work.sparse.get(ins.attrs.get("name", ""))
-                if ins.opcode == Opcode.WEIGHT and sparse is not None:
-                    size = min(size, sparse.live * size // sparse.size)
-                if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
-                    weights += size
-                else:
-                    largest = max(largest, size)
-        return weights + largest
+            if ins.opcode not in RESIDENT:
+                continue
+            size = work.tensor_bytes(ins.results[0])
+            sparse = work.sparse.get(ins.attrs.get("name", ""))
+            if ins.opcode == Opcode.WEIGHT and sparse is not None:
+                size = min(size, sparse.live * size // sparse.size)
+            held += size
+        return held
 
     def packed(self, widths: Sequence[int], limit: float = float("inf")) -> list[Rect] | None:
         """The layers' rectangles of ``widths`` and their heights on the mesh: strips aligned
