@@ -40,6 +40,7 @@ from cgc.machine.hardware.units import human_bytes
 from cgc.machine.movement.layout import Rect
 from cgc.machine.program.artifact import Artifact
 from cgc.machine.program.bytecode import Program
+from cgc.machine.program.caches import cache_entries
 from cgc.machine.program.mode import Mode
 from cgc.machine.timing.cost import CACHE_KEY, LayerRecord, SimulationError, Sram, Timing
 from cgc.machine.timing.serving import Pass, Serving, make_pass
@@ -290,7 +291,8 @@ def _programs(
         decode_records = _timed(decode.program, target, mode, sram)
     except SimulationError as e:
         raise _no_fit(request, mode, e) from None
-    serving = _serving(request, mode, chunk, (prefill_records, decode_records), sram)
+    serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
+                       sram)  # fmt: skip
     return CompiledGeneration(prefill, decode, mode, f"requested with --mode {mode}", serving)
 
 
@@ -330,18 +332,19 @@ def _serving(
     mode: Mode,
     chunk: int,
     records: tuple[list[LayerRecord], list[LayerRecord]],
+    program: Program,
     sram: Sram,
 ) -> Serving:
     """The serving figures of the prompts' and the decode step's records (the prompts' in
     ``chunk`` tokens a run), their blocks placed as the whole model's over the request's
-    systems; the caches' capacity from the decode step's ``sram``."""
+    systems; the caches' capacity from the decode step's ``program`` and ``sram``."""
     prefill, decode = records
     config = request.params.model
     layers = config.num_hidden_layers
     itemsize = dtypes.dtype(request.params.runconfig.precision).itemsize
     per_token = 2 * config.num_kv_heads * config.head_dim * itemsize
     crossing = config.hidden_size * itemsize
-    capacity = _cache_capacity(request, sram)
+    capacity = _cache_capacity(request, program, sram)
     sequences = request.sequences
 
     def whole(records: list[LayerRecord], tokens: int) -> Pass:
@@ -365,18 +368,22 @@ def _serving(
     )
 
 
-def _cache_capacity(request: GenerationRequest, sram: Sram) -> int:
-    """The most tokens a sequence's caches can hold, PE by PE: the caches of ``capacity``
-    tokens a sequence on each PE scaled until the fullest PE has no room left beside what
-    else it holds (and the most scratch a kernel of the run took)."""
-    held, caches = sram.pinned_share(CACHE_KEY)
-    scratch = max(sram.peak - int(held.max()), 0)
-    room = request.target.sram_bytes_per_pe - scratch - (held - caches)
-    used = caches > 0
-    if not used.any():
+def _cache_capacity(request: GenerationRequest, program: Program, sram: Sram) -> int:
+    """The most tokens a sequence's caches can hold, PE by PE: the rows of each cache a PE of
+    its tiles holds, grown until the fullest of them has no room left beside what else it
+    holds (and the most scratch a kernel of the run took), over every mesh row of its layer's
+    rectangle (a longer cache spreads down them), shared by the sequences."""
+    pins = sram.pinned_share(CACHE_KEY)
+    if not pins.cells:
         return 0
-    per_token = caches[used] / request.capacity
-    return max(int((room[used] / per_token).min()), 0)
+    rows = {entry["name"]: entry["rect"][3] for entry in cache_entries(program)}
+    scratch = max(sram.peak - int(pins.held.max()), 0)
+    room = request.target.sram_bytes_per_pe - scratch - (pins.held - pins.share)
+    fits = [
+        int((room[span] // np.maximum(pins.row_bytes[span], 1)).min()) * rows[name]
+        for name, _, span in pins.cells
+    ]
+    return max(min(fits) // request.sequences, 0)
 
 
 def _whole_model(records: list[LayerRecord], compiled: int, layers: int) -> list[LayerRecord]:

@@ -44,6 +44,20 @@ class SimulationError(RuntimeError):
     prevented it)."""
 
 
+@dataclass(frozen=True)
+class PinnedShare:
+    """What some pins take of an SRAM ledger's cells (``Sram.pinned_share``)."""
+
+    held: np.ndarray
+    """Per cell, the bytes a PE holds now."""
+    share: np.ndarray
+    """Per cell, the bytes of the pins."""
+    row_bytes: np.ndarray
+    """Per cell, the bytes a row of the pins' tiles takes."""
+    cells: list[tuple[str, Layout, tuple[slice, slice]]]
+    """Each pin's key (without the prefix), layout and cells."""
+
+
 class Sram:
     """One system's SRAM: the bytes every PE holds, and the weights and constants pinned in
     the layouts kernels asked for (they stay from one run of the program to the next).
@@ -140,17 +154,21 @@ class Sram:
             self.pinned.add((key, layout, tile_bytes))
             self._charge(layout, tile_bytes)
 
-    def pinned_share(self, prefix: str) -> tuple[np.ndarray, np.ndarray]:
-        """Per cell of the ledger: the bytes a PE holds now, and of them those of the pins
-        whose keys start with ``prefix`` (a generation's key-value caches)."""
-        pins = [(layout, nbytes) for key, layout, nbytes in self.pinned if key.startswith(prefix)]
-        for layout, _ in pins:  # every edge cut first, so that no cell moves below
+    def pinned_share(self, prefix: str) -> PinnedShare:
+        """What the pins whose keys start with ``prefix`` (a generation's key-value caches)
+        take of every cell of the ledger."""
+        pins = [pin for pin in self.pinned if pin[0].startswith(prefix)]
+        for _, layout, _ in pins:  # every edge cut first, so that no cell moves below
             self._pes(layout)
-        share = np.zeros_like(self.cells)
-        for layout, nbytes in pins:
-            place = (layout.row0, layout.h, layout.col0, layout.w)
-            share[self.spans[place]] += layout.tile_bytes if nbytes is None else nbytes
-        return self.cells, share
+        share, row = np.zeros_like(self.cells), np.zeros_like(self.cells)
+        cells = []
+        for key, layout, nbytes in pins:
+            span = self.spans[(layout.row0, layout.h, layout.col0, layout.w)]
+            tile = layout.tile_bytes if nbytes is None else nbytes
+            share[span] += tile
+            row[span] += tile // max(layout.rt, 1)
+            cells.append((key[len(prefix) :], layout, span))
+        return PinnedShare(self.cells, share, row, cells)
 
     def _check(self, layout: Layout, used: int) -> None:
         self.peak = max(self.peak, used)
