@@ -121,7 +121,8 @@ class CompileOptions(Options):
 
     mode: str = option(
         "auto",
-        "Execution mode; auto picks pipelined when the model fits in SRAM.",
+        "Execution mode; auto picks pipelined when the model fits in SRAM (generate: the "
+        "faster way to serve the sequences).",
         choices=REQUESTS,
         show_default=True,
     )
