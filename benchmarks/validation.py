@@ -17,9 +17,15 @@ Cerebras-GPT 1.3B on one system and of 13B on its default systems, the step's MF
 time goes by term and each layer group's share, MFU and bound, as ``cgc run --timing-only``
 reports them (``cgc.machine.timing.utilization``), and says from those figures what binds each.
 
+The section on serving sets cgc's timing-only decode of one sequence (``cgc.generate(...,
+timing_only=True)``) beside WaferLLM's (OSDI'25) decode rates of LLaMA3-8B and QWen2-72B on a
+420 x 420 WSE-2 grid and its cache capacity, and beside Cerebras' launch rates of Llama 3.1 8B
+and 70B, with where a token's cycles go and what binds them.
+
     python benchmarks/validation.py            # a few minutes on 2 cores
     python benchmarks/validation.py --only sparsity   # that section alone, the rest kept
     python benchmarks/validation.py --only mfu        # likewise
+    python benchmarks/validation.py --only serving    # likewise
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -432,10 +440,362 @@ def mfu_rows() -> list[dict[str, Any]]:
     return [mfu_row(name, systems) for name, systems in MFU_RUNS]
 
 
+SERVING = "serving"
+"""The ``section`` of the rows on serving: an LLM's decode, one sequence at a time."""
+WAFERLLM = "WaferLLM (He et al., OSDI'25), https://www.usenix.org/conference/osdi25/presentation/he"
+CEREBRAS = (
+    "Cerebras, 'Introducing Cerebras Inference: AI at Instant Speed' (August 2024), "
+    "https://cerebras.ai/blog/introducing-cerebras-inference-ai-at-instant-speed"
+)
+CEREBRAS_QUOTE = (
+    "Cerebras inference delivers 1,800 tokens per second for Llama3.1 8B and 450 tokens per "
+    "second for Llama3.1 70B"
+)
+WAFERLLM_CLOCK = 1.1e9
+"""The clock WaferLLM's code turns cycles into seconds at (``freq_ghz = 1.1``)."""
+WAFERLLM_MESH = "wse2@420x420"
+"""The core grid of WaferLLM's headline decode rates (Table 4)."""
+TABLE_4 = {
+    "llama-3.1-8b": ("LLaMA3-8B", 2699.9, 2243.3),
+    "qwen2-72b": ("QWen2-72B", 839.7, 787.1),
+}
+"""WaferLLM's decode rates per request (tokens/s): its name of the model, on its 420 x 420
+and on its 660 x 660 grid."""
+TABLE_5 = (137548.0, 382.0)
+"""WaferLLM's maximum decode output length of LLaMA3-8B with its shift-based cache, and with
+the concat-based one (PagedAttention's)."""
+WAFERLLM_LENGTHS = (4096, 128)
+"""Prompt and new tokens of the WaferLLM rows: caches of 4,224 tokens, WaferLLM's 4K context
+(its configs pad it to 4,200 tokens on the 420 x 420 grid)."""
+CEREBRAS_RUNS = (
+    ("llama-3.1-8b", "Llama 3.1 8B", 1800.0, 1),
+    ("llama-3.1-70b", "Llama 3.1 70B", 450.0, 4),
+)
+"""Cerebras' launch figures: the model, its name there, tokens/s per user, CS-3 systems."""
+SYSTEMS_SOURCE = (
+    "The Register on Hot Chips 2024, 'When running the 70 billion parameter version of Llama "
+    "3.1 distributed across four of its CS-3 accelerators, Cerebras claims to have achieved "
+    "450 tokens per second'"
+)
+"""Where the four CS-3 of Cerebras' 70B figure come from: the stored copy of the launch blog
+does not hold the passage that third parties quote."""
+CEREBRAS_LENGTHS = (1024, 128)
+DIFFER = 0.25
+"""How far off the published figure a prediction is before its row says what binds it."""
+NEEDED = re.compile(r"needs at least (\d+) \(num_csx\)|fits (\d+) systems \(num_csx\)")
+"""Where cgc's refusal of a model too big for its systems says how many it needs."""
+
+
+def _served(
+    name: str, target: Any, lengths: tuple[int, int], mode: str, systems: int = 1
+) -> tuple[Any, list[int]]:
+    """A timing-only generation of ``zoo:NAME``, one sequence, on ``systems`` or, where cgc
+    refuses them, on as many as its refusal says it needs; and the counts it refused."""
+    import cgc
+
+    refused: list[int] = []
+    while True:
+        try:
+            generated = cgc.generate(f"zoo:{name}", timing_only=True, prompt_len=lengths[0],
+                                     max_new_tokens=lengths[1], concurrent=1, num_csx=systems,
+                                     target=target, mode=mode)  # fmt: skip
+            return generated, refused
+        except cgc.CgcError as e:
+            needed = NEEDED.search(str(e))
+            more = int(needed[1] or needed[2]) if needed else 0
+            if more <= systems:
+                raise
+            refused.append(systems)
+            systems = more
+
+
+def _companions(program: Any, group: str) -> list[str]:
+    """The ops besides its own that the first layer of ``group`` runs (a layer takes the
+    elementwise ops around its matmul), by group, in program order."""
+    from cgc.machine.timing.utilization import group_name
+
+    for span in program.layer_spans:
+        if group_name(program.instructions[span.start].location) == group:
+            ops = [program.instructions[i].location for i in span]
+            return [g for g in dict.fromkeys(group_name(o) for o in ops if o) if g != group]
+    return []
+
+
+def _pes(manifest: dict[str, Any], group: str) -> int:
+    """The PEs of the rectangle of ``group``'s first layer."""
+    from cgc.machine.timing.utilization import group_name
+
+    rect = next(x["rect"] for x in manifest["layers"] if group_name(x["name"]) == group)
+    return int(rect[2] * rect[3])
+
+
+def _decode(generated: Any, target: Any, refused: list[int]) -> dict[str, Any]:
+    """A decode step's figures: its rate and cycles, where a token's cycles go (the blocks,
+    the embedding and head, the system-to-system links; the layers' terms), and the group of
+    layers that takes most of them, with the ops its layer runs."""
+    from cgc.machine.timing.utilization import BLOCK_INDEX, group_name
+
+    serving = generated.serving
+    layers = serving.decode.layers
+    groups: dict[str, float] = {}
+    for t in layers:
+        groups[group_name(t.name)] = groups.get(group_name(t.name), 0.0) + t.seconds
+    top = max(groups, key=groups.__getitem__)
+    clock = target.clock_hz
+    return {
+        "target": target.name,
+        "clock_hz": clock,
+        "systems": serving.decode.systems,
+        "refused": refused,
+        "mode": str(generated.compiled.mode),
+        "reason": generated.compiled.reason,
+        "tokens_per_second": serving.tokens_per_second_per_sequence,
+        "cycles_per_token": serving.tpot_seconds * clock,
+        "blocks_cycles": clock * sum(t.seconds for t in layers if BLOCK_INDEX.search(t.name)),
+        "links_cycles": clock * (serving.decode.systems - 1) * serving.decode.link_seconds,
+        "terms_cycles": {
+            "compute": clock * sum(t.compute_seconds for t in layers),
+            "arrival": clock * sum(t.arrival_seconds for t in layers),
+            "data movement": clock * sum(t.movement_seconds for t in layers),
+        },
+        "bound": serving.decode.bound,
+        "top": top,
+        "top_cycles": clock * groups[top],
+        "top_ops": _companions(generated.compiled.decode.program, top),
+        "top_pes": _pes(generated.compiled.decode.manifest, top),
+        "mesh_pes": target.pes,
+        "kv_capacity_tokens": serving.kv_capacity_tokens,
+    }
+
+
+def _lengths(lengths: tuple[int, int]) -> str:
+    """``a prompt of 4,096 tokens then 128``."""
+    return f"a prompt of {lengths[0]:,} tokens then {lengths[1]:,}"
+
+
+def _k(cycles: float) -> str:
+    return f"{cycles / 1e3:,.0f}k"
+
+
+def _where(fig: dict[str, Any]) -> str:
+    """``3 wse2@420x420 systems at 1.1 GHz (the fewest cgc fits it on: it refused 1)``."""
+    many = "s" if fig["systems"] > 1 else ""
+    text = f"{fig['systems']} {fig['target']} system{many} at {fig['clock_hz'] / 1e9:.3g} GHz"
+    if fig["refused"]:
+        tried = ", then ".join(map(str, fig["refused"]))
+        text += f" (the fewest cgc fits it on: it refused {tried})"
+    return text
+
+
+def _token_text(fig: dict[str, Any]) -> str:
+    """Where a token's cycles go: the blocks, the embedding and head, the links."""
+    total = fig["cycles_per_token"]
+    ends = total - fig["blocks_cycles"] - fig["links_cycles"]
+    text = (
+        f"{_k(total)} cycles a token: the decoder blocks {_k(fig['blocks_cycles'])}, the "
+        f"embedding and the head {_k(ends)}"
+    )
+    if fig["systems"] > 1:
+        text += (
+            f", the {fig['systems'] - 1} system-to-system crossings {_k(fig['links_cycles'])} "
+            f"({fig['links_cycles'] / total:.1%})"
+        )
+    return text
+
+
+def _terms(fig: dict[str, Any]) -> str:
+    """``compute 2k / arrival 203k / data movement 451k``."""
+    return " / ".join(f"{term} {_k(cycles)}" for term, cycles in fig["terms_cycles"].items())
+
+
+def _bound_text(fig: dict[str, Any]) -> str:
+    """What binds a decode step, from its layers' split."""
+    terms = fig["terms_cycles"]
+    layers = sum(terms.values())
+    split = ", ".join(f"{term} {cycles / layers:.0%}" for term, cycles in terms.items())
+    ops = f" (its layer also runs {_names(fig['top_ops'])})" if fig["top_ops"] else ""
+    share = fig["top_cycles"] / fig["cycles_per_token"]
+    text = (
+        f"the layers' cycles are {split} (arrival: operands brought where the kernels need "
+        f"them; data movement: broadcasts, reductions, gathers); the most, {share:.0%} of the "
+        f"token, in `{fig['top']}`{ops}; the step's slowest layer: {fig['bound']}"
+    )
+    if fig["mode"] == "pipelined":
+        text += (
+            f". Pipelined, every layer has a rectangle of its own and one sequence's token "
+            f"passes them one after another: a `{fig['top']}` works on {fig['top_pes']:,} "
+            f"PEs, {fig['top_pes'] / fig['mesh_pes']:.1%} of the mesh"
+        )
+    return text
+
+
+def _differs(predicted: float, published: float) -> bool:
+    return abs(predicted / published - 1) > DIFFER
+
+
+def _table_4_rows(name: str) -> tuple[list[dict[str, Any]], Any]:
+    """WaferLLM's decode rate of ``name`` beside cgc's whole-wafer decode on 420 x 420 meshes
+    at 1.1 GHz and on cgc's wse2; and the wse2 run."""
+    from cgc.machine.hardware.target import get_target, with_figures
+
+    label, published, wider = TABLE_4[name]
+    cycles = WAFERLLM_CLOCK / published
+    like_target = with_figures(get_target(WAFERLLM_MESH), [f"clock_hz={WAFERLLM_CLOCK:g}"])
+    generated, refused = _served(name, like_target, WAFERLLM_LENGTHS, "whole_wafer")
+    like = _decode(generated, like_target, refused)
+    wse2_target = get_target("wse2")
+    generated, refused = _served(name, wse2_target, WAFERLLM_LENGTHS, "whole_wafer")
+    wse2 = _decode(generated, wse2_target, refused)
+    blocks_rate = WAFERLLM_CLOCK / like["blocks_cycles"]
+    like_why = (
+        f"cgc: whole_wafer on {_where(like)}, {_lengths(WAFERLLM_LENGTHS)} (caches of "
+        f"{sum(WAFERLLM_LENGTHS):,}): {_token_text(like)}. WaferLLM: {_k(cycles)} cycles a "
+        f"token of decoder layers alone (its code times one on one grid and multiplies by "
+        f"the layer count); "
+        f"cgc's blocks alone give {blocks_rate:,.0f} tokens/s, {blocks_rate / published:.2f}x"
+    )
+    if _differs(like["tokens_per_second"], published):
+        like_why += f"; {_bound_text(like)}"
+    clock_factor = wse2["clock_hz"] / WAFERLLM_CLOCK
+    wse2_why = (
+        f"cgc: whole_wafer on {_where(wse2)}, the same lengths: {_token_text(wse2)}. Against "
+        f"WaferLLM's {_k(cycles)} cycles a token: {cycles / wse2['cycles_per_token']:.2f}x "
+        f"the rate in cycles, times {clock_factor:.3f} for the clock"
+    )
+    if _differs(wse2["tokens_per_second"], published):
+        wse2_why += (
+            f". Per token, {_terms(wse2)} cycles on the full mesh against {_terms(like)} on "
+            f"the 420 x 420 meshes: cgc's MeshGEMV (`cgc.machine.plans.gemv`) sends the "
+            f"vector about a side of the grid before its arithmetic and sums the partial "
+            f"results down each column, both longer on 994 x 750 PEs (WaferLLM's own rate "
+            f"falls likewise from {published} at 420 x 420 to {wider} at 660 x 660); "
+            f"{_bound_text(wse2)}"
+        )
+    source = f"{WAFERLLM}: Table 4, decode throughput per request, WaferLLM on 420 x 420 cores"
+    figure = f"WaferLLM Table 4: {label} decode, {published} tokens/s per request"
+    rows = [
+        {
+            "section": SERVING,
+            "figure": f"{figure} (cgc on 420 x 420 meshes at 1.1 GHz)",
+            "source": source,
+            "published": published,
+            "unit": "tokens/s",
+            "predicted": like["tokens_per_second"],
+            "why": like_why,
+            "decode": like,
+        },
+        {
+            "section": SERVING,
+            "figure": f"{figure} (cgc on its wse2: 994 x 750 at 850 MHz)",
+            "source": source,
+            "published": published,
+            "unit": "tokens/s",
+            "predicted": wse2["tokens_per_second"],
+            "why": wse2_why,
+            "decode": wse2,
+        },
+    ]
+    return rows, generated
+
+
+def _capacity_why(name: str, generated: Any, target: Any) -> str:
+    """What binds the cache's capacity of a whole-wafer generation: the fullest PE the
+    caches lie on (``Sram.pinned_share`` after a run of its decode step), beside the
+    capacity were the SRAM beside the weights spread evenly."""
+    from cgc.compiler.generation import timed_run
+    from cgc.frontends.params import load_params, parameter_count
+    from cgc.machine.hardware import dtypes
+    from cgc.machine.timing.cost import CACHE_KEY, Sram
+
+    compiled, serving = generated.compiled, generated.serving
+    sram = Sram(target)
+    timed_run(compiled.decode.program, target, compiled.mode, sram)
+    held, caches = sram.pinned_share(CACHE_KEY)
+    on = caches > 0
+    others = int((held - caches)[on].max())
+    grids = sorted({(lay.h, lay.w) for key, lay, _ in sram.pinned if key.startswith(CACHE_KEY)})
+    params = load_params(f"zoo:{name}")
+    config = params.model
+    weights = parameter_count(config) * dtypes.dtype(params.runconfig.precision).itemsize
+    even = (target.sram_bytes - weights) / serving.kv_bytes_per_token
+    tokens = serving.prompt_tokens + serving.new_tokens
+    pes = " and ".join(f"{h} x {w}" for h, w in grids)
+    shift, concat = TABLE_5
+    return (
+        f"Definitions differ: WaferLLM's is one request's maximum decode output length in its "
+        f"end-to-end setting (LLaMA3-8B decoding on 360 x 360 cores); the paper gives no "
+        f"formula, and the figure is {shift / concat:.2f} times its concat-based "
+        f"{concat:.0f}, as if {concat:.0f} tokens a row of cores times 360 rows: a "
+        f"calculation on the decode grid, it seems. cgc's "
+        f"counts the cache tokens (prompt and output) one sequence can hold on a whole wse2 "
+        f"(whole_wafer, as in the rows above), PE by PE. What binds it: every layer's key and "
+        f"value caches ([C, {config.num_kv_heads * config.head_dim}] each) are laid out from "
+        f"the mesh's corner on {pes} PEs (of its {target.rows} x {target.cols}), "
+        f"{int(caches[on].max()):,} bytes of each at C = {tokens:,}; the weights, laid out "
+        f"from the same corner, hold up to {others:,} bytes of those PEs, leaving "
+        f"{target.sram_bytes_per_pe - others:,} of {target.sram_bytes_per_pe:,} (less a "
+        f"kernel's scratch) on the fullest. Spread evenly over the whole mesh, the SRAM "
+        f"beside the {weights / 1e9:.1f} GB of weights would hold {even:,.0f} tokens "
+        f"({serving.kv_bytes_per_token:,} bytes a token)"
+    )
+
+
+def _cerebras_row(name: str, label: str, published: float, systems: int) -> dict[str, Any]:
+    """Cerebras' launch rate of ``name`` beside cgc's on as many wse3 systems (or the fewest
+    cgc fits it on), auto mode, one sequence."""
+    from cgc.machine.hardware.target import get_target
+
+    target = get_target("wse3")
+    generated, refused = _served(name, target, CEREBRAS_LENGTHS, "auto", systems)
+    fig = _decode(generated, target, refused)
+    why = (
+        f"cgc: {fig['mode']} on {_where(fig)}, one sequence, {_lengths(CEREBRAS_LENGTHS)} "
+        f"(auto: {fig['reason']}): {_token_text(fig)}. Cerebras' figure is its production "
+        f"system's, an upper bound for cgc's"
+    )
+    if _differs(fig["tokens_per_second"], published):
+        why += f"; {_bound_text(fig)}"
+    source = f'{CEREBRAS}: "{CEREBRAS_QUOTE}", "native 16-bit weights"'
+    many = ""
+    if systems > 1:
+        many = f" on {systems} CS-3"
+        source += f"; the {systems} CS-3: {SYSTEMS_SOURCE} (secondary)"
+    return {
+        "section": SERVING,
+        "figure": f"Cerebras Inference: {label}, {published:,.0f} tokens/s per user{many}",
+        "source": source,
+        "published": published,
+        "unit": "tokens/s",
+        "predicted": fig["tokens_per_second"],
+        "why": why,
+        "decode": fig,
+    }
+
+
+def serving_rows() -> list[dict[str, Any]]:
+    """The rows of the serving section: WaferLLM's decode rates (Table 4) and cache capacity
+    (Table 5), and Cerebras' launch rates."""
+    from cgc.machine.hardware.target import get_target
+
+    llama, generated = _table_4_rows("llama-3.1-8b")
+    qwen, _ = _table_4_rows("qwen2-72b")
+    capacity = {
+        "section": SERVING,
+        "figure": "WaferLLM Table 5: LLaMA3-8B maximum decode output length, shift-based KV cache",
+        "source": f"{WAFERLLM}: Table 5, maximum decode output length, shift-based (WaferLLM)",
+        "published": TABLE_5[0],
+        "unit": "tokens",
+        "predicted": float(generated.serving.kv_capacity_tokens),
+        "why": _capacity_why("llama-3.1-8b", generated, get_target("wse2")),
+    }
+    return [*llama, *qwen, capacity, *(_cerebras_row(*run) for run in CEREBRAS_RUNS)]
+
+
 def _row_line(row: dict[str, Any]) -> str:
     ratio = row["predicted"] / row["published"] if row["published"] else math.nan
+    source = f" {row['source']} |" if "source" in row else ""
     return (
-        f"| {row['figure']} | {row['published']:.4g} | {row['predicted']:.4g} | "
+        f"| {row['figure']} |{source} {row['published']:.4g} | {row['predicted']:.4g} | "
         f"{ratio:.3f} | {row['unit']} | {row['why']} |"
     )
 
@@ -444,6 +804,16 @@ HEADER = [
     "| published figure | published | cgc | ratio | unit | why |",
     "|---|---:|---:|---:|---|---|",
 ]
+SOURCED_HEADER = [
+    "| published figure | source | published | cgc | ratio | unit | why |",
+    "|---|---|---:|---:|---:|---|---|",
+]
+"""The header of a table whose rows name their sources."""
+
+
+def _wrap(text: str) -> list[str]:
+    """A paragraph of the page, in lines of 90 characters at most."""
+    return textwrap.wrap(text, 90, break_long_words=False, break_on_hyphens=False)
 
 
 def _sparsity_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -624,12 +994,7 @@ def _mfu_why(row: dict[str, Any]) -> str:
 def _mfu_section(rows: list[dict[str, Any]]) -> list[str]:
     """The section on model FLOPs utilization: the steps' layer groups side by side, where
     each step's time goes, and what binds it."""
-    import textwrap
-
     from cgc.machine.timing.utilization import LABELS, TERMS
-
-    def wrap(text: str) -> list[str]:
-        return textwrap.wrap(text, 90, break_long_words=False, break_on_hyphens=False)
 
     intro = (
         "cgc's timing-only training step of "
@@ -649,7 +1014,7 @@ def _mfu_section(rows: list[dict[str, Any]]) -> list[str]:
     header = ["layer", "count"]
     for short in shorts:
         header += [f"{short}: FLOPs", f"{short}: time", f"{short}: MFU", f"{short}: bound"]
-    lines = ["", "## Weight streaming: model FLOPs utilization", "", *wrap(intro), ""]
+    lines = ["", "## Weight streaming: model FLOPs utilization", "", *_wrap(intro), ""]
     lines += [
         "| " + " | ".join(header) + " |",
         "|---|---:|" + "---:|---:|---:|---|" * len(rows),
@@ -695,8 +1060,38 @@ def _mfu_section(rows: list[dict[str, Any]]) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "What bounds it."]
     for row in rows:
-        lines += ["", *wrap(_mfu_why(row))]
+        lines += ["", *_wrap(_mfu_why(row))]
     return lines
+
+
+SERVING_INTRO = (
+    "cgc's timing-only generation of one sequence (`cgc generate zoo:MODEL --timing-only`, "
+    "`cgc.generate(..., timing_only=True)`; `cgc.machine.timing.serving`) beside published "
+    "decode rates and a cache's capacity, each cited from its primary source but the four "
+    "CS-3 of Cerebras' 70B rate, which come from the press. WaferLLM's conditions (batch 1, "
+    "16-bit, a 4K context, cycles turned into seconds at 1.1 GHz) are its public code's "
+    "(github.com/MeshInfra/WaferLLM at 2cd13b5). WaferLLM runs every layer over its whole "
+    "core grid, so its rows use cgc's whole_wafer mode. Its rates are cycles of a P x P grid "
+    "at 1.1 GHz: each is set beside cgc on 420 x 420 meshes at 1.1 GHz, on as many systems "
+    "as cgc needs to hold the model, and beside cgc's own wse2 (994 x 750 PEs at 850 MHz), "
+    "in tokens a second and in cycles a token. WaferLLM's code times one decoder layer on "
+    "one grid and multiplies by the layer count: it counts no system-to-system link, "
+    "embedding or head, which the rows give apart. Its 72B rate is a subset of layers "
+    "scaled to 80 (the model does not fit one WSE-2), and its code's layers have one "
+    "attention head, K and V as wide as Q and dimensions padded to multiples of P; cgc's "
+    "are the models' own (grouped-query attention). Cerebras' rates are a production "
+    "system's: upper bounds for cgc's (auto mode, one sequence, "
+    f"{_lengths(CEREBRAS_LENGTHS)} new). A row more than {100 * DIFFER:g} % off says what "
+    "binds cgc's decode step: a layer's time is its compute, arrival (operands brought "
+    "where its kernels need them) and data movement (broadcasts, reductions, gathers), the "
+    "largest its bound."
+)
+
+
+def _serving_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The section on serving: its rows, each with its source."""
+    lines = ["", "## Serving: LLM decode", "", *_wrap(SERVING_INTRO), "", *SOURCED_HEADER]
+    return lines + [_row_line(row) for row in rows]
 
 
 def render(rows: list[dict[str, Any]]) -> str:
@@ -719,12 +1114,15 @@ def render(rows: list[dict[str, Any]]) -> str:
     mfu = [row for row in rows if row.get("section") == MFU]
     if mfu:
         lines += _mfu_section(mfu)
+    serving = [row for row in rows if row.get("section") == SERVING]
+    if serving:
+        lines += _serving_section(serving)
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sections = {SPARSITY: sparsity_rows, MFU: mfu_rows}
+    sections = {SPARSITY: sparsity_rows, MFU: mfu_rows, SERVING: serving_rows}
     parser.add_argument("--only", choices=list(sections), help="Recompute this section alone.")
     args = parser.parse_args()
     if args.only is not None:
@@ -736,6 +1134,7 @@ def main() -> None:
             rows += computed.get(section) or [r for r in kept if r.get("section") == section]
     else:
         rows = closed_form_rows() + simulated_rows() + sparsity_rows() + mfu_rows()
+        rows += serving_rows()
     (DOCS / "validation.json").write_text(json.dumps(rows, indent=1) + "\n")
     (DOCS / "validation.md").write_text(render(rows))
     print(render(rows))

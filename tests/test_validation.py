@@ -50,6 +50,13 @@ def test_the_closed_form_rows_are_what_cgc_computes_today(rows):
         "SwarmX latency logarithmic in K",
         "MemoryX holds GPT-3 175B with Adam state",
         "Cerebras-GPT family",
+        "WaferLLM Table 4: LLaMA3-8B decode, 2699.9 tokens/s per request (cgc on 420 x 420",
+        "WaferLLM Table 4: LLaMA3-8B decode, 2699.9 tokens/s per request (cgc on its wse2",
+        "WaferLLM Table 4: QWen2-72B decode, 839.7 tokens/s per request (cgc on 420 x 420",
+        "WaferLLM Table 4: QWen2-72B decode, 839.7 tokens/s per request (cgc on its wse2",
+        "WaferLLM Table 5: LLaMA3-8B maximum decode output length",
+        "Cerebras Inference: Llama 3.1 8B, 1,800 tokens/s per user",
+        "Cerebras Inference: Llama 3.1 70B, 450 tokens/s per user",
     ],
 )
 def test_every_required_figure_is_on_the_page(rows, figure):
@@ -65,6 +72,15 @@ def test_the_predictions_are_sane(rows):
     for row in rows:
         if row["unit"] == "efficiency at 16":
             assert 0 < row["predicted"] <= 1 + 1e-9
+
+
+def test_the_serving_rows_cite_their_sources_and_say_what_binds_where_far_off(rows):
+    serving = [row for row in rows if row.get("section") == script().SERVING]
+    assert serving
+    for row in serving:
+        assert "https://" in row["source"], row["figure"]
+        if abs(row["predicted"] / row["published"] - 1) > script().DIFFER:
+            assert "slowest layer" in row["why"] or "What binds it" in row["why"], row["figure"]
 
 
 @pytest.mark.slow

@@ -287,8 +287,8 @@ def _programs(
     # the layouts they would lay the weights out in, not checked against it
     sram = Sram(target)
     try:
-        prefill_records = _timed(prefill.program, target, mode, Sram(target, strict=False))
-        decode_records = _timed(decode.program, target, mode, sram)
+        prefill_records = timed_run(prefill.program, target, mode, Sram(target, strict=False))
+        decode_records = timed_run(decode.program, target, mode, sram)
     except SimulationError as e:
         raise _no_fit(request, mode, e) from None
     serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
@@ -318,9 +318,10 @@ def _rect(values: list[int]) -> Rect:
     return (x, y, w, h)
 
 
-def _timed(program: Program, target: Target, mode: Mode, sram: Sram) -> list[LayerRecord]:
-    """Every layer's record of one timing run of ``program`` on a system whose SRAM is
-    ``sram``."""
+def timed_run(program: Program, target: Target, mode: Mode, sram: Sram) -> list[LayerRecord]:
+    """Every layer's record of one timing run of ``program`` in ``mode`` on a system whose
+    SRAM is ``sram`` (which then holds the run's weights and caches where their kernels laid
+    them out: ``Sram.pinned_share``)."""
     timing = Timing(program, target, sram, deliver=mode == Mode.PIPELINED)
     for ins in program.instructions:
         timing.step(ins)
