@@ -710,7 +710,8 @@ def _capacity_why(name: str, generated: Any, target: Any) -> str:
     compiled, serving = generated.compiled, generated.serving
     sram = Sram(target)
     timed_run(compiled.decode.program, target, compiled.mode, sram)
-    held, caches = sram.pinned_share(CACHE_KEY)
+    pins = sram.pinned_share(CACHE_KEY)
+    held, caches = pins.held, pins.share
     on = caches > 0
     others = int((held - caches)[on].max())
     grids = sorted({(lay.h, lay.w) for key, lay, _ in sram.pinned if key.startswith(CACHE_KEY)})
