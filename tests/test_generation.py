@@ -1,6 +1,7 @@
 """Generation with a key-value cache: greedy tokens equal ``transformers``' ``generate`` on
-small random-weight GPT-2, Llama (grouped-query attention, llama3 rotary scaling) and Mistral
-(a sliding window shorter than the generation) models, for one sequence and for a batch of
+small random-weight GPT-2 (its tanh GELU), Llama (grouped-query attention, llama3 rotary
+scaling) and Mistral (a sliding window shorter than the generation) models as transformers
+makes them by default (sdpa attention), for one sequence and for a batch of
 prompts of different lengths, every step's logits within float32 rounding of eager; decoding
 with the cache equals recomputing the whole prefix; the cache is a stated thing of the IR and
 the bytecode, kept by the system and written in place."""
@@ -29,7 +30,7 @@ def _model(name: str) -> Any:
     """A small random-weight ``transformers`` causal LM, its biases and norms randomized so
     that a misplaced one shows."""
     torch.manual_seed(0)
-    common: dict[str, Any] = {"vocab_size": VOCAB, "attn_implementation": "eager"}
+    common: dict[str, Any] = {"vocab_size": VOCAB}  # transformers' default attention (sdpa)
     llama = dict(hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=112, max_position_embeddings=64,
                  tie_word_embeddings=False, **common)  # fmt: skip
