@@ -196,3 +196,25 @@ def test_the_pipelined_decode_takes_bands_and_the_prompts_its_rectangles() -> No
     tops = [y for _, y, _, _ in decode]
     assert tops == sorted(tops) and tops[0] == 0
     assert all(y + h == nxt for (_, y, _, h), nxt in zip(decode, tops[1:], strict=False))
+
+
+def test_a_long_prompt_runs_in_chunks_as_transformers_does() -> None:
+    """Pipelined, a prompt longer than a chunk (``PIPELINED_CHUNK`` tokens) runs chunk after
+    chunk, each writing its keys and values for the next: the tokens are transformers'."""
+    from cgc.compiler.generation import PIPELINED_CHUNK
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4,
+                                     n_positions=PIPELINED_CHUNK + 64)  # fmt: skip
+    module = transformers.GPT2LMHeadModel(config).eval()
+    rng = np.random.default_rng(4)
+    ids = rng.integers(1, VOCAB, (2, PIPELINED_CHUNK + 20))
+    mask = np.ones_like(ids)
+    mask[1, :PIPELINED_CHUNK] = 0  # the second prompt ends in the first chunk's positions
+    ids[mask == 0] = 0
+    generated = cgc.generate(module, ids, attention_mask=mask, max_new_tokens=3, mode="pipelined")
+    assert generated.compiled.serving.prompt_runs == 2
+    with torch.no_grad():
+        want = module.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                               max_new_tokens=3, do_sample=False, pad_token_id=0)  # fmt: skip
+    np.testing.assert_array_equal(generated.tokens, want.numpy())

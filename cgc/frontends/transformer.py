@@ -85,7 +85,8 @@ class Generation:
     """One program of autoregressive generation: ``tokens`` new tokens per sequence, their
     keys and values written into caches of ``capacity`` tokens at their positions (a graph
     input, ``positions`` [B, tokens]). The prompt's prefill gives the logits of each
-    sequence's last prompt token (``last`` [B], its index in the row) and the decode the
+    sequence's last prompt token (``last`` [B], its row among the program's ``B x tokens``
+    rows) and the decode the
     logits of its one token: ``logits`` [B, V]."""
 
     tokens: int
@@ -467,9 +468,7 @@ def build_generation(
     x = _blocks(m, m.embed(args[0]), blocks)
     if generation.prefill:  # only each sequence's last prompt token goes on to the head
         m.at("last")
-        starts = np.arange(batch, dtype=dtypes.dtype(TOKEN_DTYPE)) * tokens
-        rows = m.op(wse.AddOp(args[2], m.op(wse.ConstantOp(wse.dense_attr(starts)))))
-        x = m.op(wse.GatherOp(x, rows, 0))
+        x = m.op(wse.GatherOp(x, args[2], 0))
     logits = m.head(x)
     outputs = [TensorSpec("logits", (batch, params.model.vocab_size), m.act, 0)]
     return _finished(m, logits, inputs, outputs)

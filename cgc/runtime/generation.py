@@ -130,16 +130,37 @@ class Generator:
         executor.run(inputs)
         return executor.outputs[0].astype(np.float32)
 
+    def prompted(self, prompts: Prompts) -> np.ndarray:
+        """The prompts' program over the prompts, chunk after chunk of the tokens it takes:
+        the logits ``[B, V]`` of each sequence's last prompt token. The last chunk's padding
+        past the caches writes their last row, which no query reads before a decode step
+        writes it."""
+        padded, lengths = prompts.padded(), prompts.lengths
+        batch, longest = padded.shape
+        chunk = self.prefill.manifest["inputs"][0]["shape"][1]
+        capacity = self.decode.manifest["caches"][0]["capacity"]
+        logits: np.ndarray | None = None
+        for start in range(0, longest, chunk):
+            ids = np.zeros((batch, chunk), dtype=TOKEN_DTYPE)
+            ids[:, : min(chunk, longest - start)] = padded[:, start : start + chunk]
+            where = np.minimum(np.arange(start, start + chunk), capacity - 1)
+            positions = np.ascontiguousarray(np.broadcast_to(where, ids.shape), TOKEN_DTYPE)
+            last = np.clip(lengths - 1 - start, 0, chunk - 1) + chunk * np.arange(batch)
+            out = self._logits(self.prefill, [ids, positions, last.astype(TOKEN_DTYPE)])
+            logits = out if logits is None else logits
+            here = (lengths - 1 >= start) & (lengths - 1 < start + chunk)
+            logits[here] = out[here]
+        assert logits is not None
+        return logits
+
     def generate(
         self, prompts: Prompts, new_tokens: int, on_token: OnToken | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Greedy decoding of ``new_tokens`` tokens after each prompt: the tokens ``[B,
         N]`` and every step's logits ``[N, B, V]``."""
-        padded, lengths = prompts.padded(), prompts.lengths
-        batch, longest = padded.shape
-        positions = np.broadcast_to(np.arange(longest, dtype=TOKEN_DTYPE), padded.shape)
-        logits = self._logits(self.prefill, [padded, np.ascontiguousarray(positions), lengths - 1])
-        steps = [logits]
+        lengths = prompts.lengths
+        batch = len(prompts.rows)
+        steps = [self.prompted(prompts)]
         tokens = np.zeros((batch, new_tokens), dtype=np.int64)
         for step in range(new_tokens):
             tokens[:, step] = np.argmax(steps[-1], axis=-1)
