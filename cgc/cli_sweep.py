@@ -1,6 +1,7 @@
 """``cgc sweep SPEC.yaml``: a design study, every point of a grid of models, targets,
-overrides, modes, sparsity levels, batches and cluster sizes compiled and simulated on shapes
-as an independent task, locally or on Ray (``cgc.sweep``)."""
+overrides, modes, sparsity levels, batches (or a generation's prompt lengths, new tokens and
+sequences at once) and cluster sizes compiled and simulated on shapes as an independent task,
+locally or on Ray (``cgc.sweep``)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def sweep(spec: str, directory: str, executor: str, jobs: int | None, ray_addres
     with contextlib.ExitStack() as stack:
         shown = _progress(stack, len(chosen.points()))
         outcome = run_sweep(chosen, directory, executor, jobs, ray_address, shown)
-    click.echo(table_text(outcome.rows), nl=False)
+    click.echo(table_text(outcome.rows, chosen.measure), nl=False)
     failed = sum(row["error"] is not None for row in outcome.rows)
     click.echo(
         f"{outcome.ran} points simulated, {outcome.skipped} found in {directory} (skipped), "
@@ -84,7 +85,8 @@ def _progress(stack: contextlib.ExitStack, total: int) -> Callable[[int, int, di
 
 
 def _log(done: int, total: int, row: dict) -> None:
-    what = (
-        f"error: {row['error']}" if row["error"] else f"{row['samples_per_second']:.4g} samples/s"
-    )
+    from cgc.sweep_table import THROUGHPUT, unit
+
+    rate = THROUGHPUT[row["measure"]]
+    what = f"error: {row['error']}" if row["error"] else f"{row[rate]:.4g} {unit(rate)}"
     click.echo(f"point {done}/{total} ({row['model']}, {row['num_csx']} systems): {what}")

@@ -4,10 +4,21 @@ The spec, a YAML mapping, lists the values of each axis of the grid: ``models`` 
 params files or ``zoo:NAME``; relative paths from the spec's directory), ``targets``, ``set``
 (lists of ``FIGURE=VALUE`` target overrides, as ``--set`` takes them; ``[]`` is none),
 ``mode``, ``sparsity`` (fractions of zeros), ``batch_size`` (global; ``null`` is the model's)
-and ``num_csx``, and ``measure``: a ``training`` step or an ``inference`` run. A point of the
-grid is compiled and simulated on shapes alone: a design study compares times, and nothing in
-a run's time depends on the values it computes (``cgc.runtime.simulation``), so no weights
-or inputs are read and the cost of a point grows with the model's layers, not its tensors.
+and ``num_csx``, and ``measure``: a ``training`` step, an ``inference`` run or a
+``generation``. A point of the grid is compiled and simulated on shapes alone: a design study
+compares times, and nothing in a run's time depends on the values it computes
+(``cgc.runtime.simulation``), so no weights or inputs are read and the cost of a point grows
+with the model's layers, not its tensors.
+
+A generation's point is a language model (a params file or ``zoo:NAME``) serving
+``concurrent`` sequences at once, each a prompt of ``prompt_len`` tokens and then
+``max_new_tokens`` new ones, timed as ``cgc generate --timing-only`` times it (``mode``
+pipelined, whole_wafer, weight_streaming or auto); its row has the time to the first token,
+the time per output token, tokens a second in all and per sequence, the tokens the key-value
+caches hold, the mode it ran in and what bounds a decode step (``cgc.sweep_table``). Its
+three axes are parameters like the others: columns of the table (empty in another
+measure's rows) and part of a point's identity. Sweeping ``num_csx``, ``concurrent`` and
+``prompt_len`` maps how many systems serve how many sequences of what context, how fast.
 
 Every point is its own task, sharing nothing with the others (each compiles from scratch), so
 they run in any order on any executor: here one after another (``jobs=1``), in a local
@@ -15,17 +26,19 @@ process pool, or as Ray tasks. Whatever the executor, the table lists the points
 order with the same figures; only ``compile_seconds``, a wall time, varies between runs.
 
 A point whose model does not fit, or that is otherwise impossible (a batch that does not split
-over the systems), is a row with its error: a design study maps where a design stops working.
-Any other exception is a bug and stops the sweep.
+over the systems, a generation longer than the model's positions), is a row with its error: a
+design study maps where a design stops working. Any other exception is a bug and stops the
+sweep.
 
 The output directory keeps ``points.jsonl``, one line per finished point, appended and synced
 as each point finishes: a killed sweep loses only the points in flight, and a re-run computes
 only the points the journal lacks (found by their parameters, the model by its file and the
 SHA-256 of its bytes, so a model replaced or edited is simulated again). A worker that dies
 stops the sweep with the points finished kept. From the journal come ``sweep.csv``,
-``sweep.json`` and ``scaling.png`` (throughput and efficiency against the systems, a line per
-series of points that differ only in ``num_csx``, as ``cgc scale`` draws one model's). Rows
-that another version of cgc simulated are not taken: their points are simulated again.
+``sweep.json`` and ``scaling.png`` (throughput, samples or a generation's tokens a second,
+and efficiency against the systems, a line per series of points that differ only in
+``num_csx``, as ``cgc scale`` draws one model's). Rows that another version of cgc simulated
+are not taken: their points are simulated again.
 
 A pool's workers start from a fresh server process, as ``multiprocessing`` does outside Linux:
 a script that calls ``run_sweep`` with ``jobs`` above 1 needs the ``if __name__ ==
@@ -51,12 +64,12 @@ from pathlib import Path
 
 from cgc.errors import CgcError
 from cgc.files import DirectoryLock, append_whole, permissions, remove_stale_temporaries, writing
-from cgc.machine.hardware.target import get_target, with_figures
+from cgc.machine.hardware.target import Target, get_target, with_figures
 from cgc.machine.program.artifact import Artifact
 from cgc.options import CompileOptions, SparsityOptions
 from cgc.runtime.executors import LOCAL, RAY, checked_executor, connect
-from cgc.sweep_spec import IDENTITY, GridPoint, Row, Spec, key
-from cgc.sweep_table import OUTPUTS, RESULTS, with_speedups, write_outputs
+from cgc.sweep_spec import GENERATION, IDENTITY, GridPoint, Row, Spec, key
+from cgc.sweep_table import OUTPUTS, RESULTS, SERVING, STEP, with_speedups, write_outputs
 from cgc.tools.paths import input_file
 from cgc.version import __version__
 
@@ -65,20 +78,26 @@ JOURNAL = "points.jsonl"
 
 def measure(point: GridPoint) -> Row:
     """Compiles ``point`` and simulates it on shapes alone (no weights, no inputs): one
-    training step or one inference run of its global batch. A CgcError (a model that does not
-    fit, a batch that does not split) is the row's ``error``."""
+    training step or one inference run of its global batch, or a generation served. A
+    CgcError (a model that does not fit, a batch that does not split, a context longer than
+    the model's positions) is the row's ``error``."""
+    try:
+        figures = _served(point) if point.measure == GENERATION else _stepped(point)
+    except CgcError as error:
+        return {**point.parameters(), **dict.fromkeys(RESULTS), "error": str(error)}
+    return {**point.parameters(), **dict.fromkeys(RESULTS), **figures, "error": None}
+
+
+def _stepped(point: GridPoint) -> Row:
+    """The figures of a training step's or an inference run's ``point``: its simulation's."""
     from cgc.runtime.simulation import simulate
 
     started = time.perf_counter()
-    try:
-        artifact = _compiled(point)
-        compiled = time.perf_counter() - started
-        stats = simulate(artifact).stats
-    except CgcError as error:
-        return {**point.parameters(), **dict.fromkeys(RESULTS), "error": str(error)}
+    artifact = _compiled(point)
+    compiled = time.perf_counter() - started
+    stats = simulate(artifact).stats
     tokens = stats.tokens_per_second
     return {
-        **point.parameters(),
         "samples_per_second": float(stats.samples_per_second),
         "tokens_per_second": None if tokens is None else float(tokens),
         "simulated_seconds": float(stats.simulated_seconds),
@@ -90,8 +109,44 @@ def measure(point: GridPoint) -> Row:
         "bound": stats.bound,
         "ran_mode": stats.mode,
         "compile_seconds": compiled,
-        "error": None,
     }
+
+
+def _served(point: GridPoint) -> Row:
+    """The figures of a generation's ``point``, timed as ``cgc generate --timing-only`` times
+    it: its serving's (``simulated_seconds`` the whole generation's). Its ``compile_seconds``
+    is the whole of ``cgc.generate``, which compiles the two programs and times each once."""
+    import cgc
+
+    started = time.perf_counter()
+    generated = cgc.generate(
+        point.source,
+        timing_only=True,
+        prompt_len=point.prompt_len,
+        max_new_tokens=point.max_new_tokens,
+        concurrent=point.concurrent,
+        mode=point.mode,
+        target=_target(point),
+        num_csx=point.num_csx,
+    )
+    seconds = time.perf_counter() - started
+    serving = generated.serving
+    return {
+        "tokens_per_second": float(serving.tokens_per_second),
+        "simulated_seconds": float(serving.seconds),
+        "ttft_seconds": float(serving.ttft_seconds),
+        "tpot_seconds": float(serving.tpot_seconds),
+        "tokens_per_second_per_sequence": float(serving.tokens_per_second_per_sequence),
+        "kv_capacity_tokens": int(serving.kv_capacity_tokens),
+        "decode_bound": serving.decode.bound,
+        "ran_mode": str(generated.compiled.mode),
+        "compile_seconds": seconds,
+    }
+
+
+def _target(point: GridPoint) -> Target:
+    """The point's target with its overrides."""
+    return with_figures(get_target(point.target), point.set.split())
 
 
 def _compiled(point: GridPoint) -> Artifact:
@@ -99,10 +154,9 @@ def _compiled(point: GridPoint) -> Artifact:
     --no-weights`` makes it (sparsity 0 is the dense compile itself)."""
     import cgc
 
-    target = with_figures(get_target(point.target), point.set.split())
     options = CompileOptions(
         mode=point.mode,
-        target=target,
+        target=_target(point),
         batch_size=point.batch_size,
         num_csx=point.num_csx,
         no_weights=True,
@@ -123,7 +177,7 @@ def in_process(points: Sequence[GridPoint]) -> Finished:
         yield index, measure(point)
 
 
-WARM = ["cgc.sweep", "cgc.compiler.driver", "cgc.runtime.simulation"]
+WARM = ["cgc.sweep", "cgc.compiler.driver", "cgc.runtime.simulation", "cgc.tools.generation"]
 """What the pool's fork server imports once, so that its workers start warm."""
 
 
@@ -271,31 +325,38 @@ class Journal:
         self.lock.release()
 
 
-NUMBERS = ("samples_per_second", "simulated_seconds", "mfu", "pe_utilization",
-           "peak_pe_sram_bytes", "micro_batch", "micro_batches", "compile_seconds")  # fmt: skip
-"""The figures of ``RESULTS`` that a point which ran always has, as finite numbers."""
+STEP_NUMBERS = ("samples_per_second", "simulated_seconds", "mfu", "pe_utilization",
+                "peak_pe_sram_bytes", "micro_batch", "micro_batches")  # fmt: skip
+"""The figures of ``STEP`` that a training step or an inference run which ran always has, as
+finite numbers (``tokens_per_second`` too where it is not None)."""
+SERVING_NUMBERS = tuple(name for name in SERVING if name != "decode_bound")
+"""The figures of ``SERVING`` that a generation which ran always has, as finite numbers."""
 
 
 def _checked_results(record: Row) -> Row:
     """``record``, if its figures are those ``measure`` writes: every one of ``RESULTS``,
-    numbers and names where the point ran, None beside an error message where it failed. A
-    ValueError otherwise: a row edited by hand must not reach the table's arithmetic."""
+    numbers and names of its measure where the point ran (None for the other measure's),
+    None beside an error message where it failed. A ValueError otherwise: a row edited by
+    hand must not reach the table's arithmetic."""
     results = {name: record[name] for name in RESULTS}
     error = results.pop("error")
     if isinstance(error, str):
         if any(value is not None for value in results.values()):
             raise ValueError("a failed point with figures")
         return record
-    numbers = [
-        *NUMBERS,
-        *(["tokens_per_second"] if results["tokens_per_second"] is not None else []),
-    ]
-    for name in numbers:
+    generation = record["measure"] == GENERATION
+    figures, bound = (SERVING, "decode_bound") if generation else (STEP, "bound")
+    if any(results[name] is not None for name in {*STEP, *SERVING} - {*figures}):
+        raise ValueError("another measure's figures")
+    numbers = [*SERVING_NUMBERS] if generation else [*STEP_NUMBERS]
+    if not generation and results["tokens_per_second"] is not None:
+        numbers.append("tokens_per_second")
+    for name in [*numbers, "compile_seconds"]:
         value = results[name]
         if isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value):
             raise ValueError(f"{name} is not a number")
-    bound, ran_mode = results["bound"], results["ran_mode"]
-    if error is not None or not isinstance(ran_mode, str) or not isinstance(bound, str | None):
+    named = isinstance(results[bound], str) or (results[bound] is None and not generation)
+    if error is not None or not isinstance(results["ran_mode"], str) or not named:
         raise ValueError("not a point's row")
     return record
 

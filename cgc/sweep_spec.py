@@ -1,12 +1,18 @@
 """The spec of a design study (``cgc sweep SPEC.yaml``, ``cgc.sweep``): its YAML fields
 checked, and the grid of points it asks for, each identified across runs by its parameters
-and its model's bytes."""
+and its model's bytes.
+
+A generation's points (``measure: generation``) have three axes of their own, the prompt's
+tokens, the new tokens and the sequences served at once (``prompt_len``, ``max_new_tokens``,
+``concurrent``), None in another measure's points; a generation is timed dense (``sparsity``
+0), its batch the sequences at once (``batch_size`` null)."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,14 +22,21 @@ import yaml
 
 from cgc.errors import CgcError
 from cgc.machine.hardware.target import MAX_BATCH, MAX_SYSTEMS, get_target, with_figures
+from cgc.machine.program.mode import Mode
+from cgc.options import MAX_TOKENS
 from cgc.tools.paths import input_file, input_text
 
 Row = dict[str, Any]
 """A point's parameters and its figures, as the table has them (JSON values only)."""
 
-MEASURES = ("training", "inference")
-MODES = ("weight_streaming", "pipelined", "auto")
-FIELDS = ("models", "measure", "targets", "set", "mode", "sparsity", "batch_size", "num_csx")
+GENERATION = "generation"
+MEASURES = ("training", "inference", GENERATION)
+MODES = ("weight_streaming", "pipelined", "auto", Mode.WHOLE_WAFER.value)
+SERVED = ("prompt_len", "max_new_tokens", "concurrent")
+"""The axes of a generation's points alone: the prompt's tokens, the new tokens (a sequence's)
+and the sequences served at once."""
+FIELDS = ("models", "measure", "targets", "set", "mode", "sparsity", "batch_size", *SERVED,
+          "num_csx")  # fmt: skip
 """The fields of a spec; all but ``models`` have defaults (``DEFAULTS``)."""
 DEFAULTS: dict[str, Any] = {
     "measure": "training",
@@ -32,12 +45,16 @@ DEFAULTS: dict[str, Any] = {
     "mode": ["weight_streaming"],
     "sparsity": [0],
     "batch_size": [None],
+    "prompt_len": [1024],
+    "max_new_tokens": [128],
+    "concurrent": [1],
     "num_csx": [1],
 }
 MOST_POINTS = 10_000
 """Most points one spec asks for: a typing slip in an axis should not queue a month's work."""
 
-PARAMETERS = ("model", "measure", "target", "set", "mode", "sparsity", "batch_size", "num_csx")
+PARAMETERS = ("model", "measure", "target", "set", "mode", "sparsity", "batch_size", *SERVED,
+              "num_csx")  # fmt: skip
 """A point's parameters, outer axis first: its columns of the table."""
 IDENTITY = ("source", "digest", *PARAMETERS[1:])
 """What identifies a point across runs (its key in the journal): its parameters, but the model
@@ -61,6 +78,10 @@ class GridPoint:
     mode: str
     sparsity: float
     batch_size: int | None
+    prompt_len: int | None
+    """Of a generation's point alone, as ``max_new_tokens`` and ``concurrent``."""
+    max_new_tokens: int | None
+    concurrent: int | None
     num_csx: int
 
     def parameters(self) -> Row:
@@ -91,18 +112,25 @@ class Spec:
     mode: tuple[str, ...]
     sparsity: tuple[float, ...]
     batch_size: tuple[int | None, ...]
+    prompt_len: tuple[int | None, ...]
+    """``(None,)`` but for a generation, as ``max_new_tokens`` and ``concurrent``."""
+    max_new_tokens: tuple[int | None, ...]
+    concurrent: tuple[int | None, ...]
     num_csx: tuple[int, ...]
 
     def points(self) -> list[GridPoint]:
         """The grid, models outermost and ``num_csx`` innermost (a series is contiguous)."""
         models = zip(self.models, self.sources, self.digests, strict=True)
-        grid = itertools.product(
-            models, self.targets, self.set, self.mode, self.sparsity, self.batch_size, self.num_csx
-        )
         return [
-            GridPoint(*model, self.measure, target, figures, mode, level, batch, systems)
-            for model, target, figures, mode, level, batch, systems in grid
+            GridPoint(name, source, digest, self.measure, *values)
+            for (name, source, digest), *values in itertools.product(models, *self.axes())
         ]
+
+    def axes(self) -> list[tuple[Any, ...]]:
+        """The values of each parameter but the model and the measure, in ``PARAMETERS``'
+        order."""
+        return [self.targets, self.set, self.mode, self.sparsity, self.batch_size,
+                self.prompt_len, self.max_new_tokens, self.concurrent, self.num_csx]  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The spec as the sweep's JSON records it."""
@@ -149,11 +177,12 @@ def _checked(data: dict[Any, Any], base: Path) -> Spec:
     figures = _axis(given, "set", _is_assignments, "a list of FIGURE=VALUE")
     sets = [_overrides(assignments, targets) for assignments in figures]
     modes = _axis(given, "mode", lambda m: m in MODES, f"one of {', '.join(MODES)}")
-    if measure == "training" and modes != ["weight_streaming"]:
-        wrong = next(m for m in modes if m != "weight_streaming")
-        raise CgcError(f"mode: {wrong}: a training step runs in weight_streaming mode")
+    _check_modes(measure, modes)
     systems = _axis(given, "num_csx", _is_systems, f"a number of systems, 1 to {MAX_SYSTEMS}")
-    sources = tuple(_source(model, base) for model in models)
+    levels = _axis(given, "sparsity", _is_level, "a fraction of zeros in [0, 1)")
+    batches = _axis(given, "batch_size", _is_batch, f"a batch of 1 to {MAX_BATCH}, or null")
+    prompts, news, concurrent = _served(data, given, measure, levels, batches)
+    sources = tuple(_source(model, base, measure) for model in models)
     spec = Spec(
         models=tuple(models),
         sources=sources,
@@ -162,17 +191,52 @@ def _checked(data: dict[Any, Any], base: Path) -> Spec:
         targets=tuple(targets),
         set=tuple(_distinct("set", sets)),
         mode=tuple(modes),
-        sparsity=tuple(_axis(given, "sparsity", _is_level, "a fraction of zeros in [0, 1)")),
-        batch_size=tuple(
-            _axis(given, "batch_size", _is_batch, f"a batch of 1 to {MAX_BATCH}, or null")
-        ),
+        sparsity=tuple(levels),
+        batch_size=tuple(batches),
+        prompt_len=tuple(prompts),
+        max_new_tokens=tuple(news),
+        concurrent=tuple(concurrent),
         num_csx=tuple(systems),
     )
-    count = len(models) * len(targets) * len(sets) * len(modes) * len(systems)
-    count *= len(spec.sparsity) * len(spec.batch_size)
+    count = len(models) * math.prod(map(len, spec.axes()))
     if count > MOST_POINTS:
         raise CgcError(f"the grid has {count} points, more than a sweep of {MOST_POINTS}")
     return spec
+
+
+def _check_modes(measure: str, modes: list[str]) -> None:
+    """A CgcError for a mode that ``measure``'s points do not run in: a training step's is
+    weight_streaming; whole_wafer is a generation's."""
+    if measure == "training" and modes != ["weight_streaming"]:
+        wrong = next(m for m in modes if m != "weight_streaming")
+        raise CgcError(f"mode: {wrong}: a training step runs in weight_streaming mode")
+    if measure != GENERATION and Mode.WHOLE_WAFER in modes:
+        raise CgcError(f"mode: {Mode.WHOLE_WAFER}: serves a generation (measure: {GENERATION})")
+
+
+def _served(
+    data: dict[Any, Any], given: dict[Any, Any], measure: str, levels: list[Any], batches: list[Any]
+) -> list[list[int | None]]:
+    """The values of the axes ``SERVED``: a generation's, given or their defaults; ``[None]``
+    each for another measure, which must not give them. A generation is timed dense, its
+    batch the sequences at once: ``levels`` must be [0] and ``batches`` [None]."""
+    if measure != GENERATION:
+        for name in SERVED:
+            if name in data:
+                raise CgcError(f"{name}: applies to measure: {GENERATION} alone, not {measure}")
+        return [[None]] * len(SERVED)
+    if levels != [0]:
+        wrong = next(v for v in levels if v != 0)
+        raise CgcError(f"sparsity: {wrong}: a generation is timed dense (leave sparsity out)")
+    if batches != [None]:
+        wrong = next(v for v in batches if v is not None)
+        raise CgcError(f"batch_size: {wrong}: a generation's batch is its concurrent sequences")
+    tokens = f"a number of tokens, 1 to {MAX_TOKENS}"
+    return [
+        _axis(given, "prompt_len", _is_tokens, tokens),
+        _axis(given, "max_new_tokens", _is_tokens, tokens),
+        _axis(given, "concurrent", _is_tokens, f"a number of sequences, 1 to {MAX_TOKENS}"),
+    ]
 
 
 def _shown(value: object) -> str:
@@ -220,6 +284,10 @@ def _is_systems(value: object) -> bool:
     return isinstance(value, int) and _is_count(value) and value <= MAX_SYSTEMS
 
 
+def _is_tokens(value: object) -> bool:
+    return isinstance(value, int) and _is_count(value) and value <= MAX_TOKENS
+
+
 def _is_batch(value: object) -> bool:
     return value is None or (_is_count(value) and isinstance(value, int) and value <= MAX_BATCH)
 
@@ -253,9 +321,10 @@ def _overrides(assignments: str | list[str], targets: Sequence[str]) -> str:
     return " ".join(normal)
 
 
-def _source(model: str, base: Path) -> str:
+def _source(model: str, base: Path, measure: str) -> str:
     """Where ``model`` is read from, once it is known to be readable: a params file or
-    ``zoo:NAME`` is parsed now, an ONNX file found (its graph is read by its points)."""
+    ``zoo:NAME`` is parsed now, an ONNX file found (its graph is read by its points; a
+    generation reads none)."""
     from cgc.frontends.params import ZOO_PREFIX, is_params_source, load_params
 
     if model.startswith(ZOO_PREFIX):
@@ -265,6 +334,8 @@ def _source(model: str, base: Path) -> str:
     if is_params_source(model):
         input_file(path, "models:")
         _field("models", load_params, path)
+    elif model.lower().endswith(".onnx") and measure == GENERATION:
+        raise CgcError(f"models: {model}: a generation reads params .yaml files and zoo:NAME")
     elif model.lower().endswith(".onnx"):
         input_file(path, "models:")
     else:
