@@ -39,15 +39,23 @@ demo: $(VENV)/.installed
 	$(BIN)/cgc train $(EXAMPLES)/mlp_train.onnx --data $(EXAMPLES)/mlp_train.data.npz \
 		--batch-size 32 --steps 24 --optimizer sgd --lr 0.05 --momentum 0.9 --num-csx 2 \
 		--target $(TARGET) --model-dir $(EXAMPLES)/mlp_train_run
+	@echo "== generation: the two-block GPT's tokens after two prompts, with a key-value cache"
+	$(BIN)/cgc generate examples/tiny-gpt.yaml --prompt $(EXAMPLES)/tiny-gpt.prompt.npz \
+		--max-new-tokens 8 --init-seed 0 --target $(TARGET) --output $(EXAMPLES)/tiny-gpt.tokens.npz \
+		--jsonl $(EXAMPLES)/tiny-gpt.steps.jsonl --artifact $(EXAMPLES)/tiny-gpt.generation.cgc
+	@echo "== serving Llama 3.1 8B: time to first token, time per token, the cache's capacity"
+	$(BIN)/cgc generate zoo:llama-3.1-8b --timing-only --prompt-len 2048 --max-new-tokens 512 \
+		--mode whole_wafer --target $(TARGET) --stats-json $(EXAMPLES)/llama-3.1-8b.serving.json
 	@echo "== GPT-3 175B from its params file on 64 wse2 systems: a step's time, no weights held"
 	$(BIN)/cgc train zoo:gpt3-175b --timing-only --num-csx 64 --steps 1 \
 		--model-dir $(EXAMPLES)/gpt3_175b_run --trace $(EXAMPLES)/gpt3_175b.trace.json
 
-# every part runs whatever another's result; the target fails at the end if any part failed
+# every part runs whatever another's result; the target fails at the end if any part failed;
+# pytest runs the test files on two workers (a file's tests together, as they share fixtures)
 test: $(VENV)/.test-installed
 	@failed=""; \
 	$(BIN)/mypy || failed="$$failed mypy"; \
-	$(BIN)/pytest || failed="$$failed pytest"; \
+	$(BIN)/pytest -n 2 --dist loadfile || failed="$$failed pytest"; \
 	$(BIN)/lit -q tests/filecheck || failed="$$failed lit"; \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed" >&2; exit 1; fi
 

@@ -40,6 +40,12 @@ def main() -> None:
         print(f"wrote {out / name}.onnx and {name}.inputs.npz")
     np.savez(out / "mlp_train.data.npz", **training_data(256, 64, 10, seed=2))
     print(f"wrote {out}/mlp_train.data.npz")
+    # two prompts of tiny-gpt.yaml's 50-token vocabulary, the second two tokens shorter
+    ids = np.random.default_rng(3).integers(0, 50, (2, 6))
+    mask = np.ones_like(ids)
+    mask[1, :2] = 0
+    np.savez(out / "tiny-gpt.prompt.npz", input_ids=ids * mask, attention_mask=mask)
+    print(f"wrote {out}/tiny-gpt.prompt.npz")
 
 
 if __name__ == "__main__":

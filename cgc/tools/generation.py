@@ -35,6 +35,7 @@ from cgc.machine.timing.serving import Serving
 from cgc.machine.timing.streaming import Span
 from cgc.options import CompileOptions, GenerationOptions
 from cgc.runtime.generation import Generator, Prompts, joined, prompts_of
+from cgc.tools.report import human_seconds
 
 PROMPT = "the prompt"
 """How a prompt is named in errors, unless the door names it otherwise."""
@@ -195,8 +196,8 @@ def generation_text(generated: Generated) -> str:
         f"mode: {compiled.mode} ({compiled.reason})",
         f"systems: {decode.systems}, sequences at once: {decode.sequences}, prompt: "
         f"{serving.prompt_tokens} tokens, new: {serving.new_tokens} tokens",
-        f"time to first token: {serving.ttft_seconds * 1e3:.3f} ms",
-        f"time per output token: {serving.tpot_seconds * 1e3:.4f} ms "
+        f"time to first token: {human_seconds(serving.ttft_seconds)}",
+        f"time per output token: {human_seconds(serving.tpot_seconds)} "
         f"({serving.tokens_per_second_per_sequence:,.1f} tokens/s a sequence, "
         f"{serving.tokens_per_second:,.1f} in all)",
         f"key-value cache: {human_bytes(serving.kv_bytes_per_token)} a token; "
