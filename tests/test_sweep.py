@@ -59,8 +59,21 @@ def ray_cluster():
     ray.shutdown()
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, ["sweep", *args])
+def invoke(*args: object):
+    return CliRunner().invoke(main, ["sweep", *map(str, args)])
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[sweep_spec.GridPoint]:
+    """The points the sweep measures from now on, in the order it measures them."""
+    measured: list[sweep_spec.GridPoint] = []
+    original = sweeping.measure
+
+    def counted(point: sweep_spec.GridPoint) -> dict:
+        measured.append(point)
+        return original(point)
+
+    monkeypatch.setattr(sweeping, "measure", counted)
+    return measured
 
 
 def swept(spec: Path, out: Path, *options: str) -> list[dict]:
@@ -162,14 +175,7 @@ def test_a_rerun_computes_only_the_points_missing(spec, serial, tmp_path, monkey
     older = lines[0].replace(f'"cgc": "{__version__}"', '"cgc": "0.0.1"')
     assert older != lines[0]
     journal.write_text(older + "".join(lines[1:5]) + lines[5][:40])
-    measured = []
-    original = sweeping.measure
-
-    def counted(point: sweep_spec.GridPoint) -> dict:
-        measured.append(point)
-        return original(point)
-
-    monkeypatch.setattr(sweeping, "measure", counted)
+    measured = counting(monkeypatch)
     result = invoke(str(spec), "-o", str(out), "--jobs", "1")
     assert result.exit_code == 0, result.output
     assert sorted((p.set, p.mode, p.num_csx) for p in measured) == [

@@ -9,12 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from test_sweep import counting, invoke, without_wall
 
 import cgc
 from cgc import sweep as sweeping
 from cgc import sweep_spec, sweep_table
-from cgc.cli import main
 from cgc.tools.generation import Generated
 
 MODEL = "zoo:cerebras-gpt-111m"
@@ -31,17 +30,9 @@ num_csx: [1, 2]
 WALL = "compile_seconds"
 
 
-def invoke(*args: object):
-    return CliRunner().invoke(main, ["sweep", *map(str, args)])
-
-
 def points(out: Path) -> list[dict]:
     """The rows of ``sweep.json``, as typed as the sweep wrote them."""
     return json.loads((out / "sweep.json").read_text())["points"]
-
-
-def without_wall(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != WALL} for row in rows]
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +115,7 @@ def test_the_journal_resumes_and_knows_a_point_by_its_generation(served, tmp_pat
     journal = out / sweeping.JOURNAL
     lines = journal.read_text().splitlines(keepends=True)
     journal.write_text("".join(lines[:2]))  # the points of four sequences lost
-    measured = []
-    original = sweeping.measure
-
-    def counted(point: sweep_spec.GridPoint) -> dict:
-        measured.append(point)
-        return original(point)
-
-    monkeypatch.setattr(sweeping, "measure", counted)
+    measured = counting(monkeypatch)
     result = invoke(spec, "-o", out, "--jobs", 1)
     assert result.exit_code == 0, result.output
     assert [(p.concurrent, p.num_csx) for p in measured] == [(4, 1), (4, 2)]
