@@ -4,9 +4,9 @@ against ``transformers``' ``generate``.
 * Timing-only: Llama 3.1 405B, a prompt of 2,048 tokens and 1,024 new tokens, on the wse3
   systems it needs, in auto mode (both ways of serving compiled and timed): wall time and peak
   memory of the process (goal: 10 s, 2 GiB); 32 systems, the fewest it fits (cgc says so
-  when given fewer). Then Llama 3.1 8B on wse2 at contexts of 1k, 32k
-  and 128k tokens: the cost is the program's, so the wall time and the memory stay flat while
-  the context grows 128 times.
+  when given fewer). Then Llama 3.1 8B on 4 wse2 (whole wafer) at contexts of 1k, 32k and
+  128k tokens: the cost is the program's, so the wall time and the memory stay flat while the
+  context grows 128 times.
 * Numeric: a GPT-2 of 2 blocks of width 128 (GPT-2's vocabulary, 1,024 positions, random
   weights) generating 64 tokens after a 16-token prompt, ``cgc.generate`` (compile and run,
   auto mode) against ``generate(do_sample=False)`` of the same module, one thread each, the
@@ -32,21 +32,23 @@ from child import median_seconds, peak_rss_mib
 
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SERVING = (
-    ("llama-3.1-405b", "wse3", 2048, 1024, 32),
-    ("llama-3.1-8b", "wse2", 1024, 16, 1),
-    ("llama-3.1-8b", "wse2", 32768, 16, 1),
-    ("llama-3.1-8b", "wse2", 131056, 16, 1),
+    ("llama-3.1-405b", "wse3", 2048, 1024, 32, "auto"),
+    ("llama-3.1-8b", "wse2", 1024, 16, 4, "whole_wafer"),
+    ("llama-3.1-8b", "wse2", 32768, 16, 4, "whole_wafer"),
+    ("llama-3.1-8b", "wse2", 131056, 16, 4, "whole_wafer"),
 )
-"""Timing-only cases: model, target, prompt tokens, new tokens, systems."""
+"""Timing-only cases: model, target, prompt tokens, new tokens, systems, mode (128k tokens of
+8B's cache need more than one wse2: its caches' capacity there is 82,502 tokens)."""
 
 
-def serving(name: str, target: str, prompt: int, new: int, systems: int) -> dict:
+def serving(name: str, target: str, prompt: int, new: int, systems: int, mode: str) -> dict:
     """A timing-only generation's wall time, memory and figures (in this process)."""
     import cgc
 
     start = time.perf_counter()
     generated = cgc.generate(f"zoo:{name}", timing_only=True, prompt_len=prompt,
-                             max_new_tokens=new, target=target, num_csx=systems)  # fmt: skip
+                             max_new_tokens=new, target=target, num_csx=systems,
+                             mode=mode)  # fmt: skip
     seconds = time.perf_counter() - start
     figures = generated.serving.to_json()
     keep = ("mode", "ttft_seconds", "tpot_seconds", "tokens_per_second", "kv_capacity_tokens")
@@ -107,11 +109,11 @@ def main() -> None:
         if args.case == "numeric":
             print(json.dumps(numeric(args.repeat)))
         else:
-            name, target, prompt, new, systems = args.case.split(",")
-            print(json.dumps(serving(name, target, int(prompt), int(new), int(systems))))
+            name, target, prompt, new, systems, mode = args.case.split(",")
+            print(json.dumps(serving(name, target, int(prompt), int(new), int(systems), mode)))
         return
-    for name, target, prompt, new, systems in SERVING:
-        case = f"{name},{target},{prompt},{new},{systems}"
+    for name, target, prompt, new, systems, mode in SERVING:
+        case = f"{name},{target},{prompt},{new},{systems},{mode}"
         if args.only in case:
             r = _child(case, args.repeat)
             print(
