@@ -468,10 +468,13 @@ WAFERLLM_LENGTHS = (4096, 128)
 """Prompt and new tokens of the WaferLLM rows: caches of 4,224 tokens, WaferLLM's 4K context
 (its configs pad it to 4,200 tokens on the 420 x 420 grid)."""
 CEREBRAS_RUNS = (
-    ("llama-3.1-8b", "Llama 3.1 8B", 1800.0, 1),
-    ("llama-3.1-70b", "Llama 3.1 70B", 450.0, 4),
+    ("llama-3.1-8b", "Llama 3.1 8B", 1800.0, 1, 1),
+    ("llama-3.1-70b", "Llama 3.1 70B", 450.0, 4, 4),
+    ("llama-3.1-70b", "Llama 3.1 70B", 450.0, 4, 5),
 )
-"""Cerebras' launch figures: the model, its name there, tokens/s per user, CS-3 systems."""
+"""Cerebras' launch figures: the model, its name there, tokens/s per user, CS-3 systems, and
+the wse3 systems cgc runs it on (70B on one more too: on four its weights leave its matrices
+no room for MeshGEMV's layout)."""
 SYSTEMS_SOURCE = (
     "The Register on Hot Chips 2024, 'When running the 70 billion parameter version of Llama "
     "3.1 distributed across four of its CS-3 accelerators, Cerebras claims to have achieved "
@@ -741,13 +744,17 @@ def _capacity_why(name: str, generated: Any, target: Any) -> str:
     )
 
 
-def _cerebras_row(name: str, label: str, published: float, systems: int) -> dict[str, Any]:
-    """Cerebras' launch rate of ``name`` beside cgc's on as many wse3 systems (or the fewest
-    cgc fits it on), auto mode, one sequence."""
+def _cerebras_row(
+    name: str, label: str, published: float, systems: int, ours: int
+) -> dict[str, Any]:
+    """Cerebras' launch rate of ``name`` on ``systems`` CS-3 beside cgc's on ``ours`` wse3
+    systems (or the fewest cgc fits it on), auto mode, one sequence."""
+    from cgc.frontends.params import load_params, parameter_count
+    from cgc.machine.hardware import dtypes
     from cgc.machine.hardware.target import get_target
 
     target = get_target("wse3")
-    generated, refused = _served(name, target, CEREBRAS_LENGTHS, "auto", systems)
+    generated, refused = _served(name, target, CEREBRAS_LENGTHS, "auto", ours)
     fig = _decode(generated, target, refused)
     why = (
         f"cgc: {fig['mode']} on {_where(fig)}, one sequence, {_lengths(CEREBRAS_LENGTHS)} "
@@ -756,11 +763,24 @@ def _cerebras_row(name: str, label: str, published: float, systems: int) -> dict
     )
     if _differs(fig["tokens_per_second"], published):
         why += f"; {_bound_text(fig)}"
+    params = load_params(f"zoo:{name}")
+    weights = parameter_count(params.model) * dtypes.dtype(params.runconfig.precision).itemsize
+    fill = weights / (systems * target.sram_bytes)
+    if ours != systems:
+        why += (
+            f". On {systems} wse3 its {weights / 1e9:.0f} GB of 16-bit weights fill "
+            f"{fill:.0%} of the SRAM, and with the embedding, the head and the caches beside "
+            "them the matrices' layers keep no room for MeshGEMV's layout (its vector's block "
+            "and partial sums): their matmuls fall back on SUMMA, whose panels of the matrix "
+            f"cross the layer at every token; on {ours} they fit"
+        )
     source = f'{CEREBRAS}: "{CEREBRAS_QUOTE}", "native 16-bit weights"'
     many = ""
     if systems > 1:
         many = f" on {systems} CS-3"
         source += f"; the {systems} CS-3: {SYSTEMS_SOURCE} (secondary)"
+    if ours != systems:
+        many += f" (cgc on {ours} wse3)"
     return {
         "section": SERVING,
         "figure": f"Cerebras Inference: {label}, {published:,.0f} tokens/s per user{many}",
