@@ -297,6 +297,7 @@ def test_a_prompt_through_the_cached_attention_holds_a_block_of_scores_at_a_time
         return plans.plan("cached_attention", target, target.whole, operands, attrs,
                           [((tokens, 4096), "bfloat16")])  # fmt: skip
 
-    short, long = plan(1), plan(2048)
-    assert long.cost.scratch_bytes <= 4 * short.cost.scratch_bytes < target.sram_bytes_per_pe
-    assert long.cost.cycles > short.cost.cycles
+    short, long, longer = plan(1), plan(2048), plan(4096)
+    assert long.cost.scratch_bytes == longer.cost.scratch_bytes < target.sram_bytes_per_pe / 4
+    assert short.cost.scratch_bytes < long.cost.scratch_bytes
+    assert short.cost.cycles < long.cost.cycles < longer.cost.cycles

@@ -122,12 +122,12 @@ def test_lengths_past_the_positions_or_the_cache_are_refused(tmp_path: Path) -> 
     prompt = _prompt(tmp_path, np.array([[1, 2, 3, 4]]))
     line = _refused(tmp_path, _params(tmp_path), "--prompt", prompt, "--init-seed", "0",
                     "--max-new-tokens", "40")  # fmt: skip
-    assert "a prompt of 4 tokens and 40 new tokens (44) run past the model's 32 positions" in line
+    assert "a prompt of 4 tokens and 40 new tokens feed 43 positions, past the model's 32" in line
     line = _refused(tmp_path, _params(tmp_path, 1 << 20), "--timing-only", "--prompt-len",
                     "4096", "--max-new-tokens", "4096", "--concurrent", "64", "--target", "wse2",
                     "--mesh", "8x8", "--mode", "whole_wafer")  # fmt: skip
-    assert "64 sequence(s) of 8192 tokens (a prompt of 4096 and 4096 new) need 524288" in line
-    assert "in whole_wafer mode holds" in line
+    assert "64 sequence(s) of 8191 tokens (a prompt of 4096 and 4096 new) need 524224" in line
+    assert "in whole_wafer mode the SRAM left beside the model holds at most" in line
 
 
 def test_bad_options_and_models_are_refused(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_the_compiled_generation_is_an_artifact_inspect_reads(tmp_path: Path) ->
     code, output = _invoke("inspect", str(tmp_path / "a.cgc"))
     assert code == 0, output
     assert "key-value caches: 4 (" in output
-    assert "10 tokens for each of 2 sequences" in output
+    assert "9 tokens for each of 2 sequences" in output
     assert "longest context: " in output and "serving: time to first token" in output
     code, output = _invoke("inspect", "--json", str(tmp_path / "a.cgc"))
     info = json.loads(output)

@@ -97,13 +97,13 @@ def test_a_point_that_does_not_fit_is_a_row_with_the_error_of_cgc_generate(serve
 
 def test_a_context_past_the_models_positions_is_a_row_with_its_error(tmp_path):
     (tmp_path / "sweep.yaml").write_text(
-        f"models: {MODEL}\nmeasure: generation\nprompt_len: [2041]\nmax_new_tokens: 8\n"
+        f"models: {MODEL}\nmeasure: generation\nprompt_len: [2042]\nmax_new_tokens: 8\n"
     )
     chosen = sweep_spec.load_spec(str(tmp_path / "sweep.yaml"))
     [row] = sweeping.run_sweep(chosen, tmp_path / "out", jobs=1).rows
     assert row["error"] == (
-        f"{MODEL}: a prompt of 2041 tokens and 8 new tokens (2049) run past the model's 2048 "
-        "positions (model.max_position_embeddings)"
+        f"{MODEL}: a prompt of 2042 tokens and 8 new tokens feed 2049 positions, past the "
+        "model's 2048 (model.max_position_embeddings)"
     )
     assert not (tmp_path / "out" / "scaling.png").exists()
 

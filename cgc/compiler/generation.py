@@ -78,8 +78,9 @@ class GenerationRequest:
 
     @property
     def capacity(self) -> int:
-        """Cache tokens a sequence needs: its prompt and its generation."""
-        return self.prompt_tokens + self.new_tokens
+        """Cache tokens a sequence needs: its prompt and its generation but the last token,
+        which is never fed back."""
+        return max(self.prompt_tokens + self.new_tokens - 1, 1)
 
     @property
     def blocks(self) -> int:
@@ -123,10 +124,11 @@ def check_lengths(params: ModelParams, prompt_tokens: int, new_tokens: int) -> N
     """A CgcError naming both numbers if the prompt and the generation run past the model's
     positions."""
     positions = params.model.max_position_embeddings
-    if prompt_tokens + new_tokens > positions:
+    fed = prompt_tokens + new_tokens - 1  # the last new token is never fed back
+    if fed > positions:
         raise CgcError(
             f"{params.source}: a prompt of {prompt_tokens} tokens and {new_tokens} new tokens "
-            f"({prompt_tokens + new_tokens}) run past the model's {positions} positions "
+            f"feed {fed} positions, past the model's {positions} "
             "(model.max_position_embeddings)"
         )
 
@@ -262,8 +264,9 @@ def _compiled(
     raise DoesNotFitError(
         f"{request.params.source}: {request.sequences} sequence(s) of {request.capacity} "
         f"tokens (a prompt of {request.prompt_tokens} and {request.new_tokens} new) need "
-        f"{request.sequences * request.capacity} tokens of key-value cache; the SRAM left "
-        f"in {mode} mode holds {fits}"
+        f"{request.sequences * request.capacity} tokens of key-value cache; in {mode} mode "
+        f"the SRAM left beside the model holds at most {fits} (as placed for the shortest "
+        "caches)"
     )
 
 
@@ -286,9 +289,17 @@ def _programs(
     # the SRAM a generation holds is the decode step's; the prompts' kernels are timed in
     # the layouts they would lay the weights out in, not checked against it
     sram = Sram(target)
+    timed = (prefill, decode)
+    if mode == Mode.PIPELINED and request.sequences > 1:
+        # the sequences pass the layers one after another: a layer's time is one sequence's
+        one = dataclasses.replace(request, sequences=1)
+        placed = PlaceLayersPass(placement_spec(rects))
+        timed = (_program(one, compiled, prompts, placed), _program(one, compiled, step, placed))
     try:
-        prefill_records = timed_run(prefill.program, target, mode, Sram(target, strict=False))
+        prefill_records = timed_run(timed[0].program, target, mode, Sram(target, strict=False))
         decode_records = timed_run(decode.program, target, mode, sram)
+        if timed[1] is not decode:
+            decode_records = timed_run(timed[1].program, target, mode, Sram(target, strict=False))
     except SimulationError as e:
         raise _no_fit(request, mode, e) from None
     serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
@@ -337,8 +348,9 @@ def _serving(
     sram: Sram,
 ) -> Serving:
     """The serving figures of the prompts' and the decode step's records (the prompts' in
-    ``chunk`` tokens a run), their blocks placed as the whole model's over the request's
-    systems; the caches' capacity from the decode step's ``program`` and ``sram``."""
+    ``chunk`` tokens a run; pipelined, of one sequence, else of all of them), their blocks
+    placed as the whole model's over the request's systems; the caches' capacity from the
+    decode step's ``program`` and ``sram``."""
     prefill, decode = records
     config = request.params.model
     layers = config.num_hidden_layers
@@ -348,6 +360,8 @@ def _serving(
     capacity = _cache_capacity(request, program, sram)
     sequences = request.sequences
 
+    together = 1 if mode == Mode.PIPELINED else sequences  # the sequences a run carries
+
     def whole(records: list[LayerRecord], tokens: int) -> Pass:
         return make_pass(
             _whole_model(records, request.blocks, layers),
@@ -355,7 +369,7 @@ def _serving(
             mode,
             request.num_csx,
             sequences,
-            crossing * tokens,
+            crossing * tokens * together,
         )
 
     return Serving(

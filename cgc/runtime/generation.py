@@ -132,18 +132,19 @@ class Generator:
 
     def prompted(self, prompts: Prompts) -> np.ndarray:
         """The prompts' program over the prompts, chunk after chunk of the tokens it takes:
-        the logits ``[B, V]`` of each sequence's last prompt token. The last chunk's padding
-        past the caches writes their last row, which no query reads before a decode step
-        writes it."""
+        the logits ``[B, V]`` of each sequence's last prompt token. A shorter prompt's
+        padding writes rows past its prompt, which a decode step writes again before any
+        query reads them, or none reads; the last chunk's padding past the longest prompt
+        has negative positions, and writes nothing."""
         padded, lengths = prompts.padded(), prompts.lengths
         batch, longest = padded.shape
         chunk = self.prefill.manifest["inputs"][0]["shape"][1]
-        capacity = self.decode.manifest["caches"][0]["capacity"]
         logits: np.ndarray | None = None
         for start in range(0, longest, chunk):
             ids = np.zeros((batch, chunk), dtype=TOKEN_DTYPE)
             ids[:, : min(chunk, longest - start)] = padded[:, start : start + chunk]
-            where = np.minimum(np.arange(start, start + chunk), capacity - 1)
+            where = np.arange(start, start + chunk)
+            where[where >= longest] = -1
             positions = np.ascontiguousarray(np.broadcast_to(where, ids.shape), TOKEN_DTYPE)
             last = np.clip(lengths - 1 - start, 0, chunk - 1) + chunk * np.arange(batch)
             out = self._logits(self.prefill, [ids, positions, last.astype(TOKEN_DTYPE)])

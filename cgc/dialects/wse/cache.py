@@ -78,8 +78,9 @@ class CachedAttentionOp(IRDLOperation):
     heads * d]``, each query seeing its sequence's cached keys at positions up to its own;
     ``heads`` query heads share ``kv_heads`` key and value heads. The result is like the
     query; with a ``window``, a query sees only the ``window`` latest positions up to its own
-    (a sliding-window attention). The caches are written in place: the op has an effect, not
-    only a result."""
+    (a sliding-window attention). A negative position is padding (of a prompt's last chunk):
+    nothing is written for it, and its query's result is zeros. The caches are written in
+    place: the op has an effect, not only a result."""
 
     name = "wse.cached_attention"
     query = operand_def(TensorType)

@@ -243,6 +243,12 @@ def _tables(out: Layout, table: Operand) -> Traffic:
     return spread + spread
 
 
+QUERY_BLOCK = 8
+"""Queries whose scores a PE of the cached attention holds at once."""
+ROW_BLOCK = 64
+"""Cached rows a PE of the cached attention scores at once."""
+
+
 class CachedAttention(Kernel):
     """Generation's attention on a key-value cache that stays where it is: the caches lie in
     their default layout on the rectangle, a sequence's ``capacity`` rows down the mesh rows,
@@ -252,9 +258,11 @@ class CachedAttention(Kernel):
     the queries of its sequence (``s x group x rt x ct`` products), the partial scores sum
     along a head's columns, the softmax's maximum and sum chain down the sequence's PE rows,
     and each PE's share of the context sums down them into the queries' rows; a prompt's many
-    queries pass in blocks of a PE row's queries, so a PE holds the scores of one block at a
-    time. The cache is read whole at every step, masked past each query's position: the rows
-    are spread over the PE rows, so a shorter context shortens no PE's work."""
+    queries pass in blocks of ``QUERY_BLOCK`` and a PE's rows in blocks of ``ROW_BLOCK``, the
+    softmax running over them, so a PE holds the scores of one block against one block at a
+    time, whatever the prompt's or the cache's length. The cache is read whole at every step,
+    masked past each query's position: the rows are spread over the PE rows, so a shorter
+    context shortens no PE's work."""
 
     def plan(self, q: PlanRequest) -> Plan:
         _, key, _, cache, _, positions = q.operands
@@ -284,8 +292,10 @@ class CachedAttention(Kernel):
             tokens * group * held.rt, SOFTMAX_OPS, "float32", q.target
         )
         flops = 4.0 * sequences * tokens * q.attrs["heads"] * d * cache.shape[0] / sequences
-        block = min(tokens, out.rt)  # the queries whose scores a PE holds at once
-        scratch = 4 * (2 * block * group * held.rt + 2 * block * group * held.ct)
+        # a PE holds the scores of a block of queries against a block of its rows at a time,
+        # their softmax running over the row blocks as flash attention's does
+        queries, rows = min(tokens, QUERY_BLOCK), min(held.rt, ROW_BLOCK)
+        scratch = 4 * (2 * queries * group * rows + 2 * queries * group * held.ct)
         cost = phased_cost(compute, arrive, arrive + flows, scratch, flops)
         cost = dataclasses.replace(cost, fmacs=macs * held.pes)
         return Plan(layouts, (out,), cost, {"algorithm": "stationary-cache"})

@@ -249,18 +249,18 @@ def cached_attention(
     caches ``[B * capacity, kv_heads * d]`` at the rows of ``positions`` ``[B, s]`` (in place:
     the caches are the state generation keeps), then attends each query ``q`` ``[B * s, heads
     * d]`` to its sequence's cached keys at positions up to its own (of them only the
-    ``window`` latest, with a window). A position outside the capacity is a ``DataError``."""
+    ``window`` latest, with a window). A negative position is padding: its key and value are
+    not written and its query's result is zeros. A position past the capacity is a
+    ``DataError``."""
     sequences, tokens = positions.shape
     capacity = key_cache.shape[0] // sequences
     where = positions.astype(np.int64)
-    if where.size and (where.min() < 0 or where.max() >= capacity):
-        raise DataError(
-            f"a position ({int(where.min() if where.min() < 0 else where.max())}) is outside "
-            f"the cache's {capacity} tokens"
-        )
-    rows = (where + capacity * np.arange(sequences)[:, None]).ravel()
-    key_cache[rows] = k
-    value_cache[rows] = v
+    if where.size and where.max() >= capacity:
+        raise DataError(f"a position ({int(where.max())}) is outside the cache's {capacity} tokens")
+    real = where >= 0
+    rows = (where + capacity * np.arange(sequences)[:, None])[real]
+    key_cache[rows] = k[real.ravel()]
+    value_cache[rows] = v[real.ravel()]
     work = _work_type(q.dtype)
     heads, kv_heads = attrs["heads"], attrs["kv_heads"]
     qh = _heads(q.astype(work), tokens, heads)
@@ -269,8 +269,11 @@ def cached_attention(
     offset = where[:, None, :, None] - np.arange(capacity)  # [B, 1, s, capacity]
     window = attrs.get("window", 0)
     seen = (offset >= 0) & (offset < window) if window else offset >= 0
+    seen &= real[:, None, :, None]
     scores = np.matmul(qh, np.swapaxes(kh, -1, -2)) * work.type(attrs["scale"])
     scores = np.where(seen, scores, -np.inf)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    probabilities = weights / weights.sum(axis=-1, keepdims=True)
+    peak = scores.max(axis=-1, keepdims=True)
+    empty = np.isneginf(peak)
+    weights = np.exp(scores - np.where(empty, 0, peak))
+    probabilities = weights / np.where(empty, 1, weights.sum(axis=-1, keepdims=True))
     return _tokens(np.matmul(probabilities, vh)).astype(q.dtype)

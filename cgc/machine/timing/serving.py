@@ -1,11 +1,11 @@
 """Serving's timing: a generation's prompt (prefill) and its tokens (decode) through K systems.
 
-A generation runs two programs of one artifact: the prompt's, once per sequence, and the
-decode step's, once per new token, both sharing the weights and the key-value caches. Each
-program's cost per layer is what the machine's timing engine gives for one run of it (the
-compiler's cost queries and the simulator ask the same engine): this module only arranges
-the layers in time. The cost is by the program, never by the data: a run of a thousand steps
-times each program once.
+A generation runs two programs of one artifact: the prompts', once per chunk of the prompts'
+tokens, and the decode step's, once per new token, both sharing the weights and the key-value
+caches. Each program's cost per layer is what the machine's timing engine gives for one run
+of it (the compiler's cost queries and the simulator ask the same engine): this module only
+arranges the layers in time. The cost is by the program, never by the data: a run of a
+thousand steps times each program once.
 
 The model is split at layer boundaries over the ``K`` systems, the transformer blocks evenly
 (the embedding with the first system, the head with the last); only activations cross between
@@ -13,14 +13,15 @@ systems, through the systems' I/O (``io_bytes_per_s``) and one SwarmX hop
 (``swarmx_hop_seconds``). The two ways a wafer serves:
 
 - **pipelined** (``Mode.PIPELINED``): every layer on its own rectangle, weights resident, the
-  sequences flowing through the layers one after another as the samples of pipelined mode
-  do. A layer holds a sequence for its share of the program's run (``cycles / S``); a step of
-  one sequence takes the sum of its layers' shares (its latency), and a new sequence can
-  enter every slowest-layer share (the period). With ``S`` sequences in flight, a sequence's
-  next token waits for its last: one token per sequence every ``max(latency, S x period)``.
+  sequences flowing through the layers one after another, each layer taking one sequence's
+  token at a time (the layers' times are a run of one sequence's). A sequence's step takes
+  the sum of the layers' times (its latency), and a new sequence can enter every slowest
+  layer's time (the period). With ``S`` sequences in flight, a sequence's next token waits
+  for its last: one token per sequence every ``max(latency, S x period)``.
 - **whole wafer** (``Mode.WHOLE_WAFER``): every layer over the whole wafer in turn, its
-  weights on every PE, all ``S`` sequences of a step together; a step takes the sum of its
-  layers (and a system waits while another works on the same step).
+  weights on every PE, all ``S`` sequences of a step together (the layers' times are a run
+  of all of them); a step takes the sum of its layers (and a system waits while another
+  works on the same step).
 
 Time to first token is the prompt's pass for every sequence, in the chunks the prompts'
 program takes (the pipelined way lets the sequences and the chunks follow one another, one
@@ -93,39 +94,38 @@ class Pass:
     sequences: int
     mode: Mode
 
-    def system_seconds(self, system: int) -> float:
-        """How long system ``system``'s layers hold the step."""
-        return sum(t.seconds for t in self.layers if t.system == system)
-
-    @property
-    def shares(self) -> list[float]:
-        """Per layer, how long it holds one sequence: pipelined, its share of the run; on
-        the whole wafer, the run (the sequences go together)."""
-        per = self.sequences if self.mode == Mode.PIPELINED else 1
-        return [t.seconds / per for t in self.layers]
-
     @property
     def latency_seconds(self) -> float:
-        """A sequence's step, from entering the first system to leaving the last."""
-        return sum(self.shares) + (self.systems - 1) * self.link_seconds
+        """A sequence's step (the whole wafer: every sequence's), from entering the first
+        system to leaving the last."""
+        return sum(t.seconds for t in self.layers) + (self.systems - 1) * self.link_seconds
 
     @property
     def period_seconds(self) -> float:
-        """How often another sequence can begin the step: the slowest layer's share
-        (pipelined), or the busiest system's whole step (the whole wafer)."""
-        if self.mode == Mode.PIPELINED:
-            return max([*self.shares, self.link_seconds], default=0.0)
-        return max(self.system_seconds(k) for k in range(self.systems))
+        """Pipelined, how often another sequence can begin the step: the slowest layer's
+        time, or a link's."""
+        return max([*(t.seconds for t in self.layers), self.link_seconds], default=0.0)
+
+    @property
+    def latency_bound(self) -> bool:
+        """Whether a step waits on the sum of the layers rather than on the slowest."""
+        return self.mode != Mode.PIPELINED or self.latency_seconds >= self.filled_seconds
+
+    @property
+    def filled_seconds(self) -> float:
+        """Pipelined: every sequence's turn at the slowest layer."""
+        return self.sequences * self.period_seconds
 
     @property
     def bound(self) -> str:
-        """What bounds the pass: the layer that sets the period, or the links."""
+        """What bounds the pass: the sum of its layers (naming the slowest), the slowest
+        layer, or the links."""
         if not self.layers:
             return "nothing"
         slowest = max(self.layers, key=lambda t: t.seconds)
-        if self.link_seconds * (self.sequences if self.mode == Mode.PIPELINED else 1) > (
-            slowest.seconds
-        ):
+        if self.latency_bound:
+            return f"the sum of its layers' times (the slowest: {slowest.name}, {slowest.bound})"
+        if self.link_seconds > slowest.seconds:
             return "system-to-system links"
         return f"{slowest.name}: {slowest.bound}"
 
@@ -133,7 +133,7 @@ class Pass:
     def token_seconds(self) -> float:
         """How often each sequence gets a step done when every sequence steps in turn."""
         if self.mode == Mode.PIPELINED:
-            return max(self.latency_seconds, self.sequences * self.period_seconds)
+            return max(self.latency_seconds, self.filled_seconds)
         return self.latency_seconds
 
     def done_seconds(self, runs: int) -> float:
@@ -181,7 +181,7 @@ def make_pass(
     crossing_bytes: float,
 ) -> Pass:
     """The pass of a program whose run made ``records`` (one per layer, the whole model's),
-    split over ``systems``; ``crossing_bytes`` are the activations of one sequence that cross
+    split over ``systems``; ``crossing_bytes`` are the activations of one run that cross
     from one system to the next."""
     placed = systems_of([r.name for r in records], systems)
     layers = [
