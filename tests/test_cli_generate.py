@@ -170,3 +170,37 @@ def test_the_compiled_generation_is_an_artifact_inspect_reads(tmp_path: Path) ->
         f"h.{b}.attn.{kind}_cache" for b in (0, 1) for kind in ("key", "value")
     ]
     assert info["generation"]["serving"]["kv_capacity_tokens"] > 20
+
+
+def test_a_timing_only_generation_takes_no_weights(tmp_path: Path) -> None:
+    line = _refused(tmp_path, _params(tmp_path), "--timing-only", "--prompt-len", "4",
+                    "--init-seed", "1")  # fmt: skip
+    assert line == "error: --init-seed: a timing-only generation declares its weights\n"
+
+
+def test_prompts_given_as_rows_are_checked() -> None:
+    import cgc
+    from cgc.runtime.generation import prompts_of
+
+    for ids, mask, message in (
+        ([[1, 2], [3]], [[1, 1], [1, 0]], "rows of their own lengths need no attention mask"),
+        ([[1, 2], [[4, 5]]], None, "row 1 is not a list of token ids"),
+        ([[1, [2, 3]]], None, "rows of different lengths"),
+    ):
+        with pytest.raises(cgc.CgcError, match=message):
+            prompts_of(ids, mask, 50, "prompt")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ('rects="fc1@0,0"', "error: place-layers: rects: 'fc1@0,0' is not name@x,y,w,h"),
+        ('rects="fc1@0,0,9,9"', "error: place-layers: rects: 'fc1@0,0,9,9' is not inside"),
+        ('rects="fc1@0,0,1,1" bands=true', "error: place-layers: rects and bands are two"),
+    ],
+)
+def test_a_placement_given_badly_is_one_line(options: str, message: str) -> None:
+    mlir = Path(__file__).parent / "filecheck" / "place-layers.mlir"
+    code, output = _invoke("opt", str(mlir), "--target", "mesh8x3", "-p",
+                           f"place-layers{{{options}}}")  # fmt: skip
+    assert code == 2 and output.startswith(message) and output.count("\n") == 1, output

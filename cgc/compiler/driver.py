@@ -279,7 +279,7 @@ def compile_model(
     batch = options.batch_size if options.batch_size is not None else source.batch_size
     if batch is not None:
         checked_batch(batch, systems)
-    if training is not None and mode == "pipelined":
+    if training is not None and mode in (Mode.PIPELINED, Mode.WHOLE_WAFER):
         raise OptionError(
             "training runs in weight-streaming mode; use mode weight_streaming", "mode"
         )
@@ -348,7 +348,7 @@ def _placed(
                 f"({human_bytes(tgt.sram_bytes)}); use --mode weight_streaming"
             )
         if mode == Mode.WHOLE_WAFER:
-            return _artifact(c, request, mode, "requested for generation", None)
+            return _artifact(c, request, mode, "requested with --mode whole_wafer", None)
         c.run(stage_spec("pipelined", *(() if placement is None else (placement,))))
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)
     if held > tgt.sram_bytes:

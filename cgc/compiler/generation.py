@@ -1,14 +1,17 @@
 """Compiles a generation: a causal language model's prompt program (prefill) and its decode
 step, two programs of one artifact that share the weights and the key-value caches.
 
-The params-file frontend builds both (``cgc.frontends.transformer.build_generation``): a chunk of
-the prompt's tokens of ``S`` sequences at once, and one token of each; every attention layer
-writes its keys and values into its caches of ``C = P + N`` tokens a sequence
-(``wse.kv_cache``, ``wse.cached_attention``) and reads them back. The decode step is
-compiled first, in pipelined mode its layers placed in bands of the mesh's full width, each
-with rows in proportion to the bytes it keeps (``PlaceLayersPass.bands``: a decode step's
-layers read their resident weights); the prompts' program keeps its rectangles
-(``PlaceLayersPass.rects``), so the two find the weights and the caches on the same PEs.
+The params-file frontend builds both (``cgc.frontends.transformer.build_generation``): a
+chunk of the prompt's tokens of ``S`` sequences at once, and one token of each; every
+attention layer writes its keys and values into its caches of ``C = P + N - 1`` tokens a
+sequence (the last new token is never fed back; ``wse.kv_cache``, ``wse.cached_attention``)
+and reads them back. The decode step is compiled first, in pipelined mode its layers placed
+in bands of the mesh's full width, each with rows by its share of the bytes kept and of the
+time (``PlaceLayersPass.bands``: a decode step's layers read their resident weights); the
+prompts' program keeps its rectangles (``PlaceLayersPass.rects``), so the two find the
+weights and the caches on the same PEs. Pipelined, the layers' times are those of one
+sequence (the same programs for a batch of one, on the same rectangles): the sequences pass
+the layers one after another.
 
 Each way of serving (``Mode.PIPELINED``, ``Mode.WHOLE_WAFER``, and ``Mode.WEIGHT_STREAMING``
 when asked for) is timed by the floor's serving model (``cgc.machine.timing.serving``) from
@@ -43,7 +46,7 @@ from cgc.machine.program.bytecode import Program
 from cgc.machine.program.caches import cache_entries
 from cgc.machine.program.mode import Mode
 from cgc.machine.timing.cost import CACHE_KEY, LayerRecord, SimulationError, Sram, Timing
-from cgc.machine.timing.serving import Pass, Serving, make_pass
+from cgc.machine.timing.serving import Pass, Serving, block_of, make_pass, renamed
 from cgc.options import CompileOptions
 from cgc.passes.place_layers import PlaceLayersPass, placement_spec
 
@@ -406,12 +409,11 @@ def _whole_model(records: list[LayerRecord], compiled: int, layers: int) -> list
     after them repeat the compiled blocks' records, in turn (they are the same layers)."""
     if compiled >= layers:
         return records
-    prefix = transformer.SEGMENTS.replace("\\d+", "{}").replace("\\", "")
-    blocks = [[r for r in records if r.name.startswith(prefix.format(b))] for b in range(compiled)]
+    blocks = [[r for r in records if block_of(r.name) == b] for b in range(compiled)]
     first = records.index(blocks[0][0])
     last = records.index(blocks[-1][-1])
     repeated = [
-        dataclasses.replace(r, name=prefix.format(b) + r.name[len(prefix.format(b % compiled)) :])
+        dataclasses.replace(r, name=renamed(r.name, b))
         for b in range(layers)
         for r in blocks[b % compiled]
     ]

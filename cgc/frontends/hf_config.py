@@ -21,8 +21,8 @@ the module computes. What is read:
   sliding window (Mistral's ``sliding_window``, Qwen2's where ``layer_types`` slides in
   every layer).
 
-A field that changes the arithmetic in a way cgc's params-file model cannot express (GPT-2's
-tanh GELU, another rope scaling, a ``head_dim`` other than ``hidden_size /
+A field that changes the arithmetic in a way cgc's params-file model cannot express (another
+activation, another rope scaling, a ``head_dim`` other than ``hidden_size /
 num_attention_heads``, ...) is a one-line ``CgcError`` naming the field and its value. Dropout
 is not read: the model is read as ``module.eval()`` runs it.
 

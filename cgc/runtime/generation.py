@@ -60,11 +60,17 @@ def prompts_of(ids: object, mask: object | None, vocab: int, name: str) -> Promp
     ``mask`` (``[B, P]``, nonzero at each row's tokens, which are contiguous: left or right
     padding); a CgcError naming ``name`` for an empty prompt, a token outside the
     vocabulary or a mask that does not fit."""
-    if isinstance(ids, list | tuple) and mask is None and ids and not np.isscalar(ids[0]):
-        rows = [_integers(np.asarray(row), f"{name} row {i}") for i, row in enumerate(ids)]
+    if isinstance(ids, list | tuple) and ids and not np.isscalar(ids[0]):
+        if mask is not None:
+            raise CgcError(f"{name}: rows of their own lengths need no attention mask")
+        rows = [_integers(_array(row, f"{name} row {i}"), f"{name} row {i}")
+                for i, row in enumerate(ids)]  # fmt: skip
+        flat = [i for i, row in enumerate(rows) if row.ndim != 1]
+        if flat:
+            raise CgcError(f"{name}: row {flat[0]} is not a list of token ids")
         pads = [row[:0] for row in rows]
     else:
-        array = _integers(np.asarray(ids), name)
+        array = _integers(_array(ids, name), name)
         if array.ndim != 2:
             raise CgcError(f"{name}: expected [sequences, tokens] token ids, got {array.shape}")
         rows, pads = _masked(array, mask, name)
@@ -80,6 +86,14 @@ def prompts_of(ids: object, mask: object | None, vocab: int, name: str) -> Promp
                 f"is outside the vocabulary of {vocab} tokens"
             )
     return Prompts([r.astype(np.int64) for r in rows], [p.astype(np.int64) for p in pads])
+
+
+def _array(value: object, name: str) -> np.ndarray:
+    """``value`` as an array; a CgcError naming it if its rows are ragged."""
+    try:
+        return np.asarray(value)
+    except ValueError:
+        raise CgcError(f"{name}: rows of different lengths (give a list of rows)") from None
 
 
 def _integers(array: np.ndarray, name: str) -> np.ndarray:

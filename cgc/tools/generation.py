@@ -133,6 +133,9 @@ def generate(
         if prompt is not None:
             raise OptionError("a timing-only generation takes prompt_len, not a prompt",
                               "prompt_len")  # fmt: skip
+        if weights is not None or options.init_seed is not None:
+            raise OptionError("init_seed: a timing-only generation declares its weights",
+                              "init_seed")  # fmt: skip
         if generation.prompt_len is None:
             raise OptionError("a timing-only generation needs prompt_len", "prompt_len")
         check_lengths(params, generation.prompt_len, new)

@@ -274,7 +274,7 @@ def _generation_lines(m: dict) -> list[str]:
             f"serving: time to first token {human_seconds(s['ttft_seconds'])}, per output "
             f"token {human_seconds(s['tpot_seconds'])}, {s['tokens_per_second']:,.1f} tokens/s "
             f"({s['tokens_per_second_per_sequence']:,.1f} a sequence) on {s['num_csx']} "
-            f"system(s); bound by {s['decode_bound']}",
+            f"system(s); bound by {s.get('decode_bound', 'what the artifact does not say')}",
             f"longest context: {s['kv_capacity_tokens']:,} cache tokens fit, the longest "
             "context times the sequences served at once",
         ]

@@ -70,7 +70,7 @@ from cgc.dialects.wse.binary import (
     TwoOperandOp,
     XorOp,
 )
-from cgc.dialects.wse.cache import CACHE_OPS, CachedAttentionOp, KvCacheOp
+from cgc.dialects.wse.cache import CachedAttentionOp, KvCacheOp
 from cgc.dialects.wse.composites import (
     AxisOp,
     BatchNormOp,
@@ -241,7 +241,6 @@ WSE = Dialect(
 __all__ = [
     "ATTENTION_OPS",
     "BINARY_OPS",
-    "CACHE_OPS",
     "LOGIC_OPS",
     "MATH_OPS",
     "NUMPY_DTYPES",

@@ -146,6 +146,3 @@ class CachedAttentionOp(IRDLOperation):
         for operand, what in ((self.key_cache, "key cache"), (self.value_cache, "value cache")):
             check_element(operand, element_type(self.query), f"the {what}")
         check(self.result.type == self.query.type, "the result must be typed like the query")
-
-
-CACHE_OPS = (KvCacheOp, CachedAttentionOp)

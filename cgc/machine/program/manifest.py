@@ -200,6 +200,19 @@ _CACHE: Schema = {
 }  # fmt: skip
 """A key-value cache a program keeps (``cgc.machine.program.caches``)."""
 
+SERVING_FIGURES = (
+    "prompt_tokens",
+    "prompt_chunks",
+    "new_tokens",
+    "num_csx",
+    "ttft_seconds",
+    "tpot_seconds",
+    "tokens_per_second",
+    "tokens_per_second_per_sequence",
+    "kv_capacity_tokens",
+)
+"""The serving figures a generation's artifact always has (``cgc inspect`` shows them)."""
+
 _GENERATION: Schema = {
     "type": "object",
     "required": ["decode", "serving"],
@@ -215,7 +228,12 @@ _GENERATION: Schema = {
                 "caches": {"type": "array", "items": _CACHE},
             },
         },
-        "serving": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+        "serving": {
+            "type": "object",
+            "required": list(SERVING_FIGURES),
+            "properties": {name: {"type": "number", "minimum": 0} for name in SERVING_FIGURES},
+            "additionalProperties": {"type": ["string", "number"]},
+        },
     },
 }
 """A generation's decode step (the artifact's own program is its prompts'), and its serving

@@ -148,7 +148,7 @@ def systems_of(names: Sequence[str], systems: int) -> list[int]:
     """The system of each layer of a model (in program order) split at layer boundaries over
     ``systems``: the blocks evenly, in order, the layers before them with the first system and
     those after with the last."""
-    blocks = [_block(name) for name in names]
+    blocks = [block_of(name) for name in names]
     order = sorted({b for b in blocks if b is not None})
     per = -(-len(order) // systems) if order else 1
     place = {block: min(i // per, systems - 1) for i, block in enumerate(order)}
@@ -164,12 +164,18 @@ def systems_of(names: Sequence[str], systems: int) -> list[int]:
     return out
 
 
-def _block(name: str) -> int | None:
+def block_of(name: str) -> int | None:
     """The block a layer belongs to (``h.N.``), or None."""
     if not name.startswith(BLOCK_PREFIX):
         return None
     head = name[len(BLOCK_PREFIX) :].split(".", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def renamed(name: str, block: int) -> str:
+    """A block's layer ``name`` as the same layer of block ``block``."""
+    rest = name[len(BLOCK_PREFIX) :].split(".", 1)[1]
+    return f"{BLOCK_PREFIX}{block}.{rest}"
 
 
 def make_pass(

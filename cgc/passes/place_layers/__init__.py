@@ -42,7 +42,8 @@ so the compiler's estimate is the time a run takes. A model that does not fit ra
 ``DoesNotFitError`` naming the layers that do not (``fit``).
 
 With ``bands`` the placement is not searched: every layer takes a band of the mesh's full
-width, its rows in proportion to the bytes it keeps (``bands``: a generation's decode step).
+width, its rows by its share of the bytes kept and of the time (``bands``: a generation's
+decode step).
 
 The modules, each standing on those before it: ``packing`` (rectangles onto the mesh),
 ``layers`` (the layers' heights and timings, and the packing and link checks), ``fit`` (the
@@ -64,6 +65,7 @@ from cgc.dialects import wse
 from cgc.dialects.ir import main_function, module_sparse_weights, module_target
 from cgc.dialects.lowering import layer_works
 from cgc.errors import CgcError
+from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Rect
 from cgc.passes.place_layers.bands import bands
 from cgc.passes.place_layers.layers import LayerTimings
@@ -75,12 +77,20 @@ def placement_spec(rects: Mapping[str, Rect]) -> str:
     return ";".join(f"{name}@{','.join(map(str, rect))}" for name, rect in rects.items())
 
 
-def _given_rects(spec: str) -> dict[str, Rect]:
-    """The rectangles of ``PlaceLayersPass.rects``, by layer name."""
+def _given_rects(spec: str, target: Target) -> dict[str, Rect]:
+    """The rectangles of ``PlaceLayersPass.rects``, by layer name; a CgcError naming an entry
+    that is not ``name@x,y,w,h`` of a rectangle inside the mesh."""
     rects: dict[str, Rect] = {}
     for entry in spec.split(";"):
         name, _, numbers = entry.rpartition("@")
-        x, y, w, h = (int(n) for n in numbers.split(","))
+        values = numbers.split(",")
+        if not name or len(values) != 4 or not all(v.isdigit() for v in values):
+            raise CgcError(f"place-layers: rects: {entry!r} is not name@x,y,w,h")
+        x, y, w, h = (int(v) for v in values)
+        if w < 1 or h < 1 or x + w > target.cols or y + h > target.rows:
+            raise CgcError(
+                f"place-layers: rects: {entry!r} is not inside the {target.rows}x{target.cols} mesh"
+            )
         rects[name] = (x, y, w, h)
     return rects
 
@@ -96,14 +106,16 @@ class PlaceLayersPass(ModulePass):
     name = "place-layers"
     rects: str = ""
     bands: bool = False
-    """Every layer a band of full-width rows in proportion to the bytes it keeps
+    """Every layer a band of full-width rows by its share of the bytes kept and of the time
     (``bands``): generation's decode step, whose layers read their resident weights."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
         works = [w for w in layer_works(main_function(op), target.whole) if w.layer is not None]
+        if self.rects and self.bands:
+            raise CgcError("place-layers: rects and bands are two placements; give one")
         if self.rects:
-            given = _given_rects(self.rects)
+            given = _given_rects(self.rects, target)
             missing = [w.layer.layer_name.data for w in works
                        if w.layer is not None and w.layer.layer_name.data not in given]  # fmt: skip
             if missing:
