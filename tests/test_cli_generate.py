@@ -169,7 +169,7 @@ def test_the_compiled_generation_is_an_artifact_inspect_reads(tmp_path: Path) ->
     assert [c["name"] for c in info["generation"]["decode"]["caches"]] == [
         f"h.{b}.attn.{kind}_cache" for b in (0, 1) for kind in ("key", "value")
     ]
-    assert info["generation"]["serving"]["kv_capacity_tokens"] > 20
+    assert info["generation"]["serving"]["kv_capacity_tokens"] >= 2 * 9  # the caches compiled
 
 
 def test_a_timing_only_generation_takes_no_weights(tmp_path: Path) -> None:

@@ -163,10 +163,14 @@ def test_serving_figures_of_a_timing_only_generation() -> None:
     for key in ("ttft_seconds", "tpot_seconds", "tokens_per_second",
                 "tokens_per_second_per_sequence", "kv_capacity_tokens", "num_csx"):  # fmt: skip
         assert figures[key] > 0, key
-    assert figures["tokens_per_second"] == pytest.approx(
-        2 * figures["tokens_per_second_per_sequence"]
-    )
-    assert serving.seconds == pytest.approx(serving.ttft_seconds + 15 * serving.tpot_seconds)
+    # the caches compiled (64 + 16 - 1 tokens for each of 2 sequences) fit what is stated
+    assert figures["kv_capacity_tokens"] >= 2 * 79
+    # a token's time is the decode step's layers (and its links), and the first token's the
+    # prompts' program's
+    decode = serving.decode
+    assert serving.tpot_seconds >= sum(t.seconds for t in decode.layers) - 1e-15
+    assert serving.ttft_seconds >= sum(t.seconds for t in serving.prefill.layers) - 1e-15
+    assert decode.layers[0].name == "wte"
     assert generated.compiled.reason.startswith("the faster for 2 sequences at once")
     assert [s["step"] for s in generated.steps()] == list(range(16))
 
