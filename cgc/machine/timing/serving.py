@@ -217,7 +217,9 @@ class Serving:
     new_tokens: int
     kv_capacity_tokens: int
     """Cache tokens that fit in the SRAM left after weights and activations, summed over the
-    sequences (a sequence's longest context times the sequences served at once)."""
+    sequences (a sequence's longest context times the sequences served at once), on the
+    layers' rectangles as placed for the caches compiled: pipelined, a longer context placed
+    anew gives its attention layers more rows, and more room."""
     kv_bytes_per_token: int
 
     @property
