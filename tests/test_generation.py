@@ -222,3 +222,24 @@ def test_a_long_prompt_runs_in_chunks_as_transformers_does() -> None:
         want = module.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                                max_new_tokens=3, do_sample=False, pad_token_id=0)  # fmt: skip
     np.testing.assert_array_equal(generated.tokens, want.numpy())
+
+
+def test_the_positions_load_at_every_layer_that_reads_them(tmp_path: Path) -> None:
+    """``positions`` (marked ``EVERY_LAYER``) loads from the host at each layer that reads it,
+    so that no route carries it from the first layer to all the others."""
+    from cgc.frontends import transformer
+
+    params = load_params(_params(tmp_path, 5))
+    imported = transformer.build_generation(params, 2, transformer.Generation(1, 8, False))
+    artifact = cgc.compile(imported, mode="pipelined")
+    program = artifact.program
+    loads = [i for i in program.instructions if i.opcode == Opcode.INPUT and i.attrs["index"] == 1]
+    register = loads[0].results[0]
+    readers = {
+        index
+        for index, span in enumerate(program.layer_spans)
+        for position in span
+        if register in program.instructions[position].operands
+    }
+    assert len(loads) == len(readers) >= 4  # the two blocks' rotary and attention layers
+    assert all(register not in inputs for inputs in program.layer_inputs)

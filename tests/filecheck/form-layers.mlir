@@ -109,3 +109,25 @@ func.func @main(%ids: tensor<2x3xi64> loc("ids")) -> tensor<6x4xf32> {
 // CHECK-NEXT:    } loc("q_proj")
 // CHECK-NEXT:    func.return %[[Q]] : tensor<6x4xf32>
 // CHECK-NEXT:  }
+
+// -----
+
+// Generation's decode step: the key-value caches are sources like weights, created inside
+// the layer that writes and reads them (the cached attention opens it, as a matmul would),
+// and the positions come in as the layer's argument.
+
+func.func @main(%q: tensor<2x8xf32> loc("q"), %k: tensor<2x4xf32> loc("k"), %v: tensor<2x4xf32> loc("v"), %pos: tensor<2x1xi32> loc("positions")) -> tensor<2x8xf32> {
+  %w = wse.weight "q_proj.weight" : tensor<8x8xf32> loc("q_proj")
+  %x = wse.matmul %q, %w : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32> loc("q_proj")
+  %kc = wse.kv_cache "attn.key_cache" {capacity = 6 : i64} : tensor<12x4xf32> loc("attn")
+  %vc = wse.kv_cache "attn.value_cache" {capacity = 6 : i64} : tensor<12x4xf32> loc("attn")
+  %a = wse.cached_attention %x, %k, %v, %kc, %vc, %pos {heads = 2 : i64, kv_heads = 1 : i64, scale = 5.000000e-01 : f64} : (tensor<2x8xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<12x4xf32>, tensor<12x4xf32>, tensor<2x1xi32>) -> tensor<2x8xf32> loc("attn")
+  func.return %a : tensor<2x8xf32>
+}
+
+// CHECK:      wse.layer "q_proj"(%q)
+// CHECK:      wse.layer "attn"(%{{.*}}, %k, %v, %pos)
+// CHECK-NEXT:   ^{{.*}}(%{{.*}}: tensor<2x8xf32>, %{{.*}}: tensor<2x4xf32>, %{{.*}}: tensor<2x4xf32>, %{{.*}}: tensor<2x1xi32>):
+// CHECK-NEXT:     %{{.*}} = wse.kv_cache "attn.key_cache" {capacity = 6 : i64} : tensor<12x4xf32>
+// CHECK-NEXT:     %{{.*}} = wse.kv_cache "attn.value_cache" {capacity = 6 : i64} : tensor<12x4xf32>
+// CHECK-NEXT:     %{{.*}} = wse.cached_attention
