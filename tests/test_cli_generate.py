@@ -64,8 +64,10 @@ def test_a_transformers_model_generates_its_tokens(tmp_path: Path) -> None:
     figures = json.loads(stats.read_text())
     assert figures["ttft_seconds"] == lines[0]["seconds"]
     assert figures["tpot_seconds"] == lines[1]["seconds"]
-    trace = json.loads((tmp_path / "trace.json").read_text())
-    assert any(event.get("name", "").startswith("prompts: ") for event in trace["traceEvents"])
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(event["name"].startswith("prompts: ") for event in events)
+    first = min(e["ts"] for e in events if e["name"].startswith("token 1: "))
+    assert first == pytest.approx(figures["ttft_seconds"] * 1e6)
 
 
 def _params(tmp_path: Path, positions: int = 32) -> str:

@@ -31,7 +31,8 @@ from cgc.errors import CgcError, OptionError
 from cgc.frontends.params import ModelParams, is_params_source, load_params
 from cgc.machine.hardware.target import checked_systems, resolve
 from cgc.machine.hardware.units import human_bytes
-from cgc.machine.timing.serving import Serving
+from cgc.machine.program.mode import Mode
+from cgc.machine.timing.serving import Pass, Serving
 from cgc.machine.timing.streaming import Span
 from cgc.options import CompileOptions, GenerationOptions
 from cgc.runtime.generation import Generator, Prompts, joined, prompts_of
@@ -222,18 +223,40 @@ def generation_text(generated: Generated) -> str:
     return "\n".join(lines) + "\n"
 
 
+TRACED_RUNS = 4
+"""Runs of a pass (a sequence's, pipelined) a trace draws one by one."""
+
+
 def generation_spans(generated: Generated, steps: int = 4) -> list[Span]:
-    """A trace of the prompts and the first ``steps`` decode steps: a track per system, a
-    span per layer (the pipelined way's sequences share each span)."""
+    """A trace of the prompts and the first ``steps`` decode steps, as the serving model
+    times them: a track per system (pipelined, per system and sequence, the sequences
+    entering one period apart), a span per layer and per crossing between systems; the
+    first ``TRACED_RUNS`` runs of each pass."""
     serving = generated.serving
+    spans = _pass_spans("prompts", serving.prefill, 0.0, serving.prompt_runs)
+    end = serving.ttft_seconds
+    for step in range(min(steps, serving.new_tokens - 1)):
+        spans += _pass_spans(f"token {step + 1}", serving.decode, end, 1)
+        end += serving.tpot_seconds
+    return spans
+
+
+def _pass_spans(label: str, one: Pass, start: float, runs: int) -> list[Span]:
+    """The spans of ``runs`` runs of ``one`` from ``start`` (pipelined, each sequence's; the
+    whole wafer, all of them together)."""
+    pipelined = one.mode == Mode.PIPELINED
+    every = runs * one.sequences if pipelined else runs
+    gap = one.period_seconds if pipelined else one.latency_seconds
     spans: list[Span] = []
-    start = 0.0
-    passes = [("prompts", serving.prefill)]
-    passes += [
-        (f"token {i + 1}", serving.decode) for i in range(min(steps, serving.new_tokens - 1))
-    ]
-    for label, one in passes:
-        for t in one.layers:
-            spans.append(Span(f"system {t.system}", f"{label}: {t.name}", start, start + t.seconds))
-            start += t.seconds
+    for run in range(min(every, TRACED_RUNS)):
+        at, system = start + run * gap, 0
+        who = f", sequence {run % one.sequences}" if pipelined else ""
+        for layer in one.layers:
+            if layer.system != system:
+                track = f"system {system} -> {layer.system}{who}"
+                spans.append(Span(track, f"{label}: activations", at, at + one.link_seconds))
+                at, system = at + one.link_seconds, layer.system
+            track = f"system {layer.system}{who}"
+            spans.append(Span(track, f"{label}: {layer.name}", at, at + layer.seconds))
+            at += layer.seconds
     return spans
