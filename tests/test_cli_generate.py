@@ -206,3 +206,28 @@ def test_a_placement_given_badly_is_one_line(options: str, message: str) -> None
     code, output = _invoke("opt", str(mlir), "--target", "mesh8x3", "-p",
                            f"place-layers{{{options}}}")  # fmt: skip
     assert code == 2 and output.startswith(message) and output.count("\n") == 1, output
+
+
+def test_a_generation_runs_again_from_its_artifact(tmp_path: Path) -> None:
+    """``--artifact`` keeps both programs, the weights and the serving figures: the artifact
+    generates the same tokens without compiling again, and refuses what would recompile it."""
+    model = _params(tmp_path)
+    prompt = _prompt(tmp_path, np.array([[1, 2, 3, 4], [5, 6, 7, 8]]))
+    first, again = tmp_path / "first.npz", tmp_path / "again.npz"
+    code, output = _invoke("generate", model, "--prompt", prompt, "--init-seed", "3",
+                           "--max-new-tokens", "5", "--output", str(first), "--artifact",
+                           str(tmp_path / "gen.cgc"))  # fmt: skip
+    assert code == 0, output
+    code, again_output = _invoke("generate", str(tmp_path / "gen.cgc"), "--prompt", prompt,
+                                 "--max-new-tokens", "3", "--output", str(again))  # fmt: skip
+    assert code == 0, again_output
+    np.testing.assert_array_equal(np.load(again)["tokens"], np.load(first)["tokens"][:, :7])
+    assert again_output.splitlines()[:4] == output.splitlines()[:4]  # the same figures
+    refused = _refused(tmp_path, str(tmp_path / "gen.cgc"), "--prompt", prompt, "--concurrent", "3")
+    assert refused == (
+        "error: --concurrent: the generation's artifact was compiled otherwise; compile it "
+        "again to change it\n"
+    )
+    assert "past the caches' 8 the artifact was compiled for" in _refused(
+        tmp_path, str(tmp_path / "gen.cgc"), "--prompt", prompt, "--max-new-tokens", "6"
+    )

@@ -103,6 +103,23 @@ class CompiledGeneration:
     """Why this mode: asked for, or what ``auto`` compared."""
     serving: Serving
 
+    @classmethod
+    def of(cls, artifact: Artifact) -> CompiledGeneration:
+        """The generation an artifact of both programs holds (``artifact``); a CgcError if it
+        holds one program."""
+        generation = artifact.manifest.get("generation")
+        if generation is None or artifact.decode is None:
+            raise CgcError(
+                f"{artifact.program.source}: not a generation's artifact (cgc generate "
+                "--artifact writes one)"
+            )
+        own = {k: v for k, v in artifact.manifest.items() if k != "generation"}
+        step = {**own, **generation["decode"]}
+        prefill = Artifact(own, artifact.program, artifact.ir_text, artifact.weights)
+        decode = Artifact(step, artifact.decode, artifact.decode_ir, artifact.weights)
+        serving = Serving.from_record(generation["timing"])
+        return cls(prefill, decode, artifact.mode, own["mode_reason"], serving)
+
     def artifact(self) -> Artifact:
         """Both programs as one artifact: the prompts' program its own, the decode step's in
         its ``decode`` section and ``generation`` entry, with the serving figures."""
@@ -116,6 +133,7 @@ class CompiledGeneration:
                 "caches": step.get("caches", []),
             },
             "serving": figures,
+            "timing": self.serving.record(),
         }
         manifest = {**self.prefill.manifest, "mode_reason": self.reason, "generation": generation}
         prefill = self.prefill

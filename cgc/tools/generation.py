@@ -31,6 +31,7 @@ from cgc.errors import CgcError, OptionError
 from cgc.frontends.params import ModelParams, is_params_source, load_params
 from cgc.machine.hardware.target import checked_systems, resolve
 from cgc.machine.hardware.units import human_bytes
+from cgc.machine.program.artifact import Artifact
 from cgc.machine.program.mode import Mode
 from cgc.machine.timing.serving import Pass, Serving
 from cgc.machine.timing.streaming import Span
@@ -39,6 +40,8 @@ from cgc.runtime.generation import Generator, Prompts, joined, prompts_of
 from cgc.tools.report import human_seconds
 
 PROMPT = "the prompt"
+ARTIFACT_SUFFIX = ".cgc"
+"""A MODEL named so is a generation's artifact."""
 """How a prompt is named in errors, unless the door names it otherwise."""
 
 
@@ -63,7 +66,8 @@ class Generated:
         """A record per step (JSON lines): its new tokens and its simulated time."""
         elapsed = 0.0
         out = []
-        for step, seconds in enumerate(self.serving.step_seconds()):
+        count = None if self.new_tokens is None else self.new_tokens.shape[1]
+        for step, seconds in enumerate(self.serving.step_seconds(count)):
             elapsed += seconds
             record: dict[str, Any] = {"step": step, "seconds": seconds, "elapsed": elapsed}
             if self.new_tokens is not None:
@@ -123,7 +127,14 @@ def generate(
     prompt_name: str = PROMPT,
 ) -> Generated:
     """Compiles ``model`` for a generation and runs it (see the module's doc); timing-only
-    (``generation.timing_only``) it takes ``prompt_len`` instead of a prompt."""
+    (``generation.timing_only``) it takes ``prompt_len`` instead of a prompt. A generation's
+    artifact (``cgc generate --artifact``) runs as it was compiled."""
+    if isinstance(model, Artifact) or str(model).endswith(ARTIFACT_SUFFIX):
+        if weights is not None:
+            raise CgcError("--weights: a generation's artifact holds its weights")
+        artifact = model if isinstance(model, Artifact) else Artifact.load(str(model))
+        compiled = CompiledGeneration.of(artifact)
+        return _from_compiled(compiled, prompt, attention_mask, options, generation, prompt_name)
     params, carried, example = model_of(model)
     if prompt is None and not generation.timing_only:
         prompt = example
@@ -159,6 +170,49 @@ def generate(
     new_tokens, logits = generator.generate(prompts, new)
     tokens, mask = joined(prompts, new_tokens)
     return Generated(compiled, tokens, mask, new_tokens, logits)
+
+
+def _from_compiled(
+    compiled: CompiledGeneration,
+    prompt: object | None,
+    mask: object | None,
+    options: CompileOptions,
+    generation: GenerationOptions,
+    prompt_name: str,
+) -> Generated:
+    """A generation's artifact run as compiled: its figures, or its tokens after prompts
+    that fit its programs; what would recompile it is a CgcError naming the option."""
+    serving = compiled.serving
+    given = {
+        "mode": options.mode not in ("auto", compiled.mode),
+        "num_csx": options.num_csx not in (None, serving.decode.systems),
+        "init_seed": options.init_seed is not None,
+        "prompt_len": generation.prompt_len not in (None, serving.prompt_tokens),
+        "concurrent": generation.concurrent not in (None, serving.decode.sequences),
+    }
+    changed = [name for name, differs in given.items() if differs]
+    if changed:
+        raise OptionError(f"{changed[0]}: the generation's artifact was compiled otherwise; "
+                          "compile it again to change it", changed[0])  # fmt: skip
+    if generation.timing_only:
+        return Generated(compiled)
+    if prompt is None:
+        raise CgcError(f"{prompt_name}: a generation with numbers needs a prompt (or timing_only)")
+    vocab = compiled.decode.manifest["outputs"][0]["shape"][-1]
+    prompts = prompts_of(prompt, mask, vocab, prompt_name)
+    _check_concurrent(prompts, serving.decode.sequences)
+    capacity = compiled.decode.manifest["caches"][0]["capacity"]
+    fed = prompts.longest + generation.max_new_tokens - 1
+    if fed > capacity:
+        raise CgcError(
+            f"{prompt_name}: a prompt of {prompts.longest} tokens and "
+            f"{generation.max_new_tokens} new tokens feed {fed} positions, past the caches' "
+            f"{capacity} the artifact was compiled for"
+        )
+    generator = Generator(compiled.prefill, compiled.decode, compiled.mode)
+    new_tokens, logits = generator.generate(prompts, generation.max_new_tokens)
+    tokens, joined_mask = joined(prompts, new_tokens)
+    return Generated(compiled, tokens, joined_mask, new_tokens, logits)
 
 
 def _check_concurrent(prompts: Prompts, concurrent: int | None) -> None:

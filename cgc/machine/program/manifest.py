@@ -213,10 +213,54 @@ SERVING_FIGURES = (
 )
 """The serving figures a generation's artifact always has (``cgc inspect`` shows them)."""
 
+_SECONDS: Schema = {"type": "number", "minimum": 0}
+_PASS: Schema = {
+    "type": "object",
+    "required": ["layers", "link_seconds", "systems", "sequences", "mode"],
+    "properties": {
+        "layers": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "system", "seconds", "compute_seconds", "arrival_seconds",
+                             "movement_seconds"],
+                "properties": {
+                    "name": _NAME,
+                    "system": _COUNT,
+                    "seconds": _SECONDS,
+                    "compute_seconds": _SECONDS,
+                    "arrival_seconds": _SECONDS,
+                    "movement_seconds": {"type": "number"},
+                },
+            },
+        },
+        "link_seconds": _SECONDS,
+        "systems": {"type": "integer", "minimum": 1, "maximum": MAX_SYSTEMS},
+        "sequences": _POSITIVE,
+        "mode": {"type": "string", "enum": list(Mode)},
+    },
+}  # fmt: skip
+"""One program's pass over the systems (``cgc.machine.timing.serving.Pass.record``)."""
+_TIMING: Schema = {
+    "type": "object",
+    "required": ["prefill", "decode", "prompt_tokens", "prompt_runs", "new_tokens",
+                 "kv_capacity_tokens", "kv_bytes_per_token"],
+    "properties": {
+        "prefill": _PASS,
+        "decode": _PASS,
+        "prompt_tokens": _COUNT,
+        "prompt_runs": _POSITIVE,
+        "new_tokens": _POSITIVE,
+        "kv_capacity_tokens": _COUNT,
+        "kv_bytes_per_token": _COUNT,
+    },
+}  # fmt: skip
+
 _GENERATION: Schema = {
     "type": "object",
-    "required": ["decode", "serving"],
+    "required": ["decode", "serving", "timing"],
     "properties": {
+        "timing": _TIMING,
         "decode": {
             "type": "object",
             "required": ["inputs", "outputs", "pipeline", "layers", "caches"],

@@ -32,6 +32,7 @@ masked past its position (``cgc.machine.plans.attention.CachedAttention``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,15 +73,7 @@ class LayerTime:
 
     def to_json(self) -> dict[str, Any]:
         """The layer's row of a report."""
-        return {
-            "name": self.name,
-            "system": self.system,
-            "seconds": self.seconds,
-            "compute_seconds": self.compute_seconds,
-            "arrival_seconds": self.arrival_seconds,
-            "movement_seconds": self.movement_seconds,
-            "bound": self.bound,
-        }
+        return {**dataclasses.asdict(self), "bound": self.bound}
 
 
 @dataclass(frozen=True)
@@ -93,6 +86,23 @@ class Pass:
     systems: int
     sequences: int
     mode: Mode
+
+    def record(self) -> dict[str, Any]:
+        """The pass as an artifact keeps it (``from_record`` reads it back)."""
+        return {
+            "layers": [dataclasses.asdict(t) for t in self.layers],
+            "link_seconds": self.link_seconds,
+            "systems": self.systems,
+            "sequences": self.sequences,
+            "mode": str(self.mode),
+        }
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Pass:
+        """The pass of ``record``."""
+        layers = [LayerTime(**layer) for layer in data["layers"]]
+        return cls(layers, data["link_seconds"], data["systems"], data["sequences"],
+                   Mode(data["mode"]))  # fmt: skip
 
     @property
     def latency_seconds(self) -> float:
@@ -205,6 +215,11 @@ def make_pass(
     return Pass(layers, link if systems > 1 else 0.0, systems, sequences, mode)
 
 
+COUNTS = ("prompt_tokens", "prompt_runs", "new_tokens", "kv_capacity_tokens",
+          "kv_bytes_per_token")  # fmt: skip
+"""The whole numbers of a ``Serving``, in its fields' order."""
+
+
 @dataclass(frozen=True)
 class Serving:
     """How fast ``sequences`` sequences generate: their prompt, then ``new_tokens`` each."""
@@ -221,6 +236,20 @@ class Serving:
     layers' rectangles as placed for the caches compiled: pipelined, a longer context placed
     anew gives its attention layers more rows, and more room."""
     kv_bytes_per_token: int
+
+    def record(self) -> dict[str, Any]:
+        """The figures' sources as an artifact keeps them (``from_record`` reads them)."""
+        return {
+            "prefill": self.prefill.record(),
+            "decode": self.decode.record(),
+            **{name: getattr(self, name) for name in COUNTS},
+        }
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Serving:
+        """The serving of ``record``."""
+        passes = Pass.from_record(data["prefill"]), Pass.from_record(data["decode"])
+        return cls(*passes, *(data[name] for name in COUNTS))
 
     @property
     def ttft_seconds(self) -> float:
@@ -247,9 +276,11 @@ class Serving:
         """The whole generation: the prompts, then the rest of the tokens."""
         return self.ttft_seconds + max(self.new_tokens - 1, 0) * self.tpot_seconds
 
-    def step_seconds(self) -> list[float]:
-        """Each new token's time, the first's being the prompt's."""
-        return [self.ttft_seconds] + [self.tpot_seconds] * max(self.new_tokens - 1, 0)
+    def step_seconds(self, tokens: int | None = None) -> list[float]:
+        """Each of ``tokens`` new tokens' time (default: ``new_tokens``), the first's being
+        the prompt's."""
+        count = self.new_tokens if tokens is None else tokens
+        return [self.ttft_seconds] + [self.tpot_seconds] * max(count - 1, 0)
 
     def to_json(self) -> dict[str, Any]:
         """The figures ``--stats-json`` writes."""
