@@ -14,7 +14,7 @@ positions over the padding's cache rows before any query can see them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,10 +123,6 @@ def _masked(
     return rows, pads
 
 
-OnToken = Callable[[int, np.ndarray], None]
-"""Told of each step's new tokens: its number (0: the prompts') and a token per sequence."""
-
-
 class Generator:
     """A compiled generation's programs on one simulated system with numbers."""
 
@@ -168,9 +164,7 @@ class Generator:
         assert logits is not None
         return logits
 
-    def generate(
-        self, prompts: Prompts, new_tokens: int, on_token: OnToken | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def generate(self, prompts: Prompts, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """Greedy decoding of ``new_tokens`` tokens after each prompt: the tokens ``[B,
         N]`` and every step's logits ``[N, B, V]``."""
         lengths = prompts.lengths
@@ -179,8 +173,6 @@ class Generator:
         tokens = np.zeros((batch, new_tokens), dtype=np.int64)
         for step in range(new_tokens):
             tokens[:, step] = np.argmax(steps[-1], axis=-1)
-            if on_token is not None:
-                on_token(step, tokens[:, step])
             if step + 1 == new_tokens:
                 break
             ids = tokens[:, step : step + 1].astype(TOKEN_DTYPE)

@@ -154,8 +154,7 @@ def generate(
         request = GenerationRequest(params, generation.concurrent or 1, generation.prompt_len,
                                     new, target, systems, None)  # fmt: skip
         return Generated(compile_generation(request, options))
-    if prompt is None:
-        raise CgcError(f"{prompt_name}: a generation with numbers needs a prompt (or timing_only)")
+    _check_prompt(prompt, prompt_name)
     if generation.prompt_len is not None:
         raise OptionError("prompt_len is for a timing-only generation; the prompt gives it",
                           "prompt_len")  # fmt: skip
@@ -165,11 +164,7 @@ def generate(
     chosen = _weights(params, carried, weights, options.init_seed)
     request = GenerationRequest(params, len(prompts.rows), prompts.longest, new, target, systems,
                                 chosen)  # fmt: skip
-    compiled = compile_generation(request, options)
-    generator = Generator(compiled.prefill, compiled.decode, compiled.mode)
-    new_tokens, logits = generator.generate(prompts, new)
-    tokens, mask = joined(prompts, new_tokens)
-    return Generated(compiled, tokens, mask, new_tokens, logits)
+    return _generated(compile_generation(request, options), prompts, new)
 
 
 def _from_compiled(
@@ -196,8 +191,7 @@ def _from_compiled(
                           "compile it again to change it", changed[0])  # fmt: skip
     if generation.timing_only:
         return Generated(compiled)
-    if prompt is None:
-        raise CgcError(f"{prompt_name}: a generation with numbers needs a prompt (or timing_only)")
+    _check_prompt(prompt, prompt_name)
     vocab = compiled.decode.manifest["outputs"][0]["shape"][-1]
     prompts = prompts_of(prompt, mask, vocab, prompt_name)
     _check_concurrent(prompts, serving.decode.sequences)
@@ -209,10 +203,21 @@ def _from_compiled(
             f"{generation.max_new_tokens} new tokens feed {fed} positions, past the caches' "
             f"{capacity} the artifact was compiled for"
         )
+    return _generated(compiled, prompts, generation.max_new_tokens)
+
+
+def _check_prompt(prompt: object | None, name: str) -> None:
+    """A CgcError if a generation with numbers has no prompt."""
+    if prompt is None:
+        raise CgcError(f"{name}: a generation with numbers needs a prompt (or timing_only)")
+
+
+def _generated(compiled: CompiledGeneration, prompts: Prompts, new: int) -> Generated:
+    """``new`` tokens after ``prompts`` from ``compiled``'s programs, on the simulator."""
     generator = Generator(compiled.prefill, compiled.decode, compiled.mode)
-    new_tokens, logits = generator.generate(prompts, generation.max_new_tokens)
-    tokens, joined_mask = joined(prompts, new_tokens)
-    return Generated(compiled, tokens, joined_mask, new_tokens, logits)
+    new_tokens, logits = generator.generate(prompts, new)
+    tokens, mask = joined(prompts, new_tokens)
+    return Generated(compiled, tokens, mask, new_tokens, logits)
 
 
 def _check_concurrent(prompts: Prompts, concurrent: int | None) -> None:
