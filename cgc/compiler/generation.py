@@ -317,10 +317,13 @@ def _programs(
         placed = PlaceLayersPass(placement_spec(rects))
         timed = (_program(one, compiled, prompts, placed), _program(one, compiled, step, placed))
     try:
+        held = timed_run(decode.program, target, mode, sram)  # fills the ledger the caches count
         prefill_records = timed_run(timed[0].program, target, mode, Sram(target, strict=False))
-        decode_records = timed_run(decode.program, target, mode, sram)
-        if timed[1] is not decode:
-            decode_records = timed_run(timed[1].program, target, mode, Sram(target, strict=False))
+        decode_records = (
+            held
+            if timed[1] is decode
+            else timed_run(timed[1].program, target, mode, Sram(target, strict=False))
+        )
     except SimulationError as e:
         raise _no_fit(request, mode, e) from None
     serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
