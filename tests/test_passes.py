@@ -1251,9 +1251,9 @@ def test_cgc_opt_split_input_file(tmp_path):
 def test_all_passes_are_registered_by_module_name():
     passes = all_passes()
     assert sorted(passes) == [
-        "autodiff", "channels-last", "decompose", "fold-constants", "form-layers",
-        "fuse-attention", "fuse-rotary", "place-layers", "recompute-activations", "route-tensors",
-        "schedule-streams", "select-sparse-weights",
+        "autodiff", "cache-keys-values", "channels-last", "decompose", "fold-constants",
+        "form-layers", "fuse-attention", "fuse-rotary", "place-layers", "recompute-activations",
+        "route-tensors", "schedule-streams", "select-sparse-weights",
     ]  # fmt: skip
     for name, cls in passes.items():
         assert cls.name == name

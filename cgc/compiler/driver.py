@@ -64,6 +64,7 @@ from cgc.machine.timing.cost import LayerCost, Profile, profile, program_costs
 from cgc.machine.training import optimizers
 from cgc.options import Chosen, CompileOptions, SparsityOptions
 from cgc.passes.autodiff import AutodiffPass
+from cgc.passes.cache_keys_values import CacheKeysValuesPass
 from cgc.passes.fuse_attention import AttentionCensus, FuseAttentionPass
 from cgc.passes.place_layers import PlaceLayersPass
 from cgc.passes.recompute_activations import RecomputeActivationsPass
@@ -245,6 +246,7 @@ def compile_model(
     print_ir_after_all: Callable[[str], None] | None = None,
     on_pass: OnPass | None = None,
     placement: PlaceLayersPass | None = None,
+    caches: CacheKeysValuesPass | None = None,
     **fields: Any,
 ) -> Artifact:
     """Compiles a model (an ONNX file or ModelProto, a params file, ``zoo:NAME`` or a
@@ -260,7 +262,8 @@ def compile_model(
     of every step as it begins (``OnPass``; a progress bar); ``placement`` (pipelined mode)
     is the placement pass configured otherwise than a search (the rectangles of another
     program of the same artifact, or bands). Mode ``whole_wafer`` (generation's) runs every
-    layer on the whole wafer with its weights resident."""
+    layer on the whole wafer with its weights resident. ``caches`` gives an imported decoder's
+    attention its key-value caches (a generation's program of a graph's decoder)."""
     chosen = Chosen("compile_model", (CompileOptions, SparsityOptions), records, fields)
     options, sparse = chosen[CompileOptions], chosen[SparsityOptions]
     mode = options.mode
@@ -311,7 +314,7 @@ def compile_model(
         # the manifest's reason, in the command line's words as artifacts have always had it
         asked = STREAMED_FOR_TRAINING if training else f"requested with --mode {mode}"
         return StreamingCompiler(on_pass=on_pass).artifact(request, asked, dumps)
-    return _placed(request, mode, dumps, on_pass, placement)
+    return _placed(request, mode, dumps, on_pass, placement, caches)
 
 
 def _placed(
@@ -320,10 +323,12 @@ def _placed(
     dumps: IRDumps,
     on_pass: OnPass | None,
     placement: PlaceLayersPass | None = None,
+    caches: CacheKeysValuesPass | None = None,
 ) -> Artifact:
     """An inference ``request`` placed on the wafer (``mode`` pipelined, by ``placement`` if
     given), or in auto mode placed if the model fits and streamed otherwise, or run layer
-    after layer on the whole wafer (``mode`` whole_wafer)."""
+    after layer on the whole wafer (``mode`` whole_wafer); its attention cached by
+    ``caches`` if given."""
     steps = Steps(on_pass)
     steps.begin("import")
     imported = request.source.imported(request.per_system_batch)
@@ -331,8 +336,9 @@ def _placed(
     c = Compilation(imported, request.target, dumps, steps)
     sparse = len(stage_passes("sparse")) if request.sparsity is not None else 0
     placing = 0 if mode == Mode.WHOLE_WAFER else len(stage_passes("pipelined"))
-    steps.expect(len(stage_passes("front")) + sparse + placing)
-    c.run(stage_spec("front", *front(imported, None)))
+    stage = "front" if caches is None else "front_cached"
+    steps.expect(len(stage_passes(stage)) + sparse + placing)
+    c.run(stage_spec(stage, *front(imported, None), *(() if caches is None else (caches,))))
     saved = _mark_sparse(c, request)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from cgc.compiler.driver import compile_model
-from cgc.errors import CgcError, DoesNotFitError
+from cgc.errors import CgcError, DoesNotFitError, OptionError
 from cgc.frontends import transformer
+from cgc.frontends.decoder import GraphDecoder
 from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
 from cgc.frontends.params import ModelParams, parameter_count
 from cgc.machine.hardware import dtypes
@@ -48,6 +49,7 @@ from cgc.machine.program.mode import Mode
 from cgc.machine.timing.cost import CACHE_KEY, LayerRecord, SimulationError, Sram, Timing
 from cgc.machine.timing.serving import Pass, Serving, block_of, make_pass, renamed
 from cgc.options import CompileOptions
+from cgc.passes.cache_keys_values import CacheKeysValuesPass
 from cgc.passes.place_layers import PlaceLayersPass, placement_spec
 
 SERVING_MODES = (Mode.PIPELINED, Mode.WHOLE_WAFER)
@@ -59,13 +61,19 @@ sequence), so that the activations on the wafer stay a chunk's. A pipeline's rat
 hardly depends on the chunk: a chunk of ``c`` tokens holds each stage ``c`` times as long."""
 
 
+Decoder = ModelParams | GraphDecoder
+"""A model a generation compiles: a params file's (built with its caches by the params-file
+frontend), or a decoder graph (imported, its attention given caches by
+``cache-keys-values``)."""
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """What to compile: the model, the sequences served at once, the prompt's and the
     generation's lengths (tokens a sequence), where, and the weights (None: declared, for a
-    timing-only generation)."""
+    timing-only generation; a decoder graph carries its own)."""
 
-    params: ModelParams
+    params: Decoder
     sequences: int
     prompt_tokens: int
     new_tokens: int
@@ -86,9 +94,15 @@ class GenerationRequest:
         return max(self.prompt_tokens + self.new_tokens - 1, 1)
 
     @property
+    def layers(self) -> int:
+        """The model's blocks; a decoder graph is compiled whole, as one."""
+        params = self.params
+        return params.model.num_hidden_layers if isinstance(params, ModelParams) else 1
+
+    @property
     def blocks(self) -> int:
         """The blocks compiled: all of them with numbers, else one system's share."""
-        layers = self.params.model.num_hidden_layers
+        layers = self.layers
         return layers if self.weights is not None else -(-layers // self.num_csx)
 
 
@@ -141,16 +155,20 @@ class CompiledGeneration:
                         self.decode.program, self.decode.ir)  # fmt: skip
 
 
-def check_lengths(params: ModelParams, prompt_tokens: int, new_tokens: int) -> None:
+def check_lengths(params: Decoder, prompt_tokens: int, new_tokens: int) -> None:
     """A CgcError naming both numbers if the prompt and the generation run past the model's
     positions."""
-    positions = params.model.max_position_embeddings
+    if isinstance(params, ModelParams):
+        positions, where = params.model.max_position_embeddings, "model.max_position_embeddings"
+    elif params.positions is not None:
+        positions, where = params.positions, "the rows of its position table"
+    else:
+        return
     fed = prompt_tokens + new_tokens - 1  # the last new token is never fed back
     if fed > positions:
         raise CgcError(
             f"{params.source}: a prompt of {prompt_tokens} tokens and {new_tokens} new tokens "
-            f"feed {fed} positions, past the model's {positions} "
-            "(model.max_position_embeddings)"
+            f"feed {fed} positions, past the model's {positions} ({where})"
         )
 
 
@@ -212,9 +230,9 @@ def _systems_needed(
     """The fewest systems a timing-only request fits, each holding fewer blocks than now
     (None with numbers, whose whole model is compiled on one wafer, or if even one block a
     system does not fit)."""
-    if request.weights is not None:
+    if request.weights is not None or not isinstance(request.params, ModelParams):
         return None
-    layers = request.params.model.num_hidden_layers
+    layers = request.layers
     for blocks in range(request.blocks - 1, 0, -1):
         systems = -(-layers // blocks)
         fewer = dataclasses.replace(request, num_csx=systems)
@@ -240,8 +258,14 @@ def _why(
 def _check_systems(request: GenerationRequest) -> None:
     """A CgcError saying how many systems the weights need, if the request has fewer: a
     system holds its share of the blocks, and the share compiled (``blocks``) holds the
-    embedding and the head besides."""
-    model, precision = request.params.model, request.params.runconfig.precision
+    embedding and the head besides; a decoder graph is compiled whole on one system."""
+    params = request.params
+    if not isinstance(params, ModelParams):
+        if request.num_csx != 1:
+            raise OptionError(f"num_csx {request.num_csx}: {params.source}, a decoder graph, "
+                              "is served whole by one system", "num_csx")  # fmt: skip
+        return
+    model, precision = params.model, params.runconfig.precision
     itemsize = dtypes.dtype(precision).itemsize
     one = parameter_count(dataclasses.replace(model, num_hidden_layers=1))
     block = (parameter_count(dataclasses.replace(model, num_hidden_layers=2)) - one) * itemsize
@@ -338,6 +362,10 @@ def _program(
     placement: PlaceLayersPass,
 ) -> Artifact:
     """One program of the generation; ``placement`` places it in pipelined mode."""
+    if isinstance(request.params, GraphDecoder):
+        imported = request.params.program(request.sequences, generation)
+        caches = CacheKeysValuesPass(generation.capacity)
+        return compile_model(imported, options, placement=placement, caches=caches)
     imported = transformer.build_generation(
         request.params,
         request.sequences,
@@ -376,11 +404,9 @@ def _serving(
     placed as the whole model's over the request's systems; the caches' capacity from the
     decode step's ``program`` and ``sram``."""
     prefill, decode = records
-    config = request.params.model
-    layers = config.num_hidden_layers
-    itemsize = dtypes.dtype(request.params.runconfig.precision).itemsize
-    per_token = 2 * config.num_kv_heads * config.head_dim * itemsize
-    crossing = config.hidden_size * itemsize
+    layers = request.layers
+    per_token = sum(entry["bytes_per_token"] for entry in cache_entries(program))
+    per_token //= request.blocks  # a token of a sequence, a block
     capacity = _cache_capacity(request, program, sram)
     sequences = request.sequences
 
@@ -393,7 +419,7 @@ def _serving(
             mode,
             request.num_csx,
             sequences,
-            crossing * tokens * together,
+            _crossing_bytes(request) * tokens * together,
         )
 
     return Serving(
@@ -405,6 +431,15 @@ def _serving(
         capacity * request.sequences,
         per_token * layers,
     )
+
+
+def _crossing_bytes(request: GenerationRequest) -> int:
+    """The bytes of a token's activations between two blocks (the residual stream's)."""
+    params = request.params
+    if isinstance(params, ModelParams):
+        itemsize = dtypes.dtype(params.runconfig.precision).itemsize
+        return params.model.hidden_size * itemsize
+    return params.width * dtypes.dtype(params.dtype).itemsize
 
 
 def _cache_capacity(request: GenerationRequest, program: Program, sram: Sram) -> int:

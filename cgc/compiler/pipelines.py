@@ -21,11 +21,12 @@ from xdsl.utils.arg_spec import parse_pipeline
 
 from cgc.passes import all_passes
 
+_FUSIONS = "fuse-rotary,fuse-attention"
+_FRONT_REST = "decompose,fold-constants,channels-last,fold-constants,form-layers"
+
 PIPELINES: dict[str, str] = {
-    "front": (
-        "fuse-rotary,fuse-attention,decompose,fold-constants,channels-last,fold-constants,"
-        "form-layers"
-    ),
+    "front": f"{_FUSIONS},{_FRONT_REST}",
+    "front_cached": f"{_FUSIONS},cache-keys-values,{_FRONT_REST}",
     "sparse": "select-sparse-weights",
     "pipelined": "place-layers,route-tensors",
     "weight_streaming": "schedule-streams",

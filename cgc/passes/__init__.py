@@ -8,6 +8,7 @@ from xdsl.passes import ModulePass
 def all_passes() -> dict[str, type[ModulePass]]:
     """Every cgc pass by name."""
     from cgc.passes.autodiff import AutodiffPass
+    from cgc.passes.cache_keys_values import CacheKeysValuesPass
     from cgc.passes.channels_last import ChannelsLastPass
     from cgc.passes.decompose import DecomposePass
     from cgc.passes.fold_constants import FoldConstantsPass
@@ -23,6 +24,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     passes: tuple[type[ModulePass], ...] = (
         FuseRotaryPass,
         FuseAttentionPass,
+        CacheKeysValuesPass,
         DecomposePass,
         FoldConstantsPass,
         ChannelsLastPass,

@@ -2,8 +2,9 @@
 wafer would serve them.
 
 The model is a params file, ``zoo:NAME`` or a ``ModelParams`` (weights from ``init_seed`` or
-a checkpoint), or a ``transformers`` causal LM (a module, or ``file.py:factory`` returning
-one and its example arguments), read by ``cgc.frontends.hf_config``. ``generate`` compiles
+a checkpoint), a ``transformers`` causal LM (a module, or ``file.py:factory`` returning
+one and its example arguments), read by ``cgc.frontends.hf_config``, or a decoder graph with
+its weights (an ``.onnx`` file, ``cgc.frontends.decoder``). ``generate`` compiles
 the prompts' program and the decode step (``cgc.compiler.generation``), runs them greedily on
 the simulator (``cgc.runtime.generation``) and gives the tokens with each step's simulated
 time; a timing-only generation compiles with the weights declared and runs nothing but the
@@ -21,6 +22,7 @@ import numpy as np
 
 from cgc.compiler.generation import (
     CompiledGeneration,
+    Decoder,
     GenerationRequest,
     check_lengths,
     compile_generation,
@@ -28,6 +30,7 @@ from cgc.compiler.generation import (
     named_weights,
 )
 from cgc.errors import CgcError, OptionError
+from cgc.frontends.decoder import GraphDecoder
 from cgc.frontends.params import ModelParams, is_params_source, load_params
 from cgc.machine.hardware.target import checked_systems, resolve
 from cgc.machine.hardware.units import human_bytes
@@ -76,9 +79,10 @@ class Generated:
         return out
 
 
-def model_of(model: object) -> tuple[ModelParams, dict[str, np.ndarray] | None, Any]:
-    """The params of ``model``, the weights it carries (a ``transformers`` module's; None
-    otherwise) and its example token ids (a factory's; None otherwise)."""
+def model_of(model: object) -> tuple[Decoder, dict[str, np.ndarray] | None, Any]:
+    """The params (or decoder graph) of ``model``, the weights it carries (a ``transformers``
+    module's; None otherwise: a graph holds its own) and its example token ids (a factory's;
+    None otherwise)."""
     if isinstance(model, ModelParams):
         return model, None, None
     if isinstance(model, str | os.PathLike):
@@ -86,10 +90,7 @@ def model_of(model: object) -> tuple[ModelParams, dict[str, np.ndarray] | None, 
         if is_params_source(spec):
             return load_params(spec), None, None
         if spec.endswith(".onnx"):
-            raise CgcError(
-                f"{spec}: generation reads params files, zoo:NAME and transformers causal "
-                "LMs (a module, or file.py:factory); an ONNX decoder is not supported"
-            )
+            return GraphDecoder.from_onnx(spec), None, None
         return _from_factory(spec)
     if hasattr(model, "state_dict") and hasattr(model, "config"):
         from cgc.frontends.hf_config import causal_lm
@@ -100,6 +101,11 @@ def model_of(model: object) -> tuple[ModelParams, dict[str, np.ndarray] | None, 
         f"cannot generate with a {type(model).__name__}: give a params file, zoo:NAME, a "
         "ModelParams or a transformers causal LM"
     )
+
+
+def vocab_size(params: Decoder) -> int:
+    """The tokens of ``params``' vocabulary."""
+    return params.model.vocab_size if isinstance(params, ModelParams) else params.vocab_size
 
 
 def _from_factory(spec: str) -> tuple[ModelParams, dict[str, np.ndarray], Any]:
@@ -158,7 +164,7 @@ def generate(
     if generation.prompt_len is not None:
         raise OptionError("prompt_len is for a timing-only generation; the prompt gives it",
                           "prompt_len")  # fmt: skip
-    prompts = prompts_of(prompt, attention_mask, params.model.vocab_size, prompt_name)
+    prompts = prompts_of(prompt, attention_mask, vocab_size(params), prompt_name)
     _check_concurrent(prompts, generation.concurrent)
     check_lengths(params, prompts.longest, new)
     chosen = _weights(params, carried, weights, options.init_seed)
@@ -230,14 +236,19 @@ def _check_concurrent(prompts: Prompts, concurrent: int | None) -> None:
 
 
 def _weights(
-    params: ModelParams,
+    params: Decoder,
     carried: Mapping[str, np.ndarray] | None,
     given: Mapping[str, np.ndarray] | None,
     seed: int | None,
 ) -> Mapping[str, np.ndarray]:
-    """The weights of a generation with numbers: given, carried by the model, or drawn."""
-    if given is not None and carried is not None:
+    """The weights of a generation with numbers: given, carried by the model, or drawn (a
+    decoder graph's are its own: none here)."""
+    if given is not None and (carried is not None or isinstance(params, GraphDecoder)):
         raise CgcError("--weights: the model brings its own weights")
+    if isinstance(params, GraphDecoder):
+        if seed is not None:
+            raise OptionError(f"init_seed: {params.source} brings its own weights", "init_seed")
+        return {}
     if given is not None:
         return named_weights(params, given)
     if carried is not None:

@@ -1,0 +1,280 @@
+"""Decoders brought as ONNX graphs, made into a generation's programs.
+
+A causal language model exported without its cache (``use_cache=False``: cgc keeps the keys
+and values itself) takes token ids ``[batch, sequence]`` and gives logits ``[batch,
+sequence, vocab]``, both axes symbolic. Its tokens' positions are an input (``position_ids``,
+as a model exported with them takes), or else the row the graph builds from ``Range(0, S)``
+and unsqueezes (``cache_position.unsqueeze(0)``, transformers' default position ids), which
+becomes the input ``position_ids``; an attention mask input is held at ones (the positions
+say which keys each query sees). Anything else among the inputs (``past_key_values``) is
+refused, named.
+
+``GraphDecoder.program`` imports the graph at the shapes of one program of a generation
+(``cgc.frontends.transformer.Generation``) and gives it the interface of the params-file
+frontend's programs: ``input_ids`` and the positions ``[B, tokens]`` (marked
+``wse.every_layer``), for the prompts' program ``last`` ``[B]``, and ``logits`` ``[B, V]``
+(the prompts' program's at each sequence's ``last`` row). Its attention gets its caches in
+the compile (``cache-keys-values``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    ModuleOp,
+    TensorType,
+    UnitAttr,
+)
+from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from cgc.dialects import wse
+from cgc.dialects.lowering import EVERY_LAYER
+from cgc.errors import CgcError
+from cgc.frontends.imported import ImportedModel, TensorSpec
+from cgc.frontends.onnx import import_model
+from cgc.frontends.onnx.model import load_model
+from cgc.frontends.transformer import Generation
+
+POSITIONS_INPUT = "position_ids"
+"""The input a graph's implied positions become."""
+
+
+@dataclass(frozen=True)
+class DecoderInputs:
+    """Which graph inputs are the token ids, their positions and the masks held at ones."""
+
+    ids: str
+    positions: str
+    masks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GraphDecoder:
+    """A decoder graph (see the module's doc) and what one probe of it found: its
+    vocabulary, the positions its learned position table has (None: rotary, unbounded), and
+    the width of its residual stream."""
+
+    source: str
+    model: onnx.ModelProto
+    inputs: DecoderInputs
+    vocab_size: int
+    positions: int | None
+    width: int
+    dtype: str
+
+    @classmethod
+    def from_onnx(cls, path: str | os.PathLike) -> GraphDecoder:
+        """The decoder of an ``.onnx`` file with its weights; a CgcError naming the file and
+        the input or output that is not a decoder's."""
+        source = os.path.basename(os.fspath(path))
+        model, inputs = with_positions(load_model(Path(path), source), source)
+        probe = _imported(model, inputs, source, 1, 1)
+        fn = _main(probe.module)
+        outputs = probe.outputs
+        if len(outputs) < 1 or len(outputs[0].shape) != 3 or outputs[0].shape[:2] != (1, 1):
+            shape = list(outputs[0].shape) if outputs else None
+            raise CgcError(
+                f"{source}: a decoder's first output is logits [batch, sequence, vocab], "
+                f"got {shape} for one token"
+            )
+        ids = fn.body.block.args[0]
+        width = _embedding_width(ids, source)
+        return cls(source, model, inputs, outputs[0].shape[2],
+                   _position_rows(fn), width, outputs[0].dtype)  # fmt: skip
+
+    def program(self, batch: int, generation: Generation) -> ImportedModel:
+        """The graph as one program of a generation of ``batch`` sequences."""
+        imported = _imported(self.model, self.inputs, self.source, batch, generation.tokens)
+        return _generation_interface(imported, generation)
+
+
+def with_positions(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, DecoderInputs]:
+    """``model`` with its tokens' positions an input (made one if the graph builds them), and
+    its inputs' roles; a CgcError naming an input that has none."""
+    initializers = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in initializers]
+    if not names:
+        raise CgcError(f"{source}: a decoder takes token ids; the graph has no input")
+    ids = "input_ids" if "input_ids" in names else names[0]
+    positions = [n for n in names if "position" in n]
+    masks = tuple(n for n in names if "mask" in n)
+    for name in names:
+        if name != ids and name not in positions and name not in masks:
+            raise CgcError(
+                f"{source}: input '{name}' is neither the token ids, their positions nor an "
+                "attention mask; export the decoder without its cache (use_cache=False): "
+                "cgc keeps the keys and values itself"
+            )
+    if len(positions) > 1:
+        raise CgcError(f"{source}: inputs {positions} both look like positions")
+    if positions:
+        return model, DecoderInputs(ids, positions[0], masks)
+    return _positions_made_input(model, source), DecoderInputs(ids, POSITIONS_INPUT, masks)
+
+
+def _positions_made_input(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """``model`` with the positions it builds (``Unsqueeze(Range(0, S, 1), 0)``) an input
+    ``[batch, sequence]``."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute:
+            known[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+
+    def value(name: str) -> np.ndarray | None:
+        return known.get(name)
+
+    for node in graph.node:
+        if node.op_type != "Unsqueeze" or node.input[0] not in producer:
+            continue
+        source_node = producer[node.input[0]]
+        axes = value(node.input[1]) if len(node.input) > 1 else _axes_attribute(node)
+        if source_node.op_type != "Range" or axes is None or list(np.ravel(axes)) != [0]:
+            continue
+        start, step = value(source_node.input[0]), value(source_node.input[2])
+        if start is None or step is None or start.item() != 0 or step.item() != 1:
+            continue
+        edited = onnx.ModelProto()
+        edited.CopyFrom(model)
+        kept = [n for n in edited.graph.node if n.output[:] != node.output[:]]
+        del edited.graph.node[:]
+        edited.graph.node.extend(kept)
+        edited.graph.input.append(
+            helper.make_tensor_value_info(
+                POSITIONS_INPUT, onnx.TensorProto.INT64, ["batch", "sequence"]
+            )
+        )
+        _rename_uses(edited.graph, node.output[0], POSITIONS_INPUT)
+        return edited
+    raise CgcError(
+        f"{source}: the decoder's positions are neither an input nor built from a Range "
+        "over the sequence; export it with position_ids as an input"
+    )
+
+
+def _axes_attribute(node: onnx.NodeProto) -> np.ndarray | None:
+    for attribute in node.attribute:
+        if attribute.name == "axes":
+            return np.array(attribute.ints)
+    return None
+
+
+def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name == old:
+                node.input[index] = new
+
+
+def _imported(
+    model: onnx.ModelProto, inputs: DecoderInputs, source: str, batch: int, tokens: int
+) -> ImportedModel:
+    """The graph imported for ``batch`` sequences of ``tokens``, its masks at ones."""
+    shape = (batch, tokens)
+    shapes = {inputs.ids: shape, inputs.positions: shape}
+    values: dict[str, np.ndarray] = {
+        name: np.ones(shape, _mask_dtype(model, name)) for name in inputs.masks
+    }
+    return import_model(model, shapes=shapes, source=source, values=values)
+
+
+def _mask_dtype(model: onnx.ModelProto, name: str) -> np.dtype:
+    given = next(i for i in model.graph.input if i.name == name)
+    return helper.tensor_dtype_to_np_dtype(given.type.tensor_type.elem_type)
+
+
+def _main(module: ModuleOp) -> func.FuncOp:
+    return next(op for op in module.walk() if isinstance(op, func.FuncOp))
+
+
+def _embedding_width(ids: SSAValue, source: str) -> int:
+    """The width of the rows the token ids gather."""
+    table = _gathered_table(ids)
+    if table is None:
+        raise CgcError(f"{source}: the token ids are not gathered from an embedding table")
+    return wse.tensor_shape(table)[-1]
+
+
+def _position_rows(fn: func.FuncOp) -> int | None:
+    """The rows of the weight the positions gather (a learned position table), if any."""
+    table = _gathered_table(fn.body.block.args[1])
+    return None if table is None else wse.tensor_shape(table)[0]
+
+
+def _gathered_table(index: SSAValue) -> SSAValue | None:
+    """The weight whose rows ``index`` (reshaped or cast at most) gathers, if any."""
+    pending = [index]
+    while pending:
+        value = pending.pop()
+        for use in value.uses:
+            op = use.operation
+            if isinstance(op, wse.GatherOp) and use.index == 1:
+                if isinstance(op.operands[0].owner, wse.WeightOp):
+                    return op.operands[0]
+            elif isinstance(op, wse.ReshapeOp | wse.CastOp):
+                pending.append(op.results[0])
+    return None
+
+
+def _generation_interface(imported: ImportedModel, generation: Generation) -> ImportedModel:
+    """``imported`` with the interface of a generation's program: the positions marked
+    ``EVERY_LAYER``, for the prompts ``last`` ``[B]`` and the logits at it, else the
+    logits of each sequence's token."""
+    fn = _main(imported.module)
+    block = fn.body.block
+    names = [spec.name for spec in imported.inputs]
+    if len(names) != 2 or "position" in names[0]:
+        raise CgcError(f"{imported.source}: a decoder takes its token ids, then their "
+                       f"positions; its inputs are {names}")  # fmt: skip
+    ids, positions = imported.inputs
+    batch, tokens = ids.shape
+    inputs = [ids, positions]
+    returned = block.last_op
+    assert isinstance(returned, func.ReturnOp)
+    logits = returned.operands[0]
+    vocab = wse.tensor_shape(logits)[-1]
+    rows = wse.ReshapeOp(logits, (batch * tokens, vocab))
+    picked: list[Operation] = [rows]
+    if generation.prefill:
+        last = TensorSpec("last", (batch,), ids.dtype, 0)
+        inputs.append(last)
+        at = block.insert_arg(_tensor_type(last), len(block.args))
+        picked.append(wse.GatherOp(rows.result, at, 0))
+    Rewriter.insert_op(picked, InsertPoint.before(returned))
+    producer = logits.owner
+    for op in picked:
+        op.location = producer.location if isinstance(producer, Operation) else returned.location
+    returned.operands = (picked[-1].results[0],)
+    marks = [DictionaryAttr({EVERY_LAYER: UnitAttr()} if arg is block.args[1] else {})
+             for arg in block.args]  # fmt: skip
+    fn.arg_attrs = ArrayAttr(marks)
+    fn.function_type = FunctionType.from_lists([a.type for a in block.args],
+                                               [picked[-1].results[0].type])  # fmt: skip
+    outputs = [TensorSpec(imported.outputs[0].name, (batch, vocab), imported.outputs[0].dtype, 0)]
+    return ImportedModel(
+        module=imported.module,
+        weights=imported.weights,
+        inputs=inputs,
+        outputs=outputs,
+        initializers=imported.initializers,
+        opset=imported.opset,
+        source=imported.source,
+        declared=imported.declared,
+        tokens_per_sample=tokens,
+    )
+
+
+def _tensor_type(spec: TensorSpec) -> TensorType:
+    return TensorType(wse.element_of_numpy(spec.dtype), spec.shape)
