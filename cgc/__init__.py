@@ -121,8 +121,9 @@ def generate(
     """Generates tokens greedily after each prompt on the simulator, and times serving them:
     ``model`` is a params file, ``zoo:NAME`` or ``ModelParams`` (its weights from
     ``init_seed`` or ``weights``, a ``.safetensors`` checkpoint's tensors by cgc's or Hugging
-    Face's names), a ``transformers`` causal LM, or ``file.py:factory`` returning one (and
-    its example ids, the default prompt); ``prompt`` is ``[B, P]`` token ids (with
+    Face's names), a ``transformers`` causal LM, ``file.py:factory`` returning one (and
+    its example ids, the default prompt), or an ONNX decoder exported without its cache
+    (``cgc.frontends.decoder``); ``prompt`` is ``[B, P]`` token ids (with
     ``attention_mask`` for rows of different lengths) or a list of rows.
 
     The options are a ``CompileOptions`` (``mode``: ``pipelined``, ``whole_wafer``,

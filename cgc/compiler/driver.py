@@ -49,6 +49,7 @@ from cgc.dialects.ir import (
 )
 from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, CgcWarning, DoesNotFitError, OptionError
+from cgc.frontends.decoder import masks_inline
 from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelConfig, ModelParams
@@ -333,6 +334,8 @@ def _placed(
     steps.begin("import")
     imported = request.source.imported(request.per_system_batch)
     fold_lifted_constants(imported, None)
+    if caches is not None:
+        imported = masks_inline(imported)
     c = Compilation(imported, request.target, dumps, steps)
     sparse = len(stage_passes("sparse")) if request.sparsity is not None else 0
     placing = 0 if mode == Mode.WHOLE_WAFER else len(stage_passes("pipelined"))

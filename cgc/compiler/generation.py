@@ -199,6 +199,7 @@ def compile_generation(request: GenerationRequest, options: CompileOptions) -> C
     _check_systems(request)
     asked = Mode(options.mode) if options.mode != "auto" else None
     modes = (asked,) if asked is not None else SERVING_MODES
+    _check_graph(request, modes)
     compiled, refusals = _each_mode(request, options, modes)
     if not compiled:
         needed = _systems_needed(request, options, modes)
@@ -255,15 +256,26 @@ def _why(
     return f"the faster for {served}: " + ", ".join(rates + refusals)
 
 
+def _check_graph(request: GenerationRequest, modes: tuple[Mode, ...]) -> None:
+    """An OptionError if a decoder graph is asked for what only a params model does: more
+    than one system, or weight streaming (whose compile gives no attention its caches)."""
+    params = request.params
+    if isinstance(params, ModelParams):
+        return
+    if request.num_csx != 1:
+        raise OptionError(f"num_csx {request.num_csx}: {params.source}, a decoder graph, is "
+                          "served whole by one system", "num_csx")  # fmt: skip
+    if Mode.WEIGHT_STREAMING in modes:
+        raise OptionError(f"mode weight_streaming: {params.source}, a decoder graph, is served "
+                          "pipelined or whole_wafer", "mode")  # fmt: skip
+
+
 def _check_systems(request: GenerationRequest) -> None:
     """A CgcError saying how many systems the weights need, if the request has fewer: a
     system holds its share of the blocks, and the share compiled (``blocks``) holds the
-    embedding and the head besides; a decoder graph is compiled whole on one system."""
+    embedding and the head besides (a decoder graph: ``_check_graph``)."""
     params = request.params
     if not isinstance(params, ModelParams):
-        if request.num_csx != 1:
-            raise OptionError(f"num_csx {request.num_csx}: {params.source}, a decoder graph, "
-                              "is served whole by one system", "num_csx")  # fmt: skip
         return
     model, precision = params.model, params.runconfig.precision
     itemsize = dtypes.dtype(precision).itemsize

@@ -19,6 +19,7 @@ the compile (``cache-keys-values``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     TensorType,
     UnitAttr,
+    i1,
 )
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -226,6 +228,24 @@ def _gathered_table(index: SSAValue) -> SSAValue | None:
             elif isinstance(op, wse.ReshapeOp | wse.CastOp):
                 pending.append(op.results[0])
     return None
+
+
+def masks_inline(imported: ImportedModel) -> ImportedModel:
+    """``imported`` with its boolean weights (masks an exporter or the compile's folding
+    computed ahead, too large to be inline) inline constants, so that ``cache-keys-values``
+    can evaluate a mask the graph computes from them and the positions."""
+    weights = dict(imported.weights)
+    for op in list(imported.module.walk()):
+        if not isinstance(op, wse.WeightOp) or wse.element_type(op.result) != i1:
+            continue
+        value = weights.pop(op.weight_name.data, None)
+        if value is None or op.perm is not None:
+            continue
+        constant = wse.ConstantOp(wse.dense_attr(value))
+        constant.location = op.location
+        Rewriter.replace_op(op, constant)
+    kept = [name for name in imported.initializers if name in weights]
+    return dataclasses.replace(imported, weights=weights, initializers=kept)
 
 
 def _generation_interface(imported: ImportedModel, generation: Generation) -> ImportedModel:

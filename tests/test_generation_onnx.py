@@ -1,0 +1,206 @@
+"""Generation from ONNX decoders as users export them: transformers' GPT-2 and Llama (sdpa
+attention, the default), exported without their cache by the TorchScript exporter and the
+dynamo one, with the positions an input or built in the graph (``Range``), and an attention
+mask input or none. Greedy tokens and every step's logits equal ``transformers``' ``generate``
+on the same weights, for a batch of prompts of different lengths; the command line writes
+and reads a generation's artifact of a decoder; what is not a decoder is refused in one
+line."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from test_generation import NEW, VOCAB, _model, _prompts, _reference  # noqa: E402
+
+import cgc  # noqa: E402
+from cgc.cli import main  # noqa: E402
+
+EXPORTS = {
+    # the positions built in the graph (cache_position), no mask input
+    "gpt2-torchscript": ("gpt2", "torchscript", ("input_ids",)),
+    # a packed-sequence mask computed from the positions at run time
+    "llama-dynamo": ("llama", "dynamo", ("input_ids",)),
+    # the positions an input, and an attention mask input held at ones
+    "llama-torchscript-inputs": ("llama", "torchscript",
+                                 ("input_ids", "attention_mask", "position_ids")),
+}  # fmt: skip
+
+
+class _Logits(torch.nn.Module):
+    """The causal LM called with its inputs by name, without its cache, giving its logits."""
+
+    def __init__(self, module: Any, names: tuple[str, ...], caches: bool):
+        super().__init__()
+        self.module, self.names = module, names
+        self.options = {"use_cache": False} if caches else {}
+
+    def forward(self, *args: Any) -> Any:
+        named = dict(zip(self.names, args, strict=True))
+        return self.module(**named, **self.options).logits
+
+
+@contextlib.contextmanager
+def _vmap_free_masks():
+    """transformers' vmap-free mask builder, which the TorchScript exporter can trace."""
+    import transformers.masking_utils as masking
+    from transformers.integrations.executorch import sdpa_mask_without_vmap
+
+    functions = masking.ALL_MASK_ATTENTION_FUNCTIONS._global_mapping
+    saved = masking.sdpa_mask, functions["sdpa"]
+    masking.sdpa_mask = functions["sdpa"] = sdpa_mask_without_vmap
+    try:
+        yield
+    finally:
+        masking.sdpa_mask, functions["sdpa"] = saved
+
+
+def export(
+    module: Any, names: tuple[str, ...], exporter: str, path: Path, caches: bool = True
+) -> Path:
+    """``module`` exported to ``path`` with the batch and sequence axes symbolic (without its
+    cache if it ``caches``)."""
+    ids = torch.randint(1, VOCAB, (2, 6))
+    example = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+               "position_ids": torch.arange(6).expand(2, 6).contiguous()}  # fmt: skip
+    args = tuple(example[name] for name in names)
+    wrapped = _Logits(module, names, caches).eval()
+    quiet = (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+             torch.no_grad())  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        for context in quiet:
+            stack.enter_context(context)
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            axes = {name: {0: "batch", 1: "sequence"} for name in (*names, "logits")}
+            with _vmap_free_masks():
+                torch.onnx.export(wrapped, args, str(path), dynamo=False, opset_version=17,
+                                  input_names=list(names), output_names=["logits"],
+                                  dynamic_axes=axes)  # fmt: skip
+        else:
+            batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=64)
+            torch.onnx.export(wrapped, args, str(path), dynamo=True, opset_version=18,
+                              input_names=list(names), output_names=["logits"],
+                              dynamic_shapes=(tuple({0: batch, 1: sequence} for _ in names),),
+                              optimize=True, verify=False, report=False)  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Path]]:
+    """Each export's module and file."""
+    where = tmp_path_factory.mktemp("decoders")
+    made = {}
+    for key, (arch, exporter, names) in EXPORTS.items():
+        module = _model(arch)
+        made[key] = (module, export(module, names, exporter, where / f"{key}.onnx"))
+    return made
+
+
+@pytest.mark.parametrize("key", list(EXPORTS))
+def test_an_onnx_decoder_generates_as_transformers(key: str, exported: dict) -> None:
+    module, path = exported[key]
+    ids, mask = _prompts(True)
+    generated = cgc.generate(str(path), ids, attention_mask=mask, max_new_tokens=NEW)
+    tokens, logits = _reference(module, ids, mask)
+    np.testing.assert_array_equal(generated.tokens, tokens)
+    assert generated.logits is not None
+    np.testing.assert_allclose(generated.logits, logits, rtol=1e-4, atol=1e-5)
+    caches = generated.compiled.decode.manifest["caches"]
+    assert len(caches) == 4  # a key and a value cache for each of the 2 attention layers
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "whole_wafer"])
+def test_both_ways_of_serving_a_decoder_give_its_tokens(mode: str, exported: dict) -> None:
+    module, path = exported["llama-dynamo"]
+    ids, mask = _prompts(False)
+    generated = cgc.generate(str(path), ids, attention_mask=mask, max_new_tokens=4, mode=mode)
+    assert generated.compiled.mode == mode
+    tokens, _ = _reference(module, ids, mask)
+    np.testing.assert_array_equal(generated.tokens, tokens[:, : ids.shape[1] + 4])
+    serving = generated.serving
+    assert serving.kv_bytes_per_token == 2 * 2 * (2 * 16) * 4  # layers, k and v, kv width, f32
+    assert serving.kv_capacity_tokens > 0
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_the_command_line_generates_from_a_decoder_and_its_artifact(
+    exported: dict, tmp_path: Path
+) -> None:
+    module, path = exported["gpt2-torchscript"]
+    ids, mask = _prompts(True)
+    prompt, out = tmp_path / "prompt.npz", tmp_path / "out.npz"
+    np.savez(prompt, input_ids=ids, attention_mask=mask)
+    artifact = tmp_path / "gen.cgc"
+    code, output = _invoke("generate", str(path), "--prompt", str(prompt), "--max-new-tokens",
+                           str(NEW), "--output", str(out), "--artifact", str(artifact))  # fmt: skip
+    assert code == 0, output
+    tokens, _ = _reference(module, ids, mask)
+    np.testing.assert_array_equal(np.load(out)["tokens"], tokens)
+    again = tmp_path / "again.npz"
+    code, output = _invoke("generate", str(artifact), "--prompt", str(prompt),
+                           "--max-new-tokens", str(NEW), "--output", str(again))  # fmt: skip
+    assert code == 0, output
+    np.testing.assert_array_equal(np.load(again)["tokens"], tokens)
+    code, output = _invoke("inspect", str(artifact))
+    assert code == 0 and "attn/MatMul#0.key_cache" in output, output
+
+
+def _refused(*args: str) -> str:
+    code, output = _invoke("generate", *args)
+    assert code == 2, output
+    assert output.count("\n") == 1, output
+    return output
+
+
+def test_what_is_not_a_cacheable_decoder_is_refused_naming_it(
+    exported: dict, tmp_path: Path
+) -> None:
+    _, path = exported["gpt2-torchscript"]
+    prompt = tmp_path / "prompt.npz"
+    np.savez(prompt, input_ids=np.array([[1, 2, 3]]))
+    run = (str(path), "--prompt", str(prompt), "--max-new-tokens", "2")
+    assert "--num-csx 2: " in _refused(*run, "--num-csx", "2")
+    assert "--init-seed: " in _refused(*run, "--init-seed", "1")
+    assert "--mode weight_streaming: " in _refused(*run, "--mode", "weight_streaming")
+    line = _refused(*run[:-1], "70")
+    assert "feed 72 positions, past the model's 64 (the rows of its position table)" in line
+    cached = tmp_path / "cached.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["past_key_values.0.key"], ["logits"])], "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+         helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", 4])],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph), cached)
+    line = _refused(str(cached), "--prompt", str(prompt), "--max-new-tokens", "2")
+    assert "input 'past_key_values.0.key' is neither" in line and "use_cache=False" in line
+
+
+def test_an_encoder_is_refused_naming_its_attention(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, vocab_size=VOCAB)  # fmt: skip
+    encoder = transformers.BertForMaskedLM(config).eval()
+    names = ("input_ids", "position_ids")
+    path = export(encoder, names, "torchscript", tmp_path / "bert.onnx", caches=False)
+    prompt = tmp_path / "prompt.npz"
+    np.savez(prompt, input_ids=np.array([[1, 2, 3]]))
+    line = _refused(str(path), "--prompt", str(prompt), "--max-new-tokens", "2")
+    assert "attention has no key-value cache to read: it is not causal" in line
