@@ -414,7 +414,7 @@ def test_train_and_opt_errors(workdir, tmp_path) -> None:
     one_line_error(
         invoke("opt", tmp_path / "ok.mlir", "-p", "no-such-pass"),
         "no-such-pass",
-        "passes: autodiff, channels-last, decompose",
+        "passes: autodiff, cache-keys-values, channels-last, decompose",
     )
 
 

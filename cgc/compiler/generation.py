@@ -150,8 +150,8 @@ class CompiledGeneration:
             "timing": self.serving.record(),
         }
         manifest = {**self.prefill.manifest, "mode_reason": self.reason, "generation": generation}
-        prefill = self.prefill
-        return Artifact(manifest, prefill.program, prefill.ir_text, prefill.weights,
+        prefill, weights = self.prefill, {**self.decode.weights, **self.prefill.weights}
+        return Artifact(manifest, prefill.program, prefill.ir_text, weights,
                         self.decode.program, self.decode.ir)  # fmt: skip
 
 

@@ -1,9 +1,12 @@
-"""Decoders brought as ONNX graphs, made into a generation's programs.
+"""Decoders brought as graphs (ONNX files, PyTorch modules through ``torch.export``), made
+into a generation's programs.
 
 A causal language model exported without its cache (``use_cache=False``: cgc keeps the keys
 and values itself) takes token ids ``[batch, sequence]`` and gives logits ``[batch,
-sequence, vocab]``, both axes symbolic. Its tokens' positions are an input (``position_ids``,
-as a model exported with them takes), or else the row the graph builds from ``Range(0, S)``
+sequence, vocab]``, both axes symbolic. A PyTorch module is captured at each program's
+shapes, called with its ids and positions by their names (``cgc.frontends.torch.causal``).
+An ONNX graph's positions are an input (``position_ids``, as a model exported with them
+takes), or else the row the graph builds from ``Range(0, S)``
 and unsqueezes (``cache_position.unsqueeze(0)``, transformers' default position ids), which
 becomes the input ``position_ids``; an attention mask input is held at ones (the positions
 say which keys each query sees). Anything else among the inputs (``past_key_values``) is
@@ -20,9 +23,12 @@ the compile (``cache-keys-values``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -33,9 +39,9 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     FunctionType,
     ModuleOp,
+    StringAttr,
     TensorType,
     UnitAttr,
-    i1,
 )
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -43,6 +49,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from cgc.dialects import wse
 from cgc.dialects.lowering import EVERY_LAYER
 from cgc.errors import CgcError
+from cgc.frontends.emitter import INLINE_LIMIT
 from cgc.frontends.imported import ImportedModel, TensorSpec
 from cgc.frontends.onnx import import_model
 from cgc.frontends.onnx.model import load_model
@@ -68,12 +75,12 @@ class GraphDecoder:
     the width of its residual stream."""
 
     source: str
-    model: onnx.ModelProto
-    inputs: DecoderInputs
     vocab_size: int
     positions: int | None
     width: int
     dtype: str
+    importer: Callable[[int, int], ImportedModel] = field(compare=False, repr=False)
+    """The graph imported for ``batch`` sequences of ``tokens``."""
 
     @classmethod
     def from_onnx(cls, path: str | os.PathLike) -> GraphDecoder:
@@ -81,7 +88,20 @@ class GraphDecoder:
         the input or output that is not a decoder's."""
         source = os.path.basename(os.fspath(path))
         model, inputs = with_positions(load_model(Path(path), source), source)
-        probe = _imported(model, inputs, source, 1, 1)
+        return cls.probed(source, functools.partial(_imported, model, inputs, source))
+
+    @classmethod
+    def from_torch(cls, module: Any) -> GraphDecoder:
+        """The decoder of a PyTorch causal LM (``cgc.frontends.torch.causal``)."""
+        from cgc.frontends.torch.causal import causal_importer, causal_logits
+
+        source = type(module).__name__
+        return cls.probed(source, causal_importer(causal_logits(module, source), source))
+
+    @classmethod
+    def probed(cls, source: str, importer: Callable[[int, int], ImportedModel]) -> GraphDecoder:
+        """The decoder ``importer`` imports, as a probe of one token finds it."""
+        probe = importer(1, 1)
         fn = _main(probe.module)
         outputs = probe.outputs
         if len(outputs) < 1 or len(outputs[0].shape) != 3 or outputs[0].shape[:2] != (1, 1):
@@ -92,13 +112,13 @@ class GraphDecoder:
             )
         ids = fn.body.block.args[0]
         width = _embedding_width(ids, source)
-        return cls(source, model, inputs, outputs[0].shape[2],
-                   _position_rows(fn), width, outputs[0].dtype)  # fmt: skip
+        return cls(source, outputs[0].shape[2], _position_rows(fn), width, outputs[0].dtype,
+                   importer)  # fmt: skip
 
     def program(self, batch: int, generation: Generation) -> ImportedModel:
         """The graph as one program of a generation of ``batch`` sequences."""
-        imported = _imported(self.model, self.inputs, self.source, batch, generation.tokens)
-        return _generation_interface(imported, generation)
+        imported = self.importer(batch, generation.tokens)
+        return _generation_interface(_own_constants(imported), generation)
 
 
 def with_positions(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, DecoderInputs]:
@@ -230,17 +250,41 @@ def _gathered_table(index: SSAValue) -> SSAValue | None:
     return None
 
 
+def _own_constants(imported: ImportedModel) -> ImportedModel:
+    """``imported`` with its frozen weights (constants the frontend lifted, named by where
+    they were made) named by the program's shape as well: the programs of a generation share
+    their parameters by name, while a constant of one shape (a mask over its tokens) is its
+    program's own."""
+    (batch, tokens), renamed = imported.inputs[0].shape, {}
+    for op in imported.module.walk():
+        if isinstance(op, wse.WeightOp) and op.frozen is not None:
+            name = op.weight_name.data
+            renamed[name] = f"{name}@{batch}x{tokens}"
+            op.weight_name = StringAttr(renamed[name])
+    weights = {renamed.get(n, n): value for n, value in imported.weights.items()}
+    declared = {renamed.get(n, n): spec for n, spec in imported.declared.items()}
+    initializers = [renamed.get(n, n) for n in imported.initializers]
+    return dataclasses.replace(imported, weights=weights, declared=declared,
+                               initializers=initializers)  # fmt: skip
+
+
 def masks_inline(imported: ImportedModel) -> ImportedModel:
-    """``imported`` with its boolean weights (masks an exporter or the compile's folding
-    computed ahead, too large to be inline) inline constants, so that ``cache-keys-values``
-    can evaluate a mask the graph computes from them and the positions."""
+    """``imported`` with the fixed weights a mask is computed from inline constants: its
+    boolean weights (masks an exporter or the compile's folding computed ahead, too large to
+    be inline) and its small frozen ones (a mask's fill, ``-inf``, which the IR text cannot
+    hold), so that ``cache-keys-values`` can evaluate a mask the graph computes from them and
+    the positions."""
     weights = dict(imported.weights)
     for op in list(imported.module.walk()):
-        if not isinstance(op, wse.WeightOp) or wse.element_type(op.result) != i1:
+        if not isinstance(op, wse.WeightOp) or op.perm is not None:
             continue
-        value = weights.pop(op.weight_name.data, None)
-        if value is None or op.perm is not None:
+        value = weights.get(op.weight_name.data)
+        if value is None:
             continue
+        small = op.frozen is not None and value.size <= INLINE_LIMIT
+        if value.dtype != np.bool_ and not small:
+            continue
+        del weights[op.weight_name.data]
         constant = wse.ConstantOp(wse.dense_attr(value))
         constant.location = op.location
         Rewriter.replace_op(op, constant)

@@ -55,6 +55,11 @@ _GPT2_SWITCHES = (
 """GPT-2's switches of the attention cgc cannot follow: the field, the value refused, why."""
 
 
+def reads(config: Any) -> bool:
+    """Whether cgc reads ``config``'s ``model_type`` as a params model."""
+    return getattr(config, "model_type", None) in _READERS
+
+
 def model_section(config: Any) -> dict[str, Any]:
     """The params-file ``model:`` section of the ``transformers`` config ``config``."""
     kind = getattr(config, "model_type", None)

@@ -132,7 +132,10 @@ class Generator:
         self.target = Target.from_json(prefill.manifest["target"])
         self.deliver = mode == Mode.PIPELINED
         prefill.require_weights(f"the generation of {prefill.manifest['source']}")
-        self.memoryx = MemoryX(prefill.weights, self.target, prefill.weight_specs)
+        # the programs share the model's parameters; each may hold constants of its own
+        weights = {**decode.weights, **prefill.weights}
+        specs = {**decode.weight_specs, **prefill.weight_specs}
+        self.memoryx = MemoryX(weights, self.target, specs)
         self.system = System(Sram(self.target, strict=False))
 
     def _logits(self, artifact: Artifact, inputs: Sequence[np.ndarray]) -> np.ndarray:

@@ -92,15 +92,23 @@ def model_of(model: object) -> tuple[Decoder, dict[str, np.ndarray] | None, Any]
         if spec.endswith(".onnx"):
             return GraphDecoder.from_onnx(spec), None, None
         return _from_factory(spec)
-    if hasattr(model, "state_dict") and hasattr(model, "config"):
-        from cgc.frontends.hf_config import causal_lm
-
-        params, weights = causal_lm(model)
+    if callable(getattr(model, "state_dict", None)) and callable(model):
+        params, weights = _of_module(model)
         return params, weights, None
     raise CgcError(
         f"cannot generate with a {type(model).__name__}: give a params file, zoo:NAME, a "
-        "ModelParams or a transformers causal LM"
+        "ModelParams, an ONNX decoder or a PyTorch causal LM"
     )
+
+
+def _of_module(module: Any) -> tuple[Decoder, dict[str, np.ndarray] | None]:
+    """A PyTorch causal LM's params and weights (a transformers model whose config cgc
+    reads, ``cgc.frontends.hf_config``), or else its decoder graph."""
+    from cgc.frontends.hf_config import causal_lm, reads
+
+    if reads(getattr(module, "config", None)):
+        return causal_lm(module)
+    return GraphDecoder.from_torch(module), None
 
 
 def vocab_size(params: Decoder) -> int:
@@ -108,17 +116,15 @@ def vocab_size(params: Decoder) -> int:
     return params.model.vocab_size if isinstance(params, ModelParams) else params.vocab_size
 
 
-def _from_factory(spec: str) -> tuple[ModelParams, dict[str, np.ndarray], Any]:
+def _from_factory(spec: str) -> tuple[Decoder, dict[str, np.ndarray] | None, Any]:
     try:
         from cgc.frontends.torch import FACTORY, made_by_factory
     except ImportError:
         raise CgcError(f"{spec}: a PyTorch model needs torch: pip install cgc[torch]") from None
     if not FACTORY.match(spec):
         raise CgcError(f"{spec}: expected a params file, zoo:NAME or file.py:factory")
-    from cgc.frontends.hf_config import causal_lm
-
     module, args, _ = made_by_factory(spec)
-    params, weights = causal_lm(module)
+    params, weights = _of_module(module)
     example = args[0].detach().cpu().numpy() if args and hasattr(args[0], "detach") else None
     return params, weights, example
 

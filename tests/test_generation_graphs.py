@@ -1,10 +1,14 @@
-"""Generation from ONNX decoders as users export them: transformers' GPT-2 and Llama (sdpa
-attention, the default), exported without their cache by the TorchScript exporter and the
-dynamo one, with the positions an input or built in the graph (``Range``), and an attention
-mask input or none. Greedy tokens and every step's logits equal ``transformers``' ``generate``
-on the same weights, for a batch of prompts of different lengths; the command line writes
-and reads a generation's artifact of a decoder; what is not a decoder is refused in one
-line."""
+"""Generation from decoder graphs as users bring them.
+
+ONNX: transformers' GPT-2 and Llama (sdpa attention, the default), exported without their
+cache by the TorchScript exporter and the dynamo one, with the positions an input or built in
+the graph (``Range``), and an attention mask input or none. PyTorch, through ``torch.export``:
+transformers models cgc has no params reader for (GPT-NeoX's partial rotary and parallel
+residual, Gemma's scaled embedding and GeGLU, OPT's offset learned positions) and a module
+written here. Greedy tokens and every step's logits equal ``transformers``' ``generate`` (or
+recomputing the whole prefix) on the same weights, for a batch of prompts of different
+lengths; the command line writes and reads a generation's artifact of a decoder; what is not
+a decoder is refused in one line."""
 
 from __future__ import annotations
 
@@ -27,6 +31,11 @@ from test_generation import NEW, VOCAB, _model, _prompts, _reference  # noqa: E4
 
 import cgc  # noqa: E402
 from cgc.cli import main  # noqa: E402
+from cgc.machine.hardware.target import Target  # noqa: E402
+from cgc.machine.program.artifact import Artifact  # noqa: E402
+from cgc.machine.timing.cost import Sram  # noqa: E402
+from cgc.runtime.memoryx import MemoryX  # noqa: E402
+from cgc.runtime.vm import Executor, System  # noqa: E402
 
 EXPORTS = {
     # the positions built in the graph (cache_position), no mask input
@@ -204,3 +213,116 @@ def test_an_encoder_is_refused_naming_its_attention(tmp_path: Path) -> None:
     np.savez(prompt, input_ids=np.array([[1, 2, 3]]))
     line = _refused(str(path), "--prompt", str(prompt), "--max-new-tokens", "2")
     assert "attention has no key-value cache to read: it is not causal" in line
+
+
+def _transformers(arch: str) -> Any:
+    """A small random-weight transformers causal LM that cgc reads no params of."""
+    torch.manual_seed(0)
+    common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=112, max_position_embeddings=64)  # fmt: skip
+    if arch == "gpt_neox":
+        module = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(rotary_pct=0.5,
+                                                                            **common))  # fmt: skip
+    elif arch == "gemma":
+        config = transformers.GemmaConfig(num_key_value_heads=2, head_dim=16, **common)
+        module = transformers.GemmaForCausalLM(config)
+    else:
+        config = transformers.OPTConfig(
+            vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            ffn_dim=112, max_position_embeddings=64, word_embed_proj_dim=64,
+        )  # fmt: skip
+        module = transformers.OPTForCausalLM(config)
+    with torch.no_grad():
+        for key, tensor in module.named_parameters():
+            if key.endswith("bias") or "norm" in key:
+                tensor.copy_(torch.randn_like(tensor) * 0.3 + (0 if key.endswith("bias") else 1))
+    return module.eval()
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "gemma", "opt"])
+def test_a_pytorch_causal_lm_generates_through_torch_export(arch: str) -> None:
+    module = _transformers(arch)
+    ids, mask = _prompts(True)
+    generated = cgc.generate(module, ids, attention_mask=mask, max_new_tokens=NEW)
+    tokens, logits = _reference(module, ids, mask)
+    np.testing.assert_array_equal(generated.tokens, tokens)
+    assert generated.logits is not None
+    np.testing.assert_allclose(generated.logits, logits, rtol=1e-4, atol=1e-5)
+    assert len(generated.compiled.decode.manifest["caches"]) == 4
+
+
+class TinyGPT(torch.nn.Module):
+    """A causal LM as a user writes one: learned positions, one block, its own attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.wte, self.wpe = torch.nn.Embedding(VOCAB, 32), torch.nn.Embedding(64, 32)
+        self.qkv, self.out = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+        self.norm, self.head = torch.nn.LayerNorm(32), torch.nn.Linear(32, VOCAB)
+
+    def forward(self, input_ids: Any, position_ids: Any) -> Any:
+        x = self.wte(input_ids) + self.wpe(position_ids)
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        mixed = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(mixed.transpose(1, 2).reshape(b, s, 32))
+        return self.head(x)
+
+
+class NoPositions(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyGPT()
+
+    def forward(self, input_ids: Any) -> Any:
+        where = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+        return self.inner(input_ids, where)
+
+
+def test_a_module_written_by_hand_generates_as_recomputing_the_prefix() -> None:
+    module = TinyGPT().eval()
+    ids = np.array([[5, 9, 11, 3, 7], [8, 2, 4, 6, 10]])
+    generated = cgc.generate(module, ids, max_new_tokens=NEW)
+    rows = torch.from_numpy(ids)
+    with torch.no_grad():
+        for _ in range(NEW):  # no cache: the whole prefix again at every step
+            where = torch.arange(rows.shape[1]).expand_as(rows)
+            step = module(rows, where)[:, -1].argmax(-1, keepdim=True)
+            rows = torch.cat([rows, step], dim=1)
+    np.testing.assert_array_equal(generated.tokens, rows.numpy())
+
+
+def test_a_module_that_makes_its_own_positions_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "models.py").write_text(
+        "import torch, numpy as np\n"
+        "from test_generation_graphs import NoPositions\n"
+        "def model():\n"
+        "    return NoPositions(), (torch.tensor([[1, 2, 3]]),)\n"
+    )
+    line = _refused(f"{tmp_path / 'models.py'}:model", "--max-new-tokens", "2")
+    assert "NoPositions.forward takes no positions (a position_ids parameter)" in line
+
+
+def test_programs_sharing_a_system_keep_their_own_constants(tmp_path: Path) -> None:
+    """A generation's programs run on one system; a constant is pinned by its value, so one
+    program never reads another's constant that sits in the same register."""
+    outputs = []
+    for scale in (2.0, 3.0):
+        graph = helper.make_graph(
+            [helper.make_node("Constant", [], ["c"], value=helper.make_tensor(
+                "c", TensorProto.FLOAT, [4], [scale] * 4)),
+             helper.make_node("Mul", ["x", "c"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        )  # fmt: skip
+        path = tmp_path / f"scale{scale}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        outputs.append(cgc.compile(str(path), target="mesh4x4", mode="pipelined"))
+    target = Target.from_json(outputs[0].manifest["target"])
+    system, x = System(Sram(target, strict=False)), np.ones((2, 4), np.float32)
+    for artifact, scale in zip(outputs, (2.0, 3.0), strict=True):
+        assert isinstance(artifact, Artifact)
+        executor = Executor(artifact.program, target, system, MemoryX({}, target, {}), True)
+        executor.run([x])
+        np.testing.assert_array_equal(executor.outputs[0], x * scale)
