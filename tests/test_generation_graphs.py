@@ -42,6 +42,8 @@ EXPORTS = {
     "gpt2-torchscript": ("gpt2", "torchscript", ("input_ids",)),
     # a packed-sequence mask computed from the positions at run time
     "llama-dynamo": ("llama", "dynamo", ("input_ids",)),
+    # a sliding window (6) shorter than the generation, found on a prompt as long as it
+    "mistral-dynamo": ("mistral", "dynamo", ("input_ids",)),
     # the positions an input, and an attention mask input held at ones
     "llama-torchscript-inputs": ("llama", "torchscript",
                                  ("input_ids", "attention_mask", "position_ids")),

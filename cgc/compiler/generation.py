@@ -31,11 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from xdsl.passes import PassPipeline
 
 from cgc.compiler.driver import compile_model
+from cgc.compiler.training import fold_lifted_constants, front
+from cgc.dialects import context
 from cgc.errors import CgcError, DoesNotFitError, OptionError
 from cgc.frontends import transformer
-from cgc.frontends.decoder import GraphDecoder
+from cgc.frontends.decoder import GraphDecoder, masks_inline
 from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
 from cgc.frontends.params import ModelParams, parameter_count
 from cgc.machine.hardware import dtypes
@@ -49,7 +52,7 @@ from cgc.machine.program.mode import Mode
 from cgc.machine.timing.cost import CACHE_KEY, LayerRecord, SimulationError, Sram, Timing
 from cgc.machine.timing.serving import Pass, Serving, block_of, make_pass, renamed
 from cgc.options import CompileOptions
-from cgc.passes.cache_keys_values import CacheKeysValuesPass
+from cgc.passes.cache_keys_values import CacheKeysValuesPass, attention_masks
 from cgc.passes.place_layers import PlaceLayersPass, placement_spec
 
 SERVING_MODES = (Mode.PIPELINED, Mode.WHOLE_WAFER)
@@ -337,11 +340,13 @@ def _programs(
     """The prompt's and the decode step's programs with caches of ``capacity`` tokens."""
     compiled = dataclasses.replace(options, mode=str(mode), num_csx=1, batch_size=None)
     step = transformer.Generation(1, capacity, False)
-    decode = _program(request, compiled, step, PlaceLayersPass(bands=True))
+    windows = _windows(request.params, capacity)
+    decode = _program(request, compiled, step, PlaceLayersPass(bands=True), windows)
     rects = {layer["name"]: _rect(layer["rect"]) for layer in decode.manifest["layers"]}
     chunk = request.prompt_chunk(mode)
     prompts = transformer.Generation(chunk, capacity, True)
-    prefill = _program(request, compiled, prompts, PlaceLayersPass(placement_spec(rects)))
+    prefill = _program(request, compiled, prompts, PlaceLayersPass(placement_spec(rects)),
+                       windows)  # fmt: skip
     target = request.target
     # the SRAM a generation holds is the decode step's; the prompts' kernels are timed in
     # the layouts they would lay the weights out in, not checked against it
@@ -351,7 +356,8 @@ def _programs(
         # the sequences pass the layers one after another: a layer's time is one sequence's
         one = dataclasses.replace(request, sequences=1)
         placed = PlaceLayersPass(placement_spec(rects))
-        timed = (_program(one, compiled, prompts, placed), _program(one, compiled, step, placed))
+        timed = (_program(one, compiled, prompts, placed, windows),
+                 _program(one, compiled, step, placed, windows))  # fmt: skip
     try:
         held = timed_run(decode.program, target, mode, sram)  # fills the ledger the caches count
         prefill_records = timed_run(timed[0].program, target, mode, Sram(target, strict=False))
@@ -372,11 +378,13 @@ def _program(
     options: CompileOptions,
     generation: transformer.Generation,
     placement: PlaceLayersPass,
+    windows: tuple[int, ...],
 ) -> Artifact:
-    """One program of the generation; ``placement`` places it in pipelined mode."""
+    """One program of the generation; ``placement`` places it in pipelined mode; a decoder
+    graph's attention gets its caches with ``windows`` (``_windows``)."""
     if isinstance(request.params, GraphDecoder):
         imported = request.params.program(request.sequences, generation)
-        caches = CacheKeysValuesPass(generation.capacity)
+        caches = CacheKeysValuesPass(generation.capacity, windows)
         return compile_model(imported, options, placement=placement, caches=caches)
     imported = transformer.build_generation(
         request.params,
@@ -386,6 +394,19 @@ def _program(
         buffers=request.weights is not None,
     )
     return compile_model(imported, options, weights=request.weights, placement=placement)
+
+
+def _windows(decoder: Decoder, capacity: int) -> tuple[int, ...]:
+    """Each attention's sliding window in a decoder graph over contexts of ``capacity``
+    tokens, as its masks show them on a prompt of that length (a window that long or longer
+    never binds: 0); nothing for a params model, which states its window."""
+    if not isinstance(decoder, GraphDecoder):
+        return ()
+    imported = decoder.program(1, transformer.Generation(capacity, capacity, True))
+    fold_lifted_constants(imported, None)
+    imported = masks_inline(imported)
+    PassPipeline(front(imported, None)).apply(context(), imported.module)
+    return tuple(mask.window for mask in attention_masks(imported.module))
 
 
 def _rect(values: list[int]) -> Rect:

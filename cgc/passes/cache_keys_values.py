@@ -120,6 +120,15 @@ def _erase_unused(ops: list[Operation]) -> None:
             Rewriter.erase_op(op)
 
 
+def attention_masks(module: ModuleOp) -> list[Mask]:
+    """What each causal self-attention of ``module``'s function keeps, in order (see
+    ``_mask``): a program of as many tokens as a generation's longest context shows every
+    sliding window that binds in it."""
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    positions = positions_argument(fn)
+    return [_mask(o, positions) for o in fn.walk() if isinstance(o, wse.AttentionOp)]
+
+
 @dataclass(frozen=True)
 class CacheKeysValuesPass(ModulePass):
     """Rewrites causal self-attention into cached attention on caches of ``capacity``
@@ -129,6 +138,10 @@ class CacheKeysValuesPass(ModulePass):
 
     capacity: int = 1
     """Token rows each cache holds a sequence."""
+    windows: tuple[int, ...] = ()
+    """Each attention's sliding window, by rank (0: none), as a longer program of the same
+    model shows them (``attention_masks``); a window longer than the tokens given says
+    nothing in their mask. Empty: each attention's own mask says."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.capacity < 1:
@@ -142,6 +155,11 @@ class CacheKeysValuesPass(ModulePass):
         if not attentions:
             return
         positions = positions_argument(fn)
+        if self.windows and len(self.windows) != len(attentions):
+            raise CgcError(
+                f"cache-keys-values: {len(self.windows)} windows given for "
+                f"{len(attentions)} attentions"
+            )
         for rank, attention in enumerate(attentions):
             self._rewrite(attention, rank, positions)
 
@@ -160,7 +178,7 @@ class CacheKeysValuesPass(ModulePass):
             wse.KvCacheOp(f"{name}#{rank}.{kind}_cache", self.capacity, rows)
             for kind in ("key", "value")
         )
-        window = mask.window
+        window = self.windows[rank] if self.windows else mask.window
         cached = wse.CachedAttentionOp(
             attention.query,
             attention.key,

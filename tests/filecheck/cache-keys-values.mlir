@@ -1,4 +1,5 @@
 // RUN: cgc opt %s -p 'cache-keys-values{capacity=16}' | filecheck %s
+// RUN: cgc opt %s -p 'cache-keys-values{capacity=16 windows=4}' | filecheck %s --check-prefix=WINDOWS
 
 // A decoder's causal self-attention over the 4 tokens given of 2 sequences reads and writes
 // caches of 16 tokens a sequence at the positions (the argument marked wse.every_layer).
@@ -52,3 +53,10 @@ func.func @one_token(%q: tensor<2x32xf32>, %k: tensor<2x32xf32>, %v: tensor<2x32
 // CHECK-LABEL: func.func @one_token
 // CHECK:         wse.kv_cache "h.0.attn#0.key_cache" {capacity = 16 : i64} : tensor<32x32xf32>
 // CHECK:         wse.cached_attention %q, %k, %v, {{.*}}, %pos
+
+// Windows found on a longer program of the same model (one a function here) take the place
+// of what each attention's mask says over the tokens given.
+// WINDOWS-LABEL: func.func @causal
+// WINDOWS:         wse.cached_attention {{.*}} {heads = 4 : i64, kv_heads = 2 : i64, scale = 3.500000e-01 : f64, window = 4 : i64}
+// WINDOWS-LABEL: func.func @window
+// WINDOWS:         wse.cached_attention {{.*}} window = 4 : i64}
