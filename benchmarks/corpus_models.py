@@ -313,25 +313,29 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def export_onnx(built: Built, exporter: str, path: Path) -> Path:
+def export_onnx(built: Built, exporter: str, path: Path, sequence: bool = False) -> Path:
     """Writes the model exported by ``exporter`` (``EXPORTERS``) to ``path``, the batch axis
-    of every input and of the output symbolic; large models' weights in an external file."""
+    of every input and of the output symbolic (and their sequence axis, with ``sequence``: a
+    decoder to generate with); large models' weights in an external file."""
     names, out = list(built.names), ["out"]
+    symbolic = {0: "batch", 1: "sequence"} if sequence else {0: "batch"}
     with quiet():
         if exporter in ("ts", "tsnv"):
             masks = vmap_free_masks() if exporter == "tsnv" else contextlib.nullcontext()
-            axes = {name: {0: "batch"} for name in (*names, *out)}
+            axes = {name: symbolic for name in (*names, *out)}
             with masks:
                 torch.onnx.export(
                     built.module, built.args, str(path), dynamo=False, opset_version=17,
                     input_names=names, output_names=out, dynamic_axes=axes,
                 )  # fmt: skip
         elif exporter in ("dyn", "dyn23"):
-            batch = torch.export.Dim("batch")
+            dims = {0: torch.export.Dim("batch")}
+            if sequence:
+                dims[1] = torch.export.Dim("sequence", max=built.case.seq * 4)
             torch.onnx.export(
                 built.module, built.args, str(path), dynamo=True,
                 opset_version=23 if exporter == "dyn23" else 18, input_names=names,
-                output_names=out, dynamic_shapes=tuple({0: batch} for _ in names),
+                output_names=out, dynamic_shapes=tuple(dims for _ in names),
                 external_data=built.case.external_data, optimize=True, verify=False,
                 report=False,
             )  # fmt: skip

@@ -122,8 +122,10 @@ def generate(
     ``model`` is a params file, ``zoo:NAME`` or ``ModelParams`` (its weights from
     ``init_seed`` or ``weights``, a ``.safetensors`` checkpoint's tensors by cgc's or Hugging
     Face's names), a ``transformers`` causal LM, ``file.py:factory`` returning one (and
-    its example ids, the default prompt), or an ONNX decoder exported without its cache
-    (``cgc.frontends.decoder``); ``prompt`` is ``[B, P]`` token ids (with
+    its example ids, the default prompt), or a decoder graph: an ONNX decoder exported
+    without its cache, any PyTorch causal LM whose ``forward`` takes ``position_ids``, or a
+    ``cgc.frontends.decoder.GraphDecoder`` (``from_torch`` takes transformers' GPT-2, Llama,
+    Qwen2 and Mistral through ``torch.export`` as well); ``prompt`` is ``[B, P]`` token ids (with
     ``attention_mask`` for rows of different lengths) or a list of rows.
 
     The options are a ``CompileOptions`` (``mode``: ``pipelined``, ``whole_wafer``,

@@ -47,9 +47,10 @@ def generate(
     **options,
 ) -> None:
     """Generate tokens after each prompt of --prompt with MODEL (a params .yaml file,
-    zoo:NAME, file.py:factory returning a transformers causal LM and its example ids, or a
-    generation's .cgc artifact that --artifact wrote), greedily on the simulator; or, with
-    --timing-only, time serving --concurrent sequences of --prompt-len tokens."""
+    zoo:NAME, an .onnx decoder exported without its cache, file.py:factory returning a
+    PyTorch causal LM and its example ids, or a generation's .cgc artifact that --artifact
+    wrote), greedily on the simulator; or, with --timing-only, time serving --concurrent
+    sequences of --prompt-len tokens."""
     from cgc.runtime.trace import trace_json
     from cgc.tools.generation import generate as run_generation
     from cgc.tools.generation import generation_spans, generation_text

@@ -224,6 +224,26 @@ class CompileRequest:
     """The sparse weights (a training's are its options'; ``cgc.machine.sparse.sparsity``)."""
     detect_sparsity: float | None = None
     """Weights with at least this fraction of zeros are sparse, their zeros dead."""
+    caches: CacheKeysValuesPass | None = None
+    """Gives an imported decoder's attention its key-value caches (a generation's program of
+    a decoder graph)."""
+
+    @property
+    def front_stage(self) -> str:
+        """The front stage's pipeline: with the caches, or without."""
+        return "front" if self.caches is None else "front_cached"
+
+    def front_passes(self, imported: ImportedModel, training: Training | None) -> str:
+        """The front stage's spec for ``imported``, configured."""
+        cached = () if self.caches is None else (self.caches,)
+        return stage_spec(self.front_stage, *front(imported, training), *cached)
+
+    def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
+        """The model imported with what the compile holds fixed folded (``batch`` samples,
+        ``blocks`` blocks); for a decoder graph given caches, its masks inline."""
+        imported = self.source.imported(batch, blocks)
+        fold_lifted_constants(imported, self.training)
+        return imported if self.caches is None else masks_inline(imported)
 
 
 def _renamed_checkpoint(
@@ -309,13 +329,14 @@ def compile_model(
         options.recompute,
         training.sparsity if training is not None else sparsity,
         checked_threshold(sparse.detect_sparsity, sparsity or (training and training.sparsity)),
+        caches,
     )
     dumps = IRDumps(dump_ir, print_ir_after_all)
     if mode == "weight_streaming" or training is not None:
         # the manifest's reason, in the command line's words as artifacts have always had it
         asked = STREAMED_FOR_TRAINING if training else f"requested with --mode {mode}"
         return StreamingCompiler(on_pass=on_pass).artifact(request, asked, dumps)
-    return _placed(request, mode, dumps, on_pass, placement, caches)
+    return _placed(request, mode, dumps, on_pass, placement)
 
 
 def _placed(
@@ -324,24 +345,18 @@ def _placed(
     dumps: IRDumps,
     on_pass: OnPass | None,
     placement: PlaceLayersPass | None = None,
-    caches: CacheKeysValuesPass | None = None,
 ) -> Artifact:
     """An inference ``request`` placed on the wafer (``mode`` pipelined, by ``placement`` if
     given), or in auto mode placed if the model fits and streamed otherwise, or run layer
-    after layer on the whole wafer (``mode`` whole_wafer); its attention cached by
-    ``caches`` if given."""
+    after layer on the whole wafer (``mode`` whole_wafer)."""
     steps = Steps(on_pass)
     steps.begin("import")
-    imported = request.source.imported(request.per_system_batch)
-    fold_lifted_constants(imported, None)
-    if caches is not None:
-        imported = masks_inline(imported)
+    imported = request.imported(request.per_system_batch)
     c = Compilation(imported, request.target, dumps, steps)
     sparse = len(stage_passes("sparse")) if request.sparsity is not None else 0
     placing = 0 if mode == Mode.WHOLE_WAFER else len(stage_passes("pipelined"))
-    stage = "front" if caches is None else "front_cached"
-    steps.expect(len(stage_passes(stage)) + sparse + placing)
-    c.run(stage_spec(stage, *front(imported, None), *(() if caches is None else (caches,))))
+    steps.expect(len(stage_passes(request.front_stage)) + sparse + placing)
+    c.run(request.front_passes(imported, None))
     saved = _mark_sparse(c, request)
     held = sum(spec.nbytes for spec in imported.weight_specs.values()) - saved
     tgt = request.target
@@ -384,9 +399,8 @@ def _streaming_compilation(
 ) -> Compilation:
     """The weight-streaming pipeline on the model at ``micro_batch`` samples per run."""
     steps.begin("import")
-    imported = request.source.imported(micro_batch, blocks)
+    imported = request.imported(micro_batch, blocks)
     training = request.training
-    fold_lifted_constants(imported, training)
     c = Compilation(imported, request.target, dumps, steps)
     if training is not None:
         per_system = request.per_system_batch or 1
@@ -395,8 +409,8 @@ def _streaming_compilation(
     stage = "weight_streaming"
     if training is not None:
         stage = "training_recomputing" if recompute else "training"
-    steps.expect(len(stage_passes("front")) + len(stage_passes(stage)))
-    c.run(stage_spec("front", *front(imported, training)))
+    steps.expect(len(stage_passes(request.front_stage)) + len(stage_passes(stage)))
+    c.run(request.front_passes(imported, training))
     if training is None:
         c.run(stage_spec(stage))
         return c

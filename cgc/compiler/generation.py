@@ -202,7 +202,7 @@ def compile_generation(request: GenerationRequest, options: CompileOptions) -> C
     _check_systems(request)
     asked = Mode(options.mode) if options.mode != "auto" else None
     modes = (asked,) if asked is not None else SERVING_MODES
-    _check_graph(request, modes)
+    _check_graph(request)
     compiled, refusals = _each_mode(request, options, modes)
     if not compiled:
         needed = _systems_needed(request, options, modes)
@@ -259,18 +259,13 @@ def _why(
     return f"the faster for {served}: " + ", ".join(rates + refusals)
 
 
-def _check_graph(request: GenerationRequest, modes: tuple[Mode, ...]) -> None:
-    """An OptionError if a decoder graph is asked for what only a params model does: more
-    than one system, or weight streaming (whose compile gives no attention its caches)."""
+def _check_graph(request: GenerationRequest) -> None:
+    """An OptionError if a decoder graph is asked for more than one system: it is compiled
+    whole, and only a params model's blocks are split over systems."""
     params = request.params
-    if isinstance(params, ModelParams):
-        return
-    if request.num_csx != 1:
+    if not isinstance(params, ModelParams) and request.num_csx != 1:
         raise OptionError(f"num_csx {request.num_csx}: {params.source}, a decoder graph, is "
                           "served whole by one system", "num_csx")  # fmt: skip
-    if Mode.WEIGHT_STREAMING in modes:
-        raise OptionError(f"mode weight_streaming: {params.source}, a decoder graph, is served "
-                          "pipelined or whole_wafer", "mode")  # fmt: skip
 
 
 def _check_systems(request: GenerationRequest) -> None:

@@ -83,7 +83,7 @@ def model_of(model: object) -> tuple[Decoder, dict[str, np.ndarray] | None, Any]
     """The params (or decoder graph) of ``model``, the weights it carries (a ``transformers``
     module's; None otherwise: a graph holds its own) and its example token ids (a factory's;
     None otherwise)."""
-    if isinstance(model, ModelParams):
+    if isinstance(model, ModelParams | GraphDecoder):
         return model, None, None
     if isinstance(model, str | os.PathLike):
         spec = os.fspath(model)
