@@ -124,9 +124,10 @@ def generate(
     Face's names), a ``transformers`` causal LM, ``file.py:factory`` returning one (and
     its example ids, the default prompt), or a decoder graph: an ONNX decoder exported
     without its cache, any PyTorch causal LM whose ``forward`` takes ``position_ids``, or a
-    ``cgc.frontends.decoder.GraphDecoder`` (``from_torch`` takes transformers' GPT-2, Llama,
-    Qwen2 and Mistral through ``torch.export`` as well); ``prompt`` is ``[B, P]`` token ids (with
-    ``attention_mask`` for rows of different lengths) or a list of rows.
+    ``cgc.frontends.decoder.GraphDecoder`` (``cgc.frontends.torch.causal.causal_decoder``
+    takes transformers' GPT-2, Llama, Qwen2 and Mistral through ``torch.export`` as well);
+    ``prompt`` is ``[B, P]`` token ids (with ``attention_mask`` for rows of different
+    lengths) or a list of rows.
 
     The options are a ``CompileOptions`` (``mode``: ``pipelined``, ``whole_wafer``,
     ``weight_streaming`` or ``auto``; ``target``; ``num_csx``) and a ``GenerationOptions``

@@ -28,7 +28,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -91,14 +90,6 @@ class GraphDecoder:
         return cls.probed(source, functools.partial(_imported, model, inputs, source))
 
     @classmethod
-    def from_torch(cls, module: Any) -> GraphDecoder:
-        """The decoder of a PyTorch causal LM (``cgc.frontends.torch.causal``)."""
-        from cgc.frontends.torch.causal import causal_importer, causal_logits
-
-        source = type(module).__name__
-        return cls.probed(source, causal_importer(causal_logits(module, source), source))
-
-    @classmethod
     def probed(cls, source: str, importer: Callable[[int, int], ImportedModel]) -> GraphDecoder:
         """The decoder ``importer`` imports, as a probe of one token finds it."""
         probe = importer(1, 1)
@@ -129,7 +120,7 @@ def with_positions(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto
     if not names:
         raise CgcError(f"{source}: a decoder takes token ids; the graph has no input")
     ids = "input_ids" if "input_ids" in names else names[0]
-    positions = [n for n in names if "position" in n]
+    positions = position_names(names, ids)
     masks = tuple(n for n in names if "mask" in n)
     for name in names:
         if name != ids and name not in positions and name not in masks:
@@ -143,6 +134,15 @@ def with_positions(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto
     if positions:
         return model, DecoderInputs(ids, positions[0], masks)
     return _positions_made_input(model, source), DecoderInputs(ids, POSITIONS_INPUT, masks)
+
+
+def position_names(names: list[str], ids: str) -> list[str]:
+    """Those of ``names`` that give the tokens' positions: ``position_ids``, else any other
+    that names positions but a cache's (transformers' ``cache_position`` counts the cache's
+    rows, one row of positions for every sequence)."""
+    if POSITIONS_INPUT in names:
+        return [POSITIONS_INPUT]
+    return [n for n in names if "position" in n and "cache" not in n and n != ids]
 
 
 def _positions_made_input(model: onnx.ModelProto, source: str) -> onnx.ModelProto:

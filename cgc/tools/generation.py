@@ -108,7 +108,9 @@ def _of_module(module: Any) -> tuple[Decoder, dict[str, np.ndarray] | None]:
 
     if reads(getattr(module, "config", None)):
         return causal_lm(module)
-    return GraphDecoder.from_torch(module), None
+    from cgc.frontends.torch.causal import causal_decoder
+
+    return causal_decoder(module), None
 
 
 def vocab_size(params: Decoder) -> int:

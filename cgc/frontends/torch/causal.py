@@ -4,7 +4,8 @@ cache (``use_cache=False`` where it takes one), its logits captured by ``torch.e
 shapes of each program of a generation.
 
 A module's ``forward`` names its token ids ``input_ids`` (else its first parameter) and takes
-the positions by a parameter whose name holds ``position`` (transformers' ``position_ids``):
+the positions by ``position_ids`` or another parameter that names positions but a cache's
+(``cgc.frontends.decoder.position_names``):
 a generation feeds each token's position, which a module that computes its own (from
 ``arange``) cannot take.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from cgc.errors import CgcError
+from cgc.frontends.decoder import GraphDecoder, position_names
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.torch import capture, import_program
 
@@ -50,7 +52,7 @@ def causal_logits(module: torch.nn.Module, source: str) -> CausalLogits:
     if not names:
         raise CgcError(f"{source}.forward takes no token ids")
     ids = "input_ids" if "input_ids" in names else names[0]
-    positions = [n for n in names if "position" in n and n != ids]
+    positions = position_names(names, ids)
     if not positions:
         raise CgcError(
             f"{source}.forward takes no positions (a position_ids parameter): a generation "
@@ -72,3 +74,9 @@ def causal_importer(wrapped: CausalLogits, source: str) -> Callable[[int, int], 
         return import_program(captured[batch, tokens], None, source)
 
     return imported
+
+
+def causal_decoder(module: torch.nn.Module) -> GraphDecoder:
+    """The decoder graph of a PyTorch causal LM, captured by ``torch.export``."""
+    source = type(module).__name__
+    return GraphDecoder.probed(source, causal_importer(causal_logits(module, source), source))
