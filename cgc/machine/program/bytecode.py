@@ -16,6 +16,7 @@ Binary layout, little-endian::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from collections.abc import Mapping
@@ -184,6 +185,13 @@ class Program:
     sparse: Mapping[str, SparseWeight] = field(default_factory=dict, compare=False)
     """The sparse weights by name (``cgc.machine.sparse.tiles``): what they stream and cost
     depends on their masks, which the manifest's sparsity record gives."""
+
+    @cached_property
+    def digest(self) -> str:
+        """A name of this program's instructions: what a system that runs several programs
+        (a generation's) keeps one program's pinned constants apart from another's by."""
+        text = repr([(i.opcode, i.results, i.operands, i.attrs) for i in self.instructions])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @cached_property
     def layer_spans(self) -> list[range]:

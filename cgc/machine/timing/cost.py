@@ -23,7 +23,6 @@ reads but never defines arrives from outside (``Program.layer_inputs``).
 from __future__ import annotations
 
 import bisect
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -289,13 +288,6 @@ class LayerRecord:
         self.link_wavelets += traffic.max_link
 
 
-def constant_key(ins: Instruction, shape: tuple[int, ...], dtype: str) -> str:
-    """What a system pins a constant by: its value, so that the programs sharing a system
-    (a generation's) never read one another's constant kept under the same register."""
-    digest = hashlib.sha256(repr((shape, dtype, ins.attrs["value"])).encode()).hexdigest()
-    return f"const:{digest[:24]}"
-
-
 class Timing:
     """One run of a program on one system, on shapes: where every register's tensor is, what
     every layer costs, what every PE holds.
@@ -429,7 +421,9 @@ class Timing:
 
     def _constant(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
-        self.held[ins.results[0]] = Resident(constant_key(ins, shape, dtype), shape, dtype)
+        # a system may run several programs (a generation's): a constant is its program's
+        key = f"const:{self.program.digest}:{ins.results[0]}"
+        self.held[ins.results[0]] = Resident(key, shape, dtype)
 
     def _cache(self, ins: Instruction) -> None:
         shape, dtype = self.program.registers[ins.results[0]]
