@@ -11,7 +11,7 @@ against ``transformers``' ``generate``.
   weights) generating 64 tokens after a 16-token prompt, ``cgc.generate`` (compile and run,
   auto mode) against ``generate(do_sample=False)`` of the same module, one thread each, the
   tokens checked equal (goal: at most 3x); by each route: the module read as params
-  (``hf_config``), its TorchScript ONNX export (a decoder graph, positions built in it), and
+  (``hf_config``), its dynamo ONNX export (a decoder graph, positions built in it), and
   the module through ``torch.export`` (``causal_decoder``).
 * Decoder graphs as users bring them (``--only graphs``): every causal LM of the corpus
   (``corpus_models``' tiny GPT-2, Llama, Qwen2 and Mistral with a window of 8) in
@@ -94,7 +94,7 @@ def numeric(repeat: int, route: str) -> dict:
 
     model: object = module
     if route == "onnx":
-        model = _exported(module, "ts", Path(tempfile.mkdtemp()) / "gpt2.onnx")
+        model = _exported(module, "dyn", Path(tempfile.mkdtemp()) / "gpt2.onnx")
     elif route == "torch":
         model = causal_decoder(module)
 

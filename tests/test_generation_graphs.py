@@ -187,6 +187,18 @@ def test_what_is_not_a_cacheable_decoder_is_refused_naming_it(
     onnx.save(helper.make_model(graph), cached)
     line = _refused(str(cached), "--prompt", str(prompt), "--max-new-tokens", "2")
     assert "input 'past_key_values.0.key' is neither" in line and "use_cache=False" in line
+    fixed = tmp_path / "fixed.onnx"  # an exporter wrote the example's 16 tokens in a shape
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["input_ids"], ["x"], to=TensorProto.FLOAT),
+         helper.make_node("Reshape", ["x", "shape"], ["logits"])], "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["b", "s"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 16, 1])],
+        [helper.make_tensor("shape", TensorProto.INT64, [3], [1, 16, 1])],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), fixed)
+    line = _refused(str(fixed), "--prompt", str(prompt), "--max-new-tokens", "2")
+    assert "(Reshape)" in line and "is its sequence axis symbolic?" in line, line
 
 
 def test_an_encoder_is_refused_naming_its_attention(tmp_path: Path) -> None:

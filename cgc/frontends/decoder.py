@@ -92,7 +92,11 @@ class GraphDecoder:
     @classmethod
     def probed(cls, source: str, importer: Callable[[int, int], ImportedModel]) -> GraphDecoder:
         """The decoder ``importer`` imports, as a probe of one token finds it."""
-        probe = importer(1, 1)
+        try:
+            probe = importer(1, 1)
+        except CgcError as e:  # a length the exporter wrote into the graph
+            raise CgcError(f"{e} (importing the decoder for one token: is its sequence axis "
+                           "symbolic?)") from None  # fmt: skip
         fn = _main(probe.module)
         outputs = probe.outputs
         if len(outputs) < 1 or len(outputs[0].shape) != 3 or outputs[0].shape[:2] != (1, 1):
