@@ -325,3 +325,18 @@ def test_programs_sharing_a_system_keep_their_own_constants(tmp_path: Path) -> N
         executor = Executor(artifact.program, target, system, MemoryX({}, target, {}), True)
         executor.run([x])
         np.testing.assert_array_equal(executor.outputs[0], x * scale)
+
+
+def test_a_model_cgc_reads_as_params_generates_through_torch_export_too() -> None:
+    """transformers' GPT-2 as a graph (``causal_decoder``), over a context long enough that
+    its mask builder's index tables are weights: they are inline, and the mask evaluates."""
+    from cgc.frontends.torch.causal import causal_decoder
+
+    module = _model("gpt2")
+    ids, mask = _prompts(False)
+    generated = cgc.generate(causal_decoder(module), ids, attention_mask=mask,
+                             max_new_tokens=32, mode="whole_wafer")  # fmt: skip
+    with torch.no_grad():
+        want = module.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                               max_new_tokens=32, do_sample=False, pad_token_id=0)  # fmt: skip
+    np.testing.assert_array_equal(generated.tokens, want.numpy())

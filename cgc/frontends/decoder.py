@@ -275,9 +275,10 @@ def _own_constants(imported: ImportedModel) -> ImportedModel:
 def masks_inline(imported: ImportedModel) -> ImportedModel:
     """``imported`` with the fixed weights a mask is computed from inline constants: its
     boolean weights (masks an exporter or the compile's folding computed ahead, too large to
-    be inline) and its small frozen ones (a mask's fill, ``-inf``, which the IR text cannot
-    hold), so that ``cache-keys-values`` can evaluate a mask the graph computes from them and
-    the positions."""
+    be inline), its frozen integer ones (the indices a mask builder gathers with) and its
+    small frozen ones (a mask's fill, ``-inf``, which the IR text cannot hold), so that
+    ``cache-keys-values`` can evaluate a mask the graph computes from them and the
+    positions."""
     weights = dict(imported.weights)
     for op in list(imported.module.walk()):
         if not isinstance(op, wse.WeightOp) or op.perm is not None:
@@ -285,8 +286,8 @@ def masks_inline(imported: ImportedModel) -> ImportedModel:
         value = weights.get(op.weight_name.data)
         if value is None:
             continue
-        small = op.frozen is not None and value.size <= INLINE_LIMIT
-        if value.dtype != np.bool_ and not small:
+        fixed = op.frozen is not None and (value.size <= INLINE_LIMIT or value.dtype.kind == "i")
+        if value.dtype != np.bool_ and not fixed:
             continue
         del weights[op.weight_name.data]
         constant = wse.ConstantOp(wse.dense_attr(value))
