@@ -301,11 +301,24 @@ def test_a_module_that_makes_its_own_positions_is_refused(tmp_path: Path) -> Non
     )
     line = _refused(f"{tmp_path / 'models.py'}:model", "--max-new-tokens", "2")
     assert "NoPositions.forward takes no positions (a position_ids parameter)" in line
+    # as the refusal says: exported to ONNX, the positions it builds are found
+    module, ids = NoPositions().eval(), np.array([[5, 9, 11, 3, 7]])
+    path = tmp_path / "nopositions.onnx"
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.from_numpy(ids),), str(path), dynamo=False,
+                          opset_version=17, input_names=["input_ids"], output_names=["logits"],
+                          dynamic_axes={"input_ids": {0: "b", 1: "s"},
+                                        "logits": {0: "b", 1: "s"}})  # fmt: skip
+    generated = cgc.generate(str(path), ids, max_new_tokens=NEW)
+    wanted = cgc.generate(module.inner, ids, max_new_tokens=NEW)
+    np.testing.assert_array_equal(generated.tokens, wanted.tokens)
 
 
 def test_programs_sharing_a_system_keep_their_own_constants(tmp_path: Path) -> None:
-    """A generation's programs run on one system; a constant is pinned by its value, so one
-    program never reads another's constant that sits in the same register."""
+    """A generation's programs run on one system; a constant is pinned by its program's
+    digest and its register, so one program never reads another's constant that sits in the
+    same register."""
     outputs = []
     for scale in (2.0, 3.0):
         graph = helper.make_graph(

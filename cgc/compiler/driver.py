@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from cgc.compiler.dumps import IRDumps, OnPass, Steps
+from cgc.compiler.fixed_weights import positions_constants_inline, program_constants
 from cgc.compiler.memory import MemoryPlan, Planner
 from cgc.compiler.pipelines import pass_spec, pipeline, stage_passes, stage_spec
 from cgc.compiler.sources import ParamsSource, Source, WithWeights, source_of
@@ -49,7 +50,6 @@ from cgc.dialects.ir import (
 )
 from cgc.dialects.lowering import lower
 from cgc.errors import CgcError, CgcWarning, DoesNotFitError, OptionError
-from cgc.frontends.decoder import masks_inline
 from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
 from cgc.frontends.imported import ImportedModel
 from cgc.frontends.params import ModelConfig, ModelParams
@@ -240,10 +240,13 @@ class CompileRequest:
 
     def imported(self, batch: int | None, blocks: int | None = None) -> ImportedModel:
         """The model imported with what the compile holds fixed folded (``batch`` samples,
-        ``blocks`` blocks); for a decoder graph given caches, its masks inline."""
+        ``blocks`` blocks); for a decoder graph given caches, what its masks are built of
+        inline and its constants its program's own (``cgc.compiler.fixed_weights``)."""
         imported = self.source.imported(batch, blocks)
         fold_lifted_constants(imported, self.training)
-        return imported if self.caches is None else masks_inline(imported)
+        if self.caches is None:
+            return imported
+        return program_constants(positions_constants_inline(imported))
 
 
 def _renamed_checkpoint(

@@ -13,16 +13,20 @@ alike everywhere is the branch it takes.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
 from cgc.dialects import wse
 from cgc.dialects.ir import dense_to_numpy, main_function
-from cgc.frontends.emitter import constant_op, evaluate, foldable
+from cgc.frontends.emitter import INLINE_LIMIT, constant_op, evaluate, foldable
+from cgc.frontends.imported import ImportedModel
+from cgc.passes.cache_keys_values import positions_argument
 
 
 def fold_fixed_weights(
@@ -114,3 +118,68 @@ def _fresh(weights: dict[str, np.ndarray], base: str) -> str:
     while f"{base}:fixed{number}" in weights:
         number += 1
     return f"{base}:fixed{number}"
+
+
+def positions_constants_inline(imported: ImportedModel) -> ImportedModel:
+    """``imported`` (a generation's program of a decoder graph) with the fixed weights its
+    positions are combined with inline constants, so that ``cache-keys-values`` can evaluate
+    a mask computed from them and the positions: boolean weights (masks an exporter or the
+    folding computed ahead, too large to be inline), frozen integer ones (the indices a mask
+    builder gathers with) and small frozen ones (a mask's fill, ``-inf``, which the IR text
+    cannot hold). Parameters and large frozen float tables stay weights."""
+    fn = main_function(imported.module)
+    reached = _computed_from(positions_argument(fn))
+    inlined = {}
+    for op in reached:
+        for operand in op.operands:
+            weight = operand.owner
+            if isinstance(weight, wse.WeightOp) and weight.perm is None:
+                value = imported.weights.get(weight.weight_name.data)
+                if value is not None and _mask_material(weight, value):
+                    inlined[weight] = value
+    for weight, value in inlined.items():
+        constant = wse.ConstantOp(wse.dense_attr(value))
+        constant.location = weight.location
+        Rewriter.replace_op(weight, constant)
+    used = {op.weight_name.data for op in fn.walk() if isinstance(op, wse.WeightOp)}
+    weights = {name: value for name, value in imported.weights.items() if name in used}
+    kept = [name for name in imported.initializers if name in weights]
+    return dataclasses.replace(imported, weights=weights, initializers=kept)
+
+
+def _computed_from(value: SSAValue) -> list[Operation]:
+    """The ops whose results depend on ``value``."""
+    found: dict[Operation, None] = {}
+    pending = [value]
+    while pending:
+        for use in pending.pop().uses:
+            if use.operation not in found:
+                found[use.operation] = None
+                pending.extend(use.operation.results)
+    return list(found)
+
+
+def _mask_material(weight: wse.WeightOp, value: np.ndarray) -> bool:
+    """Whether ``weight`` is what a mask is built of rather than a model's tensor."""
+    if value.dtype == np.bool_:
+        return True
+    return weight.frozen is not None and (value.dtype.kind == "i" or value.size <= INLINE_LIMIT)
+
+
+def program_constants(imported: ImportedModel) -> ImportedModel:
+    """``imported`` with its frozen weights named by their values as well: the programs of a
+    generation share their parameters by name and run on one system, while a constant the
+    frontend or the folding made for one shape (a mask over its tokens) is its program's
+    own, though named alike in both."""
+    renamed = {}
+    for op in main_function(imported.module).walk():
+        if isinstance(op, wse.WeightOp) and op.frozen is not None:
+            name = op.weight_name.data
+            value = imported.weights.get(name)
+            if value is not None:
+                digest = hashlib.sha256(value.tobytes() + str(value.shape).encode()).hexdigest()
+                renamed[name] = f"{name}@{digest[:12]}"
+                op.weight_name = StringAttr(renamed[name])
+    weights = {renamed.get(n, n): value for n, value in imported.weights.items()}
+    initializers = [renamed.get(n, n) for n in imported.initializers]
+    return dataclasses.replace(imported, weights=weights, initializers=initializers)

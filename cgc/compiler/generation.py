@@ -34,11 +34,12 @@ import numpy as np
 from xdsl.passes import PassPipeline
 
 from cgc.compiler.driver import compile_model
+from cgc.compiler.fixed_weights import positions_constants_inline
 from cgc.compiler.training import fold_lifted_constants, front
 from cgc.dialects import context
 from cgc.errors import CgcError, DoesNotFitError, OptionError
 from cgc.frontends import transformer
-from cgc.frontends.decoder import GraphDecoder, masks_inline
+from cgc.frontends.decoder import GraphDecoder
 from cgc.frontends.hf_weights import is_hugging_face, weights_from_hugging_face
 from cgc.frontends.params import ModelParams, parameter_count
 from cgc.machine.hardware import dtypes
@@ -203,7 +204,8 @@ def compile_generation(request: GenerationRequest, options: CompileOptions) -> C
     asked = Mode(options.mode) if options.mode != "auto" else None
     modes = (asked,) if asked is not None else SERVING_MODES
     _check_graph(request)
-    compiled, refusals = _each_mode(request, options, modes)
+    windows = _windows(request.params, request.capacity)
+    compiled, refusals = _each_mode(request, options, modes, windows)
     if not compiled:
         needed = _systems_needed(request, options, modes)
         more = f"; it fits {needed} systems (num_csx)" if needed else ""
@@ -215,14 +217,18 @@ def compile_generation(request: GenerationRequest, options: CompileOptions) -> C
 
 
 def _each_mode(
-    request: GenerationRequest, options: CompileOptions, modes: tuple[Mode, ...]
+    request: GenerationRequest,
+    options: CompileOptions,
+    modes: tuple[Mode, ...],
+    windows: tuple[int, ...] = (),
 ) -> tuple[list[CompiledGeneration], list[str]]:
-    """The request compiled in each of ``modes`` that it fits, and why not in the others."""
+    """The request compiled in each of ``modes`` that it fits (a decoder graph's attention
+    with ``windows``), and why not in the others."""
     compiled: list[CompiledGeneration] = []
     refusals: list[str] = []
     for mode in modes:
         try:
-            compiled.append(_compiled(request, options, mode))
+            compiled.append(_compiled(request, options, mode, windows))
         except DoesNotFitError as e:
             refusals.append(f"{mode}: {e}" if len(modes) > 1 else str(e))
     return compiled, refusals
@@ -301,18 +307,19 @@ def _check_systems(request: GenerationRequest) -> None:
 
 
 def _compiled(
-    request: GenerationRequest, options: CompileOptions, mode: Mode
+    request: GenerationRequest, options: CompileOptions, mode: Mode, windows: tuple[int, ...]
 ) -> CompiledGeneration:
     """Both programs in ``mode`` and their serving figures; caches that do not fit are a
     CgcError naming the tokens asked for and those that fit."""
     try:
-        return _programs(request, options, mode, request.capacity)
+        return _programs(request, options, mode, request.capacity, windows)
     except DoesNotFitError:
         if request.capacity == 1:
             raise
         # the model without room for the caches asked for: how many tokens would fit
+        # caches of one token: no window binds
         probe = _programs(dataclasses.replace(request, new_tokens=1, prompt_tokens=0), options,
-                          mode, 1)  # fmt: skip
+                          mode, 1, ())  # fmt: skip
         fits = probe.serving.kv_capacity_tokens
         if fits >= request.sequences * request.capacity:  # it is not the caches
             raise
@@ -330,18 +337,23 @@ def _no_fit(request: GenerationRequest, mode: Mode, error: Exception) -> DoesNot
 
 
 def _programs(
-    request: GenerationRequest, options: CompileOptions, mode: Mode, capacity: int
+    request: GenerationRequest,
+    options: CompileOptions,
+    mode: Mode,
+    capacity: int,
+    windows: tuple[int, ...],
 ) -> CompiledGeneration:
-    """The prompt's and the decode step's programs with caches of ``capacity`` tokens."""
+    """The prompt's and the decode step's programs with caches of ``capacity`` tokens (a
+    decoder graph's attention with ``windows``: ``_windows``)."""
     compiled = dataclasses.replace(options, mode=str(mode), num_csx=1, batch_size=None)
     step = transformer.Generation(1, capacity, False)
-    windows = _windows(request.params, capacity)
     decode = _program(request, compiled, step, PlaceLayersPass(bands=True), windows)
     rects = {layer["name"]: _rect(layer["rect"]) for layer in decode.manifest["layers"]}
     chunk = request.prompt_chunk(mode)
     prompts = transformer.Generation(chunk, capacity, True)
     prefill = _program(request, compiled, prompts, PlaceLayersPass(placement_spec(rects)),
                        windows)  # fmt: skip
+    _check_caches(request, prefill, decode)
     target = request.target
     # the SRAM a generation holds is the decode step's; the prompts' kernels are timed in
     # the layouts they would lay the weights out in, not checked against it
@@ -366,6 +378,19 @@ def _programs(
     serving = _serving(request, mode, chunk, (prefill_records, decode_records), decode.program,
                        sram)  # fmt: skip
     return CompiledGeneration(prefill, decode, mode, f"requested with --mode {mode}", serving)
+
+
+def _check_caches(request: GenerationRequest, prefill: Artifact, decode: Artifact) -> None:
+    """A CgcError unless the two programs keep the same caches, and some: a decoder graph's
+    attention that one of its imports fuses and the other does not would leave a cache that
+    nothing reads."""
+    names = [{entry["name"] for entry in a.manifest.get("caches", [])} for a in (prefill, decode)]
+    if not names[1] or names[0] != names[1]:
+        raise CgcError(
+            f"{request.params.source}: its prompts' program keeps {len(names[0])} key-value "
+            f"caches and its decode step {len(names[1])}; generation needs every attention "
+            "found and fused in both (cgc compile --dump-ir shows which is not)"
+        )
 
 
 def _program(
@@ -399,7 +424,7 @@ def _windows(decoder: Decoder, capacity: int) -> tuple[int, ...]:
         return ()
     imported = decoder.program(1, transformer.Generation(capacity, capacity, True))
     fold_lifted_constants(imported, None)
-    imported = masks_inline(imported)
+    imported = positions_constants_inline(imported)
     PassPipeline(front(imported, None)).apply(context(), imported.module)
     return tuple(mask.window for mask in attention_masks(imported.module))
 

@@ -37,8 +37,6 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     FunctionType,
-    ModuleOp,
-    StringAttr,
     TensorType,
     UnitAttr,
 )
@@ -46,9 +44,9 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from cgc.dialects import wse
+from cgc.dialects.ir import main_function
 from cgc.dialects.lowering import EVERY_LAYER
 from cgc.errors import CgcError
-from cgc.frontends.emitter import INLINE_LIMIT
 from cgc.frontends.imported import ImportedModel, TensorSpec
 from cgc.frontends.onnx import import_model
 from cgc.frontends.onnx.model import load_model
@@ -87,17 +85,28 @@ class GraphDecoder:
         the input or output that is not a decoder's."""
         source = os.path.basename(os.fspath(path))
         model, inputs = with_positions(load_model(Path(path), source), source)
-        return cls.probed(source, functools.partial(_imported, model, inputs, source))
-
-    @classmethod
-    def probed(cls, source: str, importer: Callable[[int, int], ImportedModel]) -> GraphDecoder:
-        """The decoder ``importer`` imports, as a probe of one token finds it."""
+        importer = functools.partial(_imported, model, inputs, source)
         try:
             probe = importer(1, 1)
-        except CgcError as e:  # a length the exporter wrote into the graph
+        except CgcError as e:
+            if type(e) is not CgcError:
+                raise
+            # most often a length the exporter wrote into the graph
             raise CgcError(f"{e} (importing the decoder for one token: is its sequence axis "
                            "symbolic?)") from None  # fmt: skip
-        fn = _main(probe.module)
+        return cls.probed(source, importer, probe)
+
+    @classmethod
+    def probed(
+        cls,
+        source: str,
+        importer: Callable[[int, int], ImportedModel],
+        probe: ImportedModel | None = None,
+    ) -> GraphDecoder:
+        """The decoder ``importer`` imports, as its ``probe`` of one token (imported if not
+        given) finds it."""
+        probe = importer(1, 1) if probe is None else probe
+        fn = main_function(probe.module)
         outputs = probe.outputs
         if len(outputs) < 1 or len(outputs[0].shape) != 3 or outputs[0].shape[:2] != (1, 1):
             shape = list(outputs[0].shape) if outputs else None
@@ -112,8 +121,7 @@ class GraphDecoder:
 
     def program(self, batch: int, generation: Generation) -> ImportedModel:
         """The graph as one program of a generation of ``batch`` sequences."""
-        imported = self.importer(batch, generation.tokens)
-        return _generation_interface(_own_constants(imported), generation)
+        return _generation_interface(self.importer(batch, generation.tokens), generation)
 
 
 def with_positions(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, DecoderInputs]:
@@ -150,44 +158,59 @@ def position_names(names: list[str], ids: str) -> list[str]:
 
 
 def _positions_made_input(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
-    """``model`` with the positions it builds (``Unsqueeze(Range(0, S, 1), 0)``) an input
-    ``[batch, sequence]``."""
+    """``model`` with the positions it builds an input ``[batch, sequence]``: the row it
+    makes of ``Range(0, S, 1)`` by ``Unsqueeze(axes=[0])`` (transformers'
+    ``cache_position.unsqueeze(0)``), else by ``Expand`` (``arange(S).expand_as(ids)``)."""
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
+    known = _constant_values(graph)
+
+    def from_range(node: onnx.NodeProto) -> bool:
+        made = producer.get(node.input[0])
+        if made is None or made.op_type != "Range":
+            return False
+        start, step = known.get(made.input[0]), known.get(made.input[2])
+        if start is None or step is None or start.dtype.kind != "i":
+            return False
+        return start.item() == 0 and step.item() == 1
+
+    def rows(node: onnx.NodeProto) -> bool:
+        axes = known.get(node.input[1]) if len(node.input) > 1 else _axes_attribute(node)
+        return axes is not None and list(np.ravel(axes)) == [0]
+
+    unsqueezed = [n for n in graph.node if n.op_type == "Unsqueeze" and from_range(n) and rows(n)]
+    expanded = [n for n in graph.node if n.op_type == "Expand" and from_range(n)]
+    found = unsqueezed or expanded
+    if len(found) != 1:
+        why = "neither an input nor built from a Range" if not found else "built more than once"
+        raise CgcError(f"{source}: the decoder's positions are {why} over the sequence; "
+                       "export it with position_ids as an input")  # fmt: skip
+    made = found[0]
+    edited = onnx.ModelProto()
+    edited.CopyFrom(model)
+    kept = [n for n in edited.graph.node if n.output[:] != made.output[:]]
+    del edited.graph.node[:]
+    edited.graph.node.extend(kept)
+    edited.graph.input.append(
+        helper.make_tensor_value_info(
+            POSITIONS_INPUT, onnx.TensorProto.INT64, ["batch", "sequence"]
+        )
+    )
+    _rename_uses(edited.graph, made.output[0], POSITIONS_INPUT)
+    return edited
+
+
+def _constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """The values of ``graph``'s initializers and ``Constant`` nodes, by name."""
     known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     for node in graph.node:
-        if node.op_type == "Constant" and node.attribute:
-            known[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-
-    def value(name: str) -> np.ndarray | None:
-        return known.get(name)
-
-    for node in graph.node:
-        if node.op_type != "Unsqueeze" or node.input[0] not in producer:
-            continue
-        source_node = producer[node.input[0]]
-        axes = value(node.input[1]) if len(node.input) > 1 else _axes_attribute(node)
-        if source_node.op_type != "Range" or axes is None or list(np.ravel(axes)) != [0]:
-            continue
-        start, step = value(source_node.input[0]), value(source_node.input[2])
-        if start is None or step is None or start.item() != 0 or step.item() != 1:
-            continue
-        edited = onnx.ModelProto()
-        edited.CopyFrom(model)
-        kept = [n for n in edited.graph.node if n.output[:] != node.output[:]]
-        del edited.graph.node[:]
-        edited.graph.node.extend(kept)
-        edited.graph.input.append(
-            helper.make_tensor_value_info(
-                POSITIONS_INPUT, onnx.TensorProto.INT64, ["batch", "sequence"]
-            )
-        )
-        _rename_uses(edited.graph, node.output[0], POSITIONS_INPUT)
-        return edited
-    raise CgcError(
-        f"{source}: the decoder's positions are neither an input nor built from a Range "
-        "over the sequence; export it with position_ids as an input"
-    )
+        if node.op_type == "Constant" and len(node.attribute) == 1:
+            value = helper.get_attribute_value(node.attribute[0])
+            if isinstance(value, onnx.TensorProto):
+                known[node.output[0]] = numpy_helper.to_array(value)
+            elif isinstance(value, int | float | list):
+                known[node.output[0]] = np.asarray(value)
+    return known
 
 
 def _axes_attribute(node: onnx.NodeProto) -> np.ndarray | None:
@@ -221,10 +244,6 @@ def _mask_dtype(model: onnx.ModelProto, name: str) -> np.dtype:
     return helper.tensor_dtype_to_np_dtype(given.type.tensor_type.elem_type)
 
 
-def _main(module: ModuleOp) -> func.FuncOp:
-    return next(op for op in module.walk() if isinstance(op, func.FuncOp))
-
-
 def _embedding_width(ids: SSAValue, source: str) -> int:
     """The width of the rows the token ids gather."""
     table = _gathered_table(ids)
@@ -254,54 +273,11 @@ def _gathered_table(index: SSAValue) -> SSAValue | None:
     return None
 
 
-def _own_constants(imported: ImportedModel) -> ImportedModel:
-    """``imported`` with its frozen weights (constants the frontend lifted, named by where
-    they were made) named by the program's shape as well: the programs of a generation share
-    their parameters by name, while a constant of one shape (a mask over its tokens) is its
-    program's own."""
-    (batch, tokens), renamed = imported.inputs[0].shape, {}
-    for op in imported.module.walk():
-        if isinstance(op, wse.WeightOp) and op.frozen is not None:
-            name = op.weight_name.data
-            renamed[name] = f"{name}@{batch}x{tokens}"
-            op.weight_name = StringAttr(renamed[name])
-    weights = {renamed.get(n, n): value for n, value in imported.weights.items()}
-    declared = {renamed.get(n, n): spec for n, spec in imported.declared.items()}
-    initializers = [renamed.get(n, n) for n in imported.initializers]
-    return dataclasses.replace(imported, weights=weights, declared=declared,
-                               initializers=initializers)  # fmt: skip
-
-
-def masks_inline(imported: ImportedModel) -> ImportedModel:
-    """``imported`` with the fixed weights a mask is computed from inline constants: its
-    boolean weights (masks an exporter or the compile's folding computed ahead, too large to
-    be inline), its frozen integer ones (the indices a mask builder gathers with) and its
-    small frozen ones (a mask's fill, ``-inf``, which the IR text cannot hold), so that
-    ``cache-keys-values`` can evaluate a mask the graph computes from them and the
-    positions."""
-    weights = dict(imported.weights)
-    for op in list(imported.module.walk()):
-        if not isinstance(op, wse.WeightOp) or op.perm is not None:
-            continue
-        value = weights.get(op.weight_name.data)
-        if value is None:
-            continue
-        fixed = op.frozen is not None and (value.size <= INLINE_LIMIT or value.dtype.kind == "i")
-        if value.dtype != np.bool_ and not fixed:
-            continue
-        del weights[op.weight_name.data]
-        constant = wse.ConstantOp(wse.dense_attr(value))
-        constant.location = op.location
-        Rewriter.replace_op(op, constant)
-    kept = [name for name in imported.initializers if name in weights]
-    return dataclasses.replace(imported, weights=weights, initializers=kept)
-
-
 def _generation_interface(imported: ImportedModel, generation: Generation) -> ImportedModel:
     """``imported`` with the interface of a generation's program: the positions marked
     ``EVERY_LAYER``, for the prompts ``last`` ``[B]`` and the logits at it, else the
     logits of each sequence's token."""
-    fn = _main(imported.module)
+    fn = main_function(imported.module)
     block = fn.body.block
     names = [spec.name for spec in imported.inputs]
     if len(names) != 2 or "position" in names[0]:
@@ -314,6 +290,10 @@ def _generation_interface(imported: ImportedModel, generation: Generation) -> Im
     assert isinstance(returned, func.ReturnOp)
     logits = returned.operands[0]
     vocab = wse.tensor_shape(logits)[-1]
+    if wse.tensor_shape(logits) != (batch, tokens, vocab):
+        raise CgcError(f"{imported.source}: a decoder's logits are [batch, sequence, vocab], "
+                       f"got {list(wse.tensor_shape(logits))} for {batch} x {tokens} "
+                       "tokens")  # fmt: skip
     rows = wse.ReshapeOp(logits, (batch * tokens, vocab))
     picked: list[Operation] = [rows]
     if generation.prefill:
@@ -332,17 +312,7 @@ def _generation_interface(imported: ImportedModel, generation: Generation) -> Im
     fn.function_type = FunctionType.from_lists([a.type for a in block.args],
                                                [picked[-1].results[0].type])  # fmt: skip
     outputs = [TensorSpec(imported.outputs[0].name, (batch, vocab), imported.outputs[0].dtype, 0)]
-    return ImportedModel(
-        module=imported.module,
-        weights=imported.weights,
-        inputs=inputs,
-        outputs=outputs,
-        initializers=imported.initializers,
-        opset=imported.opset,
-        source=imported.source,
-        declared=imported.declared,
-        tokens_per_sample=tokens,
-    )
+    return dataclasses.replace(imported, inputs=inputs, outputs=outputs, tokens_per_sample=tokens)
 
 
 def _tensor_type(spec: TensorSpec) -> TensorType:

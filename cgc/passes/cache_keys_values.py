@@ -35,21 +35,26 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from cgc.dialects import wse
 from cgc.dialects.interpreter import Interpreter
+from cgc.dialects.ir import main_function
 from cgc.dialects.lowering import EVERY_LAYER
 from cgc.errors import CgcError
 from cgc.machine.reference.attention import Mask, mask_kind
 
 
 def positions_argument(fn: func.FuncOp) -> SSAValue:
-    """The argument of ``fn`` marked ``EVERY_LAYER``: the tokens' positions."""
-    marks = [] if fn.arg_attrs is None else fn.arg_attrs.data
+    """The argument of ``fn`` marked ``EVERY_LAYER``: the tokens' positions ``[B, s]``."""
     args = fn.body.block.args
-    marked = [arg for arg, attrs in zip(args, marks, strict=True) if EVERY_LAYER in attrs.data]
+    marks = [set(attrs.data) for attrs in fn.arg_attrs.data] if fn.arg_attrs else []
+    # a function without argument attributes marks none
+    marked = [arg for arg, names in zip(args, marks, strict=False) if EVERY_LAYER in names]
     if len(marked) != 1:
         raise CgcError(
             f"cache-keys-values: @{fn.sym_name.data} needs one argument marked {EVERY_LAYER} "
             f"(the tokens' positions), found {len(marked)}"
         )
+    shape = wse.tensor_shape(marked[0])
+    if len(shape) != 2:
+        raise CgcError(f"cache-keys-values: the positions are [sequences, tokens], got {shape}")
     return marked[0]
 
 
@@ -124,7 +129,7 @@ def attention_masks(module: ModuleOp) -> list[Mask]:
     """What each causal self-attention of ``module``'s function keeps, in order (see
     ``_mask``): a program of as many tokens as a generation's longest context shows every
     sliding window that binds in it."""
-    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    fn = main_function(module)
     positions = positions_argument(fn)
     return [_mask(o, positions) for o in fn.walk() if isinstance(o, wse.AttentionOp)]
 
@@ -140,8 +145,11 @@ class CacheKeysValuesPass(ModulePass):
     """Token rows each cache holds a sequence."""
     windows: tuple[int, ...] = ()
     """Each attention's sliding window, by rank (0: none), as a longer program of the same
-    model shows them (``attention_masks``); a window longer than the tokens given says
-    nothing in their mask. Empty: each attention's own mask says."""
+    model shows them (``attention_masks``): a window longer than the tokens given leaves no
+    trace in their mask, and a program of one token shows nothing of its mask at all (a bias
+    of one score is anything at all there; the longer program is where it is checked). A
+    window the attention's own mask states and a given one: the narrower. Empty: each
+    attention's own mask says."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.capacity < 1:
@@ -152,14 +160,14 @@ class CacheKeysValuesPass(ModulePass):
 
     def _cache(self, fn: func.FuncOp) -> None:
         attentions = [o for o in fn.walk() if isinstance(o, wse.AttentionOp)]
-        if not attentions:
-            return
-        positions = positions_argument(fn)
         if self.windows and len(self.windows) != len(attentions):
             raise CgcError(
                 f"cache-keys-values: {len(self.windows)} windows given for "
                 f"{len(attentions)} attentions"
             )
+        if not attentions:
+            return
+        positions = positions_argument(fn)
         for rank, attention in enumerate(attentions):
             self._rewrite(attention, rank, positions)
 
@@ -178,7 +186,9 @@ class CacheKeysValuesPass(ModulePass):
             wse.KvCacheOp(f"{name}#{rank}.{kind}_cache", self.capacity, rows)
             for kind in ("key", "value")
         )
-        window = self.windows[rank] if self.windows else mask.window
+        if self.windows:
+            mask = mask.meet(Mask(True, self.windows[rank]))
+        window = mask.window
         cached = wse.CachedAttentionOp(
             attention.query,
             attention.key,

@@ -103,14 +103,25 @@ def model_of(model: object) -> tuple[Decoder, dict[str, np.ndarray] | None, Any]
 
 def _of_module(module: Any) -> tuple[Decoder, dict[str, np.ndarray] | None]:
     """A PyTorch causal LM's params and weights (a transformers model whose config cgc
-    reads, ``cgc.frontends.hf_config``), or else its decoder graph."""
+    reads, ``cgc.frontends.hf_config``), or else (or where the params refuse it) its decoder
+    graph."""
     from cgc.frontends.hf_config import causal_lm, reads
 
-    if reads(getattr(module, "config", None)):
+    if not reads(getattr(module, "config", None)):
+        return _graph_of(module), None
+    try:
         return causal_lm(module)
+    except CgcError as refused:  # a switch the params cannot say: the graph may
+        try:
+            return _graph_of(module), None
+        except CgcError:
+            raise refused from None
+
+
+def _graph_of(module: Any) -> GraphDecoder:
     from cgc.frontends.torch.causal import causal_decoder
 
-    return causal_decoder(module), None
+    return causal_decoder(module)
 
 
 def vocab_size(params: Decoder) -> int:
