@@ -353,3 +353,23 @@ def test_a_model_cgc_reads_as_params_generates_through_torch_export_too() -> Non
         want = module.generate(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                                max_new_tokens=32, do_sample=False, pad_token_id=0)  # fmt: skip
     np.testing.assert_array_equal(generated.tokens, want.numpy())
+
+
+class AttendsOnlyOverSeveral(TinyGPT):
+    """Skips its attention for a single token: its decode step would keep no cache."""
+
+    def forward(self, input_ids: Any, position_ids: Any) -> Any:
+        x = self.wte(input_ids) + self.wpe(position_ids)
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        if s == 1:
+            mixed = v
+        else:
+            mixed = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.head(x + self.out(mixed.transpose(1, 2).reshape(b, s, 32)))
+
+
+def test_a_decoder_whose_programs_keep_different_caches_is_refused() -> None:
+    with pytest.raises(cgc.CgcError, match="keeps 2 key-value caches and its decode step 0"):
+        cgc.generate(AttendsOnlyOverSeveral().eval(), np.array([[5, 9, 11]]), max_new_tokens=2,
+                     mode="whole_wafer")  # fmt: skip

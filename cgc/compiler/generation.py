@@ -419,14 +419,16 @@ def _program(
 def _windows(decoder: Decoder, capacity: int) -> tuple[int, ...]:
     """Each attention's sliding window in a decoder graph over contexts of ``capacity``
     tokens, as its masks show them on a prompt of that length (a window that long or longer
-    never binds: 0); nothing for a params model, which states its window."""
+    never binds: 0); nothing where none binds, and for a params model, which states its
+    window."""
     if not isinstance(decoder, GraphDecoder):
         return ()
     imported = decoder.program(1, transformer.Generation(capacity, capacity, True))
     fold_lifted_constants(imported, None)
     imported = positions_constants_inline(imported)
     PassPipeline(front(imported, None)).apply(context(), imported.module)
-    return tuple(mask.window for mask in attention_masks(imported.module))
+    windows = tuple(mask.window for mask in attention_masks(imported.module))
+    return windows if any(windows) else ()
 
 
 def _rect(values: list[int]) -> Rect:

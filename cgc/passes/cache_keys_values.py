@@ -162,7 +162,8 @@ class CacheKeysValuesPass(ModulePass):
         attentions = [o for o in fn.walk() if isinstance(o, wse.AttentionOp)]
         if self.windows and len(self.windows) != len(attentions):
             raise CgcError(
-                f"cache-keys-values: {len(self.windows)} windows given for "
+                f"cache-keys-values: {len(self.windows)} windows given (one an attention of a "
+                f"longer program of the model), but @{fn.sym_name.data} has "
                 f"{len(attentions)} attentions"
             )
         if not attentions:
