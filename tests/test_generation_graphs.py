@@ -150,6 +150,10 @@ def test_the_command_line_generates_from_a_decoder_and_its_artifact(
     assert code == 0, output
     tokens, _ = _reference(module, ids, mask)
     np.testing.assert_array_equal(np.load(out)["tokens"], tokens)
+    twice = tmp_path / "twice.cgc"  # deterministic: the same bytes from the same inputs
+    code, output = _invoke("generate", str(path), "--prompt", str(prompt), "--max-new-tokens",
+                           str(NEW), "--artifact", str(twice))  # fmt: skip
+    assert code == 0 and twice.read_bytes() == artifact.read_bytes(), output
     again = tmp_path / "again.npz"
     code, output = _invoke("generate", str(artifact), "--prompt", str(prompt),
                            "--max-new-tokens", str(NEW), "--output", str(again))  # fmt: skip
