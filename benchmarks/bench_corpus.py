@@ -4,9 +4,10 @@ users bring them, beside the same architecture written as a params file.
 Every architecture of ``corpus_models`` (GPT-2, BERT, DistilBERT, Llama, Qwen2, Mistral with a
 sliding window, T5's encoder, T5, Whisper, ViT), with random weights (nothing is downloaded),
 tiny (``--size small``: 2 layers of width 64, 16 tokens) and at a real size (``--size real``:
-GPT-2 124M at 1024 tokens, BERT-base and DistilBERT-base at 512, a Llama of 1.1B (hidden 2048,
-16 layers, 32 heads, 8 kv heads, intermediate 8192, vocab 32000) at 1024, Qwen2-0.5B, a Mistral
-of that Llama's shape with a window of 512, t5-small, whisper-base, ViT-base; and
+GPT-2 124M at 1024 tokens, BERT-base at 512 and at 128, DistilBERT-base at 512, a Llama of 1.1B
+(hidden 2048, 16 layers, 32 heads, 8 kv heads, intermediate 8192, vocab 32000) at 1024,
+Qwen2-0.5B, a Mistral of that Llama's shape with a window of 512, t5-small, whisper-base,
+ViT-base; and
 ``gpt2-6x512``, the issue's GPT-2 of 6 blocks x 512 on 128 tokens with GPT-2's vocabulary and
 tied LM head, as ``bench_torch.py``'s GPT-2-mid, and ``gpt2-6x512-blocks``, its blocks alone),
 each in transformers' ``eager`` and ``sdpa`` attention, goes into cgc by every route:

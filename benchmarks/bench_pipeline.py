@@ -1,14 +1,26 @@
 """Placement quality in pipelined mode: simulated throughput against the compute bound.
 
-For ResNet-50 (the 'light' model that ships with onnx) and a GPT-2-style decoder of 6 blocks
-of width 512 on 128 tokens (``zoo.decoder``), compiled for wse2 in pipelined mode: the
+For four models (issue 33's), compiled for wse2 in pipelined mode:
+
+- ``resnet50``: ResNet-50, the 'light' model that ships with onnx;
+- ``gpt2-6x512x128``: the in-house GPT-2-style decoder of 6 blocks of width 512 on 128 tokens
+  (``zoo.decoder``: blocks only, no embedding or LM head);
+- ``gpt2-6x512-blocks``: transformers' GPT-2 of that shape (``GPT2Model``, 128 tokens, its
+  token and position embeddings but no LM head, whose logits would bind the model to the host
+  links: see ``corpus_models.GOAL_CASE``);
+- ``bert-base-128``: transformers' BERT-base (``BertModel``) on 128 tokens;
+
+the two transformers models built by ``corpus_models`` (random weights, sdpa attention) and
+exported by the dynamo exporter (opset 18, the batch axis symbolic). For each: the batch
+compiled (``--batch``, but a model of a fixed batch keeps its own: ResNet-50's is 1), the
 pipeline's samples per second (the slowest stage sets it), the bound (every PE's peak FLOP/s
 over the model's FLOPs per sample), their ratio, one sample's latency, the stages' mean
 utilization, the share of PEs placed, the routing colors used, the slowest stage (and whether
 its kernels or its busiest input link bound it), the slowest stage's time over the mean stage's
 (plain, and weighted by the stages' PEs), and the compile time; then where each
 model's compute bound goes (``cgc.machine.timing.pipeline_bound``: all PEs times the period,
-by term, and the stages that lose the most). Each model compiles in a fresh process.
+by term, and the stages that lose the most). Each model is built (and exported) and compiled in
+a fresh process; the compile time leaves the export out.
 
     python benchmarks/bench_pipeline.py [--only NAME] [--batch 1]
 """
@@ -19,13 +31,30 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import onnx
 
+EXPORTED = ("gpt2-6x512-blocks", "bert-base-128")
+"""The ``corpus_models`` cases measured, by their case names."""
 
-def models() -> dict:
+
+def exported(case: str) -> onnx.ModelProto:
+    """The ``corpus_models`` case with sdpa attention, exported by the dynamo exporter (opset
+    18, the batch axis symbolic)."""
+    import corpus_models
+
+    built = corpus_models.build(corpus_models.CASES[case], "sdpa")
+    with tempfile.TemporaryDirectory() as scratch:
+        path = corpus_models.export_onnx(built, "dyn", Path(scratch) / f"{case}.onnx")
+        return onnx.load(str(path))
+
+
+def models() -> dict[str, Callable[[], onnx.ModelProto]]:
     """Builders of the benchmark models (built in the child process)."""
     from cgc.frontends import zoo
 
@@ -33,6 +62,7 @@ def models() -> dict:
     return {
         "resnet50": lambda: onnx.load(str(light / "light_resnet50.onnx")),
         "gpt2-6x512x128": lambda: zoo.decoder(blocks=6, seq=128, width=512, heads=8),
+        **{case: partial(exported, case) for case in EXPORTED},
     }
 
 
@@ -45,7 +75,8 @@ def measure(name: str, batch: int) -> dict:
     from cgc.tools.report import bound_lines
 
     model = models()[name]()
-    symbolic = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    first = model.graph.input[0].type.tensor_type.shape.dim[0]
+    symbolic = first.dim_param
     start = time.perf_counter()
     artifact = cgc.compile(
         model, mode="pipelined", target="wse2", batch_size=batch if symbolic else None
@@ -64,6 +95,8 @@ def measure(name: str, batch: int) -> dict:
     bound = artifact_bound(artifact, timed)
     assert bound is not None
     return {
+        # a model of a fixed batch (ResNet-50's is 1) is measured at that batch, not --batch
+        "batch": batch if symbolic else first.dim_value,
         "layers": len(layers),
         "compile_seconds": seconds,
         **figures,
@@ -81,7 +114,7 @@ def measure(name: str, batch: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="one model")
+    parser.add_argument("--only", choices=list(models()), help="one model")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -90,9 +123,9 @@ def main() -> None:
         return
     print("wse2, pipelined; throughput per system")
     print(
-        f"{'model':16s} {'layers':>6s} {'samples/s':>10s} {'bound':>10s} {'ratio':>7s} "
-        f"{'latency us':>10s} {'mean util':>9s} {'PEs used':>8s} {'colors':>6s} {'compile s':>9s}"
-        " slowest/mean  slowest stage"
+        f"{'model':17s} {'batch':>5s} {'layers':>6s} {'samples/s':>10s} {'bound':>10s} "
+        f"{'ratio':>7s} {'latency us':>10s} {'mean util':>9s} {'PEs used':>8s} {'colors':>6s} "
+        f"{'compile s':>9s} slowest/mean  slowest stage"
     )
     breakdowns = {}
     for name in models():
@@ -104,7 +137,7 @@ def main() -> None:
         breakdowns[name] = r["breakdown"]
         ratio = r["samples_per_second"] / r["bound_samples_per_second"]
         print(
-            f"{name:16s} {r['layers']:6d} {r['samples_per_second']:10.4g} "
+            f"{name:17s} {r['batch']:5d} {r['layers']:6d} {r['samples_per_second']:10.4g} "
             f"{r['bound_samples_per_second']:10.4g} {ratio:7.4f} "
             f"{r['latency_seconds'] * 1e6:10.1f} "
             f"{r['mean_utilization']:9.2%} {r['pes_used'] / r['pes']:8.1%} {r['colors']:6d} "

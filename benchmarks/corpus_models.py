@@ -132,14 +132,19 @@ LLAMA_1B = {
 }  # fmt: skip
 """A Llama of about 1.1B parameters (Llama 3.2 1B's blocks, Llama 2's vocabulary)."""
 
+BERT_BASE = {
+    "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,
+}  # fmt: skip
+"""BERT-base's shape (bert-base-uncased): 12 layers of width 768, 12 heads."""
+
 REAL = (
     Case("gpt2-124m", "gpt2", "real",
          {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024,
           "use_cache": False}, 1024, note="GPT-2 small"),
-    Case("bert-base", "bert", "real",
-         {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-          "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512},
-         512, note="bert-base-uncased"),
+    Case("bert-base", "bert", "real", BERT_BASE, 512, note="bert-base-uncased"),
+    Case("bert-base-128", "bert", "real", BERT_BASE, 128,
+         note="bert-base-uncased on 128 tokens, as bench_pipeline.py places it"),
     Case("distilbert-base", "distilbert", "real",
          {"dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072, "vocab_size": 30522,
           "max_position_embeddings": 512}, 512, note="distilbert-base-uncased"),

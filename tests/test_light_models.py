@@ -62,7 +62,7 @@ PLACED = ("bvlc_alexnet", "inception_v1", "resnet50", "shufflenet", "squeezenet"
 """The models also compiled in pipelined mode here: placing the other four (VGG-19, ZFNet-512,
 DenseNet-121, Inception v2) takes 15-50 s each on two cores, and the placement's numbers are
 checked on these five and on random layer graphs (test_placement.py);
-benchmarks/bench_pipeline.py places ResNet-50 and a GPT-2-style decoder."""
+benchmarks/bench_pipeline.py places ResNet-50, GPT-2-style decoders and BERT-base."""
 
 CASES = [(name, "weight_streaming") for name in MODELS] + [(name, "pipelined") for name in PLACED]
 
