@@ -12,7 +12,6 @@ with numbers alike.
 
 from __future__ import annotations
 
-import copy
 import weakref
 from dataclasses import dataclass, replace
 
@@ -45,7 +44,7 @@ class Script:
 
     def sram(self, now: Sram) -> Sram:
         """The SRAM after a replay of the run on ``now`` (its start state)."""
-        return now if self.end is None else copy.deepcopy(self.end)
+        return now if self.end is None else self.end.copy()
 
 
 KEPT = 6
@@ -128,7 +127,7 @@ class Recording:
                 tuple(self.held),
                 tuple(self.arrivals),
                 tuple(replace(r) for r in self.engine.records),
-                None if _state(sram) == self.start else copy.deepcopy(sram),
+                None if _state(sram) == self.start else sram.copy(),
             )
         )
         del scripts[:-KEPT]

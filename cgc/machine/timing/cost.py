@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+from copy import copy as shallow_copy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -97,6 +98,15 @@ class Sram:
     def held(self) -> int:
         """Most bytes any PE holds now."""
         return int(self.cells.max())
+
+    def copy(self) -> Sram:
+        """An independent copy of the ledger (its target and the layouts it holds never
+        change, so they are shared): what a run's script keeps and hands back, at a cost of
+        the ledger's cells, where a deep copy walks every layout."""
+        twin = shallow_copy(self)
+        twin.row_edges, twin.col_edges = list(self.row_edges), list(self.col_edges)
+        twin.cells, twin.spans, twin.pinned = self.cells.copy(), dict(self.spans), set(self.pinned)
+        return twin
 
     def restart(self) -> int:
         """Starts ``recent`` afresh from what the PEs hold now; returns that."""
