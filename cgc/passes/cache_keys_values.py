@@ -12,13 +12,16 @@ say); a sliding window stays. A mask the graph computes from the positions alone
 transformers' mask builders do, finding packed sequences where positions restart) is a
 bias operand until now: the pass evaluates it at positions ``0 .. s - 1``, where a
 generation's contiguous positions make the same mask, and takes it if it is causal (or a
-causal window), dropping what computed it.
+causal window), dropping what computed it. A window longer than ``s`` leaves no trace in
+that mask: ``windows`` gives each attention's, as a longer program of the model shows them
+(``attention_masks``).
 
 The caches are named after the attention op's location (its source node) and its rank among
 the attentions, so that the programs of one generation (the prompt's and the decode step's,
 imported at different lengths) name the same cache alike. An attention that is not causal
-self-attention (an encoder's, a cross-attention, one with a bias computed at run time) has no
-cache to read: the pass refuses it, naming it.
+self-attention (an encoder's, a cross-attention, one whose bias is not a causal mask of the
+positions: a padding mask, a position bias) has no cache to read: the pass refuses it,
+naming it.
 """
 
 from __future__ import annotations
