@@ -2,7 +2,8 @@
 
 For four models (issue 33's), compiled for wse2 in pipelined mode:
 
-- ``resnet50``: ResNet-50, the 'light' model that ships with onnx;
+- ``resnet50``: ResNet-50, the 'light' model that ships with onnx, its batch freed
+  (``light_models``);
 - ``gpt2-6x512x128``: the in-house GPT-2-style decoder of 6 blocks of width 512 on 128 tokens
   (``zoo.decoder``: blocks only, no embedding or LM head);
 - ``gpt2-6x512-blocks``: transformers' GPT-2 of that shape (``GPT2Model``, 128 tokens, its
@@ -12,7 +13,7 @@ For four models (issue 33's), compiled for wse2 in pipelined mode:
 
 the two transformers models built by ``corpus_models`` (random weights, sdpa attention) and
 exported by the dynamo exporter (opset 18, the batch axis symbolic). For each: the batch
-compiled (``--batch``, but a model of a fixed batch keeps its own: ResNet-50's is 1), the
+compiled (``--batch``; a model of a fixed batch would keep its own), the
 pipeline's samples per second (the slowest stage sets it), the bound (every PE's peak FLOP/s
 over the model's FLOPs per sample), their ratio, one sample's latency, the stages' mean
 utilization, the share of PEs placed, the routing colors used, the slowest stage (and whether
@@ -56,11 +57,12 @@ def exported(case: str) -> onnx.ModelProto:
 
 def models() -> dict[str, Callable[[], onnx.ModelProto]]:
     """Builders of the benchmark models (built in the child process)."""
+    from light_models import resnet50
+
     from cgc.frontends import zoo
 
-    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     return {
-        "resnet50": lambda: onnx.load(str(light / "light_resnet50.onnx")),
+        "resnet50": resnet50,
         "gpt2-6x512x128": lambda: zoo.decoder(blocks=6, seq=128, width=512, heads=8),
         **{case: partial(exported, case) for case in EXPORTED},
     }
@@ -95,7 +97,7 @@ def measure(name: str, batch: int) -> dict:
     bound = artifact_bound(artifact, timed)
     assert bound is not None
     return {
-        # a model of a fixed batch (ResNet-50's is 1) is measured at that batch, not --batch
+        # a model of a fixed batch is measured at that batch, not --batch
         "batch": batch if symbolic else first.dim_value,
         "layers": len(layers),
         "compile_seconds": seconds,

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 from child import median_seconds
@@ -43,38 +42,16 @@ THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS
 
 def _onnx_model(name: str):
     """The ONNX model of inference case ``name`` and the batch it runs at."""
-    import onnx
+    from light_models import resnet50
 
     from cgc.frontends import zoo
 
-    if name == "resnet50":
-        light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-        model = _with_free_batch(onnx.load(str(light / "light_resnet50.onnx")))
-    else:
-        model = zoo.decoder(blocks=6, seq=128, width=512, heads=8)
+    decoder = name != "resnet50"
+    model = zoo.decoder(blocks=6, seq=128, width=512, heads=8) if decoder else resnet50()
     symbolic = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
     return model, BATCH if symbolic else model.graph.input[0].type.tensor_type.shape.dim[
         0
     ].dim_value
-
-
-def _with_free_batch(model):
-    """``model`` (whose batch is fixed at 1) with a free batch: its input's leading dimension
-    symbolic, and the leading 1 of every constant shape it reshapes to inferred (-1)."""
-    from onnx import numpy_helper
-
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    shapes = {n.input[1] for n in model.graph.node if n.op_type == "Reshape"}
-    for index, tensor in enumerate(model.graph.initializer):
-        if tensor.name in shapes:
-            shape = numpy_helper.to_array(tensor).copy()
-            if shape[0] == 1:
-                shape[0] = -1
-                model.graph.initializer[index].CopyFrom(numpy_helper.from_array(shape, tensor.name))
-    for output in model.graph.output:
-        output.type.tensor_type.shape.dim[0].dim_param = "batch"
-    del model.graph.value_info[:]
-    return model
 
 
 def _inputs(model, batch: int) -> dict[str, np.ndarray]:
