@@ -243,10 +243,18 @@ class CompileRequest:
         ``blocks`` blocks); for a decoder graph given caches, what its masks are built of
         inline and its constants its program's own (``cgc.compiler.fixed_weights``)."""
         imported = self.source.imported(batch, blocks)
+        if self.caches is not None:
+            return cacheable(imported)
         fold_lifted_constants(imported, self.training)
-        if self.caches is None:
-            return imported
-        return program_constants(positions_constants_inline(imported))
+        return imported
+
+
+def cacheable(imported: ImportedModel) -> ImportedModel:
+    """A decoder graph's program (an inference) with what it holds fixed folded, what its
+    masks are built of inline and its constants its own (``cgc.compiler.fixed_weights``):
+    what ``cache-keys-values`` reads."""
+    fold_lifted_constants(imported, None)
+    return program_constants(positions_constants_inline(imported))
 
 
 def _renamed_checkpoint(

@@ -33,9 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.passes import PassPipeline
 
-from cgc.compiler.driver import compile_model
-from cgc.compiler.fixed_weights import positions_constants_inline
-from cgc.compiler.training import fold_lifted_constants, front
+from cgc.compiler.driver import cacheable, compile_model
+from cgc.compiler.training import front
 from cgc.dialects import context
 from cgc.errors import CgcError, DoesNotFitError, OptionError
 from cgc.frontends import transformer
@@ -423,9 +422,7 @@ def _windows(decoder: Decoder, capacity: int) -> tuple[int, ...]:
     window."""
     if not isinstance(decoder, GraphDecoder):
         return ()
-    imported = decoder.program(1, transformer.Generation(capacity, capacity, True))
-    fold_lifted_constants(imported, None)
-    imported = positions_constants_inline(imported)
+    imported = cacheable(decoder.program(1, transformer.Generation(capacity, capacity, True)))
     PassPipeline(front(imported, None)).apply(context(), imported.module)
     windows = tuple(mask.window for mask in attention_masks(imported.module))
     return windows if any(windows) else ()

@@ -37,7 +37,6 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     FunctionType,
-    TensorType,
     UnitAttr,
 )
 from xdsl.ir import Operation, SSAValue
@@ -299,7 +298,7 @@ def _generation_interface(imported: ImportedModel, generation: Generation) -> Im
     if generation.prefill:
         last = TensorSpec("last", (batch,), ids.dtype, 0)
         inputs.append(last)
-        at = block.insert_arg(_tensor_type(last), len(block.args))
+        at = block.insert_arg(last.tensor_type, len(block.args))
         picked.append(wse.GatherOp(rows.result, at, 0))
     Rewriter.insert_op(picked, InsertPoint.before(returned))
     producer = logits.owner
@@ -313,7 +312,3 @@ def _generation_interface(imported: ImportedModel, generation: Generation) -> Im
                                                [picked[-1].results[0].type])  # fmt: skip
     outputs = [TensorSpec(imported.outputs[0].name, (batch, vocab), imported.outputs[0].dtype, 0)]
     return dataclasses.replace(imported, inputs=inputs, outputs=outputs, tokens_per_sample=tokens)
-
-
-def _tensor_type(spec: TensorSpec) -> TensorType:
-    return TensorType(wse.element_of_numpy(spec.dtype), spec.shape)

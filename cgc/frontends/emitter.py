@@ -75,7 +75,7 @@ class Emitter:
     def open_main(self, inputs: Sequence[TensorSpec]) -> tuple[ModuleOp, func.FuncOp]:
         """A module holding an empty ``func.func @main`` of ``inputs`` (an argument each, at
         its name); ops go to its end from now on."""
-        in_types = [TensorType(wse.element_of_numpy(s.dtype), s.shape) for s in inputs]
+        in_types = [s.tensor_type for s in inputs]
         module = ModuleOp([])
         fn = func.FuncOp("main", (in_types, []))
         module.body.block.add_op(fn)

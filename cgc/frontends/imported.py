@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 
+from cgc.dialects import wse
 from cgc.machine.program.artifact import WeightSpec
 
 
@@ -25,6 +26,11 @@ class TensorSpec:
     dtype: str
     batch_axis: int | None
     """0 when axis 0 is the batch dimension bound by ``batch_size``, else None."""
+
+    @property
+    def tensor_type(self) -> TensorType:
+        """The tensor type of the graph's value."""
+        return TensorType(wse.element_of_numpy(self.dtype), self.shape)
 
 
 @dataclass(frozen=True)
