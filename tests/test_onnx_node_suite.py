@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import cgc.tools.conformance as conformance
 from cgc.tools.conformance import (
     load_cases,
     out_of_scope,
@@ -62,3 +63,36 @@ def test_case_lists_name_in_scope_cases() -> None:
 
 def test_supported_ops_table_is_current() -> None:
     assert DOCS.read_text() == supported_ops_markdown(CASES, FAILURES, FIXED, LISTS)
+
+
+def _index_writer(name: str):
+    def write(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "index.json").write_text(f'[{{"name": "{name}", "data_sets": 0}}]')
+
+    return write
+
+
+def test_cache_published_by_another_process_first_is_read(tmp_path, monkeypatch) -> None:
+    # two pytest workers start on an empty cache: the one that renames second keeps the
+    # first one's folder and leaves no staging folder behind
+    final = tmp_path / f"onnx-node-{conformance.onnx.__version__}"
+    ours = _index_writer("ours")
+
+    def racing(folder: Path) -> None:
+        ours(folder)
+        _index_writer("theirs")(final)
+
+    monkeypatch.setattr(conformance, "_write_cache", racing)
+    monkeypatch.setattr(conformance, "_read_case", lambda cache, entry: entry["name"])
+    assert load_cases(tmp_path) == ["theirs"]
+    assert [p.name for p in tmp_path.iterdir()] == [final.name]
+
+
+def test_cache_folder_without_index_is_written_again(tmp_path, monkeypatch) -> None:
+    final = tmp_path / f"onnx-node-{conformance.onnx.__version__}"
+    (final / "test_abs").mkdir(parents=True)  # a write cut short
+    monkeypatch.setattr(conformance, "_write_cache", _index_writer("whole"))
+    monkeypatch.setattr(conformance, "_read_case", lambda cache, entry: entry["name"])
+    assert load_cases(tmp_path) == ["whole"]
+    assert sorted(p.name for p in final.iterdir()) == ["index.json"]

@@ -17,9 +17,12 @@ rewrites both lists from a run and ``--docs FILE`` writes the coverage table fro
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
+import shutil
+import tempfile
 import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -29,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from cgc.files import permissions
 
 CONTROL_FLOW = {"Loop", "If", "Scan"}
 RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -132,9 +137,30 @@ def load_cases(root: Path = USER_CACHE) -> list[ConformanceCase]:
     cache = root / f"onnx-node-{onnx.__version__}"
     index = cache / "index.json"
     if not index.exists():
-        _write_cache(cache)
+        _publish_cache(cache)
     entries = json.loads(index.read_text())
     return [_read_case(cache, entry) for entry in entries]
+
+
+def _publish_cache(cache: Path) -> None:
+    """Writes the cache in a staging folder beside ``cache`` and renames it into place, so
+    that a reader sees no folder or a whole one: processes that start at once (the workers
+    of ``pytest -n``) each write their own, and the first rename wins. A folder without an
+    index (left by a write that was cut short) is replaced."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=cache.parent, prefix=f".{cache.name}."))
+    os.chmod(staging, permissions(directory=True))  # mkdtemp's are owner-only
+    try:
+        _write_cache(staging)
+        if cache.exists() and not (cache / "index.json").exists():
+            shutil.rmtree(cache, ignore_errors=True)
+        try:
+            os.rename(staging, cache)
+        except OSError as error:  # another process published first: its cache is as good
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_cache(cache: Path) -> None:
