@@ -1080,8 +1080,8 @@ FRONT_STEPS = [
     "fold-constants", "form-layers",
 ]  # fmt: skip
 PIPELINES = {
-    "pipelined": [*FRONT_STEPS, "place-layers", "route-tensors"],
-    "weight_streaming": [*FRONT_STEPS, "schedule-streams"],
+    "pipelined": [*FRONT_STEPS, "fuse-epilogues", "place-layers", "route-tensors"],
+    "weight_streaming": [*FRONT_STEPS, "fuse-epilogues", "schedule-streams"],
     "training": [*FRONT_STEPS, "autodiff", "fold-constants", "schedule-streams"],
 }
 
@@ -1215,7 +1215,7 @@ def test_a_sparse_pipelined_compile_replays_its_sparse_weights(tmp_path):
         sparsity=0.75, dump_ir=tmp_path,
     )  # fmt: skip
     spec = artifact.manifest["pipeline"]
-    assert ",form-layers,select-sparse-weights{density=0.25},place-layers," in spec
+    assert ",form-layers,select-sparse-weights{density=0.25},fuse-epilogues," in spec
     assert "wse.sparse_weights = {" in artifact.ir
     result = CliRunner().invoke(cli, ["opt", str(tmp_path / "00-import.mlir"), "-p", spec])
     assert result.exit_code == 0, result.output
@@ -1252,7 +1252,8 @@ def test_all_passes_are_registered_by_module_name():
     passes = all_passes()
     assert sorted(passes) == [
         "autodiff", "cache-keys-values", "channels-last", "decompose", "fold-constants",
-        "form-layers", "fuse-attention", "fuse-rotary", "place-layers", "recompute-activations",
+        "form-layers", "fuse-attention", "fuse-epilogues", "fuse-rotary", "place-layers",
+        "recompute-activations",
         "route-tensors", "schedule-streams", "select-sparse-weights",
     ]  # fmt: skip
     for name, cls in passes.items():

@@ -36,8 +36,9 @@ def bound(placed):
 def test_the_shares_add_up_to_one_and_each_stage_is_its_areas_share(placed, bound):
     assert sum(bound.shares.values()) == pytest.approx(1.0, abs=1e-9)
     assert set(bound.shares) <= {key for key, _ in TERMS}
-    # the SUMMA matmuls' broadcasts are named apart from the other kernels' movement
-    assert bound.shares["collectives"] > 0 and bound.shares["data_movement"] > 0
+    # the SUMMA matmuls' broadcasts are named apart from the other kernels' movement, of
+    # which there is none: the biases and activations run in the matmuls' epilogues
+    assert bound.shares["collectives"] > 0 and "data_movement" not in bound.shares
     target = resolve("mesh16x16")
     areas = [w * h for _, _, w, h in (layer["rect"] for layer in placed.manifest["layers"])]
     assert bound.pes == target.pes and bound.placed_pes == sum(areas) < target.pes

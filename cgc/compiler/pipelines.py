@@ -28,8 +28,8 @@ PIPELINES: dict[str, str] = {
     "front": f"{_FUSIONS},{_FRONT_REST}",
     "front_cached": f"{_FUSIONS},cache-keys-values,{_FRONT_REST}",
     "sparse": "select-sparse-weights",
-    "pipelined": "place-layers,route-tensors",
-    "weight_streaming": "schedule-streams",
+    "pipelined": "fuse-epilogues,place-layers,route-tensors",
+    "weight_streaming": "fuse-epilogues,schedule-streams",
     "training": "autodiff,fold-constants,schedule-streams",
     "training_recomputing": "autodiff,fold-constants,recompute-activations,schedule-streams",
 }

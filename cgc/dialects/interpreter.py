@@ -155,7 +155,10 @@ class Interpreter:
 
     def _compute(self, op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
         """The results of a composite or primitive op."""
-        props = wse.properties_as_python(op)
+        if isinstance(op, wse.FusedMatmulOp):
+            props = op.kernel_attrs()
+        else:
+            props = wse.properties_as_python(op)
         with np.errstate(all="ignore"):
             composite = _composite(op, args, props)
         results = [(wse.tensor_shape(r), wse.numpy_dtype(wse.element_type(r))) for r in op.results]

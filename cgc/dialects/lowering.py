@@ -227,6 +227,8 @@ class _Works:
             work.emit(Opcode.STREAM_WEIGHT, op.results, attrs=_weight_attrs(op), op=op)
         elif isinstance(op, ws.StreamGradientOp):
             work.emit(Opcode.STREAM_GRADIENT, (), op.operands, _weight_attrs(op), op=op)
+        elif isinstance(op, wse.FusedMatmulOp):
+            work.emit(kernel_opcode("fused_matmul"), op.results, op.operands, op.kernel_attrs(), op)
         elif op.name.startswith("wse.") and wse.mnemonic(op) in PRIMITIVES:
             attrs = wse.properties_as_python(op)
             work.emit(kernel_opcode(wse.mnemonic(op)), op.results, op.operands, attrs, op)

@@ -78,6 +78,8 @@ def _reads_as_parameter(op: Operation, operand: SSAValue, data: np.ndarray | Non
     known) as a parameter."""
     if isinstance(op, wse.MatmulOp | wse.MatmulTransposeAOp | wse.ConvOp):
         return _rank(operand) >= 2
+    if isinstance(op, wse.FusedMatmulOp):  # its weights, their scales, a bias
+        return operand is not op.lhs
     if isinstance(op, wse.LayerNormOp):
         return operand is not op.input
     if isinstance(op, wse.BatchNormOp):

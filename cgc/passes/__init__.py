@@ -14,6 +14,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
     from cgc.passes.fold_constants import FoldConstantsPass
     from cgc.passes.form_layers import FormLayersPass
     from cgc.passes.fuse_attention import FuseAttentionPass
+    from cgc.passes.fuse_epilogues import FuseEpiloguesPass
     from cgc.passes.fuse_rotary import FuseRotaryPass
     from cgc.passes.place_layers import PlaceLayersPass
     from cgc.passes.recompute_activations import RecomputeActivationsPass
@@ -32,6 +33,7 @@ def all_passes() -> dict[str, type[ModulePass]]:
         SelectSparseWeightsPass,
         AutodiffPass,
         RecomputeActivationsPass,
+        FuseEpiloguesPass,
         PlaceLayersPass,
         RouteTensorsPass,
         ScheduleStreamsPass,

@@ -95,8 +95,8 @@ def _multiplied(module: ModuleOp) -> set[str]:
     (a position table added to the activations, a norm's scale, a bias stay dense)."""
     found = set()
     for op in module.walk():
-        if isinstance(op, wse.MatmulOp | wse.MatmulTransposeAOp):
-            for operand in op.operands:
+        if isinstance(op, wse.MatmulOp | wse.MatmulTransposeAOp | wse.FusedMatmulOp):
+            for operand in (op.lhs, op.rhs):
                 owner = operand.owner
                 if isinstance(owner, wse.WeightOp | ws.StreamWeightOp):
                     found.add(owner.weight_name.data)

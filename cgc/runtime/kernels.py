@@ -159,6 +159,27 @@ def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> lis
     return [_product(plan, _tiles(values[0]), _matrices(_tiles(values[1])))]
 
 
+def _fused_matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
+    """The matmul with its weights scaled by columns, then the epilogue on the product and
+    the extras, on the logical arrays (each step the numbers its elementwise kernel gives)."""
+    count = attrs["scales"]
+    weights = values[1]
+    matrices = weights if isinstance(weights, np.ndarray) else _matrices(weights)
+    scales = [_array(v).reshape(-1) for v in values[2 : 2 + count]]
+    product = _product(plan, _tiles(values[0]), reference.scaled_columns(matrices, scales))
+    out = plan.outputs[0]
+    extras = [_array(v) for v in values[2 + count :]]
+    result = reference.epilogue(
+        attrs["epilogue"], [product.gather(), *extras], dtypes.dtype(out.dtype)
+    )
+    return [DistTensor(out, array=_full(result, out.shape))]
+
+
+def _array(value: Value) -> np.ndarray:
+    """The logical array of an operand."""
+    return value.gather() if isinstance(value, DistTensor) else value
+
+
 def _product(plan: Plan, a: DistTensor, b: np.ndarray) -> DistTensor:
     """``a @ b`` in the accumulator type of the result, laid out as planned; patches not made
     yet are made in their cheapest order, ``b``'s rows ordered alike."""
@@ -182,7 +203,7 @@ def _filter_gradient(
     if not isinstance(patches, Patches):
         return _logical(name, plan, values, attrs)
     b = values[1]
-    right = b.gather() if isinstance(b, DistTensor) else b
+    right = _array(b)
     out = plan.outputs[0]
     product = patches.transposed_times(right).astype(out.dtype, copy=False)
     return [DistTensor(out, array=product.reshape(out.shape))]
@@ -191,7 +212,7 @@ def _filter_gradient(
 def _im2col(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
     """The patches, kept as the image they read until a kernel asks for them."""
     image = values[0]
-    array = image.gather() if isinstance(image, DistTensor) else image
+    array = _array(image)
     return [DistTensor(plan.outputs[0], recipe=Patches(array, attrs))]
 
 
@@ -203,7 +224,7 @@ def _matrices(value: DistTensor) -> np.ndarray:
 
 def _logical(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
     """Computes on the logical arrays and lays the results out as planned."""
-    arrays = [v.gather() if isinstance(v, DistTensor) else v for v in values]
+    arrays = [_array(v) for v in values]
     outs = reference.evaluate_all(
         name, attrs, arrays, [(layout.shape, layout.dtype) for layout in plan.outputs]
     )
@@ -216,6 +237,7 @@ _ON_TILES: dict[type[plans.Kernel], Runner] = {
     plans.Elementwise: _elementwise,
     plans.Reduce: _reduce,
     plans.Matmul: _matmul,
+    plans.FusedMatmul: _fused_matmul,
 }
 """Kernel families whose arithmetic runs on the tiles; the rest run on logical arrays."""
 

@@ -28,7 +28,8 @@ into the ``WSE`` dialect and re-exports every public name, so ``wse.AddOp`` and
 - ``attention``: fused attention, its gradient, and rotary position embeddings;
 - ``cache``: the key-value cache of generation and the attention that writes and reads it;
 - ``composites``: the ops that ``decompose`` lowers (conv, softmax, normalizations, loss);
-- ``layer``: sources (``wse.weight``, ``wse.constant``), ``wse.layer`` and ``wse.yield``.
+- ``layer``: sources (``wse.weight``, ``wse.constant``), the ops that hold a region
+  (``wse.layer``, ``wse.fused_matmul``) and ``wse.yield``.
 """
 
 from __future__ import annotations
@@ -94,7 +95,14 @@ from cgc.dialects.wse.indexing import (
     ScatterOp,
     TopKOp,
 )
-from cgc.dialects.wse.layer import ConstantOp, LayerOp, WeightOp, YieldOp
+from cgc.dialects.wse.layer import (
+    EPILOGUE_OPS,
+    ConstantOp,
+    FusedMatmulOp,
+    LayerOp,
+    WeightOp,
+    YieldOp,
+)
 from cgc.dialects.wse.nn import (
     REDUCE_OPS,
     ArgMaxPoolOp,
@@ -233,6 +241,7 @@ WSE = Dialect(
         BatchNormOp,
         SoftmaxCrossEntropyOp,
         LayerOp,
+        FusedMatmulOp,
         YieldOp,
     ],
     [RectAttr, RouteAttr, TargetAttr],
@@ -241,6 +250,7 @@ WSE = Dialect(
 __all__ = [
     "ATTENTION_OPS",
     "BINARY_OPS",
+    "EPILOGUE_OPS",
     "LOGIC_OPS",
     "MATH_OPS",
     "NUMPY_DTYPES",
@@ -288,6 +298,7 @@ __all__ = [
     "ExpOp",
     "FloorOp",
     "FmodOp",
+    "FusedMatmulOp",
     "GatherBase",
     "GatherElementsOp",
     "GatherNDOp",

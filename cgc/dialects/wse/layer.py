@@ -1,14 +1,17 @@
-"""Sources and layers: ``wse.weight``, ``wse.constant``, ``wse.layer`` and ``wse.yield``.
+"""Sources and the ops that hold a region: ``wse.weight``, ``wse.constant``, ``wse.layer``,
+``wse.fused_matmul`` and ``wse.yield``.
 
 A weight names an entry of the side store that travels with the module; its values never
 appear in the IR text. A constant is a small tensor written inline. ``form-layers`` groups the
 ops of a model into ``wse.layer`` regions, each ended by a ``wse.yield`` of its results:
-the unit placement puts on a rectangle of PEs and routing connects.
+the unit placement puts on a rectangle of PEs and routing connects. ``fuse-epilogues`` moves
+the elementwise work after a matmul into a ``wse.fused_matmul``'s epilogue region.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 from xdsl.dialects.builtin import (
     I64,
@@ -22,9 +25,11 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Region, SSAValue
 from xdsl.irdl import (
     AnyAttr,
+    AttrSizedOperandSegments,
     IRDLOperation,
     ParsePropInAttrDict,
     irdl_op_definition,
+    operand_def,
     opt_prop_def,
     prop_def,
     region_def,
@@ -38,7 +43,16 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 
 from cgc.dialects import shapes
-from cgc.dialects.wse.types import RectAttr, RouteAttr, check, i64_array, shape_rule, tensor_shape
+from cgc.dialects.wse.types import (
+    RectAttr,
+    RouteAttr,
+    check,
+    element_type,
+    i64_array,
+    mnemonic,
+    shape_rule,
+    tensor_shape,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Sources
@@ -178,13 +192,131 @@ class LayerOp(IRDLOperation):
         )
 
 
+EPILOGUE_OPS = frozenset(
+    {"add", "sub", "mul", "div", "pow", "max", "min"}
+    | {"neg", "exp", "log", "sqrt", "reciprocal", "abs", "relu", "sigmoid", "tanh", "erf"}
+)
+"""The elementwise ops an epilogue may hold: float arithmetic without attributes."""
+
+
+@irdl_op_definition
+class FusedMatmulOp(IRDLOperation):
+    """A matmul that finishes each tile of its product with an epilogue, as the tile is
+    done, instead of passes over the result afterwards.
+
+    ``lhs @ (rhs * scales)`` (``rhs`` one matrix, a layer's weights; each scale a vector of
+    its columns, a weight or constant, multiplied into ``rhs`` where it is kept: a batch
+    norm's gain folded into the filter) is viewed in the shape of the epilogue's first block
+    argument (the same matrix rows and columns: a reshape that keeps the last axis), and the
+    epilogue region computes the result from it and the ``extras``, its other block
+    arguments (a bias, a residual, a normalization's shift): elementwise ops
+    (``EPILOGUE_OPS``) ended by a ``wse.yield`` of the result.
+
+    Example::
+
+        %y = wse.fused_matmul %a, %w scaled (%g : tensor<8xf32>)
+               with (%b, %r : tensor<8xf32>, tensor<1x6x6x8xf32>)
+               : (tensor<1x36x72xf32>, tensor<1x72x8xf32>) -> tensor<1x6x6x8xf32> {
+        ^bb0(%acc: tensor<1x6x6x8xf32>, %bias: tensor<8xf32>, %res: tensor<1x6x6x8xf32>):
+          %0 = wse.add %acc, %bias : (tensor<1x6x6x8xf32>, tensor<8xf32>) -> tensor<1x6x6x8xf32>
+          %1 = wse.add %0, %res : (...) -> tensor<1x6x6x8xf32>
+          %2 = wse.relu %1 : tensor<1x6x6x8xf32>
+          wse.yield %2 : tensor<1x6x6x8xf32>
+        }
+    """
+
+    name = "wse.fused_matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    scales = var_operand_def(TensorType)
+    extras = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    epilogue = region_def("single_block")
+    traits = traits_def(Pure())
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = (
+        "$lhs `,` $rhs (`scaled` `(` $scales^ `:` type($scales) `)`)?"
+        " (`with` `(` $extras^ `:` type($extras) `)`)? attr-dict"
+        " `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result) $epilogue"
+    )
+
+    def __init__(
+        self,
+        lhs: SSAValue,
+        rhs: SSAValue,
+        scales: Sequence[SSAValue],
+        extras: Sequence[SSAValue],
+        epilogue: Region,
+        result_type: Attribute,
+    ):
+        super().__init__(
+            operands=[lhs, rhs, scales, extras], result_types=[result_type], regions=[epilogue]
+        )
+
+    @property
+    def product_shape(self) -> tuple[int, ...]:
+        """The shape of ``lhs @ rhs``."""
+        return shape_rule(shapes.matmul, tensor_shape(self.lhs), tensor_shape(self.rhs))
+
+    def steps(self) -> list[list]:
+        """The epilogue as the kernel runs it: per op, its mnemonic and its operands, each an
+        index into the accumulator, the extras, then the results of the steps before."""
+        block = self.epilogue.block
+        index = {arg: i for i, arg in enumerate(block.args)}
+        steps: list[list] = []
+        for op in block.ops:
+            if isinstance(op, YieldOp):
+                break
+            steps.append([mnemonic(op), [index[v] for v in op.operands]])
+            index[op.results[0]] = len(index)
+        return steps
+
+    def kernel_attrs(self) -> dict:
+        """The attributes of its instruction: the number of scales and the epilogue."""
+        return {"scales": len(self.scales), "epilogue": self.steps()}
+
+    def verify_(self) -> None:
+        rhs, product = tensor_shape(self.rhs), self.product_shape
+        columns = rhs[-1]
+        check(prod(rhs[:-2]) == 1, "the right operand must be one matrix")
+        dtype = element_type(self.lhs)
+        check(element_type(self.rhs) == dtype, "operands have different element types")
+        for scale in self.scales:
+            check(tensor_shape(scale) == (columns,), f"a scale must have shape ({columns},)")
+        block = self.epilogue.block
+        check(len(block.args) == 1 + len(self.extras), "the epilogue takes the product and extras")
+        acc = tensor_shape(block.args[0])
+        check(
+            prod(acc) == prod(product) and acc[-1:] == product[-1:]
+            and element_type(block.args[0]) == dtype,
+            f"the epilogue's product {acc} is not the product {product} viewed",
+        )  # fmt: skip
+        check(tensor_shape(self.result) == acc, "the result must have the epilogue's shape")
+        check(
+            tuple(a.type for a in block.args[1:]) == tuple(self.extras.types),
+            "the epilogue's arguments do not match its extras",
+        )
+        for op in block.ops:
+            if isinstance(op, YieldOp):
+                check(
+                    tuple(op.operand_types) == (self.result.type,),
+                    "the epilogue must yield the result",
+                )
+            else:
+                check(
+                    mnemonic(op) in EPILOGUE_OPS and not op.properties and len(op.results) == 1,
+                    f"{op.name} cannot be part of an epilogue",
+                )
+
+
 @irdl_op_definition
 class YieldOp(IRDLOperation):
-    """Ends a ``wse.layer`` body and gives the layer's results."""
+    """Ends a ``wse.layer`` body and gives the layer's results, or an epilogue and gives
+    its result."""
 
     name = "wse.yield"
     values = var_operand_def(AnyAttr())
-    traits = traits_def(IsTerminator(), HasParent(LayerOp))
+    traits = traits_def(IsTerminator(), HasParent(LayerOp, FusedMatmulOp))
     assembly_format = "($values^ `:` type($values))? attr-dict"
 
     def __init__(self, *values: SSAValue):

@@ -13,6 +13,8 @@ This module is the entry point: it holds the registry of kernels (``KERNELS``) a
   share (arrival, multicast, reshape traffic);
 * ``elementwise``: elementwise ops (a broadcast operand is multicast) and reductions
   (local, then a chain along the mesh rows or columns);
+* ``epilogue``: a matmul with its weights scaled by columns and an epilogue on its product
+  (``wse.fused_matmul``);
 * ``matmul``: the soonest of SUMMA, split-K SUMMA, MeshGEMM and (for a resident B) the
   streaming kernel fed from inside its columns; the weight-streaming kernel when B streams in
   from MemoryX;
@@ -38,6 +40,7 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Rect
 from cgc.machine.plans.attention import Attention, AttentionGrad, CachedAttention, Rotary
 from cgc.machine.plans.elementwise import OP_CYCLES, Elementwise, Reduce
+from cgc.machine.plans.epilogue import FusedMatmul
 from cgc.machine.plans.kernel import (
     RESIDENT,
     STREAM,
@@ -77,6 +80,7 @@ __all__ = [
     "Col2Im",
     "Cost",
     "Elementwise",
+    "FusedMatmul",
     "Indexed",
     "Kernel",
     "Matmul",
@@ -106,6 +110,7 @@ KERNELS: dict[str, Kernel] = {
     **{name: Reduce(name) for name in reference.REDUCE},
     "matmul": Matmul("matmul"),
     "matmul_transpose_a": MatmulTransposeA("matmul_transpose_a"),
+    "fused_matmul": FusedMatmul("fused_matmul"),
     **{name: Movement(name) for name in reference.MOVEMENT if name != "broadcast_to"},
     "broadcast_to": Broadcast("broadcast_to"),
     "one_hot": Broadcast("one_hot"),

@@ -55,14 +55,14 @@ class Elementwise(Kernel):
         inputs: list[Layout | None] = []
         traffic, arrive, scratch = NO_TRAFFIC, NO_TRAFFIC, 0
         for operand in q.operands:
-            aligned = _aligned(operand, out)
-            moved = arrival(operand, aligned)
-            spread = NO_TRAFFIC if _immediate(operand) else multicast(aligned, out)
+            at = aligned(operand, out)
+            moved = arrival(operand, at)
+            spread = NO_TRAFFIC if immediate(operand) else multicast(at, out)
             traffic = traffic + moved + spread
             arrive = arrive + moved
             if moved.cycles or spread.cycles:
-                scratch += aligned.tile_bytes
-            inputs.append(aligned)
+                scratch += at.tile_bytes
+            inputs.append(at)
         per_element = OP_CYCLES.get(self.name, 1.0)
         compute = vector_cycles(out.tile_elements, per_element, dtype, q.target)
         cost = phased_cost(
@@ -86,7 +86,7 @@ def _beside(out: Layout, operands: Sequence[Operand]) -> Layout:
     return out
 
 
-def _immediate(operand: Operand) -> bool:
+def immediate(operand: Operand) -> bool:
     """Whether ``operand`` is a resident scalar (an epsilon, GELU's 1/sqrt(2); resident
     values do not change, as training streams its weights): every PE's code holds it as an
     immediate, as a compiled kernel does, so no run multicasts it (its bytes are charged
@@ -101,7 +101,7 @@ def _folded(operand: Operand) -> bool:
 
 def _keeps_fold(operands: Sequence[Operand], shape: tuple[int, ...]) -> bool:
     """Whether the result stays folded: an operand of its shape arrives folded, and every
-    operand's tiles line up with the folded result's (``_aligned``)."""
+    operand's tiles line up with the folded result's (``aligned``)."""
     arrives_folded = any(_folded(op) and op.shape == shape for op in operands)
     return arrives_folded and all(_rows_align(op.shape, shape) for op in operands)
 
@@ -113,7 +113,7 @@ def _rows_align(operand: tuple[int, ...], result: tuple[int, ...]) -> bool:
     return lead == result[:-1] or (len(operand) <= 2 and prod(lead) == 1)
 
 
-def _aligned(operand: Operand, out: Layout) -> Layout:
+def aligned(operand: Operand, out: Layout) -> Layout:
     """An operand as the result's tiles need it: on the result's grid, its rows (or columns)
     on the result's where it has them, else on one row (column) multicast along the rest: the
     one it is on already, if it lies on one inside the grid (a reduction's result, on the

@@ -75,7 +75,7 @@ PRIMITIVES: tuple[str, ...] = (
     "shift_right", "reduce_prod", "argmax_pool", "gather", "gather_elements", "gather_nd",
     "scatter_elements", "scatter_nd", "cumsum", "topk", "reverse", "tile", "bitcast",
     "cumprod", "col2im", "attention", "attention_grad", "rotary",
-    "matmul_transpose_a", "cached_attention",
+    "matmul_transpose_a", "cached_attention", "fused_matmul",
 )  # fmt: skip
 """Kernel mnemonics; a kernel's opcode is ``KERNEL_BASE`` plus its index. Append only."""
 KERNEL_BASE = 64
@@ -267,9 +267,9 @@ class Program:
     def compute_dtype(self) -> str:
         """The element type of the program's matmuls, what its peak FLOP rate is counted in;
         float32 for a program without any."""
-        matmul = kernel_opcode("matmul")
+        matmuls = {kernel_opcode("matmul"), kernel_opcode("fused_matmul")}
         for ins in self.instructions:
-            if ins.opcode == matmul:
+            if ins.opcode in matmuls:
                 return self.registers[ins.results[0]][1]
         return "float32"
 

@@ -35,12 +35,14 @@ from cgc.machine.reference.arithmetic import (
     cast,
     check_divisor,
     divide,
+    epilogue,
     erf,
     highest,
     lowest,
     power,
     reduce,
     relu,
+    scaled_columns,
     sigmoid,
 )
 from cgc.machine.reference.attention import attention, attention_grad, cached_attention, rotary
@@ -98,6 +100,7 @@ __all__ = [
     "check_labels",
     "col2im",
     "divide",
+    "epilogue",
     "erf",
     "evaluate",
     "evaluate_all",
@@ -116,6 +119,7 @@ __all__ = [
     "power",
     "reduce",
     "relu",
+    "scaled_columns",
     "scan",
     "scatter_elements",
     "scatter_nd",
@@ -169,6 +173,7 @@ _SPECIAL: dict[str, Special] = {
     "bitcast": lambda a, xs, r: [np.ascontiguousarray(xs[0]).view(dtypes.dtype(r[0][1]))],
     "matmul": lambda a, xs, r: [np.matmul(xs[0], xs[1])],
     "matmul_transpose_a": lambda a, xs, r: [np.matmul(np.swapaxes(xs[0], -1, -2), xs[1])],
+    "fused_matmul": lambda a, xs, r: [_fused_matmul(a, xs, r[0])],
     **{kind: _pooling(kind) for kind in ("max_pool", "avg_pool")},
     "col2im": lambda a, xs, r: [col2im(xs[0], r[0][0], a)],
     "argmax_pool": lambda a, xs, r: [argmax_pool(xs[0], *pool_args(a), a.get("storage_order", 0))],
@@ -192,6 +197,17 @@ _SPECIAL: dict[str, Special] = {
     ],
 }
 """Primitives with their own semantics (results: their shapes and dtype names)."""
+
+
+def _fused_matmul(attrs: Attrs, inputs: Sequence[np.ndarray], result: Spec) -> np.ndarray:
+    """``wse.fused_matmul``: the product with the scaled weights, viewed in the result's
+    shape, then its epilogue on it and the extras."""
+    scales = attrs["scales"]
+    a, b, extras = inputs[0], inputs[1], inputs[2 + scales :]
+    dtype = dtypes.dtype(result[1])
+    weights = scaled_columns(b, inputs[2 : 2 + scales])
+    product = np.matmul(a, weights).astype(dtype, copy=False).reshape(result[0])
+    return epilogue(attrs["epilogue"], [product, *extras], dtype)
 
 
 def _bias(inputs: Sequence[np.ndarray], at: int) -> np.ndarray | None:

@@ -279,6 +279,34 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "shift_right": np.right_shift,
 }
 
+
+def scaled_columns(matrix: np.ndarray, scales: Sequence[np.ndarray]) -> np.ndarray:
+    """``matrix`` with its columns multiplied by the product of ``scales`` (vectors of its
+    columns), the scales multiplied together first: a fused matmul's weights."""
+    if not scales:
+        return matrix
+    factor = scales[0]
+    for scale in scales[1:]:
+        factor = factor * scale
+    scaled: np.ndarray = matrix * factor
+    return scaled
+
+
+def epilogue(
+    steps: Sequence[Sequence[typing.Any]], values: Sequence[np.ndarray], dtype: np.dtype
+) -> np.ndarray:
+    """A fused matmul's epilogue on its product and extras (``values``): each step an
+    elementwise op (``UNARY`` or ``BINARY``) and the indices of its operands among the
+    values and the steps before it, its result in ``dtype`` as the op alone would give it;
+    the last step's result (the product itself if there is none)."""
+    known = list(values)
+    for name, refs in steps:
+        args = [known[r] for r in refs]
+        table = UNARY if name in UNARY else BINARY
+        known.append(np.asarray(table[name](*args)).astype(dtype, copy=False))
+    return known[-1] if steps else known[0]
+
+
 REDUCE: dict[str, Callable[..., np.ndarray]] = {
     "reduce_sum": np.sum,
     "reduce_mean": np.mean,

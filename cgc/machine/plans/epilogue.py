@@ -1,0 +1,111 @@
+"""The plan of a fused matmul (``wse.fused_matmul``): the matmul's own plan (``plans.matmul``),
+its weights scaled by columns where they are kept, and its epilogue applied to each tile of the
+product as the tile is finished, instead of elementwise kernels passing over the result.
+
+* The scales (a batch norm's gain folded into the filter) multiply B's columns where B is
+  kept: a resident B once, when the program loads; a streamed B in MemoryX, which sends the
+  scaled rows. No run pays for them; a resident scale keeps its vector on one row of the
+  product's columns.
+* The extras come to the product's tiles as an elementwise op's operands do, but a vector of
+  columns that is a weight or constant (a bias) is kept on every PE of the product's grid,
+  beside its tile of B, where a run would multicast it along the rows; one computed on the
+  wafer (a folded normalization's shift) is multicast, a residual arrives in the product's
+  layout.
+* The epilogue's ops cost their vector cycles on the product's tile, as elementwise kernels
+  would, but a first step that adds an extra to the product: the accumulator starts at the
+  extra instead of zero (``C = A B + C``: a bias, a residual) and the sum costs nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+
+from cgc.machine.movement.layout import Layout
+from cgc.machine.movement.traffic import NO_TRAFFIC
+from cgc.machine.plans.elementwise import OP_CYCLES, aligned, immediate
+from cgc.machine.plans.kernel import (
+    RESIDENT,
+    STREAM,
+    Cost,
+    Kernel,
+    Operand,
+    Plan,
+    PlanRequest,
+    arrival,
+    multicast,
+    vector_cycles,
+)
+from cgc.machine.plans.matmul import Matmul
+
+Step = tuple[str, list[int]]
+"""An epilogue step as its instruction holds it: the op and its operands' indices among the
+product, the extras and the steps before."""
+
+
+class FusedMatmul(Kernel):
+    """A matmul with its weights scaled by columns and an epilogue on its product."""
+
+    def plan(self, q: PlanRequest) -> Plan:
+        a, b = q.operands[:2]
+        count = q.attrs["scales"]
+        scales, extras = q.operands[2 : 2 + count], q.operands[2 + count :]
+        ((shape, dtype),) = q.results
+        # B is one matrix: the product folds, and in the result's shape it is the same matrix
+        core = Matmul("matmul").plan(replace(q, operands=(a, b), attrs={}))
+        (out,) = core.outputs
+        kept = [_scale_layout(scale, out) for scale in scales]
+        inputs: list[Layout | None] = [*core.inputs, *kept]
+        traffic = arrive = NO_TRAFFIC
+        scratch = 0
+        for scale, at in zip(scales, kept, strict=True):
+            moved = NO_TRAFFIC if at is None else arrival(scale, at)
+            traffic, arrive = traffic + moved, arrive + moved
+        for operand in extras:
+            at = aligned(operand, out)
+            beside = operand.source == RESIDENT and at.h == 1 and not immediate(operand)
+            if beside:  # kept on every row of the grid, beside B
+                at = replace(at, row0=out.row0, h=out.h)
+            moved = arrival(operand, at)
+            spread = NO_TRAFFIC if beside or immediate(operand) else multicast(at, out)
+            traffic, arrive = traffic + moved + spread, arrive + moved
+            if moved.cycles or spread.cycles:
+                scratch += at.tile_bytes
+            inputs.append(at)
+        steps: list[Step] = [(name, refs) for name, refs in q.attrs["epilogue"]]
+        # the accumulator starting at an extra adds it without an op of its own
+        free = 1 if steps and starts_accumulator(*steps[0], len(extras)) else 0
+        compute = sum(
+            vector_cycles(out.tile_elements, OP_CYCLES.get(name, 1.0), dtype, q.target)
+            for name, _ in steps[free:]
+        )
+        cost = core.cost
+        return Plan(
+            tuple(inputs),
+            (out,),
+            Cost(
+                cycles=cost.cycles + traffic.cycles + compute,
+                flops=cost.flops + prod(shape) * (len(steps) - free),
+                fmacs=cost.fmacs,
+                traffic=cost.traffic + traffic,
+                scratch_bytes=cost.scratch_bytes + scratch,
+                compute_cycles=cost.compute_cycles + compute,
+                arrival_cycles=cost.arrival_cycles + arrive.cycles,
+            ),
+            {**core.detail, "epilogue": [name for name, _ in steps]},
+            core.resident_tiles,
+        )
+
+
+def starts_accumulator(name: str, refs: list[int], extras: int) -> bool:
+    """Whether an epilogue's first step adds an extra to the product: the accumulator can
+    start at the extra."""
+    return name == "add" and sorted(refs)[0] == 0 and 1 <= sorted(refs)[1] <= extras
+
+
+def _scale_layout(scale: Operand, out: Layout) -> Layout | None:
+    """Where a scale is kept: a stream is consumed as B's rows arrive (None); else on the
+    first row of the product's columns."""
+    if scale.source == STREAM:
+        return None
+    return Layout(scale.shape, scale.dtype, out.row0, out.col0, 1, out.w)

@@ -1,0 +1,294 @@
+"""Fuses the elementwise work after a matmul into the matmul: ``wse.fused_matmul``.
+
+An inference compiler never spends a pass over a tensor on what the matmul that produced it
+can do as it finishes each tile. In every layer, the elementwise ops (``wse.EPILOGUE_OPS``)
+after a matmul of one weight matrix (a linear layer's, a convolution's filter) become the
+epilogue of a ``wse.fused_matmul`` when their operands are the product, the results of the
+ops taken before them, and extras that broadcast along the product's rows (a vector of its
+columns or a scalar: a bias, a scale) or have its shape (a residual). A reshape of the product
+that keeps its last axis (a convolution's rows back into an image) comes first, for free: it
+is the same matrix. The ops taken are the longest run, in program order, of which no other op
+reads any value but the last one's, which the fused op gives.
+
+The epilogue's affine head (additions, subtractions, multiplications and divisions by vectors
+of the columns: an inference batch norm, a bias) folds into the matmul:
+
+* a multiplication or division by a product of weights and constants scales the weight
+  matrix's columns instead: each weight of the columns' shape becomes a scale of the fused op,
+  the constants one new constant (their product), and the kernel multiplies them into the
+  weights where it keeps them (the weights stay as they are stored: the fold is a view);
+* what the head adds becomes one shift vector of the columns, computed before the fused op
+  from the head's vectors, which the epilogue adds first: the matmul's accumulator starts at
+  it.
+
+So ``relu((x @ w - mean) * (gamma / std) + beta)`` becomes ``x @ (w * gamma * (1/std))`` with
+the epilogue ``relu(acc + shift)``, ``shift = beta - mean * (gamma / std)``.
+
+Inference only (the pipelined and weight-streaming stages): autodiff knows no fused op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import AnyFloat, ModuleOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from cgc.dialects import wse
+from cgc.dialects.ir import dense_to_numpy, main_function
+
+AFFINE = ("add", "sub", "mul", "div")
+"""The ops an epilogue's head may fold."""
+
+Factor = tuple[SSAValue, int]
+"""A weight or constant and its power (1, or -1 for a divisor) in a product."""
+
+
+@dataclass(frozen=True)
+class FuseEpiloguesPass(ModulePass):
+    """Turns each matmul of a weight matrix and the elementwise ops after it into a
+    ``wse.fused_matmul``."""
+
+    name = "fuse-epilogues"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for layer in main_function(op).body.block.ops:
+            if isinstance(layer, wse.LayerOp):
+                for matmul in [o for o in layer.body.block.ops if isinstance(o, wse.MatmulOp)]:
+                    fuse(matmul)
+
+
+def fuse(matmul: wse.MatmulOp) -> wse.FusedMatmulOp | None:
+    """Fuses the ops after ``matmul`` into it, if some qualify; the fused op."""
+    weights = wse.tensor_shape(matmul.rhs)
+    if prod(weights[:-2]) != 1 or not isinstance(wse.element_type(matmul.rhs), AnyFloat):
+        return None
+    start, reshape = _product_view(matmul)
+    taken = _taken(start, weights[-1])
+    if not taken:
+        return None
+    head = _affine_head(start, taken, weights[-1])
+    folded = head[-1].results[0] if head else start
+    shift = _shift(start, head, taken[-1], weights[-1])
+    scales = _scales(start, head, taken[-1], weights[-1])
+    rest = taken[len(head) :]
+    extras = [*([] if shift is None else [shift]), *_extras(rest, folded)]
+    block = Block(arg_types=[start.type, *(v.type for v in extras)])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(extras, block.args[1:], strict=True))
+    mapping[folded] = block.args[0]
+    if shift is not None:
+        block.add_op(add := wse.AddOp(block.args[0], block.args[1]))
+        add.location = head[0].location
+        mapping[folded] = add.result
+    for op in rest:
+        block.add_op(op.clone(mapping))
+    final = taken[-1].results[0]
+    block.add_op(wse.YieldOp(mapping[final]))
+    fused = wse.FusedMatmulOp(matmul.lhs, matmul.rhs, scales, extras, Region(block), final.type)
+    fused.location = matmul.location
+    Rewriter.insert_op(fused, InsertPoint.before(taken[-1]))
+    final.replace_all_uses_with(fused.result)
+    for op in [*reversed(taken), *([reshape] if reshape else []), matmul]:
+        Rewriter.erase_op(op)
+    return fused
+
+
+def _product_view(matmul: wse.MatmulOp) -> tuple[SSAValue, wse.ReshapeOp | None]:
+    """The product as the epilogue sees it: through its only use if that is a reshape that
+    keeps the last axis, else itself; and that reshape."""
+    uses = list(matmul.result.uses)
+    if len(uses) == 1 and isinstance(reshape := uses[0].operation, wse.ReshapeOp):
+        shape = wse.tensor_shape(reshape.result)
+        if shape[-1:] == wse.tensor_shape(matmul.result)[-1:]:
+            return reshape.result, reshape
+    return matmul.result, None
+
+
+def _taken(start: SSAValue, columns: int) -> list[Operation]:
+    """The longest run of qualifying ops after ``start`` whose values only its last op's
+    result leaves."""
+    candidates: list[Operation] = []
+    inside = {start}
+    op = start.owner.next_op if isinstance(start.owner, Operation) else None
+    while op is not None:
+        if any(v in inside for v in op.operands) and _joins(op, inside, start, columns):
+            candidates.append(op)
+            inside.add(op.results[0])
+        op = op.next_op
+    for count in range(len(candidates), 0, -1):
+        members = set(candidates[:count])
+        values = [start, *(o.results[0] for o in candidates[:count])]
+        leaving = [v for v in values if any(u.operation not in members for u in v.uses)]
+        if leaving == [values[-1]]:
+            return candidates[:count]
+    return []
+
+
+def _joins(op: Operation, inside: set[SSAValue], start: SSAValue, columns: int) -> bool:
+    """Whether ``op`` can join the epilogue: an epilogue op giving the product's type from
+    values inside it and extras."""
+    if not op.name.startswith("wse.") or wse.mnemonic(op) not in wse.EPILOGUE_OPS:
+        return False
+    if op.properties or len(op.results) != 1 or op.results[0].type != start.type:
+        return False
+    return all(v in inside or _extra(v, start, columns) for v in op.operands)
+
+
+def _extra(value: SSAValue, start: SSAValue, columns: int) -> bool:
+    """Whether ``value`` can be an extra of the epilogue of ``start``: of its element type,
+    and of its shape or broadcast along its rows."""
+    if wse.element_type(value) != wse.element_type(start):
+        return False
+    shape, product = wse.tensor_shape(value), wse.tensor_shape(start)
+    if shape == product:
+        return True
+    return len(shape) <= len(product) and _of_columns(shape, columns)
+
+
+def _of_columns(shape: Sequence[int], columns: int) -> bool:
+    """Whether ``shape`` is a vector of ``columns`` columns or a scalar (in any rank)."""
+    return prod(shape[:-1]) == 1 and (not shape or shape[-1] in (1, columns))
+
+
+def _affine_head(start: SSAValue, taken: list[Operation], columns: int) -> list[Operation]:
+    """The first ops of ``taken`` that fold: each adds, subtracts, multiplies or divides the
+    value before it by a vector of the columns (or a scalar), by a product of weights and
+    constants where it multiplies or divides; no later op reads a value of the head but its
+    last (the shift replaces them all)."""
+    head: list[Operation] = []
+    value = start
+    for op in taken:
+        name, other = wse.mnemonic(op), _other(op, value)
+        if name not in AFFINE or other is None or not _of_columns(wse.tensor_shape(other), columns):
+            break
+        if name in ("sub", "div") and op.operands[0] is not value:
+            break
+        if name in ("mul", "div") and _factors(other, name == "div", columns) is None:
+            break
+        head.append(op)
+        value = op.results[0]
+    rest = taken[len(head) :]
+    while head and any(
+        v in (start, *(h.results[0] for h in head[:-1])) for op in rest for v in op.operands
+    ):
+        rest.insert(0, head.pop())
+    return head
+
+
+def _other(op: Operation, value: SSAValue) -> SSAValue | None:
+    """The operand of a binary ``op`` besides ``value``, if it has one other operand."""
+    others = [v for v in op.operands if v is not value]
+    return others[0] if len(op.operands) == 2 and len(others) == 1 else None
+
+
+def _factors(value: SSAValue, invert: bool, columns: int) -> list[Factor] | None:
+    """``value`` as a product of weights of the columns' shape and constants, each with its
+    power; None if it is not one (or divides by a weight, which no scale of the columns can
+    be)."""
+    owner, sign = value.owner, -1 if invert else 1
+    if isinstance(owner, wse.WeightOp):
+        ok = sign == 1 and wse.tensor_shape(value) == (columns,)
+        return [(value, sign)] if ok else None
+    if isinstance(owner, wse.ConstantOp):
+        return [(value, sign)]
+    if isinstance(owner, wse.MulOp | wse.DivOp):
+        left = _factors(owner.lhs, invert, columns)
+        right = _factors(owner.rhs, invert != isinstance(owner, wse.DivOp), columns)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _scales(
+    start: SSAValue, head: list[Operation], anchor: Operation, columns: int
+) -> list[SSAValue]:
+    """The scales of the weight matrix's columns the head folds: its weights, then one
+    constant of the product of its constants (inserted before ``anchor``)."""
+    weights: list[SSAValue] = []
+    constant: np.ndarray | None = None
+    scaling: list[Operation] = []
+    value = start
+    for op in head:
+        name, other = wse.mnemonic(op), _other(op, value)
+        value = op.results[0]
+        if name not in ("mul", "div"):
+            continue
+        scaling.append(op)
+        assert other is not None
+        factors = _factors(other, name == "div", columns)
+        assert factors is not None  # the head holds only foldable factors
+        for value, power in factors:
+            if isinstance(value.owner, wse.WeightOp):
+                weights.append(value)
+                continue
+            assert isinstance(value.owner, wse.ConstantOp)
+            array = dense_to_numpy(value.owner.value).reshape(-1)
+            array = array if power == 1 else np.reciprocal(array)
+            constant = array if constant is None else constant * array
+    if constant is None:
+        return weights
+    element = wse.element_type(anchor.results[0])
+    values = np.broadcast_to(constant, (columns,)).astype(wse.numpy_dtype(element))
+    folded = wse.ConstantOp(wse.dense_attr(np.ascontiguousarray(values)))
+    _insert(folded, anchor, scaling[0])
+    return [*weights, folded.result]
+
+
+def _shift(
+    start: SSAValue, head: list[Operation], anchor: Operation, columns: int
+) -> SSAValue | None:
+    """The vector the head adds to the scaled product (None if it adds nothing), computed
+    by ops inserted before ``anchor``: each addend, subtrahend, multiplier and divisor of the
+    head applied in turn to what the ops before it added."""
+    shift: SSAValue | None = None
+    value = start
+    for op in head:
+        name, other = wse.mnemonic(op), _other(op, value)
+        assert other is not None
+        value = op.results[0]
+        vector = _as_columns(other, anchor, op, columns)
+        if name == "add":
+            shift = vector if shift is None else _emit(wse.AddOp(shift, vector), anchor, op)
+        elif name == "sub":
+            negated = wse.NegOp(vector) if shift is None else wse.SubOp(shift, vector)
+            shift = _emit(negated, anchor, op)
+        elif shift is not None:
+            combined = wse.MulOp(shift, vector) if name == "mul" else wse.DivOp(shift, vector)
+            shift = _emit(combined, anchor, op)
+    return shift
+
+
+def _as_columns(value: SSAValue, anchor: Operation, op: Operation, columns: int) -> SSAValue:
+    """``value`` (a vector of the columns or a scalar) as a vector of the columns' shape, or
+    the scalar as it is."""
+    shape = wse.tensor_shape(value)
+    if prod(shape) != columns or shape == (columns,):
+        return value
+    return _emit(wse.ReshapeOp(value, (columns,)), anchor, op)
+
+
+def _emit(op: Operation, anchor: Operation, source: Operation) -> SSAValue:
+    """Inserts ``op`` before ``anchor``, located at ``source``; its result."""
+    _insert(op, anchor, source)
+    return op.results[0]
+
+
+def _insert(op: Operation, anchor: Operation, source: Operation) -> None:
+    op.location = source.location
+    Rewriter.insert_op(op, InsertPoint.before(anchor))
+
+
+def _extras(ops: list[Operation], product: SSAValue) -> list[SSAValue]:
+    """The values ``ops`` read from outside them but ``product``, in the order first read."""
+    made = {product, *(op.results[0] for op in ops)}
+    extras: list[SSAValue] = []
+    for op in ops:
+        for value in op.operands:
+            if value not in made and value not in extras:
+                extras.append(value)
+    return extras
