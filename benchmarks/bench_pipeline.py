@@ -20,8 +20,10 @@ utilization, the share of PEs placed, the routing colors used, the slowest stage
 its kernels or its busiest input link bound it), the slowest stage's time over the mean stage's
 (plain, and weighted by the stages' PEs), and the compile time; then where each
 model's compute bound goes (``cgc.machine.timing.pipeline_bound``: all PEs times the period,
-by term, and the stages that lose the most). Each model is built (and exported) and compiled in
-a fresh process; the compile time leaves the export out.
+by term, and the stages that lose the most); and how often ``fuse-epilogues`` matched: the
+matmuls that took an epilogue, the elementwise ops that run in one rather than as kernels of
+their own, and the batch norms' gains folded into weights. Each model is built (and exported)
+and compiled in a fresh process; the compile time leaves the export out.
 
     python benchmarks/bench_pipeline.py [--only NAME] [--batch 1]
 """
@@ -68,6 +70,27 @@ def models() -> dict[str, Callable[[], onnx.ModelProto]]:
     }
 
 
+def fusion(ir: str) -> dict[str, int]:
+    """How the artifact's matmuls took their epilogues (``fuse-epilogues``): matmuls fused and
+    left, the elementwise ops in epilogues and those left as kernels of their own, and the
+    batch norms' gains folded into the weights (scales)."""
+    from cgc.dialects import parse_module, wse
+
+    ops = list(parse_module(ir).walk())
+    fused = [op for op in ops if isinstance(op, wse.FusedMatmulOp)]
+    inside = {id(o) for op in fused for o in op.epilogue.block.ops}
+    elementwise = [
+        op for op in ops if op.name.startswith("wse.") and wse.mnemonic(op) in wse.EPILOGUE_OPS
+    ]
+    return {
+        "fused": len(fused),
+        "matmuls": len(fused) + sum(isinstance(op, wse.MatmulOp) for op in ops),
+        "in_epilogues": sum(id(op) in inside for op in elementwise),
+        "elementwise": len(elementwise),
+        "scales": sum(len(op.scales) for op in fused),
+    }
+
+
 def measure(name: str, batch: int) -> dict:
     import cgc
     from cgc.machine.hardware.target import Target
@@ -111,6 +134,7 @@ def measure(name: str, batch: int) -> dict:
         "slowest_over_pe_mean": max(service)
         / (sum(s * a for s, a in zip(service, areas, strict=True)) / sum(areas)),
         "breakdown": bound_lines(bound.to_json()),
+        "fusion": fusion(artifact.ir),
     }
 
 
@@ -129,14 +153,14 @@ def main() -> None:
         f"{'ratio':>7s} {'latency us':>10s} {'mean util':>9s} {'PEs used':>8s} {'colors':>6s} "
         f"{'compile s':>9s} slowest/mean  slowest stage"
     )
-    breakdowns = {}
+    breakdowns, fusions = {}, {}
     for name in models():
         if args.only and name != args.only:
             continue
         command = [sys.executable, __file__, "--one", name, "--batch", str(args.batch)]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        breakdowns[name] = r["breakdown"]
+        breakdowns[name], fusions[name] = r["breakdown"], r["fusion"]
         ratio = r["samples_per_second"] / r["bound_samples_per_second"]
         print(
             f"{name:17s} {r['batch']:5d} {r['layers']:6d} {r['samples_per_second']:10.4g} "
@@ -148,6 +172,13 @@ def main() -> None:
         )
     for name, lines in breakdowns.items():
         print(f"\n{name}: " + "\n".join(lines))
+    print("\nepilogues (fuse-epilogues): matmuls fused, elementwise ops in epilogues, scales")
+    for name, f in fusions.items():
+        print(
+            f"{name:17s} {f['fused']:4d} of {f['matmuls']:4d} matmuls, "
+            f"{f['in_epilogues']:4d} of {f['elementwise']:4d} elementwise ops, "
+            f"{f['scales']:3d} scales"
+        )
 
 
 if __name__ == "__main__":

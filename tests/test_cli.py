@@ -119,19 +119,20 @@ def test_dump_ir_and_print_ir_after_all(workdir, tmp_path) -> None:
         "05-channels-last.mlir",
         "06-fold-constants.mlir",
         "07-form-layers.mlir",
-        "08-place-layers.mlir",
-        "09-route-tensors.mlir",
+        "08-fuse-epilogues.mlir",
+        "09-place-layers.mlir",
+        "10-route-tensors.mlir",
     ]
     for path in dumps.iterdir():
         parse_module(path.read_text(), str(path))
     assert 'loc("fc1")' in (dumps / "00-import.mlir").read_text()
     assert "// -----// IR Dump After decompose //----- //" in result.output
-    opt = invoke("opt", dumps / "07-form-layers.mlir", "-p", "place-layers")
+    opt = invoke("opt", dumps / "07-form-layers.mlir", "-p", "fuse-epilogues,place-layers")
     assert opt.exit_code == 0, opt.output
-    assert opt.output == (dumps / "08-place-layers.mlir").read_text()
-    routed = invoke("opt", dumps / "08-place-layers.mlir", "-p", "route-tensors")
+    assert opt.output == (dumps / "09-place-layers.mlir").read_text()
+    routed = invoke("opt", dumps / "09-place-layers.mlir", "-p", "route-tensors")
     assert routed.exit_code == 0, routed.output
-    assert routed.output == (dumps / "09-route-tensors.mlir").read_text()
+    assert routed.output == (dumps / "10-route-tensors.mlir").read_text()
     assert 'routes = [#wse.route<"fc1", color 0, lanes ' in routed.output
 
 

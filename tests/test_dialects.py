@@ -73,6 +73,14 @@ def _layer(x):
     return list(layer.results)
 
 
+def _fused_matmul(a, w, g, r):
+    """A matmul of one weight matrix, its columns scaled by ``g``, then ``relu(acc + r)``."""
+    block = Block(arg_types=[T(2, 4), r.type])
+    with ImplicitBuilder(block):
+        wse.YieldOp(wse.ReluOp(wse.AddOp(block.args[0], block.args[1]).result).result)
+    return [wse.FusedMatmulOp(a, w, [g], [r], Region(block), block.args[0].type).result]
+
+
 def _empty_layer(x):
     block = Block(arg_types=[x.type])
     with ImplicitBuilder(block):
@@ -297,6 +305,7 @@ CASES: dict[str, tuple[list[Attribute], Callable[..., list[SSAValue]]]] = {
         ],
     ),
     "wse.layer": ([T(2, 3)], _layer),
+    "wse.fused_matmul": ([T(2, 3), T(3, 4), T(4), T(4)], _fused_matmul),
     "wse.yield": ([T(2, 3)], _empty_layer),
     "ws.stream_weight": (
         [], lambda: [ws.StreamWeightOp("fc.weight", T(3, 2), perm=[1, 0]).result,
@@ -558,7 +567,7 @@ INVALID = {
     ),
     "yield outside a layer": (
         "func.func @main(%x: tensor<2xf32>) {\n  wse.yield %x : tensor<2xf32>\n}\n",
-        r"'wse.yield' expects parent op 'wse.layer'",
+        r"'wse.yield' expects parent op to be one of 'wse.layer', 'wse.fused_matmul'",
     ),
     "optimizer_step unknown optimizer": (
         _fn("", 'ws.optimizer_step "rmsprop" {lr = 1.000000e-01 : f64}'),

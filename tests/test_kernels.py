@@ -109,6 +109,7 @@ def test_every_kernel_is_covered():
         "im2col", "col2im", "one_hot", "max_pool", "avg_pool",
         "attention", "attention_grad", "rotary", "cached_attention",  # tests/test_attention.py
         "matmul_transpose_a",
+        "fused_matmul",  # tests/test_fuse_epilogues.py
     }  # fmt: skip
     assert set(plans.KERNELS) == covered
 

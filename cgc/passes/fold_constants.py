@@ -196,20 +196,26 @@ def _splat(value: SSAValue) -> float | None:
 
 
 class ReduceStrength(RewritePattern):
-    """``pow(x, 2)`` -> ``mul(x, x)`` and ``div(1, x)`` -> ``reciprocal(x)`` when the constant
-    does not broadcast ``x`` to a larger shape."""
+    """``pow(x, 2)`` -> ``x * x``, ``pow(x, 3)`` -> ``x * x * x`` and ``div(1, x)`` ->
+    ``reciprocal(x)`` when the constant does not broadcast ``x`` to a larger shape."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: wse.PowOp | wse.DivOp, rewriter: PatternRewriter) -> None:
         x, constant = (op.lhs, op.rhs) if isinstance(op, wse.PowOp) else (op.rhs, op.lhs)
         if x.type != op.result.type or not is_float(x):
             return
-        wanted = 2.0 if isinstance(op, wse.PowOp) else 1.0
-        if _splat(constant) != wanted:
+        power = _splat(constant)
+        cheaper: list[Operation]
+        if isinstance(op, wse.PowOp) and power in (2.0, 3.0):
+            square = wse.MulOp(x, x)
+            cheaper = [square] if power == 2.0 else [square, wse.MulOp(square.result, x)]
+        elif isinstance(op, wse.DivOp) and power == 1.0:
+            cheaper = [wse.ReciprocalOp(x)]
+        else:
             return
-        cheaper = wse.MulOp(x, x) if isinstance(op, wse.PowOp) else wse.ReciprocalOp(x)
-        cheaper.location = op.location
-        rewriter.replace(op, [cheaper], [cheaper.result])
+        for new in cheaper:
+            new.location = op.location
+        rewriter.replace(op, cheaper, [cheaper[-1].results[0]])
 
 
 @dataclass(frozen=True)

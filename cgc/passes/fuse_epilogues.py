@@ -5,10 +5,12 @@ can do as it finishes each tile. In every layer, the elementwise ops (``wse.EPIL
 after a matmul of one weight matrix (a linear layer's, a convolution's filter) become the
 epilogue of a ``wse.fused_matmul`` when their operands are the product, the results of the
 ops taken before them, and extras that broadcast along the product's rows (a vector of its
-columns or a scalar: a bias, a scale) or have its shape (a residual). A reshape of the product
-that keeps its last axis (a convolution's rows back into an image) comes first, for free: it
-is the same matrix. The ops taken are the longest run, in program order, of which no other op
-reads any value but the last one's, which the fused op gives.
+columns or a scalar: a bias, a scale) or hold its matrix (a residual). Reshapes that keep the
+matrix (its elements, its columns last: a convolution's rows back into an image, a linear
+layer's tokens back into sequences) join too, for free: the epilogue works on the product in
+the shape of its result, and an extra in another view of the matrix is reshaped to it. The
+ops taken are the longest run, in program order, of which no other op reads any value but
+the last one's, which the fused op gives.
 
 The epilogue's affine head (additions, subtractions, multiplications and divisions by vectors
 of the columns: an inference batch norm, a bias) folds into the matmul:
@@ -69,45 +71,64 @@ def fuse(matmul: wse.MatmulOp) -> wse.FusedMatmulOp | None:
     weights = wse.tensor_shape(matmul.rhs)
     if prod(weights[:-2]) != 1 or not isinstance(wse.element_type(matmul.rhs), AnyFloat):
         return None
-    start, reshape = _product_view(matmul)
-    taken = _taken(start, weights[-1])
+    start, columns = matmul.result, weights[-1]
+    taken = _taken(start, columns)
     if not taken:
         return None
-    head = _affine_head(start, taken, weights[-1])
-    folded = head[-1].results[0] if head else start
-    shift = _shift(start, head, taken[-1], weights[-1])
-    scales = _scales(start, head, taken[-1], weights[-1])
+    anchor, final = taken[-1], taken[-1].results[0]
+    head = _affine_head(start, taken, columns)
+    shift = _shift(start, head, anchor, columns)
+    scales = _scales(start, head, anchor, columns)
     rest = taken[len(head) :]
-    extras = [*([] if shift is None else [shift]), *_extras(rest, folded)]
-    block = Block(arg_types=[start.type, *(v.type for v in extras)])
+    folded = head[-1].results[0] if head else start
+    outside = _extras(rest, folded)
+    extras = [*([] if shift is None else [shift]), *outside]
+    viewed = [_viewed(v, final, anchor, columns) for v in extras]
+    block = Block(arg_types=[final.type, *(v.type for v in viewed)])
     mapping: dict[SSAValue, SSAValue] = dict(zip(extras, block.args[1:], strict=True))
     mapping[folded] = block.args[0]
     if shift is not None:
         block.add_op(add := wse.AddOp(block.args[0], block.args[1]))
-        add.location = head[0].location
+        add.location = next(op for op in head if not isinstance(op, wse.ReshapeOp)).location
         mapping[folded] = add.result
     for op in rest:
-        block.add_op(op.clone(mapping))
-    final = taken[-1].results[0]
+        _rebuild(op, mapping, block)
     block.add_op(wse.YieldOp(mapping[final]))
-    fused = wse.FusedMatmulOp(matmul.lhs, matmul.rhs, scales, extras, Region(block), final.type)
+    fused = wse.FusedMatmulOp(matmul.lhs, matmul.rhs, scales, viewed, Region(block), final.type)
     fused.location = matmul.location
-    Rewriter.insert_op(fused, InsertPoint.before(taken[-1]))
+    Rewriter.insert_op(fused, InsertPoint.before(anchor))
     final.replace_all_uses_with(fused.result)
-    for op in [*reversed(taken), *([reshape] if reshape else []), matmul]:
+    for op in [*reversed(taken), matmul]:
         Rewriter.erase_op(op)
     return fused
 
 
-def _product_view(matmul: wse.MatmulOp) -> tuple[SSAValue, wse.ReshapeOp | None]:
-    """The product as the epilogue sees it: through its only use if that is a reshape that
-    keeps the last axis, else itself; and that reshape."""
-    uses = list(matmul.result.uses)
-    if len(uses) == 1 and isinstance(reshape := uses[0].operation, wse.ReshapeOp):
-        shape = wse.tensor_shape(reshape.result)
-        if shape[-1:] == wse.tensor_shape(matmul.result)[-1:]:
-            return reshape.result, reshape
-    return matmul.result, None
+def _rebuild(op: Operation, mapping: dict[SSAValue, SSAValue], block: Block) -> None:
+    """``op`` in the epilogue, on the product's view: a reshape is that view already; an
+    elementwise op is made again on its mapped operands, its type the view's."""
+    if isinstance(op, wse.ReshapeOp):
+        mapping[op.result] = mapping[op.input]
+        return
+    made = type(op)(*(mapping[v] for v in op.operands))
+    made.location = op.location
+    block.add_op(made)
+    mapping[op.results[0]] = made.results[0]
+
+
+def _viewed(value: SSAValue, final: SSAValue, anchor: Operation, columns: int) -> SSAValue:
+    """An extra as the epilogue reads it: a view of the product in the result's shape, a
+    vector of the columns in their shape, a scalar of a rank above the result's as a
+    scalar; reshaped before ``anchor`` where it is not."""
+    shape, want = wse.tensor_shape(value), wse.tensor_shape(final)
+    if not _of_columns(shape, columns):
+        target = want
+    elif prod(shape) == columns:
+        target = (columns,)
+    else:
+        target = shape if len(shape) <= len(want) else ()
+    if shape == target:
+        return value
+    return _emit(wse.ReshapeOp(value, target), anchor, anchor)
 
 
 def _taken(start: SSAValue, columns: int) -> list[Operation]:
@@ -131,24 +152,33 @@ def _taken(start: SSAValue, columns: int) -> list[Operation]:
 
 
 def _joins(op: Operation, inside: set[SSAValue], start: SSAValue, columns: int) -> bool:
-    """Whether ``op`` can join the epilogue: an epilogue op giving the product's type from
-    values inside it and extras."""
+    """Whether ``op`` can join the epilogue: a reshape of a value inside it, or an epilogue
+    op of values inside it and extras, giving a view of the product (the same matrix)."""
+    if len(op.results) != 1 or not _views(op.results[0], start):
+        return False
+    if isinstance(op, wse.ReshapeOp):
+        return op.input in inside
     if not op.name.startswith("wse.") or wse.mnemonic(op) not in wse.EPILOGUE_OPS:
         return False
-    if op.properties or len(op.results) != 1 or op.results[0].type != start.type:
+    if op.properties:
         return False
     return all(v in inside or _extra(v, start, columns) for v in op.operands)
 
 
+def _views(value: SSAValue, product: SSAValue) -> bool:
+    """Whether ``value`` has the product's matrix: its elements, its columns last, its
+    element type."""
+    shape, of = wse.tensor_shape(value), wse.tensor_shape(product)
+    same = wse.element_type(value) == wse.element_type(product)
+    return same and prod(shape) == prod(of) and shape[-1:] == of[-1:]
+
+
 def _extra(value: SSAValue, start: SSAValue, columns: int) -> bool:
     """Whether ``value`` can be an extra of the epilogue of ``start``: of its element type,
-    and of its shape or broadcast along its rows."""
+    a view of its matrix or broadcast along its rows."""
     if wse.element_type(value) != wse.element_type(start):
         return False
-    shape, product = wse.tensor_shape(value), wse.tensor_shape(start)
-    if shape == product:
-        return True
-    return len(shape) <= len(product) and _of_columns(shape, columns)
+    return _views(value, start) or _of_columns(wse.tensor_shape(value), columns)
 
 
 def _of_columns(shape: Sequence[int], columns: int) -> bool:
@@ -157,13 +187,17 @@ def _of_columns(shape: Sequence[int], columns: int) -> bool:
 
 
 def _affine_head(start: SSAValue, taken: list[Operation], columns: int) -> list[Operation]:
-    """The first ops of ``taken`` that fold: each adds, subtracts, multiplies or divides the
-    value before it by a vector of the columns (or a scalar), by a product of weights and
-    constants where it multiplies or divides; no later op reads a value of the head but its
-    last (the shift replaces them all)."""
+    """The first ops of ``taken`` that fold (reshapes between them included): each adds,
+    subtracts, multiplies or divides the value before it by a vector of the columns (or a
+    scalar), by a product of weights and constants where it multiplies or divides; no later
+    op reads a value of the head but its last (the shift replaces them all)."""
     head: list[Operation] = []
     value = start
     for op in taken:
+        if isinstance(op, wse.ReshapeOp):
+            head.append(op)
+            value = op.result
+            continue
         name, other = wse.mnemonic(op), _other(op, value)
         if name not in AFFINE or other is None or not _of_columns(wse.tensor_shape(other), columns):
             break
@@ -173,6 +207,8 @@ def _affine_head(start: SSAValue, taken: list[Operation], columns: int) -> list[
             break
         head.append(op)
         value = op.results[0]
+    while head and isinstance(head[-1], wse.ReshapeOp):  # a trailing view is the epilogue's
+        head.pop()
     rest = taken[len(head) :]
     while head and any(
         v in (start, *(h.results[0] for h in head[:-1])) for op in rest for v in op.operands
@@ -216,7 +252,7 @@ def _scales(
     for op in head:
         name, other = wse.mnemonic(op), _other(op, value)
         value = op.results[0]
-        if name not in ("mul", "div"):
+        if name not in ("mul", "div"):  # an addend, or a reshape
             continue
         scaling.append(op)
         assert other is not None
@@ -249,8 +285,10 @@ def _shift(
     value = start
     for op in head:
         name, other = wse.mnemonic(op), _other(op, value)
-        assert other is not None
         value = op.results[0]
+        if isinstance(op, wse.ReshapeOp):
+            continue
+        assert other is not None
         vector = _as_columns(other, anchor, op, columns)
         if name == "add":
             shift = vector if shift is None else _emit(wse.AddOp(shift, vector), anchor, op)

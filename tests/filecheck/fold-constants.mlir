@@ -145,7 +145,7 @@ func.func @dead(%x: tensor<2xf32>) -> tensor<2xf32> {
 // CHECK-NEXT:    %[[N:.*]] = wse.neg %x : tensor<2xf32> loc("neg")
 // CHECK-NEXT:    func.return %[[N]] : tensor<2xf32>
 
-func.func @strength(%x: tensor<4x3xf32>, %n: tensor<4x3xi32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<5x4x3xf32>, tensor<4x3xi32>) {
+func.func @strength(%x: tensor<4x3xf32>, %n: tensor<4x3xi32>, %d: tensor<4x1xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<5x4x3xf32>, tensor<4x3xi32>, tensor<4x3xf32>) {
   %two = wse.constant dense<2.0> : tensor<f32>
   %one = wse.constant dense<1.0> : tensor<f32>
   %three = wse.constant dense<3.0> : tensor<f32>
@@ -156,18 +156,22 @@ func.func @strength(%x: tensor<4x3xf32>, %n: tensor<4x3xi32>) -> (tensor<4x3xf32
   %wide = wse.div %ones, %x : (tensor<5x4x3xf32>, tensor<4x3xf32>) -> tensor<5x4x3xf32> loc("wide")
   %itwo = wse.constant dense<2> : tensor<i32>
   %isq = wse.pow %n, %itwo : (tensor<4x3xi32>, tensor<i32>) -> tensor<4x3xi32> loc("int")
-  func.return %sq, %inv, %cube, %wide, %isq : tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<5x4x3xf32>, tensor<4x3xi32>
+  %normed = wse.div %x, %d : (tensor<4x3xf32>, tensor<4x1xf32>) -> tensor<4x3xf32> loc("norm")
+  func.return %sq, %inv, %cube, %wide, %isq, %normed : tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<5x4x3xf32>, tensor<4x3xi32>, tensor<4x3xf32>
 }
 
-// x ** 2 is x * x and 1 / x a reciprocal; a cube, a division that broadcasts x and integers
-// stay as they are.
+// x ** 2 is x * x, x ** 3 is x * x * x and 1 / x a reciprocal; a division of ones that
+// broadcasts x, another division (its kernel multiplies by the divisor's reciprocals where
+// the divisor is the smaller: plans.elementwise) and integers stay as they are.
 // CHECK-LABEL: func.func @strength
 // CHECK:         %[[SQ:.*]] = wse.mul %x, %x : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32> loc("square")
 // CHECK-NEXT:    %[[INV:.*]] = wse.reciprocal %x : tensor<4x3xf32> loc("inverse")
-// CHECK-NEXT:    %[[CUBE:.*]] = wse.pow %x, %{{.*}} : (tensor<4x3xf32>, tensor<f32>) -> tensor<4x3xf32> loc("cube")
+// CHECK-NEXT:    %[[X2:.*]] = wse.mul %x, %x : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32> loc("cube")
+// CHECK-NEXT:    %[[CUBE:.*]] = wse.mul %[[X2]], %x : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32> loc("cube")
 // CHECK-NEXT:    %[[WIDE:.*]] = wse.div %{{.*}}, %x : (tensor<5x4x3xf32>, tensor<4x3xf32>) -> tensor<5x4x3xf32> loc("wide")
 // CHECK:         %[[INT:.*]] = wse.pow %n, %{{.*}} : (tensor<4x3xi32>, tensor<i32>) -> tensor<4x3xi32> loc("int")
-// CHECK-NEXT:    func.return %[[SQ]], %[[INV]], %[[CUBE]], %[[WIDE]], %[[INT]]
+// CHECK-NEXT:    %[[NORMED:.*]] = wse.div %x, %d : (tensor<4x3xf32>, tensor<4x1xf32>) -> tensor<4x3xf32> loc("norm")
+// CHECK-NEXT:    func.return %[[SQ]], %[[INV]], %[[CUBE]], %[[WIDE]], %[[INT]], %[[NORMED]]
 
 // A transpose of a transpose is one transpose; two that undo each other are none (the views of
 // heads the PyTorch frontend takes around fused attention).

@@ -159,3 +159,34 @@ func.func @main(%x: tensor<4x16xf32>) -> (tensor<4x32xf32>, tensor<4x32xf32>) {
 // CHECK-NEXT:    %[[O:.*]] = wse.relu %[[M]] : tensor<4x32xf32> loc("relu")
 // CHECK-NEXT:    wse.yield %[[M]], %[[O]]
 
+
+// -----
+
+// A linear layer over the tokens of two sequences, its product split back into sequences
+// between its bias and the residual add: the epilogue works on the sequences' shape, the
+// bias given as [1, 1, 32] reshaped to the columns' and the residual given as the tokens'
+// [8, 32] reshaped to the sequences'.
+func.func @main(%x: tensor<8x16xf32>, %res: tensor<8x32xf32>) -> tensor<2x4x32xf32> {
+  %y = wse.layer "proj" (%x, %res) : (tensor<8x16xf32>, tensor<8x32xf32>) -> tensor<2x4x32xf32> {
+  ^bb0(%a: tensor<8x16xf32>, %r: tensor<8x32xf32>):
+    %w = wse.weight "proj.weight" : tensor<16x32xf32> loc("proj")
+    %b = wse.weight "proj.bias" : tensor<1x1x32xf32> loc("proj")
+    %m = wse.matmul %a, %w : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32> loc("proj")
+    %s = wse.reshape %m : tensor<8x32xf32> -> tensor<2x4x32xf32> loc("split")
+    %h = wse.add %s, %b : (tensor<2x4x32xf32>, tensor<1x1x32xf32>) -> tensor<2x4x32xf32> loc("bias")
+    %rs = wse.reshape %r : tensor<8x32xf32> -> tensor<2x4x32xf32> loc("residual.split")
+    %t = wse.add %rs, %h : (tensor<2x4x32xf32>, tensor<2x4x32xf32>) -> tensor<2x4x32xf32> loc("residual")
+    wse.yield %t : tensor<2x4x32xf32>
+  } loc("proj")
+  func.return %y : tensor<2x4x32xf32>
+}
+
+// CHECK-LABEL: wse.layer "proj"
+// CHECK:         %[[RS:.*]] = wse.reshape %r : tensor<8x32xf32> -> tensor<2x4x32xf32> loc("residual.split")
+// CHECK-NEXT:    %[[BIAS:.*]] = wse.reshape %b : tensor<1x1x32xf32> -> tensor<32xf32> loc("bias")
+// CHECK-NEXT:    %{{.*}} = wse.fused_matmul %a, %w with(%[[BIAS]], %[[RS]] : tensor<32xf32>, tensor<2x4x32xf32>) : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<2x4x32xf32> {
+// CHECK-NEXT:    ^bb0(%[[ACC:.*]]: tensor<2x4x32xf32>, %[[B:.*]]: tensor<32xf32>, %[[R:.*]]: tensor<2x4x32xf32>):
+// CHECK-NEXT:      %[[H:.*]] = wse.add %[[ACC]], %[[B]] : (tensor<2x4x32xf32>, tensor<32xf32>) -> tensor<2x4x32xf32> loc("bias")
+// CHECK-NEXT:      %[[T:.*]] = wse.add %[[R]], %[[H]] : (tensor<2x4x32xf32>, tensor<2x4x32xf32>) -> tensor<2x4x32xf32> loc("residual")
+// CHECK-NEXT:      wse.yield %[[T]] : tensor<2x4x32xf32>
+// CHECK-NEXT:    } loc("proj")

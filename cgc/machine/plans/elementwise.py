@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from math import prod
 
-from cgc.machine.hardware.target import TRANSCENDENTAL_CYCLES
+from cgc.machine.hardware.dtypes import is_integer
+from cgc.machine.hardware.target import TRANSCENDENTAL_CYCLES, Target
 from cgc.machine.movement.layout import Layout, matrix_dims
 from cgc.machine.movement.traffic import NO_TRAFFIC, Traffic
 from cgc.machine.plans.kernel import (
@@ -63,8 +64,8 @@ class Elementwise(Kernel):
             if moved.cycles or spread.cycles:
                 scratch += at.tile_bytes
             inputs.append(at)
-        per_element = OP_CYCLES.get(self.name, 1.0)
-        compute = vector_cycles(out.tile_elements, per_element, dtype, q.target)
+        divisor = _tile_elements(inputs[1]) if self.name == "div" else None
+        compute = op_cycles(self.name, out.tile_elements, divisor, dtype, q.target)
         cost = phased_cost(
             compute,
             arrive,
@@ -73,6 +74,22 @@ class Elementwise(Kernel):
             flops=prod(shape) * (0 if self.name in ("cast", "bitcast") else 1),
         )
         return Plan(tuple(inputs), (out,), cost)
+
+
+def _tile_elements(layout: Layout | None) -> int | None:
+    return None if layout is None else layout.tile_elements
+
+
+def op_cycles(name: str, elements: int, divisor: int | None, dtype: str, target: Target) -> float:
+    """Cycles for a PE to apply elementwise op ``name`` to its ``elements``; a float division
+    by a divisor of fewer elements on the PE (a norm's deviation, a softmax's sum, a scalar:
+    ``divisor`` of them) takes their reciprocals and multiplies by them, as a PE's division
+    costs what a transcendental does and a product one cycle."""
+    if name == "div" and divisor is not None and divisor < elements and not is_integer(dtype):
+        return vector_cycles(divisor, OP_CYCLES[name], dtype, target) + vector_cycles(
+            elements, 1.0, dtype, target
+        )
+    return vector_cycles(elements, OP_CYCLES.get(name, 1.0), dtype, target)
 
 
 def _beside(out: Layout, operands: Sequence[Operand]) -> Layout:

@@ -23,7 +23,7 @@ from math import prod
 
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import NO_TRAFFIC
-from cgc.machine.plans.elementwise import OP_CYCLES, aligned, immediate
+from cgc.machine.plans.elementwise import aligned, immediate, op_cycles
 from cgc.machine.plans.kernel import (
     RESIDENT,
     STREAM,
@@ -34,7 +34,6 @@ from cgc.machine.plans.kernel import (
     PlanRequest,
     arrival,
     multicast,
-    vector_cycles,
 )
 from cgc.machine.plans.matmul import Matmul
 
@@ -51,9 +50,11 @@ class FusedMatmul(Kernel):
         count = q.attrs["scales"]
         scales, extras = q.operands[2 : 2 + count], q.operands[2 + count :]
         ((shape, dtype),) = q.results
-        # B is one matrix: the product folds, and in the result's shape it is the same matrix
-        core = Matmul("matmul").plan(replace(q, operands=(a, b), attrs={}))
-        (out,) = core.outputs
+        # B is one matrix: the product folds into one matrix, the result's in any view
+        matrix = ((prod(shape[:-1]), shape[-1]), dtype)
+        core = Matmul("matmul").plan(replace(q, operands=(a, b), attrs={}, results=(matrix,)))
+        held = core.outputs[0]
+        out = Layout(tuple(shape), dtype, held.row0, held.col0, held.h, held.w, fold=True)
         kept = [_scale_layout(scale, out) for scale in scales]
         inputs: list[Layout | None] = [*core.inputs, *kept]
         traffic = arrive = NO_TRAFFIC
@@ -75,9 +76,10 @@ class FusedMatmul(Kernel):
         steps: list[Step] = [(name, refs) for name, refs in q.attrs["epilogue"]]
         # the accumulator starting at an extra adds it without an op of its own
         free = 1 if steps and starts_accumulator(*steps[0], len(extras)) else 0
+        extra_layouts = inputs[2 + count :]
         compute = sum(
-            vector_cycles(out.tile_elements, OP_CYCLES.get(name, 1.0), dtype, q.target)
-            for name, _ in steps[free:]
+            op_cycles(name, out.tile_elements, _divisor(name, refs, extra_layouts), dtype, q.target)
+            for name, refs in steps[free:]
         )
         cost = core.cost
         return Plan(
@@ -101,6 +103,13 @@ def starts_accumulator(name: str, refs: list[int], extras: int) -> bool:
     """Whether an epilogue's first step adds an extra to the product: the accumulator can
     start at the extra."""
     return name == "add" and sorted(refs)[0] == 0 and 1 <= sorted(refs)[1] <= extras
+
+
+def _divisor(name: str, refs: list[int], extras: list[Layout | None]) -> int | None:
+    """The elements a PE holds of a division's divisor when it is an extra (a vector of the
+    columns, a scalar); None otherwise."""
+    at = extras[refs[1] - 1] if name == "div" and 1 <= refs[1] <= len(extras) else None
+    return None if at is None else at.tile_elements
 
 
 def _scale_layout(scale: Operand, out: Layout) -> Layout | None:

@@ -120,7 +120,7 @@ func.func @main(%x: tensor<2xf32>) {
   wse.yield %x : tensor<2xf32>
 }
 
-// CHECK: error: {{.*}}invalid.mlir: invalid IR: wse.yield: 'wse.yield' expects parent op 'wse.layer'
+// CHECK: error: {{.*}}invalid.mlir: invalid IR: wse.yield: 'wse.yield' expects parent op to be one of 'wse.layer', 'wse.fused_matmul'
 // CHECK-NOT: Traceback
 
 // -----
