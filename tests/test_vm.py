@@ -166,31 +166,36 @@ def test_weight_streaming_streams_every_weight_once():
 
 @pytest.mark.parametrize(("samples", "systems"), [(4, 1), (12, 1), (12, 3), (16, 2)])
 def test_pipelined_time_is_fill_plus_slowest_stage(samples, systems):
-    # per sample, a stage takes its cycles plus its host I/O over the batch (or its busiest
-    # input link's wavelets, if more); a system's samples need the fill (every stage once and
-    # every route's hops) plus one slowest stage per further sample
+    # per sample, a stage takes the longest of its cycles, its host I/O and its busiest input
+    # link's wavelets, over the batch (they overlap); it starts a sample once its producer
+    # finished it and its route's hops passed, once the host sent it (one sample's host I/O
+    # after another), and once it finished the sample before
     art = compiled("mlp", "pipelined")
     _, stats = Cluster(art, systems).infer(inputs_for(art, samples))
     target = art.manifest["target"]
-    clock = target["clock_hz"]
+    clock, rate = target["clock_hz"], target["io_bytes_per_s"]
     host = {"fc1": 4 * 64 * 4, "fc2": 0, "fc3": 4 * 10 * 4}  # input in, logits out
     assert [layer["name"] for layer in stats.layers] == list(host)
     routes = [info.routes for info in art.program.layers]
     assert [[r.source for r in into] for into in routes] == [[], [0], [1]]  # a chain
+    sent = [host[layer["name"]] / rate / 4 for layer in stats.layers]
     stage = [
-        max(
-            layer["cycles"] / clock + host[layer["name"]] / target["io_bytes_per_s"],
-            max((r.busiest for r in into), default=0) / clock,
-        )
+        max(layer["cycles"] / clock, sent[i] * 4, max((r.busiest for r in into), default=0) / clock)
         / 4
-        for layer, into in zip(stats.layers, routes, strict=True)
+        for i, (layer, into) in enumerate(zip(stats.layers, routes, strict=True))
     ]
-    hops = sum(r.hops for into in routes for r in into) / clock
+    hops = [sum(r.hops for r in into) / clock for into in routes]
     per_system = 4 * math.ceil(samples // 4 / systems)  # the busiest system's samples
-    want = sum(stage) + hops + (per_system - 1) * max(stage)
-    assert stats.simulated_seconds == pytest.approx(want, rel=1e-12)
+    finish = [[0.0] * per_system for _ in stage]
+    for i, service in enumerate(stage):
+        for k in range(per_system):
+            ready = (k + 1) * sent[i]
+            if i:
+                ready = max(ready, finish[i - 1][k] + hops[i])
+            finish[i][k] = max(ready, finish[i][k - 1] if k else 0.0) + service
+    assert stats.simulated_seconds == pytest.approx(finish[-1][-1], rel=1e-12)
     figures = stats.to_json()["pipeline"]
-    assert figures["fill_seconds"] == pytest.approx(sum(stage) + hops, rel=1e-12)
+    assert figures["fill_seconds"] == pytest.approx(finish[-1][0], rel=1e-12)
     assert figures["period_seconds"] == pytest.approx(max(stage), rel=1e-12)
     assert figures["samples"] == per_system
     assert [s["name"] for s in figures["stages"]] == list(host)

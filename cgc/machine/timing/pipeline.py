@@ -1,11 +1,14 @@
 """The pipelined mode's timing: samples flowing one after another through placed stages.
 
 Every layer is a stage on its own rectangle. A stage takes one sample at a time; its service
-time per sample is its kernels' cycles plus its host I/O for a run of the per-system batch,
-over the batch, or the busiest link of the routes that feed it if that is longer (a link moves
-one wavelet per cycle; the routing counted every route sharing it). A sample can start on a
-stage once every producer has finished it and its tensors have crossed their routes' hops, and
-once the stage has finished the sample before:
+time per sample is the longest of its kernels' cycles, its host I/O and the busiest link of
+the routes that feed it (a link moves one wavelet per cycle; the routing counted every route
+sharing it), for a run of the per-system batch, over the batch: a stage receives the next
+sample, from the host as from its producers, while it computes this one (its input buffer is
+doubled, as the SDK's pipelines double theirs). A sample can start on a stage once every
+producer has finished it and its tensors have crossed their routes' hops, once the host has
+sent it (the host link streams the samples one after another, each taking the stage's host
+I/O), and once the stage has finished the sample before:
 
     finish[i, s] = max(ready[i, s], finish[i, s - 1]) + service[i]
                  = (s + 1) * service[i] + max over k <= s of (ready[i, k] - k * service[i])
@@ -53,10 +56,15 @@ class Stage:
         """The busiest link of the routes that feed it."""
         return float(max((r.busiest for r in self.routes), default=0))
 
+    def host_seconds(self, target: Target) -> float:
+        """Its inputs from and outputs to the host, for a run of the batch."""
+        return self.host_bytes / target.io_bytes_per_s
+
     def service_seconds(self, target: Target, batch: int) -> float:
-        """How long the stage holds one sample of a batch of ``batch``."""
-        busy = target.seconds(self.cycles) + self.host_bytes / target.io_bytes_per_s
-        return max(busy, target.seconds(self.link_cycles)) / batch
+        """How long the stage holds one sample of a batch of ``batch``: the longest of its
+        kernels, its host I/O and its busiest input link, which overlap."""
+        links = target.seconds(self.link_cycles)
+        return max(target.seconds(self.cycles), self.host_seconds(target), links) / batch
 
 
 SHOWN = 64
@@ -141,7 +149,7 @@ def simulate(stages: Sequence[Stage], target: Target, samples: int, batch: int) 
     count = sampled(samples)
     finish = np.zeros((len(stages), count.size))
     for index, stage in enumerate(stages):
-        ready = np.zeros(count.size)
+        ready = (count + 1) * stage.host_seconds(target) / batch
         for route in stage.routes:
             ready = np.maximum(ready, finish[route.source] + target.seconds(route.hops))
         slack = np.maximum.accumulate(ready - count * service[index])

@@ -8,8 +8,8 @@ Definitions (per sample, in the steady state, on one system of ``pes`` PEs):
   ``cgc.machine.timing.pipeline.pipeline_figures`` counts the bound.
 - The actual time is the pipeline's period ``P``: the slowest stage's service time
   (``cgc.machine.timing.pipeline``). A stage's service time ``s`` is its busy time per sample, the
-  longer of its kernels plus its host I/O (``Stage.service_seconds``) and its busiest input
-  link, over the batch of a run.
+  longest of its kernels, its host I/O and its busiest input link (``Stage.service_seconds``:
+  they overlap), over the batch of a run.
 - The whole is every PE held for a period, ``pes x P`` (PE-seconds per sample), so that
   ``ideal / P`` (the share of model FLOPs below) is the achieved throughput over the bound.
   It adds up as ``pes x P = (pes - placed) x P + sum over stages of area x P``, and each
@@ -29,8 +29,9 @@ The terms (``TERMS``), as shares of the whole, add up to one:
   ``collectives``, the movement of its mesh algorithms not hidden by their arithmetic
   (SUMMA's broadcasts, split-k's reduction, attention's ring); ``data_movement``, the other
   kernels' movement (reductions of norms and softmax, gathers, relayouts); ``edge_io``, its
-  tensors through the edge (its cycles beyond its kernels') and its host I/O; and
-  ``input_link``, how much longer its busiest input link takes than all that, when it does.
+  tensors through the edge (its cycles beyond its kernels') and how much longer its host I/O
+  takes than all that, when it does; and ``input_link``, how much longer its busiest input
+  link takes than the longer of those, when it does.
   A kernel streaming weights or computing a weight gradient keeps the names it has in
   weight streaming (``weights_edge``, ``partial_sums``, ``gradient_movement``).
 
@@ -181,12 +182,14 @@ def stage_time(
     batch: int,
 ) -> StageTime:
     """A placed layer's busy time per sample by term: its wafer terms (``wafer_terms``,
-    split) with its host I/O under ``edge_io``, and its busiest input link's excess;
-    ``flops``: its model FLOPs per run of ``batch``."""
+    split), its host I/O's excess over them under ``edge_io``, and its busiest input link's
+    excess over both (the three overlap: ``Stage.service_seconds``); ``flops``: its model
+    FLOPs per run of ``batch``."""
     terms, _ = wafer_terms(stage.cycles, kernels, target.clock_hz, split=True)
-    terms["edge_io"] += stage.host_bytes / target.io_bytes_per_s
     busy = sum(terms.values())
-    terms["input_link"] = max(0.0, target.seconds(stage.link_cycles) - busy)
+    host = stage.host_seconds(target)
+    terms["edge_io"] += max(0.0, host - busy)
+    terms["input_link"] = max(0.0, target.seconds(stage.link_cycles) - max(busy, host))
     return StageTime(stage.name, area, flops / batch, {k: v / batch for k, v in terms.items()})
 
 

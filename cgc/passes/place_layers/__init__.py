@@ -36,8 +36,9 @@ I/O, which bounds from below the columns or rows that can keep a time; a candida
 which a layer missed a time on more columns is not timed on fewer; and the layer that last
 missed a time on every candidate height of a width is timed first on the next.
 
-A stage's time is its kernels and its host I/O, each the machine's answer for the layer's
-work on the candidate rectangle (``cgc.machine.timing.cost``), the engine the simulator runs,
+A stage's time is the longer of its kernels and its host I/O (which overlap: the host sends
+the next sample while the layer computes), each the machine's answer for the layer's work on
+the candidate rectangle (``cgc.machine.timing.cost``), the engine the simulator runs,
 so the compiler's estimate is the time a run takes. A model that does not fit raises
 ``DoesNotFitError`` naming the layers that do not (``fit``).
 

@@ -126,8 +126,10 @@ class LayerTimings:
         return self.costs(self.works[index], 0, rect)
 
     def stage_cycles(self, cost: LayerCost) -> float:
-        """A layer's stage time: its kernels, and its inputs from and outputs to the host."""
-        return cost.cycles + self.io_cycles(cost)
+        """A layer's stage time: its kernels, or its inputs from and outputs to the host if
+        they take longer (the host sends the next sample while the layer computes this one:
+        ``cgc.machine.timing.pipeline``)."""
+        return max(cost.cycles, self.io_cycles(cost))
 
     def io_cycles(self, cost: LayerCost) -> float:
         """The cycles of a layer's inputs from and outputs to the host."""
@@ -153,12 +155,13 @@ class LayerTimings:
 
     def fewest_pes(self, index: int, limit: float) -> float:
         """The fewest PEs on which layer ``index`` may take at most ``limit``: its FLOPs at
-        every PE's peak within what its host I/O leaves of the limit (the same bytes on any
-        rectangle); infinite if the host I/O alone takes longer."""
+        every PE's peak within the limit; infinite if its host I/O alone (the same bytes on
+        any rectangle) takes longer."""
+        if self.host_cycles[index] > limit:
+            return inf
         if not self.flops[index]:
             return 0.0
-        left = limit - self.host_cycles[index]
-        return self.flops[index] / (self.peaks[index] * left) * BOUND_SLACK if left > 0 else inf
+        return self.flops[index] / (self.peaks[index] * limit) * BOUND_SLACK
 
     def _peak_flops_per_pe(self, work: Program) -> int:
         """The most FLOPs a PE does per cycle on ``work``'s types: the 16-bit rate if it has
