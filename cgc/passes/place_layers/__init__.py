@@ -31,8 +31,11 @@ then widen the strips, and a layer on its lowest candidate height that keeps the
 fewer rows gives them up (``placer``).
 
 Timing a layer on a rectangle is the placement's cost (``layers``), so it skips the timings
-that cannot change its answer: no layer computes faster than its PEs at peak, after its host
-I/O, which bounds from below the columns or rows that can keep a time; a candidate height on
+that cannot change its answer: a kernel sees a rectangle's width only through how its tensors'
+columns split across it, so a layer is timed on the fewest columns that split them alike (the
+widths between two of its tile widths cost one timing, and a 64-column layer on 250 columns is
+timed on 64); no layer computes faster than those columns' PEs at peak, after its host I/O,
+which bounds from below the columns or rows that can keep a time; a candidate height on
 which a layer missed a time on more columns is not timed on fewer; and the layer that last
 missed a time on every candidate height of a width is timed first on the next.
 
