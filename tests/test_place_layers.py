@@ -251,9 +251,7 @@ def test_layers_at_their_ladders_end_leave_the_rows_they_do_not_need(
         (lambda: zoo.decoder(blocks=1, seq=16, width=128, heads=2), "mesh64x48"),
     ],
 )
-def test_a_layer_costs_the_same_on_the_columns_its_tensors_split_across(
-    model, target, monkeypatch
-):
+def test_a_layer_costs_the_same_on_the_columns_its_tensors_split_across(model, target, monkeypatch):
     # a kernel sees a rectangle's width only through how its tensors' columns split across
     # it, so the placement times a layer on the fewest columns that split them alike
     placer, _ = placed(Placer, model(), target, monkeypatch)
