@@ -105,6 +105,9 @@ def test_inspect_says_where_the_bound_goes(placed, tmp_path):
     text = CliRunner().invoke(main, ["inspect", str(path)])
     assert text.exit_code == 0, text.output
     block = text.output.split("where the compute bound goes")[1].splitlines()[1:]
+    (pes,) = [line for line in text.output.splitlines() if line.startswith("PEs: ")]
+    placed_share, busy_share = (float(word[:-1]) for word in pes.split() if word.endswith("%"))
+    assert 0 < busy_share <= placed_share <= 100
     assert block[0].split()[:4] == ["model", "FLOPs", "at", "peak"]
     assert sum(line.strip().startswith("loses ") for line in block) == 3
     data = json.loads(CliRunner().invoke(main, ["inspect", str(path), "--json"]).output)

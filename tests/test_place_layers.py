@@ -30,7 +30,7 @@ from cgc.machine.movement.layout import Rect
 from cgc.machine.timing.pipeline import pipeline_figures
 from cgc.passes import place_layers
 from cgc.passes.place_layers import strips
-from cgc.passes.place_layers.layers import STAGE_TIME_TOLERANCE
+from cgc.passes.place_layers.layers import STAGE_TIME_TOLERANCE, spanned_width
 from cgc.passes.place_layers.placer import TRIM_SPLITS, Placer
 from cgc.passes.place_layers.strips import Strips
 
@@ -241,3 +241,51 @@ def test_layers_at_their_ladders_end_leave_the_rows_they_do_not_need(
             cost = settled.cost(index, (0, 0, w, rows))
             assert not settled.fits(cost) or settled.placement_cycles(trial) > period
     assert fewer or label != "resnet50"
+
+
+@pytest.mark.parametrize(
+    ("model", "target"),
+    [
+        (zoo.cnn, "mesh16x16"),
+        (zoo.resnet, "mesh32x32"),
+        (lambda: zoo.decoder(blocks=1, seq=16, width=128, heads=2), "mesh64x48"),
+    ],
+)
+def test_a_layer_costs_the_same_on_the_columns_its_tensors_split_across(model, target, monkeypatch):
+    # a kernel sees a rectangle's width only through how its tensors' columns split across
+    # it, so the placement times a layer on the fewest columns that split them alike
+    placer, _ = placed(Placer, model(), target, monkeypatch)
+    for index in range(placer.count):
+        height = placer.heights[index]
+        for width in range(1, placer.target.cols + 1):
+            rect = (0, 0, width, height)
+            spanned = placer.cost(index, rect)
+            whole = placer.costs(placer.works[index], 0, rect)
+            assert (spanned.cycles, spanned.sram_bytes_per_pe, spanned.host_bytes) == (
+                whole.cycles,
+                whole.sram_bytes_per_pe,
+                whole.host_bytes,
+            ), (placer.layer_name(index), width)
+
+
+def test_layers_hold_no_columns_their_tensors_leave_empty(monkeypatch):
+    # 64-column layers on a 160-column mesh: their strips are wider than 64 columns, and each
+    # layer keeps 64 of them (the rest would hold nothing), as fast
+    model = zoo.mlp(64, (64, 64, 64), 64)
+    placer, rects = placed(Placer, model, "mesh8x160", monkeypatch, 4)
+    wide, _ = placed(Unnarrowed, model, "mesh8x160", monkeypatch, 4)
+    assert max(w for _, _, w, _ in rects) <= 64
+    assert any(w > 64 for _, _, w, _ in wide.final)
+    assert placer.placement_cycles(rects) <= wide.placement_cycles(wide.final)
+    for index, (_, _, width, _) in enumerate(rects):
+        assert spanned_width(placer.columns[index], width) == width
+
+
+class Unnarrowed(Placer):
+    """The search whose layers keep their strips' widths."""
+
+    final: list[Rect] = []
+
+    def narrowed_to_their_tiles(self, rects: list[Rect]) -> list[Rect]:
+        self.final = rects
+        return rects

@@ -171,9 +171,13 @@ def bound_lines(data: Mapping[str, Any]) -> list[str]:
     if not data["period_seconds"]:
         return []
     width = max(len(label) for _, label in TERMS)
+    shares = data["shares"]
+    busy = 1 - shares.get("idle", 0.0) - shares.get("waiting", 0.0)
     lines = [
+        f"PEs: {data['placed_pes'] / data['pes']:.1%} placed, {busy:.1%} busy (placed PEs "
+        "at work over the period, not waiting on the slowest stage)",
         "where the compute bound goes (shares of all PEs x the period; model FLOPs at peak "
-        "= throughput / bound):"
+        "= throughput / bound):",
     ]
     for key, share in data["shares"].items():
         lines.append(f"  {BOUND_LABELS[key]:<{width}}  {share:7.2%}")

@@ -27,12 +27,18 @@ layer's tiles leave (a 512-column matmul takes 3 columns a PE on 171 to 255 of t
 bisection below the time found so far gives every run of consecutive layers its own strip
 width, the runs and widths that take the fewest columns (dynamic programming), among widths
 near the strips' and those at which the slowest layer's tiles change. The columns left over
-then widen the strips, and a layer on its lowest candidate height that keeps the time on
-fewer rows gives them up (``placer``).
+then widen the strips, a layer on its lowest candidate height that keeps the time on
+fewer rows gives them up, and a layer keeps only the columns its tensors split across (a
+64-column layer in a 250-column strip, 64 of them: the same time, and the placement's share
+of PEs placed counts no PE that would hold nothing), where its lanes still keep up
+(``placer``).
 
 Timing a layer on a rectangle is the placement's cost (``layers``), so it skips the timings
-that cannot change its answer: no layer computes faster than its PEs at peak, after its host
-I/O, which bounds from below the columns or rows that can keep a time; a candidate height on
+that cannot change its answer: a kernel sees a rectangle's width only through how its tensors'
+columns split across it, so a layer is timed on the fewest columns that split them alike (the
+widths between two of its tile widths cost one timing, and a 64-column layer on 250 columns is
+timed on 64); no layer computes faster than those columns' PEs at peak, after its host I/O,
+which bounds from below the columns or rows that can keep a time; a candidate height on
 which a layer missed a time on more columns is not timed on fewer; and the layer that last
 missed a time on every candidate height of a width is timed first on the next.
 

@@ -18,7 +18,7 @@ import numpy as np
 from cgc.dialects.lowering import LayerWork, layer_graph, tensor_edges
 from cgc.machine.hardware import dtypes
 from cgc.machine.hardware.target import Target
-from cgc.machine.movement.layout import Rect, matrix_dims
+from cgc.machine.movement.layout import Rect, grid_extent, matrix_dims
 from cgc.machine.movement.traffic import busiest_links, lane_ends
 from cgc.machine.program.bytecode import Opcode, Program
 from cgc.machine.sparse.tiles import live_only
@@ -58,18 +58,24 @@ def tile_widths(work: Program, low: int, high: int) -> set[int]:
     return found
 
 
-def _matrices(work: Program) -> set[tuple[int, int]]:
+def spanned_width(columns: set[int], width: int) -> int:
+    """The fewest PE columns across which tensors of ``columns`` matrix columns split as they
+    do across ``width``: the most any of them spans (``grid_extent``), at least one."""
+    return max([1, *(grid_extent(c, width) for c in columns)])
+
+
+def _matrices(work: Program, resident: bool = False) -> set[tuple[int, int]]:
     """The matrix rows and columns of every tensor that ``work`` computes or reads, weights
-    and constants aside."""
+    and constants aside unless ``resident``."""
     found: set[tuple[int, int]] = set()
-    resident: set[int] = set()
+    kept: set[int] = set()
     for ins in work.instructions:
-        if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT):
-            resident.update(ins.results)
+        if ins.opcode in (Opcode.WEIGHT, Opcode.CONSTANT) and not resident:
+            kept.update(ins.results)
         if ins.opcode == Opcode.FREE:
             continue
         for register in (*ins.operands, *ins.results):
-            if register not in resident:
+            if register not in kept:
                 _, rows, columns = matrix_dims(work.registers[register][0])
                 found.add((rows, columns))
     return found
@@ -96,6 +102,8 @@ class LayerTimings:
         self, works: Sequence[LayerWork], target: Target, live: Mapping[str, int] | None = None
     ):
         self.works = [with_sparse_weights(work.program, live or {}) for work in works]
+        self.columns = [{c for _, c in _matrices(work, resident=True)} for work in self.works]
+        """Per layer, the matrix columns of its tensors, weights and constants included."""
         self.target = target
         self.count = len(works)
         self.costs = LayerCosts(target)
@@ -122,8 +130,14 @@ class LayerTimings:
         """Every layer's FLOPs a PE does per cycle at most."""
 
     def cost(self, index: int, rect: Rect) -> LayerCost:
-        """Layer ``index`` alone on ``rect``: its SRAM and its stage time."""
-        return self.costs(self.works[index], 0, rect)
+        """Layer ``index`` alone on ``rect``: its SRAM and its stage time. Timed on the
+        fewest columns across which its every tensor splits as on ``rect``'s
+        (``spanned_width``): a kernel sees the width only through its tensors' splits, so the
+        columns past them change nothing, and the many widths between two of a layer's tile
+        widths cost one timing."""
+        x, y, width, height = rect
+        spanned = spanned_width(self.columns[index], width)
+        return self.costs(self.works[index], 0, (x, y, spanned, height))
 
     def stage_cycles(self, cost: LayerCost) -> float:
         """A layer's stage time: its kernels, or its inputs from and outputs to the host if

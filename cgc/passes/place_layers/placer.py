@@ -2,8 +2,9 @@
 
 ``Placer.place`` checks the layers fit (``fit``), finds strips that keep every layer's time
 on the whole width or else balances the widths (``balance``) and searches strips below that
-time (``strips``), tries strips of different widths, then spreads the columns no strip uses
-and takes from layers the rows they do not need.
+time (``strips``), tries strips of different widths, then spreads the columns no strip uses,
+takes from layers the rows they do not need, and leaves every layer only the columns its
+tensors split across.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from cgc.machine.movement.layout import Rect
 from cgc.machine.movement.traffic import busiest_links
 from cgc.passes.place_layers.balance import balanced_widths
 from cgc.passes.place_layers.fit import narrowest_widths, packable_widths
+from cgc.passes.place_layers.layers import spanned_width
 from cgc.passes.place_layers.strips import StripSearch
 
 TRIM_SPLITS = 64
@@ -40,7 +42,8 @@ class Placer(StripSearch):
                 found = (rects, list(self.heights)), limit
         (rects, heights), _ = self.mixed_width_strips(found)
         self.set_heights(heights)
-        return self.trimmed_rows(self.spare_columns_spread(rects))
+        rects = self.trimmed_rows(self.spare_columns_spread(rects))
+        return self.narrowed_to_their_tiles(rects)
 
     def spare_columns_spread(self, rects: list[Rect]) -> list[Rect]:
         """Shares the columns no strip uses among the strips, in proportion to their widths,
@@ -89,4 +92,19 @@ class Placer(StripSearch):
                     break
                 rects = trial
         self.set_heights([h for _, _, _, h in rects])
+        return rects
+
+    def narrowed_to_their_tiles(self, rects: list[Rect]) -> list[Rect]:
+        """``rects`` with every layer on the fewest of its columns across which its tensors
+        split as across all of them (``spanned_width``: the same time), where the lanes to
+        and from it keep within the stage time: a 64-column layer in a 250-column strip
+        holds 64 of them, and the others are left unplaced rather than idle inside it."""
+        period = self.placement_cycles(rects)
+        for index, (x, y, width, height) in enumerate(rects):
+            narrow = spanned_width(self.columns[index], width)
+            if narrow == width:
+                continue
+            trial = [*rects[:index], (x, y, narrow, height), *rects[index + 1 :]]
+            if self.links_keep_up(trial, period):
+                rects = trial
         return rects

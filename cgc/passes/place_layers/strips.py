@@ -23,7 +23,12 @@ from cgc.dialects.lowering import LayerWork
 from cgc.machine.hardware.target import Target
 from cgc.machine.movement.layout import Rect
 from cgc.machine.movement.traffic import busiest_links
-from cgc.passes.place_layers.layers import STAGE_TIME_TOLERANCE, LayerTimings, tile_widths
+from cgc.passes.place_layers.layers import (
+    STAGE_TIME_TOLERANCE,
+    LayerTimings,
+    spanned_width,
+    tile_widths,
+)
 from cgc.passes.place_layers.packing import pack_runs, pack_strips
 
 STRIP_SPEEDUP = 4.0
@@ -203,7 +208,7 @@ class StripSearch(LayerTimings):
         choices = self.height_choices[index]
         known = self.lowest_step_found.get((index, width))
         start = known[1] if known is not None and known[0] >= limit else 0
-        least = self.fewest_pes(index, limit) / width
+        least = self.fewest_pes(index, limit) / spanned_width(self.columns[index], width)
         start = max(start, bisect.bisect_left(choices, least))
         return start if start < len(choices) else None
 
