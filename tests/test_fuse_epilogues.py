@@ -246,6 +246,25 @@ def test_fused_layers_cost_less_than_the_ops_they_replace():
         assert fused_cost.flops <= unfused_cost.flops
 
 
+def test_no_fused_layer_of_a_decoder_costs_more_than_its_ops_did():
+    """A batch of sequences: the products fold their rows, and their operands arrive as the
+    matmuls alone take them."""
+    from cgc.frontends import zoo
+
+    imported = import_model(zoo.decoder(blocks=1, seq=16, width=64, heads=4), batch_size=2)
+    module = imported.module
+    pipeline("fuse-rotary,fuse-attention,decompose,fold-constants,channels-last,form-layers").apply(
+        None, module
+    )
+    fused = module.clone()
+    FuseEpiloguesPass().apply(None, fused)  # type: ignore[arg-type]
+    before, after = lower(module, TARGET.whole), lower(fused, TARGET.whole)
+    for index in range(len(before.layers)):
+        for rect in [(0, 0, 64, 32), (0, 0, 24, 16), (0, 0, 128, 8)]:
+            unfused_cost = layer_cost(before, index, rect, TARGET)
+            assert layer_cost(after, index, rect, TARGET).cycles <= unfused_cost.cycles
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

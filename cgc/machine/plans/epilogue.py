@@ -50,9 +50,11 @@ class FusedMatmul(Kernel):
         count = q.attrs["scales"]
         scales, extras = q.operands[2 : 2 + count], q.operands[2 + count :]
         ((shape, dtype),) = q.results
-        # B is one matrix: the product folds into one matrix, the result's in any view
-        matrix = ((prod(shape[:-1]), shape[-1]), dtype)
-        core = Matmul("matmul").plan(replace(q, operands=(a, b), attrs={}, results=(matrix,)))
+        # B is one matrix: the product folds (A arrives folded as the matmul alone takes it),
+        # and the result is the same matrix in another view
+        rows = a.shape[:-1] if len(a.shape) >= 2 else (1,)
+        product = ((*rows, b.shape[-1]), dtype)
+        core = Matmul("matmul").plan(replace(q, operands=(a, b), attrs={}, results=(product,)))
         held = core.outputs[0]
         out = Layout(tuple(shape), dtype, held.row0, held.col0, held.h, held.w, fold=True)
         kept = [_scale_layout(scale, out) for scale in scales]
