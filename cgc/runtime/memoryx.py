@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -137,7 +138,8 @@ class MemoryX:
         self, name: str, shape: Sequence[int], perm: Sequence[int] | None, dtype: str
     ) -> np.ndarray:
         """The view of weight ``name`` that a ``ws.stream_weight`` asks for, in ``dtype``."""
-        view = reference.weight_view(self.weights[name], shape, perm)
+        key = ("view", tuple(shape), None if perm is None else tuple(perm))
+        view = self.kept(name, key, partial(reference.weight_view, self.weights[name], shape, perm))
         return view.astype(dtypes.dtype(dtype), copy=False)
 
     def kept(self, name: str, key: Hashable, make: Callable[[], T]) -> T:

@@ -156,7 +156,7 @@ class Executor:
 
     def _data(self, ins: Instruction, layout: Plan | Layout | None) -> None:
         """The numbers of an instruction that moves data rather than computing."""
-        opcode = Opcode(ins.opcode)
+        opcode = ins.opcode
         if opcode == Opcode.LAYER:
             self.layer = self.program.layers[ins.attrs["layer"]].name
             self._arrive()
