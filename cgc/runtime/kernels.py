@@ -203,7 +203,14 @@ def _right(a: DistTensor, b: Value) -> np.ndarray:
         return b if isinstance(b, np.ndarray) else _matrices(b)
     if isinstance(b, np.ndarray):  # a stream
         return patches.filter_rows(b)
-    return b.derived(("taps first", patches.taps), lambda: patches.filter_rows(_matrices(b)))
+    return b.derived(("taps first", patches.taps), lambda: _made(patches.filter_rows(_matrices(b))))
+
+
+def _made(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` with its elements made if it is one value broadcast (a weight declared
+    without data stands in as zeros that take no memory): numpy's matmul would copy it for
+    every product."""
+    return np.ascontiguousarray(matrix) if matrix.size > 1 and not any(matrix.strides) else matrix
 
 
 def _product(plan: Plan, a: DistTensor, b: np.ndarray) -> DistTensor:

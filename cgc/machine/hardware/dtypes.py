@@ -39,6 +39,12 @@ def dtype(name: str | np.dtype | type) -> np.dtype:
 
 
 @cache
+def name(dt: np.dtype | str) -> str:
+    """The name of ``dt`` (``float32``, ``bfloat16``)."""
+    return dtype(dt).name
+
+
+@cache
 def is_float(dt: np.dtype | str) -> bool:
     """Whether ``dt`` holds floating-point values."""
     dt = dtype(dt)
