@@ -527,11 +527,11 @@ class Session:
         with torch.no_grad():
             for param in traced.parameters():
                 name = self.names.get(id(param))
-                if name in weights:
-                    param.copy_(torch.from_numpy(np.asarray(weights[name])).reshape(param.shape))
+                if name in weights:  # a copy: MemoryX's arrays are read-only
+                    param.copy_(torch.tensor(np.asarray(weights[name])).reshape(param.shape))
             for name, buffer in traced.named_buffers():
                 if name in weights:  # the running statistics MemoryX kept
-                    buffer.copy_(torch.from_numpy(np.asarray(weights[name])).reshape(buffer.shape))
+                    buffer.copy_(torch.tensor(np.asarray(weights[name])).reshape(buffer.shape))
         assert self.artifact is not None
         kept = final_weights(self.artifact.manifest["training"], weights)
         write_atomically(self.directory / "weights.safetensors", weights_to_bytes(kept))

@@ -17,7 +17,7 @@ from cgc.machine.hardware.target import Target
 from cgc.machine.program.artifact import WeightSpec
 from cgc.machine.timing.streaming import tree_depth
 from cgc.machine.training import optimizers
-from cgc.runtime.memoryx import MemoryX
+from cgc.runtime.memoryx import Derived, MemoryX
 from cgc.runtime.swarmx import SwarmX
 
 T = Target("t", 8, 8, 48 * 1024, 850e6)
@@ -237,11 +237,41 @@ def test_weights_without_gradient_are_untouched():
     assert "b" not in mx.state
 
 
-def test_memoryx_copies_its_weights():
+def test_memoryx_holds_its_weights_read_only():
+    """The given arrays themselves, read-only (a write raises, rather than change a weight
+    under what runs made of it), replaced by an update, never changed."""
     w = {"a": np.ones(3, np.float32)}
     mx = MemoryX(w, T)
-    w["a"][:] = 5
-    np.testing.assert_array_equal(mx.weights["a"], np.ones(3))
+    assert mx.weights["a"] is w["a"]
+    with pytest.raises(ValueError, match="read-only"):
+        w["a"][:] = 5
+    mx.receive("a", np.ones(3, np.float32), None)
+    mx.apply("sgd", {"lr": 0.5})
+    np.testing.assert_array_equal(w["a"], np.ones(3))
+    np.testing.assert_array_equal(mx.weights["a"], np.full(3, 0.5))
+
+
+def test_a_kept_value_serves_every_memoryx_of_the_weights_until_an_update():
+    """What runs made from a weight as given is kept for the MemoryX of every later run;
+    once an optimizer step replaced the weight, it is made anew from the new one."""
+    derived = Derived()
+    w = {"w": np.ones(3, np.float32)}
+    mx = MemoryX(w, T, derived=derived)
+    made = []
+
+    def doubled():
+        made.append(1)
+        return mx.weights["w"] * 2
+
+    kept = mx.kept("w", "doubled", doubled)
+    other = MemoryX(w, T, derived=derived)  # the next run's
+    assert other.kept("w", "doubled", doubled) is kept and len(made) == 1
+    mx.receive("w", np.ones(3, np.float32), None)
+    mx.apply("sgd", {"lr": 0.5})
+    np.testing.assert_array_equal(mx.kept("w", "doubled", doubled), np.ones(3))
+    assert len(made) == 2
+    np.testing.assert_array_equal(kept, np.full(3, 2.0))
+    assert other.kept("w", "doubled", doubled) is kept  # its weight is still as given
 
 
 def test_unknown_optimizer():

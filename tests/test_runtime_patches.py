@@ -190,3 +190,59 @@ def test_padding_keeps_a_channels_last_image_channels_last():
     assert view.strides[1] == last.itemsize
     padded = np.pad(image, ((0, 0), (0, 0), (1, 1), (2, 0)))
     np.testing.assert_array_equal(view, windows(padded, (3, 3), (1, 1), (0,) * 4, (1, 1), 0.0))
+
+
+def _counted(monkeypatch) -> list[int]:
+    """How many times a filter's rows are ordered from now on (one element per time)."""
+    orderings: list[int] = []
+    order = Patches.filter_rows
+
+    def counted(self, filters):
+        orderings.append(1)
+        return order(self, filters)
+
+    monkeypatch.setattr(Patches, "filter_rows", counted)
+    return orderings
+
+
+def test_a_filters_rows_are_ordered_once_per_tensor(monkeypatch):
+    orderings = _counted(monkeypatch)
+    patches, want, _ = _deferred(WINDOWS[0], True)
+    filters = _integers((1, want.shape[2], 5), 2)
+    args = [(want.shape, "float32", WAFER), (filters.shape, "float32", WAFER)]
+    plan = _plan("matmul", args, {}, ((1, want.shape[1], 5), "float32"))
+    right = DistTensor.scatter(filters, plan.inputs[1])
+    first, again = (kernels.run("matmul", plan, [patches, right], {})[0] for _ in range(2))
+    assert len(orderings) == 1
+    np.testing.assert_array_equal(first.gather(), again.gather())
+    kernels.run("matmul", plan, [patches, DistTensor.scatter(filters, plan.inputs[1])], {})
+    assert len(orderings) == 2  # another tensor orders its own
+
+
+def test_a_weights_rows_serve_its_artifacts_runs_until_the_weight_is_replaced(monkeypatch):
+    """Each run opens a cluster of its own; the weights laid out on the wafer (and a filter's
+    rows ordered there) serve the artifact's later runs while it holds the same arrays, which
+    no one writes to; a weight given a new array (as training gives one) is laid out anew."""
+    import dataclasses
+
+    import cgc
+    from cgc.frontends import zoo
+
+    model = zoo.MODELS["cnn"]()
+    artifact = cgc.compile(model, mode="pipelined", target="mesh16x16", batch_size=2)
+    x = zoo.sample_inputs(model, 2, seed=0)
+    orderings = _counted(monkeypatch)
+    first = cgc.run(artifact, x)
+    ordered = len(orderings)
+    assert ordered
+    np.testing.assert_array_equal(cgc.run(artifact, x)["logits"], first["logits"])
+    assert len(orderings) == ordered
+    with pytest.raises(ValueError, match="read-only"):
+        artifact.weights["conv2.weight"][0] = 0
+    artifact.weights["conv2.weight"] = artifact.weights["conv2.weight"] * -2
+    changed = cgc.run(artifact, x)
+    assert len(orderings) > ordered
+    assert not np.array_equal(changed["logits"], first["logits"])
+    # an artifact of the same weights that never ran before computes them all anew
+    fresh = dataclasses.replace(artifact, weights=dict(artifact.weights))
+    np.testing.assert_array_equal(cgc.run(fresh, x)["logits"], changed["logits"])

@@ -85,3 +85,25 @@ def test_reduce_over_split_axes(name, axes, tiled):
     numpy = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_mean": np.mean}
     want = numpy.get(name, np.prod)(a, axis=tuple(axes), keepdims=True)
     np.testing.assert_allclose(out.gather(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("per_pe", range(2, kernels._SHORT + 1))
+def test_short_per_pe_sums_are_numpys_bit_for_bit(dtype, per_pe):
+    """The per-PE partial sums of a few elements each along the last axis, in whole-array
+    steps, are numpy's reduce (runs of a whole number) and reduceat (a shorter last run), bit
+    for bit, signed zeros, infinities and subnormals too (a NaN stays a NaN)."""
+    rng = np.random.default_rng(per_pe)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3e38, -3e38, 1, -1])
+    for size in range(1, 4 * per_pe + 2):
+        for values in (rng.standard_normal((6, size)), rng.choice(special, (6, size))):
+            a = values.astype(dtype)
+            with np.errstate(all="ignore"):
+                got = kernels._per_pe(np.add, a, 1, per_pe)
+                if size % per_pe:
+                    want = np.add.reduceat(a, np.arange(0, size, per_pe), axis=-1)
+                else:
+                    want = np.add.reduce(a.reshape(6, size // per_pe, per_pe), axis=-1)
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+            finite = ~np.isnan(want)
+            assert got[finite].tobytes() == want[finite].tobytes(), (size, a)

@@ -34,7 +34,7 @@ from cgc.machine.sparse import sparsity
 from cgc.machine.timing.cost import LayerRecord, Sram
 from cgc.machine.timing.run_stats import RunStats, RunTiming
 from cgc.machine.training.optimizers import Footprint
-from cgc.runtime.memoryx import MemoryX
+from cgc.runtime.memoryx import Derived, MemoryX
 from cgc.runtime.swarmx import SwarmX
 from cgc.runtime.vm import Executor, OnLayer, System
 
@@ -120,7 +120,9 @@ class Cluster:
         self.numerics = numerics
         if numerics:
             artifact.require_weights(f"the artifact of {manifest['source']}")
-        self.memoryx = MemoryX(artifact.weights, self.target, artifact.weight_specs)
+        self.memoryx = MemoryX(
+            artifact.weights, self.target, artifact.weight_specs, Derived.of(artifact)
+        )
         sparse = manifest.get("sparsity")
         if sparse is not None:  # timing-only: the live counts, for the footprint
             found = sparse["init"] == sparsity.DETECTED  # its masks are the stored zeros

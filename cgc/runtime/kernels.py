@@ -139,24 +139,78 @@ def _per_pe(combine: np.ufunc, array: np.ndarray, axis: int, per_pe: int) -> np.
     size = array.shape[axis]
     if per_pe <= 1:
         return array
+    # along the last axis numpy's reductions loop over the runs, each a few elements
+    short = per_pe <= _SHORT and axis == array.ndim - 1
+    if short and combine is np.add and array.dtype in _PAIRWISE:
+        return _short_sums(array, per_pe)
     if size % per_pe == 0:
         split = array.reshape(*array.shape[:axis], size // per_pe, per_pe, *array.shape[axis + 1 :])
         return combine.reduce(split, axis=axis + 1)
     return combine.reduceat(array, np.arange(0, size, per_pe), axis=axis)
 
 
+_PAIRWISE = (np.dtype(np.float32), np.dtype(np.float64))
+"""The types whose sums numpy adds pairwise, in the order ``_short_sums`` follows."""
+_SHORT = 7
+"""The longest run numpy's reduce and reduceat both add one element after another (from 8
+elements they add pairwise)."""
+
+
+def _short_sums(array: np.ndarray, per_pe: int) -> np.ndarray:
+    """The sums of the runs of ``per_pe`` elements along the last axis of ``array`` (the last
+    run may be shorter), bit for bit as ``_per_pe``'s numpy reduction adds them (but for
+    which NaN a sum of NaNs gives), in ``per_pe`` whole-array steps rather than a loop over
+    the runs."""
+    size = array.shape[-1]
+    whole = size - size % per_pe
+    if whole == size:  # numpy's reduce: 0, then every element in turn
+        total = np.zeros((*array.shape[:-1], size // per_pe), array.dtype)
+        for k in range(per_pe):
+            total += array[..., k::per_pe]
+        return total
+    # numpy's reduceat: the first element plus the others added in turn
+    out = np.empty((*array.shape[:-1], whole // per_pe + 1), array.dtype)
+    rest = array[..., 1:whole:per_pe].copy()
+    for k in range(2, per_pe):
+        rest += array[..., k:whole:per_pe]
+    np.add(rest, array[..., 0:whole:per_pe], out=out[..., :-1])
+    out[..., -1:] = np.add.reduceat(array[..., whole:], [0], axis=-1)
+    return out
+
+
 def _matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
+    a = _tiles(values[0])
     if plan.detail["algorithm"] in ("stream", "stream-sparse"):  # zeros add nothing
         weights = values[1]
         assert isinstance(weights, np.ndarray)
         # every PE multiply-accumulates the weight rows of its column and the chain along
         # each mesh row sums the partials: over all PEs and chunks, one GEMM of the
         # activations with the weights
-        return [_product(plan, _tiles(values[0]), weights)]
+        return [_product(plan, a, _right(a, weights))]
     # SUMMA's steps each add one block of A's columns times one block of B's rows on every
     # PE; stacked along the grid, all steps of all PEs are one GEMM of the matrices (their
     # padding is zero, so it adds nothing)
-    return [_product(plan, _tiles(values[0]), _matrices(_tiles(values[1])))]
+    return [_product(plan, a, _right(a, _tiles(values[1])))]
+
+
+def _right(a: DistTensor, b: Value) -> np.ndarray:
+    """A matmul's ``b`` as matrices, its rows in the order of ``a``'s patches if ``a`` is
+    patches not made yet (``Patches.filter_rows``): ordered once per tensor, so that a
+    resident weight's rows are ordered once for all the runs of its artifact
+    (``cgc.runtime.memoryx.Derived``)."""
+    patches = a.deferred
+    if not isinstance(patches, Patches):
+        return b if isinstance(b, np.ndarray) else _matrices(b)
+    if isinstance(b, np.ndarray):  # a stream
+        return patches.filter_rows(b)
+    return b.derived(("taps first", patches.taps), lambda: _made(patches.filter_rows(_matrices(b))))
+
+
+def _made(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` with its elements made if it is one value broadcast (a weight declared
+    without data stands in as zeros that take no memory): numpy's matmul would copy it for
+    every product."""
+    return np.ascontiguousarray(matrix) if matrix.size > 1 and not any(matrix.strides) else matrix
 
 
 def _fused_matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) -> list[DistTensor]:
@@ -182,7 +236,7 @@ def _array(value: Value) -> np.ndarray:
 
 def _product(plan: Plan, a: DistTensor, b: np.ndarray) -> DistTensor:
     """``a @ b`` in the accumulator type of the result, laid out as planned; patches not made
-    yet are made in their cheapest order, ``b``'s rows ordered alike."""
+    yet are made in their cheapest order, ``b``'s rows ordered alike already (``_right``)."""
     out = plan.outputs[0]
     wide = accumulator(out.dtype)
     patches = a.deferred

@@ -18,12 +18,21 @@ sparsity moves the masks after the update of the steps its rule says.
 
 A MemoryX of an artifact whose weights are declared without data knows their shapes only: it
 serves timing-only runs, which never ask it for numbers.
+
+MemoryX holds the arrays it is given themselves, read-only, and never changes a weight in place
+(an update, a fold or a mask replaces it): what runs make from an artifact's weight (the weight
+laid out on the wafer, a filter's rows reordered) is right for as long as MemoryX holds that
+array, and an artifact keeps it for its later runs (``Derived``), each of which opens a cluster
+and a MemoryX of its own. To change an artifact's weight, assign it a new array.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -53,6 +62,37 @@ class NonFiniteError(CgcError):
         )
 
 
+T = TypeVar("T")
+
+
+class Derived:
+    """What runs made from an artifact's weights, kept for its later runs: by key, the value
+    and the weight array it was made from (``MemoryX.kept``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[Hashable, tuple[np.ndarray, Any]] = {}
+
+    @classmethod
+    def of(cls, owner: object) -> Derived:
+        """The values kept for ``owner`` (an artifact), for as long as it lives."""
+        key = id(owner)
+        if key not in _DERIVED:
+            _DERIVED[key] = cls()
+            weakref.finalize(owner, _DERIVED.pop, key, None)
+        return _DERIVED[key]
+
+
+_DERIVED: dict[int, Derived] = {}
+"""The values kept, by the id of their artifact."""
+
+
+def _read_only(value: np.ndarray) -> np.ndarray:
+    """``value`` as an array no one writes to any more (itself, if it is one)."""
+    array = np.asarray(value)
+    array.flags.writeable = False
+    return array
+
+
 def _kind(values: np.ndarray | float) -> str:
     """``nan`` if ``values`` hold a NaN, else ``inf``."""
     return "nan" if np.isnan(values).any() else "inf"
@@ -66,8 +106,12 @@ class MemoryX:
         weights: Mapping[str, np.ndarray],
         target: Target,
         specs: Mapping[str, WeightSpec] | None = None,
+        derived: Derived | None = None,
     ):
-        self.weights = {name: np.array(value) for name, value in weights.items()}
+        self.weights = {name: _read_only(value) for name, value in weights.items()}
+        self.given = dict(self.weights)
+        """The weights as given (an artifact's), which ``derived`` keeps values of."""
+        self.derived = derived
         self.specs = (
             dict(specs)
             if specs is not None
@@ -94,8 +138,21 @@ class MemoryX:
         self, name: str, shape: Sequence[int], perm: Sequence[int] | None, dtype: str
     ) -> np.ndarray:
         """The view of weight ``name`` that a ``ws.stream_weight`` asks for, in ``dtype``."""
-        view = reference.weight_view(self.weights[name], shape, perm)
+        key = ("view", tuple(shape), None if perm is None else tuple(perm))
+        view = self.kept(name, key, partial(reference.weight_view, self.weights[name], shape, perm))
         return view.astype(dtypes.dtype(dtype), copy=False)
+
+    def kept(self, name: str, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, a value made from weight ``name`` as MemoryX holds it now, by ``key``:
+        one made before (by this MemoryX or another of the same ``derived``) from the same
+        array if the weight is still as given, else made now."""
+        source = self.weights[name]
+        if self.derived is None or source is not self.given.get(name):
+            return make()
+        found = self.derived.values.get((name, key))
+        if found is None or found[0] is not source:
+            found = self.derived.values[(name, key)] = (source, make())
+        return found[1]
 
     def receive(self, name: str, gradient: np.ndarray, perm: Sequence[int] | None) -> None:
         """Adds a summed gradient of a view of ``name`` to this step's gradient, in the weight's

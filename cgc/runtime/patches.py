@@ -5,8 +5,9 @@ channels-last image (as every convolution after the first reads it), each patch 
 copy of its own, one channel apart from the last, and the copy of the patches (nine times the
 image for a 3x3 kernel) costs more than the GEMM that reads them. Made taps first, each tap is
 a copy of whole runs of channels, several times faster; a matmul that reads the patches then
-takes its filter's rows in the same order (a small copy of the weights), or gives the filter
-gradient's rows back in the op's order.
+takes its filter's rows in the same order (a copy of the weights, which the kernel keeps with a
+filter's tensor: a resident weight's is made once for every run of its artifact), or gives the
+filter gradient's rows back in the op's order.
 
 The products are the same sums in another order: equal where the arithmetic is exact, within
 rounding elsewhere. The timing never sees any of this: it comes from the plans.
@@ -69,11 +70,15 @@ class Patches:
             )  # fmt: skip
         return self._taps_first
 
-    def times(self, filters: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        """``patches @ filters`` (filters ``[..., C/g * taps, M]`` in the op's row order),
-        computed in ``dtype``."""
-        rows = taps_first_rows(filters, self.taps).astype(dtype, copy=False)
-        return self.taps_first().astype(dtype, copy=False) @ rows
+    def filter_rows(self, filters: np.ndarray) -> np.ndarray:
+        """The rows of ``filters`` ``[..., C/g * taps, M]`` (in the op's row order) in the
+        order of the patches' columns, as ``times`` takes them."""
+        return taps_first_rows(filters, self.taps)
+
+    def times(self, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """``patches @ filters``, computed in ``dtype``, of the filters' ``rows`` in the order
+        of the patches' columns (``filter_rows``)."""
+        return self.taps_first().astype(dtype, copy=False) @ rows.astype(dtype, copy=False)
 
     def transposed_times(self, right: np.ndarray) -> np.ndarray:
         """``patches^T @ right`` (a filter's gradient), its rows in the op's column order."""

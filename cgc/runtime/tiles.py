@@ -12,10 +12,15 @@ changed in place once a kernel has made it.
 
 A third form defers both: a ``Deferred`` recipe for the logical array (a convolution's
 patches, kept as its image), made only when a kernel that cannot use the recipe itself asks.
+
+Other forms a kernel makes of a tensor's numbers (a filter's rows in the order of the patches
+it multiplies) it keeps with the tensor (``DistTensor.derived``): the numbers never change, and
+a weight's tensor may serve many runs (``cgc.runtime.memoryx.Derived``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 import numpy as np
@@ -37,7 +42,7 @@ class DistTensor:
     """A tensor on the mesh: its layout, and its tiles ``[h, w, *batch, rt, ct]`` or its
     logical array (or both), or the recipe of its logical array."""
 
-    __slots__ = ("_array", "_recipe", "_tiles", "layout")
+    __slots__ = ("_array", "_derived", "_recipe", "_tiles", "layout")
 
     def __init__(
         self,
@@ -54,6 +59,7 @@ class DistTensor:
         self._tiles = tiles
         self._array = array
         self._recipe = recipe
+        self._derived: dict[Hashable, np.ndarray] = {}
 
     @classmethod
     def scatter(cls, array: np.ndarray, layout: Layout) -> DistTensor:
@@ -87,6 +93,13 @@ class DistTensor:
                 assert self._recipe is not None
                 self._array = self._recipe.array().reshape(self.layout.shape)
         return self._array
+
+    def derived(self, key: Hashable, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """The form of the tensor's numbers that ``make`` makes, by ``key``: made once and kept
+        with the tensor (not to be changed in place)."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def relaid(self, layout: Layout) -> DistTensor:
         """The same numbers in ``layout`` (of the same shape and type); a recipe stays one."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -89,6 +90,8 @@ class Executor:
         self.gradients: list[tuple[str, list[int] | None, np.ndarray | None]] = []
         self.optimizer: tuple[str, dict[str, float]] | None = None
         self.inputs: Sequence[np.ndarray] = ()
+        self.weight_names: dict[int, str] = {}
+        """The weight each register holding one holds, by register."""
         self.layer = ""
         """The name of the layer running now, for errors of instructions without a location."""
 
@@ -153,7 +156,7 @@ class Executor:
 
     def _data(self, ins: Instruction, layout: Plan | Layout | None) -> None:
         """The numbers of an instruction that moves data rather than computing."""
-        opcode = Opcode(ins.opcode)
+        opcode = ins.opcode
         if opcode == Opcode.LAYER:
             self.layer = self.program.layers[ins.attrs["layer"]].name
             self._arrive()
@@ -170,6 +173,7 @@ class Executor:
             shape, dtype = self.program.registers[ins.results[0]]
             weight = self.memoryx.stream(ins.attrs["name"], shape, ins.attrs.get("perm"), dtype)
             self.values[ins.results[0]] = weight
+            self.weight_names[ins.results[0]] = ins.attrs["name"]
         elif opcode == Opcode.CACHE:
             shape, dtype = self.program.registers[ins.results[0]]
             caches = self.system.caches
@@ -186,6 +190,7 @@ class Executor:
         elif opcode == Opcode.FREE:
             for register in ins.operands:
                 self.arrived.pop(register, None)
+                self.weight_names.pop(register, None)
                 self.values[register] = None
 
     def _arrive(self) -> None:
@@ -211,7 +216,7 @@ class Executor:
     def _kernel(self, ins: Instruction, plan: Plan) -> None:
         held = self.timing.operands(ins)
         prepared = [
-            self._prepare(self._value(r), now, want)
+            self._prepare(r, now, want)
             for r, now, want in zip(ins.operands, held, plan.inputs, strict=True)
         ]
         try:
@@ -221,8 +226,9 @@ class Executor:
         for register, out in zip(ins.results, outs, strict=True):
             self.values[register] = out
 
-    def _prepare(self, value: Value | None, held: Held | None, want: Layout | None) -> Value:
+    def _prepare(self, register: int, held: Held | None, want: Layout | None) -> Value:
         """Brings an operand to the layout its kernel asked for (the plan counted the cost)."""
+        value = self._value(register)
         if want is None:
             assert isinstance(held, Streamed) and isinstance(value, np.ndarray)
             return value
@@ -232,9 +238,19 @@ class Executor:
                 return value
             key = (held.key, want)
             if key not in self.system.pinned:
-                self.system.pinned[key] = DistTensor.scatter(value, want)
+                self.system.pinned[key] = self._pinned(register, key, value)
             return self.system.pinned[key]
         if isinstance(value, np.ndarray):  # a stream laid out on the wafer
             return DistTensor.scatter(value, want)
         assert isinstance(value, DistTensor) and isinstance(held, OnWafer)
         return value if value.layout == want else value.relaid(want)
+
+    def _pinned(self, register: int, key: tuple[str, Layout], value: np.ndarray) -> DistTensor:
+        """A weight or constant laid out on the wafer as ``key`` says: a weight as a run of
+        its artifact laid it out before, if MemoryX still holds that array (``MemoryX.kept``),
+        with what kernels made of it there."""
+        laid_out = partial(DistTensor.scatter, value, key[1])
+        name = self.weight_names.get(register)
+        if name is None or self.memoryx is None:
+            return laid_out()
+        return self.memoryx.kept(name, key, laid_out)

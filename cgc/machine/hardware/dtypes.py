@@ -7,6 +7,8 @@ code asks these helpers rather than ``dtype.kind``.
 
 from __future__ import annotations
 
+from functools import cache
+
 import ml_dtypes
 import numpy as np
 
@@ -24,6 +26,11 @@ EXTENDED_INTS = ("int4", "uint4", "int2", "uint2")
 """Sub-byte integer types that ml_dtypes provides (stored one per byte)."""
 
 
+# the helpers below are remembered: the compiler's cost queries and the simulator's kernels ask
+# them about a few types again and again, and numpy makes a dtype's name anew on every ask
+
+
+@cache
 def dtype(name: str | np.dtype | type) -> np.dtype:
     """The numpy dtype of a name, including the ml_dtypes ones."""
     if isinstance(name, str) and name in (*EXTENDED_FLOATS, *EXTENDED_INTS):
@@ -31,18 +38,27 @@ def dtype(name: str | np.dtype | type) -> np.dtype:
     return np.dtype(name)
 
 
+@cache
+def name(dt: np.dtype | str) -> str:
+    """The name of ``dt`` (``float32``, ``bfloat16``)."""
+    return dtype(dt).name
+
+
+@cache
 def is_float(dt: np.dtype | str) -> bool:
     """Whether ``dt`` holds floating-point values."""
     dt = dtype(dt)
     return dt.kind == "f" or dt.name in EXTENDED_FLOATS
 
 
+@cache
 def is_integer(dt: np.dtype | str) -> bool:
     """Whether ``dt`` holds integers (bool excluded)."""
     dt = dtype(dt)
     return dt.kind in "iu" or dt.name in EXTENDED_INTS
 
 
+@cache
 def is_extended(dt: np.dtype | str) -> bool:
     """Whether ``dt`` is one of ml_dtypes' types, which some libraries cannot store."""
     return dtype(dt).name in (*EXTENDED_FLOATS, *EXTENDED_INTS)

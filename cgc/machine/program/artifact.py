@@ -100,7 +100,7 @@ class WeightSpec:
     @classmethod
     def of(cls, array: np.ndarray) -> WeightSpec:
         """The spec of an array."""
-        return cls(tuple(array.shape), array.dtype.name)
+        return cls(tuple(array.shape), dtypes.name(array.dtype))
 
 
 DECLARED = "declared_weights"

@@ -162,10 +162,11 @@ def _operands(arrays: tuple[np.ndarray, ...], attrs: Attrs) -> tuple[np.ndarray,
     work = _work_type(arrays[0].dtype)
     heads, kv_heads, sequence = attrs["heads"], attrs["kv_heads"], attrs["sequence"]
     keys = attrs.get("key_sequence", sequence)
-    q = _heads(arrays[0].astype(work), sequence, heads)
+    q = _heads(arrays[0].astype(work, copy=False), sequence, heads)
     group = heads // kv_heads
-    k, v = (np.repeat(_heads(a.astype(work), keys, kv_heads), group, axis=1)
-            for a in arrays[1:3])  # fmt: skip
+    k, v = (_heads(a.astype(work, copy=False), keys, kv_heads) for a in arrays[1:3])
+    if group > 1:
+        k, v = (np.repeat(a, group, axis=1) for a in (k, v))
     return q, k, v
 
 

@@ -121,7 +121,10 @@ class Sram:
             return index
         assert 0 < index < len(edges), (at, edges)
         edges.insert(index, at)
-        self.cells = np.insert(self.cells, index, np.take(self.cells, index - 1, axis), axis)
+        # the cell before the edge twice (one concatenation: np.insert costs several times more)
+        before, after = [slice(None), slice(None)], [slice(None), slice(None)]
+        before[axis], after[axis] = slice(index), slice(index - 1, None)
+        self.cells = np.concatenate((self.cells[tuple(before)], self.cells[tuple(after)]), axis)
         self.spans.clear()  # the cells after the cut moved
         return index
 
