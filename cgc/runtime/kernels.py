@@ -217,10 +217,10 @@ def _fused_matmul(name: str, plan: Plan, values: Sequence[Value], attrs: Attrs) 
     """The matmul with its weights scaled by columns, then the epilogue on the product and
     the extras, on the logical arrays (each step the numbers its elementwise kernel gives)."""
     count = attrs["scales"]
-    weights = values[1]
-    matrices = weights if isinstance(weights, np.ndarray) else _matrices(weights)
+    a = _tiles(values[0])
     scales = [_array(v).reshape(-1) for v in values[2 : 2 + count]]
-    product = _product(plan, _tiles(values[0]), reference.scaled_columns(matrices, scales))
+    # a row order scales alike: the columns' scales apply to the ordered rows
+    product = _product(plan, a, reference.scaled_columns(_right(a, values[1]), scales))
     out = plan.outputs[0]
     extras = [_array(v) for v in values[2 + count :]]
     result = reference.epilogue(
