@@ -157,6 +157,24 @@ def test_batch_norms_fold_into_the_filters_and_the_residual_joins_the_epilogue(m
     runs_exactly_and_times_alike(model, artifact)
 
 
+def test_a_weight_given_as_a_view_is_copied_once_and_kept():
+    """A run freezes the weights it reads: a view of memory another array may write is
+    copied once and becomes the artifact's, so later runs neither see writes through the
+    other array nor serve what they made of the old values."""
+    model = residual_cnn()
+    artifact = cgc.compile(model, mode="pipelined", target="mesh16x16")
+    base = np.array(artifact.weights["w1"])  # writable, owned by the test
+    artifact.weights["w1"] = base[...]  # a view of it
+    x = np.random.default_rng(4).standard_normal((2, C, 6, 6)).astype(np.float32)
+    first = cgc.run(artifact, {"x": x})
+    kept = artifact.weights["w1"]
+    assert kept.base is None and not kept.flags.writeable
+    base[...] = 0
+    assert np.array_equal(cgc.run(artifact, {"x": x})["y"], first["y"])
+    artifact.weights["w1"] = np.zeros_like(base)  # a new array: seen, and laid out anew
+    assert not np.array_equal(cgc.run(artifact, {"x": x})["y"], first["y"])
+
+
 @pytest.mark.parametrize("mode", ["pipelined", "weight_streaming"])
 def test_every_activation_form_runs_in_the_epilogues(mode):
     model = activations_mlp()
@@ -182,6 +200,143 @@ def test_the_interpreter_gives_the_fused_module_the_numbers_of_the_unfused():
     x = np.random.default_rng(2).standard_normal((2, C, 6, 6)).astype(np.float32)
     want = Interpreter(imported.weights).run_function(main_function(module), [x])
     got = Interpreter(imported.weights).run_function(main_function(fused), [x])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+CORNER_CASES = {
+    # a division by a constant, then a multiplication by a weight: both scale the weights
+    "two scalings in a row": (
+        r"""
+func.func @main(%x: tensor<4x16xf32>) -> tensor<4x32xf32> {
+  %y = wse.layer "fc" (%x) : (tensor<4x16xf32>) -> tensor<4x32xf32> {
+  ^bb0(%a: tensor<4x16xf32>):
+    %w = wse.weight "w" : tensor<16x32xf32> loc("fc")
+    %g = wse.weight "g" : tensor<32xf32> loc("bn")
+    %std = wse.constant dense<2.0> : tensor<32xf32> loc("bn")
+    %m = wse.matmul %a, %w : (tensor<4x16xf32>, tensor<16x32xf32>) -> tensor<4x32xf32> loc("fc")
+    %d = wse.div %m, %std : (tensor<4x32xf32>, tensor<32xf32>) -> tensor<4x32xf32> loc("bn")
+    %s = wse.mul %d, %g : (tensor<4x32xf32>, tensor<32xf32>) -> tensor<4x32xf32> loc("bn")
+    %o = wse.relu %s : tensor<4x32xf32> loc("relu")
+    wse.yield %o : tensor<4x32xf32>
+  } loc("fc")
+  func.return %y : tensor<4x32xf32>
+}
+""",
+        2,
+    ),
+    # a product of one row is a vector of the columns: read again, it stays in the epilogue
+    "one row read again": (
+        r"""
+func.func @main(%x: tensor<1x16xf32>) -> tensor<1x32xf32> {
+  %y = wse.layer "fc" (%x) : (tensor<1x16xf32>) -> tensor<1x32xf32> {
+  ^bb0(%a: tensor<1x16xf32>):
+    %w = wse.weight "w" : tensor<16x32xf32> loc("fc")
+    %b = wse.weight "b" : tensor<32xf32> loc("fc")
+    %m = wse.matmul %a, %w : (tensor<1x16xf32>, tensor<16x32xf32>) -> tensor<1x32xf32> loc("fc")
+    %h = wse.add %m, %b : (tensor<1x32xf32>, tensor<32xf32>) -> tensor<1x32xf32> loc("bias")
+    %o = wse.add %h, %m : (tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x32xf32> loc("twice")
+    wse.yield %o : tensor<1x32xf32>
+  } loc("fc")
+  func.return %y : tensor<1x32xf32>
+}
+""",
+        0,
+    ),
+    "one row read again after a scale": (
+        r"""
+func.func @main(%x: tensor<1x16xf32>) -> tensor<1x32xf32> {
+  %y = wse.layer "fc" (%x) : (tensor<1x16xf32>) -> tensor<1x32xf32> {
+  ^bb0(%a: tensor<1x16xf32>):
+    %w = wse.weight "w" : tensor<16x32xf32> loc("fc")
+    %c = wse.constant dense<3.0> : tensor<f32> loc("c")
+    %m = wse.matmul %a, %w : (tensor<1x16xf32>, tensor<16x32xf32>) -> tensor<1x32xf32> loc("fc")
+    %h = wse.mul %m, %c : (tensor<1x32xf32>, tensor<f32>) -> tensor<1x32xf32> loc("scale")
+    %o = wse.sub %h, %m : (tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x32xf32> loc("twice")
+    wse.yield %o : tensor<1x32xf32>
+  } loc("fc")
+  func.return %y : tensor<1x32xf32>
+}
+""",
+        0,
+    ),
+    # an op no one reads is left to dead-code elimination, not computed in the epilogue
+    "a dead op": (
+        r"""
+func.func @main(%x: tensor<4x16xf32>) -> tensor<2x2x32xf32> {
+  %y = wse.layer "fc" (%x) : (tensor<4x16xf32>) -> tensor<2x2x32xf32> {
+  ^bb0(%a: tensor<4x16xf32>):
+    %w = wse.weight "w" : tensor<16x32xf32> loc("fc")
+    %m = wse.matmul %a, %w : (tensor<4x16xf32>, tensor<16x32xf32>) -> tensor<4x32xf32> loc("fc")
+    %h = wse.relu %m : tensor<4x32xf32> loc("relu")
+    %e = wse.exp %h : tensor<4x32xf32> loc("dead")
+    %r = wse.reshape %h : tensor<4x32xf32> -> tensor<2x2x32xf32> loc("split")
+    wse.yield %r : tensor<2x2x32xf32>
+  } loc("fc")
+  func.return %y : tensor<2x2x32xf32>
+}
+""",
+        0,
+    ),
+    # a product of two activations: its scale is an epilogue step, not folded into a matrix
+    # computed on every run
+    "activations times activations": (
+        r"""
+func.func @main(%q: tensor<1x4x8xf32>, %k: tensor<1x8x4xf32>) -> tensor<1x4x4xf32> {
+  %y = wse.layer "scores" (%q, %k) : (tensor<1x4x8xf32>, tensor<1x8x4xf32>) -> tensor<1x4x4xf32> {
+  ^bb0(%a: tensor<1x4x8xf32>, %b: tensor<1x8x4xf32>):
+    %c = wse.constant dense<0.35> : tensor<f32> loc("scale")
+    %m = wse.matmul %a, %b : (tensor<1x4x8xf32>, tensor<1x8x4xf32>) -> tensor<1x4x4xf32> loc("qk")
+    %s = wse.mul %m, %c : (tensor<1x4x4xf32>, tensor<f32>) -> tensor<1x4x4xf32> loc("scale")
+    wse.yield %s : tensor<1x4x4xf32>
+  } loc("scores")
+  func.return %y : tensor<1x4x4xf32>
+}
+""",
+        0,
+    ),
+    # a division by a constant holding a zero keeps its infinities: no reciprocal folds
+    "a zero divisor": (
+        r"""
+func.func @main(%x: tensor<4x16xf32>) -> tensor<4x4xf32> {
+  %y = wse.layer "fc" (%x) : (tensor<4x16xf32>) -> tensor<4x4xf32> {
+  ^bb0(%a: tensor<4x16xf32>):
+    %w = wse.weight "w" : tensor<16x4xf32> loc("fc")
+    %d = wse.constant dense<[1.0, 0.0, 2.0, 4.0]> : tensor<4xf32> loc("d")
+    %m = wse.matmul %a, %w : (tensor<4x16xf32>, tensor<16x4xf32>) -> tensor<4x4xf32> loc("fc")
+    %q = wse.div %m, %d : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4x4xf32> loc("div")
+    wse.yield %q : tensor<4x4xf32>
+  } loc("fc")
+  func.return %y : tensor<4x4xf32>
+}
+""",
+        0,
+    ),
+}
+"""Modules and the scales their fused op should have."""
+
+
+@pytest.mark.parametrize("case", sorted(CORNER_CASES))
+def test_corner_cases_keep_the_unfused_numbers(case):
+    text, scales = CORNER_CASES[case]
+    module = parse_ir(text)
+    rng = np.random.default_rng(3)
+    weights = {
+        op.weight_name.data: rng.standard_normal(wse.tensor_shape(op.result)).astype(np.float32)
+        for op in module.walk()
+        if isinstance(op, wse.WeightOp)
+    }
+    args = [
+        rng.standard_normal(wse.tensor_shape(a)).astype(np.float32)
+        for a in main_function(module).body.block.args
+    ]
+    fused = module.clone()
+    FuseEpiloguesPass().apply(None, fused)  # type: ignore[arg-type]
+    fused.verify()
+    (op,) = [o for o in fused.walk() if isinstance(o, wse.FusedMatmulOp)]
+    assert len(op.scales) == scales
+    assert not any(isinstance(o, wse.ExpOp) for o in fused.walk())  # the dead op's
+    want = Interpreter(weights).run_function(main_function(module), args)
+    got = Interpreter(weights).run_function(main_function(fused), args)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
 
 
@@ -286,6 +441,34 @@ def test_the_verifier_names_what_is_wrong(change, message):
     """
     with pytest.raises(VerifyException, match=re.escape(message)):
         parse_module(text).verify()
+
+
+def test_an_epilogue_reads_only_its_arguments_and_yields_its_last_op():
+    outside = """
+    func.func @f(%a: tensor<2x3xf32>, %w: tensor<3x4xf32>, %b: tensor<4xf32>) -> tensor<2x4xf32> {
+      %y = wse.fused_matmul %a, %w : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> {
+      ^bb0(%acc: tensor<2x4xf32>):
+        %r = wse.add %acc, %b : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+        wse.yield %r : tensor<2x4xf32>
+      }
+      func.return %y : tensor<2x4xf32>
+    }
+    """
+    with pytest.raises(VerifyException, match="IsolatedFromAbove"):
+        parse_module(outside).verify()
+    not_last = """
+    func.func @f(%a: tensor<2x3xf32>, %w: tensor<3x4xf32>) -> tensor<2x4xf32> {
+      %y = wse.fused_matmul %a, %w : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> {
+      ^bb0(%acc: tensor<2x4xf32>):
+        %r = wse.relu %acc : tensor<2x4xf32>
+        %e = wse.exp %acc : tensor<2x4xf32>
+        wse.yield %r : tensor<2x4xf32>
+      }
+      func.return %y : tensor<2x4xf32>
+    }
+    """
+    with pytest.raises(VerifyException, match="must yield its last op's result"):
+        parse_module(not_last).verify()
 
 
 def test_an_epilogue_holds_only_elementwise_arithmetic():

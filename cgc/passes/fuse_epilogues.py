@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import AnyFloat, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.traits import Pure
 
 from cgc.dialects import wse
 from cgc.dialects.ir import dense_to_numpy, main_function
@@ -62,8 +63,18 @@ class FuseEpiloguesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for layer in main_function(op).body.block.ops:
             if isinstance(layer, wse.LayerOp):
-                for matmul in [o for o in layer.body.block.ops if isinstance(o, wse.MatmulOp)]:
+                block = layer.body.block
+                for matmul in [o for o in block.ops if isinstance(o, wse.MatmulOp)]:
                     fuse(matmul)
+                _erase_unused(block)
+
+
+def _erase_unused(block: Block) -> None:
+    """Erases the pure ops of ``block`` nothing reads any more (a constant whose values a
+    folded scale took), last first, so that what only they read goes too."""
+    for op in reversed(list(block.ops)):
+        if op.has_trait(Pure) and not any(r.uses for r in op.results):
+            Rewriter.erase_op(op)
 
 
 def fuse(matmul: wse.MatmulOp) -> wse.FusedMatmulOp | None:
@@ -76,7 +87,9 @@ def fuse(matmul: wse.MatmulOp) -> wse.FusedMatmulOp | None:
     if not taken:
         return None
     anchor, final = taken[-1], taken[-1].results[0]
-    head = _affine_head(start, taken, columns)
+    # scales are folded into weights the kernel keeps, not into a matrix computed each run
+    stored = isinstance(matmul.rhs.owner, wse.WeightOp | wse.ConstantOp)
+    head = _affine_head(start, taken, columns, stored)
     shift = _shift(start, head, anchor, columns)
     scales = _scales(start, head, anchor, columns)
     rest = taken[len(head) :]
@@ -138,7 +151,8 @@ def _taken(start: SSAValue, columns: int) -> list[Operation]:
     inside = {start}
     op = start.owner.next_op if isinstance(start.owner, Operation) else None
     while op is not None:
-        if any(v in inside for v in op.operands) and _joins(op, inside, start, columns):
+        used = all(r.uses for r in op.results)  # a dead op is left to DCE, not computed
+        if used and any(v in inside for v in op.operands) and _joins(op, inside, start, columns):
             candidates.append(op)
             inside.add(op.results[0])
         op = op.next_op
@@ -186,7 +200,9 @@ def _of_columns(shape: Sequence[int], columns: int) -> bool:
     return prod(shape[:-1]) == 1 and (not shape or shape[-1] in (1, columns))
 
 
-def _affine_head(start: SSAValue, taken: list[Operation], columns: int) -> list[Operation]:
+def _affine_head(
+    start: SSAValue, taken: list[Operation], columns: int, stored: bool
+) -> list[Operation]:
     """The first ops of ``taken`` that fold (reshapes between them included): each adds,
     subtracts, multiplies or divides the value before it by a vector of the columns (or a
     scalar), by a product of weights and constants where it multiplies or divides; no later
@@ -201,9 +217,13 @@ def _affine_head(start: SSAValue, taken: list[Operation], columns: int) -> list[
         name, other = wse.mnemonic(op), _other(op, value)
         if name not in AFFINE or other is None or not _of_columns(wse.tensor_shape(other), columns):
             break
+        if other is start or other.owner in taken:  # a one-row product read again
+            break
         if name in ("sub", "div") and op.operands[0] is not value:
             break
-        if name in ("mul", "div") and _factors(other, name == "div", columns) is None:
+        if name in ("mul", "div") and (
+            not stored or _factors(other, name == "div", columns) is None
+        ):
             break
         head.append(op)
         value = op.results[0]
@@ -232,7 +252,9 @@ def _factors(value: SSAValue, invert: bool, columns: int) -> list[Factor] | None
         ok = sign == 1 and wse.tensor_shape(value) == (columns,)
         return [(value, sign)] if ok else None
     if isinstance(owner, wse.ConstantOp):
-        return [(value, sign)]
+        array = dense_to_numpy(owner.value)
+        finite = bool(np.isfinite(array).all() and (sign == 1 or array.all()))
+        return [(value, sign)] if finite else None
     if isinstance(owner, wse.MulOp | wse.DivOp):
         left = _factors(owner.lhs, invert, columns)
         right = _factors(owner.rhs, invert != isinstance(owner, wse.DivOp), columns)
@@ -258,12 +280,12 @@ def _scales(
         assert other is not None
         factors = _factors(other, name == "div", columns)
         assert factors is not None  # the head holds only foldable factors
-        for value, power in factors:
-            if isinstance(value.owner, wse.WeightOp):
-                weights.append(value)
+        for factor, power in factors:
+            if isinstance(factor.owner, wse.WeightOp):
+                weights.append(factor)
                 continue
-            assert isinstance(value.owner, wse.ConstantOp)
-            array = dense_to_numpy(value.owner.value).reshape(-1)
+            assert isinstance(factor.owner, wse.ConstantOp)
+            array = dense_to_numpy(factor.owner.value).reshape(-1)
             array = array if power == 1 else np.reciprocal(array)
             constant = array if constant is None else constant * array
     if constant is None:

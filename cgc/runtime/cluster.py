@@ -123,6 +123,9 @@ class Cluster:
         self.memoryx = MemoryX(
             artifact.weights, self.target, artifact.weight_specs, Derived.of(artifact)
         )
+        # the arrays MemoryX holds (read-only; copies of views others may write) become the
+        # artifact's, so that its later runs find what this one makes of them
+        artifact.weights.update(self.memoryx.given)
         sparse = manifest.get("sparsity")
         if sparse is not None:  # timing-only: the live counts, for the footprint
             found = sparse["init"] == sparsity.DETECTED  # its masks are the stored zeros

@@ -87,8 +87,12 @@ _DERIVED: dict[int, Derived] = {}
 
 
 def _read_only(value: np.ndarray) -> np.ndarray:
-    """``value`` as an array no one writes to any more (itself, if it is one)."""
+    """``value`` as an array no one writes to any more: itself, made read-only, or a copy if
+    it is a writable view of memory someone else may write (a slice of another array, a
+    tensor's ``numpy()``), whose changes no flag of this one would stop."""
     array = np.asarray(value)
+    if array.base is not None and array.flags.writeable:
+        array = array.copy()
     array.flags.writeable = False
     return array
 

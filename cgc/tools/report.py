@@ -174,8 +174,8 @@ def bound_lines(data: Mapping[str, Any]) -> list[str]:
     shares = data["shares"]
     busy = 1 - shares.get("idle", 0.0) - shares.get("waiting", 0.0)
     lines = [
-        f"PEs: {data['placed_pes'] / data['pes']:.1%} placed, {busy:.1%} busy (placed PEs "
-        "at work over the period, not waiting on the slowest stage)",
+        f"PEs: {data['placed_pes'] / data['pes']:.1%} placed, {busy:.1%} busy (shares of all "
+        "PEs; busy: placed and at work over the period, not waiting on the slowest stage)",
         "where the compute bound goes (shares of all PEs x the period; model FLOPs at peak "
         "= throughput / bound):",
     ]

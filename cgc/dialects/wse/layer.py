@@ -232,7 +232,7 @@ class FusedMatmulOp(IRDLOperation):
     extras = var_operand_def(TensorType)
     result = result_def(TensorType)
     epilogue = region_def("single_block")
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), IsolatedFromAbove())
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = (
         "$lhs `,` $rhs (`scaled` `(` $scales^ `:` type($scales) `)`)?"
@@ -296,13 +296,15 @@ class FusedMatmulOp(IRDLOperation):
             tuple(a.type for a in block.args[1:]) == tuple(self.extras.types),
             "the epilogue's arguments do not match its extras",
         )
+        steps = [op for op in block.ops if not isinstance(op, YieldOp)]
+        last = steps[-1].results[0] if steps else block.args[0]
+        yielded = block.last_op
+        check(
+            isinstance(yielded, YieldOp) and tuple(yielded.operands) == (last,),
+            "the epilogue must yield its last op's result (its product if it has none)",
+        )
         for op in block.ops:
-            if isinstance(op, YieldOp):
-                check(
-                    tuple(op.operand_types) == (self.result.type,),
-                    "the epilogue must yield the result",
-                )
-            else:
+            if not isinstance(op, YieldOp):
                 check(
                     mnemonic(op) in EPILOGUE_OPS and not op.properties and len(op.results) == 1,
                     f"{op.name} cannot be part of an epilogue",
