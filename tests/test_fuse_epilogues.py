@@ -13,6 +13,7 @@ import onnx
 import pytest
 from conftest import parse_module, runs_exactly_and_times_alike
 from onnx import TensorProto, helper, numpy_helper
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import VerifyException
 
 import cgc
@@ -22,6 +23,7 @@ from cgc.dialects import wse
 from cgc.dialects.interpreter import Interpreter
 from cgc.dialects.ir import main_function
 from cgc.dialects.lowering import lower
+from cgc.frontends.imported import ImportedModel
 from cgc.frontends.onnx import import_model
 from cgc.machine import plans
 from cgc.machine.hardware.target import get_target
@@ -189,14 +191,21 @@ def test_every_activation_form_runs_in_the_epilogues(mode):
     runs_exactly_and_times_alike(model, artifact)
 
 
-def test_the_interpreter_gives_the_fused_module_the_numbers_of_the_unfused():
-    imported = import_model(residual_cnn())
+def _layers_unfused_and_fused(imported: ImportedModel) -> tuple[ModuleOp, ModuleOp]:
+    """``imported``'s module through the front passes (layers formed), and a copy of it
+    through ``fuse-epilogues`` too."""
     module = imported.module.clone()
     pipeline("fuse-rotary,fuse-attention,decompose,fold-constants,channels-last,form-layers").apply(
         None, module
     )
     fused = module.clone()
     FuseEpiloguesPass().apply(None, fused)  # type: ignore[arg-type]
+    return module, fused
+
+
+def test_the_interpreter_gives_the_fused_module_the_numbers_of_the_unfused():
+    imported = import_model(residual_cnn())
+    module, fused = _layers_unfused_and_fused(imported)
     x = np.random.default_rng(2).standard_normal((2, C, 6, 6)).astype(np.float32)
     want = Interpreter(imported.weights).run_function(main_function(module), [x])
     got = Interpreter(imported.weights).run_function(main_function(fused), [x])
@@ -385,13 +394,7 @@ def test_scales_are_free_and_a_second_addend_costs_a_pass():
 
 
 def test_fused_layers_cost_less_than_the_ops_they_replace():
-    imported = import_model(residual_cnn())
-    module = imported.module
-    pipeline("fuse-rotary,fuse-attention,decompose,fold-constants,channels-last,form-layers").apply(
-        None, module
-    )
-    fused = module.clone()
-    FuseEpiloguesPass().apply(None, fused)  # type: ignore[arg-type]
+    module, fused = _layers_unfused_and_fused(import_model(residual_cnn()))
     before, after = lower(module, TARGET.whole), lower(fused, TARGET.whole)
     rect = (0, 0, 32, 16)
     for index in range(2):
@@ -407,12 +410,7 @@ def test_no_fused_layer_of_a_decoder_costs_more_than_its_ops_did():
     from cgc.frontends import zoo
 
     imported = import_model(zoo.decoder(blocks=1, seq=16, width=64, heads=4), batch_size=2)
-    module = imported.module
-    pipeline("fuse-rotary,fuse-attention,decompose,fold-constants,channels-last,form-layers").apply(
-        None, module
-    )
-    fused = module.clone()
-    FuseEpiloguesPass().apply(None, fused)  # type: ignore[arg-type]
+    module, fused = _layers_unfused_and_fused(imported)
     before, after = lower(module, TARGET.whole), lower(fused, TARGET.whole)
     for index in range(len(before.layers)):
         for rect in [(0, 0, 64, 32), (0, 0, 24, 16), (0, 0, 128, 8)]:
