@@ -27,6 +27,7 @@ from cgc.machine.plans.elementwise import aligned, immediate, op_cycles
 from cgc.machine.plans.kernel import (
     RESIDENT,
     STREAM,
+    WAFER,
     Cost,
     Kernel,
     Operand,
@@ -56,11 +57,14 @@ class FusedMatmul(Kernel):
         product = ((*rows, b.shape[-1]), dtype)
         core = Matmul("matmul").plan(replace(q, operands=(a, b), attrs={}, results=(product,)))
         held = core.outputs[0]
-        out = Layout(tuple(shape), dtype, held.row0, held.col0, held.h, held.w, fold=True)
-        kept = [_scale_layout(scale, out) for scale in scales]
+        product_at = Layout(tuple(shape), dtype, held.row0, held.col0, held.h, held.w, fold=True)
+        kept = [_scale_layout(scale, product_at) for scale in scales]
         inputs: list[Layout | None] = [*core.inputs, *kept]
-        traffic = arrive = NO_TRAFFIC
-        scratch = 0
+        # the epilogue and the result are where an elementwise op would put them: an
+        # algorithm that leaves its product elsewhere (MeshGEMV's vector) moves it there
+        out = Layout.on(shape, dtype, q.rect, fold=True)
+        traffic = arrive = arrival(Operand(tuple(shape), dtype, WAFER, product_at), out)
+        scratch = out.tile_bytes if arrive.cycles else 0
         for scale, at in zip(scales, kept, strict=True):
             moved = NO_TRAFFIC if at is None else arrival(scale, at)
             traffic, arrive = traffic + moved, arrive + moved
