@@ -365,7 +365,7 @@ def _placed(
     imported = request.imported(request.per_system_batch)
     c = Compilation(imported, request.target, dumps, steps)
     sparse = len(stage_passes("sparse")) if request.sparsity is not None else 0
-    placing = 0 if mode == Mode.WHOLE_WAFER else len(stage_passes("pipelined"))
+    placing = len(stage_passes("whole_wafer" if mode == Mode.WHOLE_WAFER else "pipelined"))
     steps.expect(len(stage_passes(request.front_stage)) + sparse + placing)
     c.run(request.front_passes(imported, None))
     saved = _mark_sparse(c, request)
@@ -383,6 +383,7 @@ def _placed(
                 f"({human_bytes(tgt.sram_bytes)}); use --mode weight_streaming"
             )
         if mode == Mode.WHOLE_WAFER:
+            c.run(stage_spec("whole_wafer"))
             return _artifact(c, request, mode, "requested with --mode whole_wafer", None)
         c.run(stage_spec("pipelined", *(() if placement is None else (placement,))))
         return _artifact(c, request, "pipelined", "requested with --mode pipelined", None)

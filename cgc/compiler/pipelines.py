@@ -3,6 +3,7 @@ options are filled into them.
 
 Every compile runs the ``front`` stage on the imported model, then the stage of its path:
 ``pipelined`` (placed on the wafer; after ``sparse`` when it is asked for a sparsity),
+``whole_wafer`` (every layer on the whole wafer in turn: a generation's way of serving),
 ``weight_streaming`` (an inference streaming its weights), ``training`` or
 ``training_recomputing`` (a training, recomputing activations or not). A pass a request
 configures (the rotary tables and attention masks the compile holds fixed, the sparse
@@ -29,6 +30,7 @@ PIPELINES: dict[str, str] = {
     "front_cached": f"{_FUSIONS},cache-keys-values,{_FRONT_REST}",
     "sparse": "select-sparse-weights",
     "pipelined": "fuse-epilogues,place-layers,route-tensors",
+    "whole_wafer": "fuse-epilogues",
     "weight_streaming": "fuse-epilogues,schedule-streams",
     "training": "autodiff,fold-constants,schedule-streams",
     "training_recomputing": "autodiff,fold-constants,recompute-activations,schedule-streams",
