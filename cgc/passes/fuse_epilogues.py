@@ -10,14 +10,15 @@ matrix (its elements, its columns last: a convolution's rows back into an image,
 layer's tokens back into sequences) join too, for free: the epilogue works on the product in
 the shape of its result, and an extra in another view of the matrix is reshaped to it. The
 ops taken are the longest run, in program order, of which no other op reads any value but
-the last one's, which the fused op gives.
+the last one's, which the fused op gives; an op no one reads is left to dead-code elimination.
 
 The epilogue's affine head (additions, subtractions, multiplications and divisions by vectors
 of the columns: an inference batch norm, a bias) folds into the matmul:
 
-* a multiplication or division by a product of weights and constants scales the weight
-  matrix's columns instead: each weight of the columns' shape becomes a scale of the fused op,
-  the constants one new constant (their product), and the kernel multiplies them into the
+* a multiplication or division by a product of weights and constants (finite; a divisor
+  nonzero) scales the weight matrix's columns instead, where that matrix is a stored weight
+  or constant: each weight of the columns' shape becomes a scale of the fused op, the
+  constants one new constant (their product), and the kernel multiplies them into the
   weights where it keeps them (the weights stay as they are stored: the fold is a view);
 * what the head adds becomes one shift vector of the columns, computed before the fused op
   from the head's vectors, which the epilogue adds first: the matmul's accumulator starts at
@@ -26,7 +27,8 @@ of the columns: an inference batch norm, a bias) folds into the matmul:
 So ``relu((x @ w - mean) * (gamma / std) + beta)`` becomes ``x @ (w * gamma * (1/std))`` with
 the epilogue ``relu(acc + shift)``, ``shift = beta - mean * (gamma / std)``.
 
-Inference only (the pipelined and weight-streaming stages): autodiff knows no fused op.
+The constants and ops the folds leave unread are erased. Inference only (the pipelined,
+whole-wafer and weight-streaming stages): autodiff knows no fused op.
 """
 
 from __future__ import annotations
