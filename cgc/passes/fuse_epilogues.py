@@ -43,7 +43,7 @@ from xdsl.dialects.builtin import AnyFloat, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
-from xdsl.traits import Pure
+from xdsl.transforms.dead_code_elimination import region_dce
 
 from cgc.dialects import wse
 from cgc.dialects.ir import dense_to_numpy, main_function
@@ -65,18 +65,10 @@ class FuseEpiloguesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for layer in main_function(op).body.block.ops:
             if isinstance(layer, wse.LayerOp):
-                block = layer.body.block
-                for matmul in [o for o in block.ops if isinstance(o, wse.MatmulOp)]:
+                for matmul in [o for o in layer.body.block.ops if isinstance(o, wse.MatmulOp)]:
                     fuse(matmul)
-                _erase_unused(block)
-
-
-def _erase_unused(block: Block) -> None:
-    """Erases the pure ops of ``block`` nothing reads any more (a constant whose values a
-    folded scale took), last first, so that what only they read goes too."""
-    for op in reversed(list(block.ops)):
-        if op.has_trait(Pure) and not any(r.uses for r in op.results):
-            Rewriter.erase_op(op)
+                # a constant whose values a folded scale took is read no more
+                region_dce(layer.body)
 
 
 def fuse(matmul: wse.MatmulOp) -> wse.FusedMatmulOp | None:

@@ -13,7 +13,7 @@ softmax's); elsewhere a folded operand is relaid unfolded, and its arrival count
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import prod
 
 from cgc.machine.hardware.dtypes import is_integer
@@ -53,31 +53,44 @@ class Elementwise(Kernel):
         out = _beside(
             Layout.on(shape, dtype, q.rect, fold=_keeps_fold(q.operands, shape)), q.operands
         )
-        inputs: list[Layout | None] = []
-        traffic, arrive, scratch = NO_TRAFFIC, NO_TRAFFIC, 0
-        for operand in q.operands:
-            at = aligned(operand, out)
-            moved = arrival(operand, at)
-            spread = NO_TRAFFIC if immediate(operand) else multicast(at, out)
-            traffic = traffic + moved + spread
-            arrive = arrive + moved
-            if moved.cycles or spread.cycles:
-                scratch += at.tile_bytes
-            inputs.append(at)
-        divisor = _tile_elements(inputs[1]) if self.name == "div" else None
+        operands = [brought(operand, out) for operand in q.operands]
+        divisor = operands[1].layout.tile_elements if self.name == "div" else None
         compute = op_cycles(self.name, out.tile_elements, divisor, dtype, q.target)
         cost = phased_cost(
             compute,
-            arrive,
-            traffic,
-            scratch,
+            sum((o.arrival for o in operands), NO_TRAFFIC),
+            sum((o.traffic for o in operands), NO_TRAFFIC),
+            sum(o.scratch for o in operands),
             flops=prod(shape) * (0 if self.name in ("cast", "bitcast") else 1),
         )
-        return Plan(tuple(inputs), (out,), cost)
+        return Plan(tuple(o.layout for o in operands), (out,), cost)
 
 
-def _tile_elements(layout: Layout | None) -> int | None:
-    return None if layout is None else layout.tile_elements
+@dataclass(frozen=True)
+class Brought:
+    """An operand brought to the tiles of a result: where it is then, and what that took."""
+
+    layout: Layout
+    arrival: Traffic
+    """Its arrival in ``layout``."""
+    traffic: Traffic
+    """Its arrival and its multicast along the rows or columns it is missing."""
+    scratch: int
+    """Bytes a PE receives it into, if it moves."""
+
+
+def brought(operand: Operand, out: Layout, beside: bool = False) -> Brought:
+    """``operand`` brought to the tiles of ``out`` (``_aligned``), multicast along what it is
+    missing but a resident scalar; with ``beside``, a resident vector of one row (a fused
+    matmul's bias) is kept on every row of the grid instead, which no run multicasts."""
+    at = _aligned(operand, out)
+    kept = beside and operand.source == RESIDENT and at.h == 1 and not _immediate(operand)
+    if kept:
+        at = replace(at, row0=out.row0, h=out.h)
+    moved = arrival(operand, at)
+    spread = NO_TRAFFIC if kept or _immediate(operand) else multicast(at, out)
+    scratch = at.tile_bytes if moved.cycles or spread.cycles else 0
+    return Brought(at, moved, moved + spread, scratch)
 
 
 def op_cycles(name: str, elements: int, divisor: int | None, dtype: str, target: Target) -> float:
@@ -103,7 +116,7 @@ def _beside(out: Layout, operands: Sequence[Operand]) -> Layout:
     return out
 
 
-def immediate(operand: Operand) -> bool:
+def _immediate(operand: Operand) -> bool:
     """Whether ``operand`` is a resident scalar (an epsilon, GELU's 1/sqrt(2); resident
     values do not change, as training streams its weights): every PE's code holds it as an
     immediate, as a compiled kernel does, so no run multicasts it (its bytes are charged
@@ -118,7 +131,7 @@ def _folded(operand: Operand) -> bool:
 
 def _keeps_fold(operands: Sequence[Operand], shape: tuple[int, ...]) -> bool:
     """Whether the result stays folded: an operand of its shape arrives folded, and every
-    operand's tiles line up with the folded result's (``aligned``)."""
+    operand's tiles line up with the folded result's (``_aligned``)."""
     arrives_folded = any(_folded(op) and op.shape == shape for op in operands)
     return arrives_folded and all(_rows_align(op.shape, shape) for op in operands)
 
@@ -130,7 +143,7 @@ def _rows_align(operand: tuple[int, ...], result: tuple[int, ...]) -> bool:
     return lead == result[:-1] or (len(operand) <= 2 and prod(lead) == 1)
 
 
-def aligned(operand: Operand, out: Layout) -> Layout:
+def _aligned(operand: Operand, out: Layout) -> Layout:
     """An operand as the result's tiles need it: on the result's grid, its rows (or columns)
     on the result's where it has them, else on one row (column) multicast along the rest: the
     one it is on already, if it lies on one inside the grid (a reduction's result, on the

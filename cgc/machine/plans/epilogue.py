@@ -23,9 +23,8 @@ from math import prod
 
 from cgc.machine.movement.layout import Layout
 from cgc.machine.movement.traffic import NO_TRAFFIC
-from cgc.machine.plans.elementwise import aligned, immediate, op_cycles
+from cgc.machine.plans.elementwise import brought, op_cycles
 from cgc.machine.plans.kernel import (
-    RESIDENT,
     STREAM,
     WAFER,
     Cost,
@@ -34,7 +33,6 @@ from cgc.machine.plans.kernel import (
     Plan,
     PlanRequest,
     arrival,
-    multicast,
 )
 from cgc.machine.plans.matmul import Matmul
 
@@ -68,21 +66,15 @@ class FusedMatmul(Kernel):
         for scale, at in zip(scales, kept, strict=True):
             moved = NO_TRAFFIC if at is None else arrival(scale, at)
             traffic, arrive = traffic + moved, arrive + moved
-        for operand in extras:
-            at = aligned(operand, out)
-            beside = operand.source == RESIDENT and at.h == 1 and not immediate(operand)
-            if beside:  # kept on every row of the grid, beside B
-                at = replace(at, row0=out.row0, h=out.h)
-            moved = arrival(operand, at)
-            spread = NO_TRAFFIC if beside or immediate(operand) else multicast(at, out)
-            traffic, arrive = traffic + moved + spread, arrive + moved
-            if moved.cycles or spread.cycles:
-                scratch += at.tile_bytes
-            inputs.append(at)
+        brought_extras = [brought(operand, out, beside=True) for operand in extras]
+        for extra in brought_extras:
+            traffic, arrive = traffic + extra.traffic, arrive + extra.arrival
+            scratch += extra.scratch
+            inputs.append(extra.layout)
         steps: list[Step] = [(name, refs) for name, refs in q.attrs["epilogue"]]
         # the accumulator starting at an extra adds it without an op of its own
         free = 1 if steps and starts_accumulator(*steps[0], len(extras)) else 0
-        extra_layouts = inputs[2 + count :]
+        extra_layouts = [extra.layout for extra in brought_extras]
         compute = sum(
             op_cycles(name, out.tile_elements, _divisor(name, refs, extra_layouts), dtype, q.target)
             for name, refs in steps[free:]
@@ -108,14 +100,18 @@ class FusedMatmul(Kernel):
 def starts_accumulator(name: str, refs: list[int], extras: int) -> bool:
     """Whether an epilogue's first step adds an extra to the product: the accumulator can
     start at the extra."""
-    return name == "add" and sorted(refs)[0] == 0 and 1 <= sorted(refs)[1] <= extras
+    if name != "add":
+        return False
+    product, extra = sorted(refs)
+    return product == 0 and 1 <= extra <= extras
 
 
-def _divisor(name: str, refs: list[int], extras: list[Layout | None]) -> int | None:
+def _divisor(name: str, refs: list[int], extras: list[Layout]) -> int | None:
     """The elements a PE holds of a division's divisor when it is an extra (a vector of the
     columns, a scalar); None otherwise."""
-    at = extras[refs[1] - 1] if name == "div" and 1 <= refs[1] <= len(extras) else None
-    return None if at is None else at.tile_elements
+    if name == "div" and 1 <= refs[1] <= len(extras):
+        return extras[refs[1] - 1].tile_elements
+    return None
 
 
 def _scale_layout(scale: Operand, out: Layout) -> Layout | None:
